@@ -1,0 +1,1 @@
+"""setflow's set-diffusion language model: pure PyTorch, imports nothing else of the project."""

@@ -1,0 +1,317 @@
+"""Set decoding as small pure functions: prefill, step, decode (a generator of StepEvents),
+commit_pending, infill.
+
+A session's decoding state is a plain DecodeState (token per position, MASK where undecoded;
+the pending set; the RNG) that serialises to JSON beside the KVCache bytes.  Every function
+takes the model, the cache and the state as arguments; only the cache and the state are
+mutated.  Timing, logging and progress stay in the caller.
+
+Positions are never re-based and masks are never compacted: a turn ends at a fully decoded
+prefix, and tokens decoded past a stop are rolled back out of the cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import Tensor
+
+from model.kv_cache import KVCache
+from model.masks import step_mask
+from model.transformer import SetDLM
+
+POLICIES = ("set", "block", "ar")
+
+
+class DecodeError(ValueError):
+    """Bad decode input: invalid parameters, or a request past the model's context."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code  #: stable reason: "params", "context_overflow", "state"
+
+
+@dataclass
+class DecodeParams:
+    policy: str = "set"  #: "set" (sliding window + tau), "block" (fixed blocks), "ar" (W = 1)
+    window: int = 4  #: W: positions considered per step
+    tau: float | None = 0.9  #: confidence threshold; None = off (exactly one token per step)
+    max_new_tokens: int = 64
+    temperature: float = 0.0  #: 0 = greedy
+    seed: int = 0  #: seeds the session RNG when temperature > 0
+    stop: list[list[int]] = field(default_factory=list)  #: stop token sequences (EOS always stops)
+    use_cache: bool = True  #: False: recompute every committed token each step (the baseline)
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise DecodeError("params", f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.policy == "ar":
+            self.window, self.tau = 1, None
+        if not isinstance(self.window, int) or self.window < 1:
+            raise DecodeError("params", f"window must be an integer >= 1, got {self.window!r}")
+        if self.max_new_tokens < 0:
+            raise DecodeError("params", f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise DecodeError("params", f"temperature must be >= 0, got {self.temperature}")
+        if any(not s for s in self.stop):
+            raise DecodeError("params", "stop sequences must be non-empty")
+
+
+@dataclass
+class DecodeState:
+    tokens: list[int]  # token id at every position 0..len-1; mask_id where not decoded yet
+    pending: list[int] = field(default_factory=list)  # positions decoded, K/V not in the cache yet (commit order)
+    start: int = 0  # first position of the current decode region (fixed blocks align to it)
+    step: int = 0  # steps taken in this region
+    nfe: int = 0  # forward passes so far (prefills included)
+    done: bool = True  # no open region
+    rng: str | None = None  # base64 torch.Generator state, when sampling
+    infill: bool = False  # an infill region: fixed holes, no stop criteria
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> DecodeState:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class StepEvent:
+    step: int  # index of this step in the region
+    committed: list[int]  # positions whose K/V entered the cache in this forward
+    positions: list[int]  # positions decoded in this step (the new pending set)
+    tokens: list[int]  # their token ids
+    nfe: int  # forward passes so far
+    done: bool  # the region is finished (all decoded, or a stop fired)
+    logits: Tensor | None = None  # (n_active, vocab) raw logits of the active masks
+
+
+# ---- forwards ----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def prefill(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int]) -> None:
+    """Causal forward of clean tokens (in the order given) against the cache; commits them all."""
+    if not ids:
+        return
+    dev = cache.k.device
+    _, kv = model(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
+                  step_mask(cache.length, len(ids), 0), cache)
+    cache.append(kv.k[:, 0], kv.v[:, 0], pos, ids)
+
+
+@torch.no_grad()
+def fused_forward(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int], n_masks: int,
+                  use_cache: bool = True) -> Tensor:
+    """ONE forward over [pending (clean) | masks]: commits the pending K/V, returns the masks'
+    logits (n_masks, vocab).  use_cache=False recomputes every committed token from the ledger
+    instead of reading cached K/V (same result, the baseline's cost)."""
+    dev = cache.k.device
+    m = len(ids) - n_masks
+    if use_cache:
+        ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
+        logits, kv = model(ids_t, pos_t, step_mask(cache.length, m, n_masks), cache)
+        new_k, new_v = kv.k[:, 0, :m], kv.v[:, 0, :m]
+    else:
+        C = cache.length
+        ids_t = torch.cat([cache.tok[:C], torch.tensor(ids, device=dev)])
+        pos_t = torch.cat([cache.pos[:C], torch.tensor(pos, device=dev)])
+        logits, kv = model(ids_t, pos_t, step_mask(0, C + m, n_masks))
+        logits = logits[:, C:]
+        new_k, new_v = kv.k[:, 0, C:C + m], kv.v[:, 0, C:C + m]
+    cache.append(new_k, new_v, pos[:m], ids[:m])
+    return logits[0, m:]
+
+
+def commit_pending(model: SetDLM, cache: KVCache, state: DecodeState) -> None:
+    """Eagerly commit the pending set with one mask-free forward (same K/V as the fused step)."""
+    if state.pending:
+        prefill(model, cache, [state.tokens[p] for p in state.pending], state.pending)
+        state.nfe += 1
+        state.pending = []
+
+
+# ---- opening a region --------------------------------------------------------------------
+
+
+def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: list[int],
+               params: DecodeParams) -> DecodeState:
+    """Append `ids` (prompt, user or tool text) at the next positions by one causal prefill
+    (fusing in any pending set first), then open params.max_new_tokens masks after them.
+    Refuses (ContextOverflow) before touching anything when the model's context would be
+    exceeded: the cache and the ledger never outgrow max_seq_len."""
+    cfg = model.cfg
+    state = state if state is not None else DecodeState(tokens=[])
+    if not state.done:
+        raise DecodeError("state", "the previous region is still being decoded")
+    end = len(state.tokens) + len(ids) + params.max_new_tokens
+    if end > cfg.max_seq_len:
+        raise DecodeError("context_overflow",
+                          f"turn needs positions up to {end}, the model's context is {cfg.max_seq_len}")
+    if any(not 0 <= t < cfg.vocab_size or t == cfg.mask_id for t in ids):
+        raise DecodeError("params", "input ids must be real token ids inside the vocabulary")
+    n0 = len(state.tokens)
+    commit = [state.tokens[p] for p in state.pending] + list(ids)
+    prefill(model, cache, commit, state.pending + list(range(n0, n0 + len(ids))))
+    if commit:
+        state.nfe += 1
+    state.pending, state.infill = [], False
+    state.tokens = state.tokens + list(ids) + [cfg.mask_id] * params.max_new_tokens
+    state.start, state.step = n0 + len(ids), 0
+    state.done = params.max_new_tokens == 0
+    if params.temperature > 0:
+        state.rng = _rng_dump(torch.Generator().manual_seed(params.seed))
+    return state
+
+
+def begin_infill(model: SetDLM, cache: KVCache, tokens: list[int]) -> DecodeState:
+    """Open an infill region over a fresh sequence: `tokens` holds mask_id at the holes.  All
+    context (left and right of the holes) is prefilled causally in positional order."""
+    cfg = model.cfg
+    if len(tokens) > cfg.max_seq_len:
+        raise DecodeError("context_overflow", f"{len(tokens)} positions > context {cfg.max_seq_len}")
+    holes = [p for p, t in enumerate(tokens) if t == cfg.mask_id]
+    if not holes:
+        raise DecodeError("params", "infill needs at least one masked position")
+    if cache.length:
+        raise DecodeError("state", "infill opens a fresh session: the cache must be empty")
+    ctx = [p for p, t in enumerate(tokens) if t != cfg.mask_id]
+    prefill(model, cache, [tokens[p] for p in ctx], ctx)
+    return DecodeState(tokens=list(tokens), start=holes[0], nfe=1 if ctx else 0, done=False, infill=True)
+
+
+# ---- the loop ----------------------------------------------------------------------------
+
+
+def active_positions(state: DecodeState, params: DecodeParams, mask_id: int) -> list[int]:
+    """The masked positions this step may decode: a window of W positions from the leftmost
+    mask (set, ar), or the fixed block that holds it (block)."""
+    toks = state.tokens
+    p0 = toks.index(mask_id, state.start)
+    lo = p0 if params.policy != "block" else state.start + (p0 - state.start) // params.window * params.window
+    hi = min(lo + params.window, len(toks))
+    return [p for p in range(p0, hi) if toks[p] == mask_id]
+
+
+def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> StepEvent:
+    """One forward: commit the pending set, score the active masks, choose the next set."""
+    cfg = model.cfg
+    assert not state.done, "step() on a finished region"
+    # 1) pick the active window
+    active = active_positions(state, params, cfg.mask_id)
+    committed = state.pending
+    # 2) one forward: commit the pending set, score the masks
+    ids = [state.tokens[p] for p in committed] + [cfg.mask_id] * len(active)
+    logits = fused_forward(model, cache, ids, committed + active, len(active), params.use_cache)
+    state.nfe += 1
+    # 3) choose the next set: the most confident mask plus every mask with confidence >= tau
+    tok, conf = _predict(logits, cfg.mask_id, params, state)
+    chosen = {int(conf.argmax())}
+    if params.tau is not None:
+        chosen |= set((conf >= params.tau).nonzero().flatten().tolist())
+    order = sorted(chosen)  # commit order inside a set: by position
+    state.pending = [active[j] for j in order]
+    for j in order:
+        state.tokens[active[j]] = int(tok[j])
+    state.step += 1
+    # 4) stop at EOS / a stop sequence inside the fully decoded prefix, or when nothing is masked
+    _maybe_stop(model, cache, state, params)
+    return StepEvent(state.step - 1, committed, list(state.pending), [state.tokens[p] for p in state.pending],
+                     state.nfe, state.done, logits)
+
+
+def decode(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> Iterator[StepEvent]:
+    """Step until the region is done; yields one StepEvent per forward.  The last set stays
+    pending in the state (commit it with commit_pending, or let the next turn fuse it)."""
+    while not state.done:
+        yield step(model, cache, state, params)
+
+
+@torch.no_grad()
+def generate(model: SetDLM, prompt: list[int], params: DecodeParams,
+             cache: KVCache | None = None) -> tuple[list[int], KVCache, DecodeState]:
+    """Convenience: prompt -> generated ids (through EOS when it stopped there)."""
+    cache = cache if cache is not None else KVCache.for_model(model.cfg, device=next(model.parameters()).device)
+    state = begin_turn(model, cache, None, prompt, params)
+    for _ in decode(model, cache, state, params):
+        pass
+    return state.tokens[len(prompt):], cache, state
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+
+def _predict(logits: Tensor, mask_id: int, params: DecodeParams, state: DecodeState) -> tuple[Tensor, Tensor]:
+    """logits: (n, vocab) -> token (n,) and its probability (n,).  [MASK] is never predicted."""
+    logits = logits.float().clone()
+    logits[:, mask_id] = -torch.inf
+    if params.temperature == 0:
+        conf, tok = logits.softmax(-1).max(-1)
+        return tok, conf
+    assert state.rng is not None, "sampling needs the session RNG (begin_turn seeds it)"
+    gen = _rng_load(state.rng)
+    probs = (logits / params.temperature).softmax(-1).cpu()
+    tok = torch.multinomial(probs, 1, generator=gen).flatten()
+    state.rng = _rng_dump(gen)
+    return tok, probs.gather(1, tok[:, None]).flatten()
+
+
+def _maybe_stop(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> None:
+    cfg, toks = model.cfg, state.tokens
+    try:
+        p0 = toks.index(cfg.mask_id, state.start)
+    except ValueError:
+        p0 = len(toks)
+    cut = None if state.infill else _stop_cut(toks, state.start, p0, cfg.eos_id, params.stop)
+    if cut is not None:
+        truncate(model, cache, state, cut)
+    state.done = cut is not None or p0 == len(toks)
+
+
+def _stop_cut(toks: list[int], start: int, end: int, eos: int, stops: list[list[int]]) -> int | None:
+    """The position just after the first EOS or stop sequence inside toks[start:end]."""
+    best = None
+    for p in range(start, end):
+        if toks[p] == eos:
+            best = p + 1
+            break
+    for s in stops:
+        n = len(s)
+        for p in range(start, end - n + 1):
+            if toks[p:p + n] == s:
+                best = p + n if best is None else min(best, p + n)
+                break
+    return best
+
+
+def truncate(model: SetDLM, cache: KVCache, state: DecodeState, cut: int) -> None:
+    """Drop every position >= cut from the state and the cache.  Slots committed after the first
+    dropped slot were computed while seeing it, so the cache rolls back to that slot and the
+    valid later slots are committed again in their order (one forward): the result is exactly
+    the cache of a run that never decoded past the cut."""
+    state.tokens = state.tokens[:cut]
+    state.pending = [p for p in state.pending if p < cut]
+    positions = cache.positions
+    bad = next((i for i, p in enumerate(positions) if p >= cut), None)
+    if bad is None:
+        return
+    keep = [(p, t) for p, t in zip(positions[bad:], cache.tokens[bad:]) if p < cut]
+    cache.rollback(bad)
+    if keep:
+        prefill(model, cache, [t for _, t in keep], [p for p, _ in keep])
+        state.nfe += 1
+
+
+def _rng_dump(gen: torch.Generator) -> str:
+    return base64.b64encode(gen.get_state().numpy().tobytes()).decode()
+
+
+def _rng_load(text: str) -> torch.Generator:
+    gen = torch.Generator()
+    gen.set_state(torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8))
+    return gen

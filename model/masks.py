@@ -1,0 +1,83 @@
+"""Set-causal attention masks (boolean, True = may attend).
+
+Two masks, one rule: a query sees exactly the clean tokens ranked before it in the generation
+order (clean queries also see themselves), and a [MASK] query sees nothing noisy but itself.
+- `training_mask`: the static 2L x 2L mask over [clean stream | noisy stream] in RANK order
+  (the data are permuted, not the mask), plus the padding rule.
+- `step_mask`: the inference mask over [cache | pending set | active masks].
+Knows nothing about tokens or models.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+
+@lru_cache(maxsize=16)
+def _rank_mask(L: int) -> Tensor:
+    """The 2L x 2L four-case rule, built once per L.  Rows = queries, columns = keys."""
+    r = torch.arange(L)
+    clean_clean = r[None, :] <= r[:, None]  # (L, L) causal in generation order, incl. itself
+    noisy_clean = r[None, :] < r[:, None]  # (L, L) strictly earlier ranks
+    noisy_noisy = torch.eye(L, dtype=torch.bool)  # (L, L) only itself
+    clean_noisy = torch.zeros(L, L, dtype=torch.bool)  # never
+    top = torch.cat([clean_clean, clean_noisy], dim=1)
+    bottom = torch.cat([noisy_clean, noisy_noisy], dim=1)
+    return torch.cat([top, bottom], dim=0)  # (2L, 2L)
+
+
+def training_mask(L: int, valid: Tensor | None = None) -> Tensor:
+    """Training mask in rank order.
+
+    valid: (B, L) bool in RANK order (False = padding), or None.
+    Returns (2L, 2L) when valid is None, else (B, 2L, 2L).  Padding rows and columns are
+    cleared, except each padding row keeps its own diagonal entry so that softmax never sees an
+    all-masked row (those rows' outputs are never used).
+    """
+    base = _rank_mask(L)
+    if valid is None:
+        return base
+    v2 = torch.cat([valid, valid], dim=1)  # (B, 2L): a slot is padding in both streams
+    mask = base[None] & v2[:, :, None] & v2[:, None, :]  # (B, 2L, 2L)
+    eye = torch.eye(2 * L, dtype=torch.bool)[None]
+    return mask | (eye & ~v2[:, :, None])
+
+
+def position_mask(rank: Tensor, valid: Tensor | None = None) -> Tensor:
+    """The same rule in POSITION space, without permuting the data.
+
+    rank: (B, L) long, rank[b, i] = place of position i in the generation order.
+    Returns (B, 2L, 2L) over [clean positions | noisy positions].
+    """
+    B, L = rank.shape
+    ri, rj = rank[:, :, None], rank[:, None, :]  # query rank, key rank
+    cc = rj <= ri
+    nc = rj < ri
+    nn = torch.eye(L, dtype=torch.bool).expand(B, L, L)
+    cn = torch.zeros(B, L, L, dtype=torch.bool)
+    mask = torch.cat([torch.cat([cc, cn], 2), torch.cat([nc, nn], 2)], 1)  # (B, 2L, 2L)
+    if valid is None:
+        return mask
+    v2 = torch.cat([valid, valid], dim=1)
+    mask = mask & v2[:, :, None] & v2[:, None, :]
+    eye = torch.eye(2 * L, dtype=torch.bool)[None]
+    return mask | (eye & ~v2[:, :, None])
+
+
+def step_mask(n_cache: int, n_pending: int, n_masks: int) -> Tensor:
+    """Inference mask for one fused step over [cache C | pending m | masks n].
+
+    Returns (m + n, C + m + n): pending token j sees the cache and pending 0..j (the order they
+    are listed in, i.e. commit order); every mask sees the cache, all pending tokens and itself.
+    With n_masks = 0 this is a causal prefill; with n_cache = 0 it is the uncached reference.
+    """
+    C, m, n = n_cache, n_pending, n_masks
+    mask = torch.zeros(m + n, C + m + n, dtype=torch.bool)
+    mask[:, :C] = True
+    mask[:m, C:C + m] = torch.ones(m, m, dtype=torch.bool).tril()
+    mask[m:, C:C + m] = True
+    mask[m:, C + m:] = torch.eye(n, dtype=torch.bool)
+    return mask

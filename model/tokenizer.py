@@ -1,0 +1,109 @@
+"""Tokenizer: a thin byte-level BPE wrapper over HuggingFace `tokenizers`.
+
+Holds the vocabulary, the fixed special ids and the workflow markup tokens;
+knows nothing about models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
+
+# Markup the workflows emit and parse; each is one id, right after the special tokens.
+MARKUP_TOKENS = ("<call>", "</call>", "<result>", "</result>", "<section>", "</section>", "<hole>")
+
+
+class Tokenizer:
+    """Byte-level BPE: any str round-trips; [PAD] [MASK] [BOS] [EOS] are ids 0..3."""
+
+    def __init__(self, hf: _HFTokenizer) -> None:
+        self._hf = hf
+        self._check()
+
+    def _check(self) -> None:
+        for want, tok in enumerate(SPECIAL_TOKENS):
+            got = self._hf.token_to_id(tok)
+            if got != want:
+                raise ValueError(
+                    f"special token {tok!r} has id {got}, expected {want}: "
+                    f"a vocabulary must start with {', '.join(SPECIAL_TOKENS)} in this order"
+                )
+        missing = [t for t in MARKUP_TOKENS if self._hf.token_to_id(t) is None]
+        if missing:
+            raise ValueError(f"markup tokens missing from the vocabulary: {missing}")
+
+    # -- constructors ---------------------------------------------------------------------------
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
+        hf = _HFTokenizer(models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[*SPECIAL_TOKENS, *MARKUP_TOKENS],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer=trainer)
+        return cls(hf)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        return cls(_HFTokenizer.from_file(str(path)))
+
+    @classmethod
+    def from_str(cls, json_text: str) -> Tokenizer:
+        return cls(_HFTokenizer.from_str(json_text))
+
+    def to_str(self) -> str:
+        """The tokenizer.json text."""
+        return self._hf.to_str()
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_str(), encoding="utf-8")
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`; markup tokens become their single id, no BOS/EOS is added."""
+        return self._hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """Inverse of encode; skip_special drops [PAD]/[MASK]/[BOS]/[EOS] but keeps markup."""
+        if skip_special:
+            ids = [i for i in ids if i >= len(SPECIAL_TOKENS)]
+        return self._hf.decode(list(ids), skip_special_tokens=False)
+
+    # -- vocabulary -----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self._hf.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def mask_id(self) -> int:
+        return MASK_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    def token_id(self, token: str) -> int:
+        i = self._hf.token_to_id(token)
+        if i is None:
+            raise KeyError(f"token {token!r} is not in the vocabulary ({self.vocab_size} tokens)")
+        return i

@@ -1,0 +1,147 @@
+"""The set-diffusion training objective and a small training loop.
+
+Objective (reference note, 1.2-1.5): sample a staggered generation order per sequence; lay out
+[clean tokens in that order | [MASK] copies of the targets] with RoPE on the ORIGINAL positions;
+attend with the static set-causal mask; cross-entropy on every target token (prompt and padding
+excluded), per-sequence mean, then batch mean.  Knows nothing about corpora beyond
+(token ids, prompt length) examples.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm import tqdm
+
+from model import checkpoint
+from model.config import ModelConfig
+from model.masks import training_mask
+from model.order import sample_orders
+from model.transformer import SetDLM
+
+Example = tuple[list[int], int]  # (token ids, prompt length): targets are ids[prompt_len:]
+
+
+@dataclass
+class Batch:
+    ids: Tensor  # (B, L) long, padded with pad_id
+    target: Tensor  # (B, L) bool: the tokens that get a loss
+    valid: Tensor  # (B, L) bool: not padding
+
+
+def collate(examples: Sequence[Example], L: int, pad_id: int) -> Batch:
+    B = len(examples)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    target = torch.zeros(B, L, dtype=torch.bool)
+    valid = torch.zeros(B, L, dtype=torch.bool)
+    for b, (toks, n_prompt) in enumerate(examples):
+        assert len(toks) <= L, f"example of {len(toks)} tokens > sequence length {L}"
+        ids[b, : len(toks)] = torch.tensor(toks)
+        target[b, n_prompt: len(toks)] = True
+        valid[b, : len(toks)] = True
+    return Batch(ids, target, valid)
+
+
+def forward_logits(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
+    """The two-stream forward for given orders.  perm: (B, L), perm[b, r] = position at rank r.
+    Returns the noisy-stream logits in RANK order: (B, L, vocab)."""
+    cfg = model.cfg
+    B, L = batch.ids.shape
+    clean = batch.ids.gather(1, perm)  # (B, L) tokens in generation order
+    tgt = batch.target.gather(1, perm)  # (B, L)
+    noisy = torch.where(tgt, cfg.mask_id, clean)  # [MASK] for targets; others copied (unused)
+    ids = torch.cat([clean, noisy], dim=1)  # (B, 2L)
+    pos = torch.cat([perm, perm], dim=1)  # (B, 2L): RoPE on the original positions
+    mask = training_mask(L, batch.valid.gather(1, perm))  # (B, 2L, 2L)
+    logits, _ = model(ids, pos, mask)
+    return logits[:, L:]  # (B, L, vocab)
+
+
+def loss_for_orders(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
+    logits = forward_logits(model, batch, perm).float()
+    logits[..., model.cfg.mask_id] = -torch.inf  # [MASK] is never a target
+    clean = batch.ids.gather(1, perm)
+    tgt = batch.target.gather(1, perm).float()  # (B, L)
+    ce = F.cross_entropy(logits.transpose(1, 2), clean, reduction="none")  # (B, L)
+    per_seq = (ce * tgt).sum(1) / tgt.sum(1).clamp(min=1)
+    return per_seq.mean()
+
+
+def training_loss(model: SetDLM, batch: Batch, generator: torch.Generator | None = None) -> Tensor:
+    cfg = model.cfg
+    perm = sample_orders(batch.target, cfg.set_size, cfg.max_set_size, generator)
+    return loss_for_orders(model, batch, perm)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 32
+    seq_len: int = 64
+    lr: float = 3e-3
+    warmup: int = 50
+    weight_decay: float = 0.0
+    seed: int = 0
+    log_every: int = 10
+    ckpt_every: int = 200
+
+
+def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], tc: TrainConfig,
+          out: str | Path | None = None, tokenizer_json: str | None = None, resume: bool = True,
+          progress: bool = True) -> tuple[SetDLM, list[float]]:
+    """AdamW with linear warm-up then cosine decay to 10%.  batches(start_step) yields lists of
+    examples from that step on (so a resumed run sees the same data).  Checkpoints to `out`
+    every ckpt_every steps; resumes from `out` when it holds a trainer state."""
+    torch.manual_seed(tc.seed)
+    model = SetDLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(tc.seed + 1)
+    start, losses = 0, []
+    folder = Path(out) if out is not None else None
+    if folder is not None and resume and (folder / "trainer.json").exists():
+        checkpoint.load_state(model, checkpoint.load(folder).state_dict())
+        meta = checkpoint.load_optimizer(opt, folder)
+        start, losses = int(meta["step"]), list(meta["losses"])  # type: ignore[arg-type]
+        gen.set_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+
+    def lr_at(s: int) -> float:
+        if s < tc.warmup:
+            return tc.lr * (s + 1) / tc.warmup
+        frac = (s - tc.warmup) / max(1, tc.steps - tc.warmup)
+        return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    def save(step: int) -> None:
+        if folder is None:
+            return
+        checkpoint.save(model, folder, tokenizer_json)
+        checkpoint.save_optimizer(opt, folder, {"step": step, "losses": losses,
+                                                "rng": gen.get_state().tolist(), "saved_at": time.time()})
+
+    model.train()
+    it = batches(start)
+    bar = tqdm(range(start, tc.steps), initial=start, total=tc.steps, disable=not progress,
+               desc="train", dynamic_ncols=True)
+    for s in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(s)
+        batch = collate(next(it), tc.seq_len, cfg.pad_id)
+        loss = training_loss(model, batch, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (s + 1) % tc.log_every == 0:
+            bar.set_postfix(loss=f"{sum(losses[-tc.log_every:]) / tc.log_every:.4f}", lr=f"{lr_at(s):.2e}")
+        if (s + 1) % tc.ckpt_every == 0 or s + 1 == tc.steps:
+            save(s + 1)
+    model.eval()
+    model.__dict__.pop("_fingerprint", None)
+    return model, losses

@@ -1,0 +1,155 @@
+"""SetDLM: a Qwen3-style decoder (RMSNorm, RoPE on explicit positions, GQA with per-head q/k
+RMSNorm, SwiGLU, tied embeddings) whose behaviour as a set-diffusion model lives entirely in the
+boolean mask and the position ids it is given.
+
+The model holds no session state: `forward` reads an optional KVCache and returns the new
+tokens' K/V; the caller decides which of them to commit.  Parameter names follow the Qwen3
+layout so Qwen3-backbone checkpoints load by stripping prefixes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+from model.kv_cache import KVCache
+
+
+class NewKV(NamedTuple):
+    k: Tensor  # (n_layers, B, T, n_kv_heads, head_dim), post-RoPE
+    v: Tensor  # (n_layers, B, T, n_kv_heads, head_dim)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope_table(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
+    """cos, sin tables: each (max_seq_len, head_dim // 2), indexed by position id."""
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    ang = torch.arange(cfg.max_seq_len, dtype=torch.float64)[:, None] * inv[None, :]
+    return ang.cos().float(), ang.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x: (B, T, H, D); cos, sin: (B, T, D/2) already gathered at the tokens' positions.
+    Rotates the two halves of each head (the Qwen/Llama "rotate_half" convention)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, T, H, D/2) each
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, H * D, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, Hkv * D, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, Hkv * D, bias=False)
+        self.o_proj = nn.Linear(H * D, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(D, cfg.rms_eps)  # per-head, over head_dim (Qwen3)
+        self.k_norm = RMSNorm(D, cfg.rms_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+                past: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
+        """x: (B, T, d_model); mask: (B|1, T, S) bool with S = past slots + T.
+        past: cached (k, v), each (S - T, Hkv, D), batch 1 only.
+        Returns the output (B, T, d_model) and this call's k, v: (B, T, Hkv, D)."""
+        B, T, _ = x.shape
+        cfg = self.cfg
+        q = self.q_norm(self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
+        k = self.k_norm(self.k_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
+        v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_all, v_all = k, v
+        if past is not None and past[0].shape[0]:
+            assert B == 1, "a KV cache serves one sequence"
+            k_all = torch.cat([past[0][None], k], dim=1)  # (1, S, Hkv, D)
+            v_all = torch.cat([past[1][None], v], dim=1)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),  # (B, H|Hkv, *, D)
+            attn_mask=mask[:, None], enable_gqa=True)  # (B, H, T, D)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1)), k, v
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.d_model, cfg.rms_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+                past: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
+        h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+
+class SetDLM(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.rms_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        cos, sin = rope_table(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)  # (max_seq_len, D/2)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, ids: Tensor, pos: Tensor, mask: Tensor,
+                cache: KVCache | None = None) -> tuple[Tensor, NewKV]:
+        """ids, pos: (B, T) long (or (T,), taken as B = 1); mask: (T, S) or (B, T, S) bool, True =
+        attend, with S = cache.length + T (keys are [cache slots | these tokens]).
+        Returns logits (B, T, vocab) and the K/V these T tokens would commit.  Does not mutate
+        the cache."""
+        if ids.dim() == 1:
+            ids, pos = ids[None], pos[None]
+        B, T = ids.shape
+        n_past = cache.length if cache is not None else 0
+        assert mask.shape[-2:] == (T, n_past + T), f"mask {tuple(mask.shape)} != ({T}, {n_past + T})"
+        assert int(pos.max()) < self.cfg.max_seq_len, f"position {int(pos.max())} >= max_seq_len"
+        if mask.dim() == 2:
+            mask = mask[None]  # (1, T, S)
+        mask = mask.to(ids.device)
+        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (B, T, D/2)
+        x = self.embed_tokens(ids)  # (B, T, d_model)
+        ks, vs = [], []
+        for i, layer in enumerate(self.layers):
+            past = cache.layer(i) if cache is not None else None
+            x, k, v = layer(x, cos, sin, mask, past)
+            ks.append(k)
+            vs.append(v)
+        return self.lm_head(self.norm(x)), NewKV(torch.stack(ks), torch.stack(vs))

@@ -1,0 +1,1 @@
+"""setflow runtime: sessions, storage, database, API, CLI (grows with the next issues)."""

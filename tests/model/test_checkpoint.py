@@ -1,0 +1,49 @@
+"""Checkpoints: safetensors round trip, fingerprints, prefix stripping of imported weights."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from model import checkpoint
+from model.masks import step_mask
+from model.transformer import SetDLM
+from tests.fakes import random_model
+
+
+@torch.no_grad()
+def test_save_load_round_trip(model: SetDLM, tmp_path: Path) -> None:
+    checkpoint.save(model, tmp_path, tokenizer_json='{"fake": true}')
+    assert {p.name for p in tmp_path.iterdir()} == {"model.safetensors", "config.json", "tokenizer.json"}
+    loaded = checkpoint.load(tmp_path)
+    ids, pos = torch.tensor([2, 5, 9, 1]), torch.arange(4)
+    a, _ = model(ids, pos, step_mask(0, 3, 1))
+    b, _ = loaded(ids, pos, step_mask(0, 3, 1))
+    assert torch.equal(a, b)
+    assert checkpoint.fingerprint(loaded) == checkpoint.fingerprint(model)
+
+
+def test_fingerprint_tracks_the_weights() -> None:
+    a, b = random_model(0), random_model(0)
+    assert checkpoint.fingerprint(a) == checkpoint.fingerprint(b)
+    with torch.no_grad():
+        b.norm.weight[0] += 1e-3
+    b.__dict__.pop("_fingerprint")
+    assert checkpoint.fingerprint(a) != checkpoint.fingerprint(b)
+
+
+def test_import_strips_qwen3_setdlm_prefixes(model: SetDLM, tmp_path: Path) -> None:
+    checkpoint.save(model, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    hf_style = {f"backbone.model.model.{k}": v for k, v in state.items()}
+    hf_style["backbone.model.lm_head.weight"] = state["embed_tokens.weight"]
+    fresh = random_model(seed=5)
+    checkpoint.load_state(fresh, hf_style)
+    assert checkpoint.fingerprint(fresh) == checkpoint.fingerprint(model)
+
+
+def test_a_checkpoint_of_another_shape_is_refused(model: SetDLM) -> None:
+    state = {k: v for k, v in model.state_dict().items() if k != "norm.weight"}
+    with pytest.raises(ValueError, match="missing"):
+        checkpoint.load_state(random_model(1), state)

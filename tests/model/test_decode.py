@@ -1,0 +1,264 @@
+"""Decoding invariants I4-I6, I8-I10, I12-I15 of the reference note (section 6.2), on the
+random `test` model in fp32."""
+
+import copy
+
+import pytest
+import torch
+
+from model.config import ModelConfig
+from model.decode import (DecodeError, DecodeParams, DecodeState, active_positions, begin_infill,
+                          begin_turn, commit_pending, decode, generate, prefill, step, truncate)
+from model.kv_cache import KVCache
+from model.masks import step_mask
+from model.transformer import SetDLM
+from tests.fakes import PROMPT, random_params
+
+ATOL = 1e-5
+
+
+def _fresh(model: SetDLM) -> KVCache:
+    return KVCache.for_model(model.cfg)
+
+
+@torch.no_grad()
+def _uncached_logits(model: SetDLM, cache: KVCache, state: DecodeState, active: list[int]) -> torch.Tensor:
+    """Reference: one no-cache forward over [committed (commit order) | pending | masks]."""
+    C, m, n = cache.length, len(state.pending), len(active)
+    ids = cache.tokens + [state.tokens[p] for p in state.pending] + [model.cfg.mask_id] * n
+    pos = cache.positions + state.pending + active
+    logits, _ = model(torch.tensor(ids), torch.tensor(pos), step_mask(0, C + m, n))
+    return logits[0, C + m:]
+
+
+@torch.no_grad()
+def _prefill_reference(model: SetDLM, cache: KVCache) -> KVCache:
+    """I5's reference: one causal prefill of the committed tokens in commit order."""
+    ref = _fresh(model)
+    prefill(model, ref, cache.tokens, cache.positions)
+    return ref
+
+
+def _assert_same_cache(a: KVCache, b: KVCache) -> None:
+    assert a.length == b.length and a.positions == b.positions and a.tokens == b.tokens
+    n = a.length
+    torch.testing.assert_close(a.k[:, :n], b.k[:, :n], atol=ATOL, rtol=0)
+    torch.testing.assert_close(a.v[:, :n], b.v[:, :n], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_I4_cached_logits_equal_uncached_at_every_step(model: SetDLM, seed: int) -> None:
+    params = random_params(torch.Generator().manual_seed(seed))
+    cache = _fresh(model)
+    state = begin_turn(model, cache, None, PROMPT, params)
+    steps = 0
+    while not state.done:
+        active = active_positions(state, params, model.cfg.mask_id)
+        ref = _uncached_logits(model, cache, state, active)
+        ev = step(model, cache, state, params)
+        torch.testing.assert_close(ev.logits, ref, atol=ATOL, rtol=0)
+        steps += 1
+    assert steps >= 1
+    # and the whole uncached decoding path gives the same tokens and the same cache
+    base = copy.deepcopy(params)
+    base.use_cache = False
+    toks, c2, _ = generate(model, PROMPT, base)
+    assert toks == state.tokens[len(PROMPT):]
+    _assert_same_cache(cache, c2)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_I5_cache_equals_one_causal_prefill_of_the_commits(model: SetDLM, seed: int) -> None:
+    params = random_params(torch.Generator().manual_seed(100 + seed), max_new_tokens=30)
+    toks, cache, state = generate(model, PROMPT, params)
+    _assert_same_cache(cache, _prefill_reference(model, cache))
+    decoded = [p for p in range(len(PROMPT), len(state.tokens))]
+    assert cache.length == len(PROMPT) + len(decoded) - len(state.pending)
+    assert model.cfg.mask_id not in cache.tokens, "a [MASK] never enters the cache"
+    assert all(state.tokens[p] == t for p, t in zip(cache.positions, cache.tokens)), "ledger matches the sequence"
+    assert sorted(cache.positions + state.pending) == list(range(len(state.tokens))), "every position committed once"
+
+
+def test_I6_fused_commit_equals_eager_commit(model: SetDLM) -> None:
+    params = DecodeParams(policy="set", window=5, tau=0.2, max_new_tokens=20)
+    cache = _fresh(model)
+    state = begin_turn(model, cache, None, PROMPT, params)
+    for _ in range(3):
+        step(model, cache, state, params)
+    assert state.pending, "this test needs a non-empty pending set"
+    c_eager, s_eager = cache.fork(), copy.deepcopy(state)
+    fused = step(model, cache, state, params)  # commits pending + scores masks in one forward
+    commit_pending(model, c_eager, s_eager)  # commits pending alone
+    eager = step(model, c_eager, s_eager, params)  # then scores the masks
+    torch.testing.assert_close(eager.logits, fused.logits, atol=ATOL, rtol=0)
+    _assert_same_cache(cache, c_eager)
+    assert s_eager.tokens == state.tokens and s_eager.nfe == state.nfe + 1
+
+
+def test_I8_window_one_is_greedy_autoregression(model: SetDLM) -> None:
+    N = 20
+    for params in (DecodeParams(policy="ar", max_new_tokens=N),
+                   DecodeParams(policy="set", window=1, tau=None, max_new_tokens=N),
+                   DecodeParams(policy="set", window=1, tau=0.0, max_new_tokens=N)):
+        cache = _fresh(model)
+        state = begin_turn(model, cache, None, PROMPT, params)
+        events = list(decode(model, cache, state, params))
+        assert [e.positions for e in events] == [[len(PROMPT) + i] for i in range(len(events))]
+        seq = list(PROMPT)
+        with torch.no_grad():
+            while len(seq) < len(state.tokens):  # iterated argmax of the uncached forward
+                ids, pos = seq + [model.cfg.mask_id], list(range(len(seq) + 1))
+                logits, _ = model(torch.tensor(ids), torch.tensor(pos), step_mask(0, len(seq), 1))
+                logits[0, -1, model.cfg.mask_id] = -torch.inf
+                seq.append(int(logits[0, -1].argmax()))
+        assert state.tokens == seq
+        assert state.nfe == 1 + len(events) and len(events) == len(seq) - len(PROMPT)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_I9_window_and_threshold_semantics(model: SetDLM, seed: int) -> None:
+    params = random_params(torch.Generator().manual_seed(200 + seed), max_new_tokens=32)
+    cache = _fresh(model)
+    state = begin_turn(model, cache, None, PROMPT, params)
+    last_p0 = -1
+    while not state.done:
+        active = active_positions(state, params, model.cfg.mask_id)
+        p0 = state.tokens.index(model.cfg.mask_id, state.start)
+        assert p0 >= last_p0, "the leftmost mask never moves left"
+        last_p0 = p0
+        ev = step(model, cache, state, params)
+        assert 1 <= len(ev.positions) <= params.window
+        assert set(ev.positions) <= set(active), "nothing outside the window is decoded"
+        assert all(p0 <= p < p0 + params.window for p in ev.positions)
+        if params.tau is None:
+            assert len(ev.positions) == 1
+        elif params.tau <= 0:
+            assert ev.positions == active
+        assert state.tokens[: len(PROMPT)] == PROMPT, "the prompt never changes"
+
+
+def test_I9_block_policy_waits_for_the_block(model: SetDLM) -> None:
+    params = DecodeParams(policy="block", window=4, tau=None, max_new_tokens=12)
+    cache = _fresh(model)
+    state = begin_turn(model, cache, None, PROMPT, params)
+    for e in decode(model, cache, state, params):
+        block = (e.positions[0] - len(PROMPT)) // 4
+        decoded_before = [p for p in range(len(PROMPT), len(PROMPT) + 4 * block)]
+        assert all(state.tokens[p] != model.cfg.mask_id for p in decoded_before)
+
+
+def test_I10_greedy_and_seeded_sampling_are_reproducible(model: SetDLM) -> None:
+    greedy = DecodeParams(window=4, tau=0.3, max_new_tokens=24)
+    assert generate(model, PROMPT, greedy)[0] == generate(model, PROMPT, greedy)[0]
+    sampled = DecodeParams(window=4, tau=0.3, max_new_tokens=24, temperature=1.0, seed=7)
+    a, b = generate(model, PROMPT, sampled)[0], generate(model, PROMPT, sampled)[0]
+    other = generate(model, PROMPT, DecodeParams(window=4, tau=0.3, max_new_tokens=24, temperature=1.0, seed=8))[0]
+    assert a == b and a != other
+
+
+def test_I12_multi_turn_append_equals_a_fresh_session(model: SetDLM) -> None:
+    params = DecodeParams(window=4, tau=0.25, max_new_tokens=16)
+    cache = _fresh(model)
+    state = begin_turn(model, cache, None, PROMPT, params)
+    list(decode(model, cache, state, params))
+    assert state.pending
+    state = begin_turn(model, cache, state, [5, 6, 7], params)  # pending fused into this prefill
+    assert not state.pending
+    _assert_same_cache(cache, _prefill_reference(model, cache))
+    fresh_cache, fresh_state = _prefill_reference(model, cache), copy.deepcopy(state)
+    list(decode(model, cache, state, params))
+    list(decode(model, fresh_cache, fresh_state, params))
+    assert state.tokens == fresh_state.tokens
+    _assert_same_cache(cache, fresh_cache)
+
+
+def test_I13_rollback_then_recommit_equals_never_committed(model: SetDLM) -> None:
+    params = DecodeParams(window=6, tau=0.15, max_new_tokens=30)
+    _, cache, state = generate(model, PROMPT, params)
+    commit_pending(model, cache, state)
+    order = cache.positions
+
+    def out_of_order(cut: int) -> bool:  # a slot past the cut was committed before a valid slot
+        first_bad = next(i for i, p in enumerate(order) if p >= cut)
+        return any(p < cut for p in order[first_bad:])
+
+    cut = next(c for c in range(len(PROMPT) + 1, len(order)) if out_of_order(c))
+    truncate(model, cache, state, cut)
+    assert len(state.tokens) == cut and max(cache.positions) < cut
+    assert cache.positions == [p for p in order if p < cut], "valid slots keep their commit order"
+    _assert_same_cache(cache, _prefill_reference(model, cache))
+
+
+def test_stop_sequence_ends_at_a_fully_decoded_prefix(model: SetDLM) -> None:
+    params = DecodeParams(window=6, tau=0.15, max_new_tokens=40)
+    full, _, _ = generate(model, PROMPT, params)
+    stop_tok = full[8]
+    first = full.index(stop_tok)
+    stopped = DecodeParams(window=6, tau=0.15, max_new_tokens=40, stop=[[stop_tok]])
+    toks, cache, state = generate(model, PROMPT, stopped)
+    assert toks == full[: first + 1], "same tokens up to and including the stop, nothing after"
+    assert model.cfg.mask_id not in state.tokens, "no mask is left, none was compacted"
+    assert max(cache.positions + state.pending) == len(state.tokens) - 1
+    _assert_same_cache(cache, _prefill_reference(model, cache))
+    with pytest.raises(DecodeError):
+        DecodeParams(stop=[[]])
+
+
+def test_eos_stops_generation(model: SetDLM) -> None:
+    full, _, _ = generate(model, PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
+    # the same weights under a config whose EOS is the 4th generated token
+    eos_model = SetDLM(ModelConfig.from_name("test", eos_id=full[3]))
+    eos_model.load_state_dict(model.state_dict())
+    toks, _, state = generate(eos_model.eval(), PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
+    assert toks == full[: full.index(full[3]) + 1] and state.done
+
+
+@pytest.mark.parametrize("W,tau", [(1, None), (4, 0.2), (8, 0.0)])
+def test_I14_infill_fills_holes_and_keeps_context(model: SetDLM, W: int, tau: float | None) -> None:
+    M = model.cfg.mask_id
+    text = [2, 20, 21, M, M, M, 22, 23, M, M, 24, 25, M, 26]
+    params = DecodeParams(policy="set", window=W, tau=tau, max_new_tokens=0)
+    cache = _fresh(model)
+    state = begin_infill(model, cache, text)
+    order = []
+    while not state.done:
+        active = active_positions(state, params, M)
+        ref = _uncached_logits(model, cache, state, active)
+        ev = step(model, cache, state, params)
+        torch.testing.assert_close(ev.logits, ref, atol=ATOL, rtol=0)
+        order += ev.positions
+    holes = [p for p, t in enumerate(text) if t == M]
+    assert len(state.tokens) == len(text), "positions never shift"
+    assert all(state.tokens[p] == t for p, t in enumerate(text) if t != M), "context unchanged"
+    assert M not in state.tokens and sorted(order) == holes
+    if W == 1:
+        assert order == holes, "W = 1 fills the holes strictly left to right"
+    commit_pending(model, cache, state)
+    _assert_same_cache(cache, _prefill_reference(model, cache))
+
+
+def test_I15_context_overflow_is_refused_without_changing_state(model: SetDLM) -> None:
+    L = model.cfg.max_seq_len
+    params = DecodeParams(window=8, tau=0.0, max_new_tokens=L - len(PROMPT))
+    _, cache, state = generate(model, PROMPT, params)  # exactly fills the context
+    assert len(state.tokens) == L and cache.length + len(state.pending) == L
+    before = (cache.to_bytes("x"), state.to_json())
+    with pytest.raises(DecodeError) as e:
+        begin_turn(model, cache, state, [5], DecodeParams(max_new_tokens=0))
+    assert e.value.code == "context_overflow"
+    assert (cache.to_bytes("x"), state.to_json()) == before, "a refused turn changes nothing"
+    assert cache.length <= L and len(set(cache.positions)) == cache.length
+    assert all(state.tokens[p] == t for p, t in zip(cache.positions, cache.tokens))
+
+
+def test_bad_parameters_are_named_errors(model: SetDLM) -> None:
+    for kw in ({"policy": "beam"}, {"window": 0}, {"max_new_tokens": -1}, {"temperature": -1.0}):
+        with pytest.raises(DecodeError) as e:
+            DecodeParams(**kw)  # type: ignore[arg-type]
+        assert e.value.code == "params"
+    cache = _fresh(model)
+    with pytest.raises(DecodeError):
+        begin_turn(model, cache, None, [model.cfg.mask_id], DecodeParams())
+    with pytest.raises(DecodeError):
+        begin_turn(model, cache, None, [10_000], DecodeParams())
+    assert cache.length == 0

@@ -1,0 +1,1 @@
+"""Celery wiring for setflow (arrives with the workers issue)."""

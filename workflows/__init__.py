@@ -1,0 +1,1 @@
+"""Product logic as plain functions: agent, report, narrative (arrives with the workflows issue)."""
