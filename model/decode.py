@@ -236,7 +236,8 @@ def decode(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePara
 def generate(model: SetDLM, prompt: list[int], params: DecodeParams,
              cache: KVCache | None = None) -> tuple[list[int], KVCache, DecodeState]:
     """Convenience: prompt -> generated ids (through EOS when it stopped there)."""
-    cache = cache if cache is not None else KVCache.for_model(model.cfg, device=next(model.parameters()).device)
+    w = next(model.parameters())
+    cache = cache if cache is not None else KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
     state = begin_turn(model, cache, None, prompt, params)
     for _ in decode(model, cache, state, params):
         pass

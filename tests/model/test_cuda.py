@@ -1,0 +1,39 @@
+"""The CUDA path (bf16 and fp32): skipped where torch.cuda.is_available() is false; the CPU
+versions of these checks always run in test_decode.py."""
+
+import pytest
+import torch
+
+from model.decode import DecodeParams, active_positions, begin_turn, step
+from model.kv_cache import KVCache
+from model.masks import step_mask
+from tests.fakes import PROMPT, random_model
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-4), (torch.bfloat16, 6e-2)])
+@torch.no_grad()
+def test_cached_equals_uncached_on_cuda(dtype: torch.dtype, atol: float) -> None:
+    model = random_model(0).to("cuda", dtype)
+    params = DecodeParams(window=4, tau=0.3, max_new_tokens=24)
+    cache = KVCache.for_model(model.cfg, dtype=dtype, device="cuda")
+    state = begin_turn(model, cache, None, PROMPT, params)
+    while not state.done:
+        active = active_positions(state, params, model.cfg.mask_id)
+        C, m, n = cache.length, len(state.pending), len(active)
+        ids = cache.tokens + [state.tokens[p] for p in state.pending] + [model.cfg.mask_id] * n
+        pos = cache.positions + state.pending + active
+        ref, _ = model(torch.tensor(ids, device="cuda"), torch.tensor(pos, device="cuda"), step_mask(0, C + m, n))
+        ev = step(model, cache, state, params)
+        torch.testing.assert_close(ev.logits.float(), ref[0, C + m:].float(), atol=atol, rtol=0)
+
+
+def test_cache_bytes_round_trip_from_cuda() -> None:
+    model = random_model(0).to("cuda")
+    cache = KVCache.for_model(model.cfg, device="cuda")
+    begin_turn(model, cache, None, PROMPT, DecodeParams(max_new_tokens=4))
+    blob = cache.to_bytes("fp", "bf16")
+    back = KVCache.from_bytes(blob, "fp", device="cuda")
+    assert back.k.device.type == "cuda" and back.positions == cache.positions
