@@ -37,13 +37,17 @@ class DecodeError(ValueError):
 
 @dataclass
 class DecodeParams:
-    policy: str = "set"  #: "set" (sliding window + tau), "block" (fixed blocks), "ar" (W = 1)
+    #: "set": sliding window of W positions from the leftmost mask, + tau; "block": the window
+    #: only advances when its fixed block is done (a block-diffusion-style schedule on this same
+    #: set-causal model, not BD3LM's in-block attention); "ar": W = 1, tau off
+    policy: str = "set"
     window: int = 4  #: W: positions considered per step
     tau: float | None = 0.9  #: confidence threshold; None = off (exactly one token per step)
     max_new_tokens: int = 64
     temperature: float = 0.0  #: 0 = greedy
     seed: int = 0  #: seeds the session RNG when temperature > 0
-    stop: list[list[int]] = field(default_factory=list)  #: stop token sequences (EOS always stops)
+    stop: list[list[int]] = field(default_factory=list)  #: stop token sequences
+    ignore_eos: bool = False  #: True: EOS does not stop (decode exactly max_new_tokens; benchmarks)
     use_cache: bool = True  #: False: recompute every committed token each step (the baseline)
 
     def __post_init__(self) -> None:
@@ -82,13 +86,18 @@ class DecodeState:
 
 @dataclass
 class StepEvent:
+    """What one step did, in decode order (not position order).  When a stop fires, `cut` says
+    where the text ends: positions >= cut that earlier events reported are dropped (rolled back),
+    so a streaming client erases them; the final text is always state.tokens."""
+
     step: int  # index of this step in the region
     committed: list[int]  # positions whose K/V entered the cache in this forward
-    positions: list[int]  # positions decoded in this step (the new pending set)
+    positions: list[int]  # positions decoded in this step (the new pending set), below any cut
     tokens: list[int]  # their token ids
     nfe: int  # forward passes so far
     done: bool  # the region is finished (all decoded, or a stop fired)
     logits: Tensor | None = None  # (n_active, vocab) raw logits of the active masks
+    cut: int | None = None  # a stop fired: the sequence now ends at this position
 
 
 # ---- forwards ----------------------------------------------------------------------------
@@ -220,9 +229,9 @@ def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams
         state.tokens[active[j]] = int(tok[j])
     state.step += 1
     # 4) stop at EOS / a stop sequence inside the fully decoded prefix, or when nothing is masked
-    _maybe_stop(model, cache, state, params)
+    cut = _maybe_stop(model, cache, state, params)
     return StepEvent(state.step - 1, committed, list(state.pending), [state.tokens[p] for p in state.pending],
-                     state.nfe, state.done, logits)
+                     state.nfe, state.done, logits, cut)
 
 
 def decode(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> Iterator[StepEvent]:
@@ -262,25 +271,28 @@ def _predict(logits: Tensor, mask_id: int, params: DecodeParams, state: DecodeSt
     return tok, probs.gather(1, tok[:, None]).flatten()
 
 
-def _maybe_stop(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> None:
+def _maybe_stop(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> int | None:
+    """Checked every step (the reference checks every W steps, on a prefix that may still hold
+    masks, then compacts them); stopping as soon as the decoded prefix holds the stop saves
+    forwards and gives the same text as decoding on and cutting there."""
     cfg, toks = model.cfg, state.tokens
     try:
         p0 = toks.index(cfg.mask_id, state.start)
     except ValueError:
         p0 = len(toks)
-    cut = None if state.infill else _stop_cut(toks, state.start, p0, cfg.eos_id, params.stop)
+    eos = None if params.ignore_eos else cfg.eos_id
+    cut = None if state.infill else _stop_cut(toks, state.start, p0, eos, params.stop)
     if cut is not None:
         truncate(model, cache, state, cut)
     state.done = cut is not None or p0 == len(toks)
+    return cut
 
 
-def _stop_cut(toks: list[int], start: int, end: int, eos: int, stops: list[list[int]]) -> int | None:
+def _stop_cut(toks: list[int], start: int, end: int, eos: int | None, stops: list[list[int]]) -> int | None:
     """The position just after the first EOS or stop sequence inside toks[start:end]."""
     best = None
-    for p in range(start, end):
-        if toks[p] == eos:
-            best = p + 1
-            break
+    if eos is not None and eos in toks[start:end]:
+        best = toks.index(eos, start, end) + 1
     for s in stops:
         n = len(s)
         for p in range(start, end - n + 1):
@@ -294,7 +306,9 @@ def truncate(model: SetDLM, cache: KVCache, state: DecodeState, cut: int) -> Non
     """Drop every position >= cut from the state and the cache.  Slots committed after the first
     dropped slot were computed while seeing it, so the cache rolls back to that slot and the
     valid later slots are committed again in their order (one forward): the result is exactly
-    the cache of a run that never decoded past the cut."""
+    the cache of a run that never decoded past the cut.  Tokens below the cut keep their values
+    even if they were chosen while a dropped token was visible: a decoded token is final (no
+    remasking), as in the reference decoder; only their K/V are recomputed."""
     state.tokens = state.tokens[:cut]
     state.pending = [p for p in state.pending if p < cut]
     positions = cache.positions

@@ -39,10 +39,11 @@ def training_mask(L: int, valid: Tensor | None = None) -> Tensor:
     """
     base = _rank_mask(L)
     if valid is None:
-        return base
+        return base.clone()  # the lru-cached tensor itself must never reach a caller
+    base = base.to(valid.device)
     v2 = torch.cat([valid, valid], dim=1)  # (B, 2L): a slot is padding in both streams
     mask = base[None] & v2[:, :, None] & v2[:, None, :]  # (B, 2L, 2L)
-    eye = torch.eye(2 * L, dtype=torch.bool)[None]
+    eye = torch.eye(2 * L, dtype=torch.bool, device=valid.device)[None]
     return mask | (eye & ~v2[:, :, None])
 
 
@@ -56,14 +57,14 @@ def position_mask(rank: Tensor, valid: Tensor | None = None) -> Tensor:
     ri, rj = rank[:, :, None], rank[:, None, :]  # query rank, key rank
     cc = rj <= ri
     nc = rj < ri
-    nn = torch.eye(L, dtype=torch.bool).expand(B, L, L)
-    cn = torch.zeros(B, L, L, dtype=torch.bool)
+    nn = torch.eye(L, dtype=torch.bool, device=rank.device).expand(B, L, L)
+    cn = torch.zeros(B, L, L, dtype=torch.bool, device=rank.device)
     mask = torch.cat([torch.cat([cc, cn], 2), torch.cat([nc, nn], 2)], 1)  # (B, 2L, 2L)
     if valid is None:
         return mask
     v2 = torch.cat([valid, valid], dim=1)
     mask = mask & v2[:, :, None] & v2[:, None, :]
-    eye = torch.eye(2 * L, dtype=torch.bool)[None]
+    eye = torch.eye(2 * L, dtype=torch.bool, device=rank.device)[None]
     return mask | (eye & ~v2[:, :, None])
 
 

@@ -18,6 +18,8 @@ from torch import Tensor
 def window_params(L: int, d: int, smax: int) -> tuple[float, float]:
     """Window width b (in time units) and shape exponent k, solved from d and smax.
     The window spans exactly smax positions, so |rank - position| < smax always."""
+    if not 1 <= d <= smax <= L:
+        raise ValueError(f"need 1 <= d ({d}) <= smax ({smax}) <= L ({L})")
     A = d / (2 * L)  # the desired area under the masking curve
     if d in (1, smax):
         return 2 * A, 1.0
@@ -44,12 +46,13 @@ def sample_orders(target: Tensor, d: int, smax: int | None = None,
     """
     B, L = target.shape
     smax = 2 * d if smax is None else smax
-    idx = torch.arange(L).expand(B, L)
+    dev = target.device
+    idx = torch.arange(L, device=dev).expand(B, L)
     if d == 1:  # the window collapses to one position: exactly the identity (pure AR)
         t = -idx.to(torch.float64)
-    else:
-        t = reveal_times(L, d, smax, (B,), generator)
-    first = torch.where(target.any(1), target.float().argmax(1), torch.full((B,), L))  # (B,)
+    else:  # drawn on the CPU (the generator's device), so orders do not depend on the device
+        t = reveal_times(L, d, smax, (B,), generator).to(dev)
+    first = torch.where(target.any(1), target.float().argmax(1), torch.full((B,), L, device=dev))  # (B,)
     last = L - 1 - target.flip(1).float().argmax(1)  # (B,) last target position
     context = idx < first[:, None]
     padding = idx > last[:, None]

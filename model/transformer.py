@@ -31,22 +31,25 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        # normalise in fp32 and cast back before the weight, as Qwen3 does (matters in bf16)
+        x32 = x.float()
+        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
 def rope_table(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
-    """cos, sin tables: each (max_seq_len, head_dim // 2), indexed by position id."""
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
-    ang = torch.arange(cfg.max_seq_len, dtype=torch.float64)[:, None] * inv[None, :]
-    return ang.cos().float(), ang.sin().float()
+    """cos, sin tables: each (max_seq_len, head_dim // 2), indexed by position id.  Computed in
+    fp32 exactly as HF Qwen3 computes its angles, so imported checkpoints agree at long positions."""
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+    ang = torch.arange(cfg.max_seq_len, dtype=torch.int64).float()[:, None] * inv[None, :]
+    return ang.cos(), ang.sin()
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x: (B, T, H, D); cos, sin: (B, T, D/2) already gathered at the tokens' positions.
     Rotates the two halves of each head (the Qwen/Llama "rotate_half" convention)."""
     x1, x2 = x.chunk(2, dim=-1)  # (B, T, H, D/2) each
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).type_as(x)
+    c, s = cos[:, :, None, :].to(x.dtype), sin[:, :, None, :].to(x.dtype)  # HF casts to the activations' dtype
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
 class Attention(nn.Module):

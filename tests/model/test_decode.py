@@ -262,3 +262,27 @@ def test_bad_parameters_are_named_errors(model: SetDLM) -> None:
     with pytest.raises(DecodeError):
         begin_turn(model, cache, None, [10_000], DecodeParams())
     assert cache.length == 0
+
+
+def test_ignore_eos_decodes_exactly_max_new_tokens(model: SetDLM) -> None:
+    full, _, _ = generate(model, PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
+    eos_model = SetDLM(ModelConfig.from_name("test", eos_id=full[3]))
+    eos_model.load_state_dict(model.state_dict())
+    toks, _, state = generate(eos_model.eval(), PROMPT, DecodeParams(policy="ar", max_new_tokens=30, ignore_eos=True))
+    assert toks == full and state.done
+
+
+def test_stop_event_reports_the_cut(model: SetDLM) -> None:
+    full, _, _ = generate(model, PROMPT, DecodeParams(window=6, tau=0.15, max_new_tokens=40))
+    params = DecodeParams(window=6, tau=0.15, max_new_tokens=40, stop=[[full[8]]])
+    cache = _fresh(model)
+    state = begin_turn(model, cache, None, PROMPT, params)
+    events = list(decode(model, cache, state, params))
+    assert events[-1].cut == len(state.tokens) and all(e.cut is None for e in events[:-1])
+    assert all(p < events[-1].cut for p in events[-1].positions)
+    shown: dict[int, int] = {}  # what a streaming client would display, erasing past the cut
+    for e in events:
+        shown.update(zip(e.positions, e.tokens))
+        if e.cut is not None:
+            shown = {p: t for p, t in shown.items() if p < e.cut}
+    assert [shown[p] for p in sorted(shown)] == state.tokens[len(PROMPT):]
