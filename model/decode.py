@@ -152,8 +152,9 @@ def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: li
                params: DecodeParams) -> DecodeState:
     """Append `ids` (prompt, user or tool text) at the next positions by one causal prefill
     (fusing in any pending set first), then open params.max_new_tokens masks after them.
-    Refuses (ContextOverflow) before touching anything when the model's context would be
-    exceeded: the cache and the ledger never outgrow max_seq_len."""
+    Refuses (DecodeError "context_overflow") before touching anything when the model's context
+    would be exceeded: the cache and the ledger never outgrow max_seq_len.  The session RNG is
+    seeded from params.seed once, on the first sampled turn, and then carried in the state."""
     cfg = model.cfg
     state = state if state is not None else DecodeState(tokens=[])
     if not state.done:
@@ -173,7 +174,7 @@ def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: li
     state.tokens = state.tokens + list(ids) + [cfg.mask_id] * params.max_new_tokens
     state.start, state.step = n0 + len(ids), 0
     state.done = params.max_new_tokens == 0
-    if params.temperature > 0:
+    if params.temperature > 0 and state.rng is None:
         state.rng = _rng_dump(torch.Generator().manual_seed(params.seed))
     return state
 

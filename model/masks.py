@@ -40,11 +40,7 @@ def training_mask(L: int, valid: Tensor | None = None) -> Tensor:
     base = _rank_mask(L)
     if valid is None:
         return base.clone()  # the lru-cached tensor itself must never reach a caller
-    base = base.to(valid.device)
-    v2 = torch.cat([valid, valid], dim=1)  # (B, 2L): a slot is padding in both streams
-    mask = base[None] & v2[:, :, None] & v2[:, None, :]  # (B, 2L, 2L)
-    eye = torch.eye(2 * L, dtype=torch.bool, device=valid.device)[None]
-    return mask | (eye & ~v2[:, :, None])
+    return _clear_padding(base.to(valid.device)[None], valid)
 
 
 def position_mask(rank: Tensor, valid: Tensor | None = None) -> Tensor:
@@ -60,12 +56,15 @@ def position_mask(rank: Tensor, valid: Tensor | None = None) -> Tensor:
     nn = torch.eye(L, dtype=torch.bool, device=rank.device).expand(B, L, L)
     cn = torch.zeros(B, L, L, dtype=torch.bool, device=rank.device)
     mask = torch.cat([torch.cat([cc, cn], 2), torch.cat([nc, nn], 2)], 1)  # (B, 2L, 2L)
-    if valid is None:
-        return mask
-    v2 = torch.cat([valid, valid], dim=1)
-    mask = mask & v2[:, :, None] & v2[:, None, :]
-    eye = torch.eye(2 * L, dtype=torch.bool, device=rank.device)[None]
-    return mask | (eye & ~v2[:, :, None])
+    return mask if valid is None else _clear_padding(mask, valid)
+
+
+def _clear_padding(mask: Tensor, valid: Tensor) -> Tensor:
+    """mask: (B|1, 2L, 2L); valid: (B, L) in the mask's slot order.  A padding slot (in both
+    streams) is nobody's key and sees nothing but its own diagonal entry."""
+    v2 = torch.cat([valid, valid], dim=1)  # (B, 2L)
+    eye = torch.eye(v2.shape[1], dtype=torch.bool, device=valid.device)[None]
+    return (mask & v2[:, :, None] & v2[:, None, :]) | (eye & ~v2[:, :, None])
 
 
 def step_mask(n_cache: int, n_pending: int, n_masks: int) -> Tensor:

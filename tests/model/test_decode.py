@@ -204,12 +204,17 @@ def test_stop_sequence_ends_at_a_fully_decoded_prefix(model: SetDLM) -> None:
         DecodeParams(stop=[[]])
 
 
+def _with_eos(model: SetDLM, eos: int) -> SetDLM:
+    """The same weights under a config whose EOS is `eos`."""
+    eos_model = SetDLM(ModelConfig.from_name("test", eos_id=eos))
+    eos_model.load_state_dict(model.state_dict())
+    return eos_model.eval()
+
+
 def test_eos_stops_generation(model: SetDLM) -> None:
     full, _, _ = generate(model, PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
-    # the same weights under a config whose EOS is the 4th generated token
-    eos_model = SetDLM(ModelConfig.from_name("test", eos_id=full[3]))
-    eos_model.load_state_dict(model.state_dict())
-    toks, _, state = generate(eos_model.eval(), PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
+    eos_model = _with_eos(model, full[3])  # the 4th generated token plays EOS
+    toks, _, state = generate(eos_model, PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
     assert toks == full[: full.index(full[3]) + 1] and state.done
 
 
@@ -266,9 +271,8 @@ def test_bad_parameters_are_named_errors(model: SetDLM) -> None:
 
 def test_ignore_eos_decodes_exactly_max_new_tokens(model: SetDLM) -> None:
     full, _, _ = generate(model, PROMPT, DecodeParams(policy="ar", max_new_tokens=30))
-    eos_model = SetDLM(ModelConfig.from_name("test", eos_id=full[3]))
-    eos_model.load_state_dict(model.state_dict())
-    toks, _, state = generate(eos_model.eval(), PROMPT, DecodeParams(policy="ar", max_new_tokens=30, ignore_eos=True))
+    eos_model = _with_eos(model, full[3])
+    toks, _, state = generate(eos_model, PROMPT, DecodeParams(policy="ar", max_new_tokens=30, ignore_eos=True))
     assert toks == full and state.done
 
 
@@ -286,3 +290,23 @@ def test_stop_event_reports_the_cut(model: SetDLM) -> None:
         if e.cut is not None:
             shown = {p: t for p, t in shown.items() if p < e.cut}
     assert [shown[p] for p in sorted(shown)] == state.tokens[len(PROMPT):]
+
+
+def test_sampling_rng_carries_across_turns(model: SetDLM) -> None:
+    """Turn 2 continues the session's random stream (not a reseed), so a session resumed from
+    its serialised state samples exactly what an uninterrupted one does."""
+    params = DecodeParams(window=3, tau=0.3, max_new_tokens=12, temperature=1.0, seed=3)
+
+    def two_turns(roundtrip: bool) -> list[int]:
+        cache = _fresh(model)
+        state = begin_turn(model, cache, None, PROMPT, params)
+        list(decode(model, cache, state, params))
+        rng_after_turn1 = state.rng
+        if roundtrip:
+            cache, state = KVCache.from_bytes(cache.to_bytes("fp"), "fp"), DecodeState.from_json(state.to_json())
+        state = begin_turn(model, cache, state, [5, 6], params)
+        assert state.rng == rng_after_turn1, "no reseed on turn 2"
+        list(decode(model, cache, state, params))
+        return state.tokens
+
+    assert two_turns(False) == two_turns(True)
