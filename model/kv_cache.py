@@ -12,9 +12,13 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from model.config import ModelConfig
 
 MAGIC = b"SFKV"
 FORMAT_VERSION = 1
@@ -50,9 +54,9 @@ class KVCache:
                    torch.zeros(capacity, dtype=torch.long, device=device))
 
     @classmethod
-    def for_model(cls, cfg: object, capacity: int = 64, dtype: torch.dtype = torch.float32,
+    def for_model(cls, cfg: ModelConfig, capacity: int = 64, dtype: torch.dtype = torch.float32,
                   device: torch.device | str = "cpu") -> KVCache:
-        return cls.empty(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, capacity, dtype, device)  # type: ignore[attr-defined]
+        return cls.empty(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, capacity, dtype, device)
 
     @property
     def capacity(self) -> int:
