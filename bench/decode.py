@@ -1,7 +1,7 @@
 """Decoding benchmark: the ar, block and set policies on one toy model, with and without the KV cache.
 
 Trains the `toy` preset on the toy corpus (or loads it from .cache/bench-toy/<key>/, keyed by the
-training settings), then reports per (policy, W, tau, cached): decode forwards per generated
+config, the recipe, the corpus and the training code), then reports per (policy, W, tau, cached): decode forwards per generated
 token, tokens/s (median over repeats), wall time and exact-match accuracy.  Prints a table, then
 one JSON object as the last line.   python bench/decode.py [--quick] [--repeats N] [--threads N]
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shutil
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from model.transformer import SetDLM
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "bench-toy"
 TRAIN = TrainConfig(steps=250, seed=0, **toy.RECIPE)  # type: ignore[arg-type]
+WEIGHT_CODE = ("config", "transformer", "masks", "order", "train", "checkpoint")  # model/*.py
 EVAL_SEED = 1  # prompts come from a stream the training batches never draw from
 TAUS = (0.5, 0.7, 0.9, None)  # None = off: exactly one token per step
 HEADLINE = ("set", 4, 0.9)  # the reference's headline setting: W = d = 4, tau = 0.9
@@ -50,8 +50,8 @@ def grid(quick: bool) -> list[Spec]:
     specs = [("ar", 1, None)] + [(p, W, tau) for p in ("block", "set") for W in (4, 8) for tau in TAUS]
     rows = [Spec(p, W, tau, cached, SHORT, True) for p, W, tau in specs for cached in (True, False)]
     if not quick:
-        # The cache's payoff grows with length.  The toy model leaves the progression (and emits
-        # EOS) ~80-90 terms in, past its 64-token training window, so these rows decode exactly
+        # The cache's payoff grows with length.  The toy model drifts off the progression (and
+        # may emit EOS) some way past its 64-token training window, so these rows decode exactly
         # LONG tokens with ignore_eos=True (the same generate() path, EOS just does not stop it).
         rows += [Spec(p, W, tau, cached, LONG, False) for p, W, tau in [("ar", 1, None), HEADLINE]
                  for cached in (True, False)]
@@ -61,8 +61,9 @@ def grid(quick: bool) -> list[Spec]:
 def trained_model() -> tuple[SetDLM, dict[str, Any]]:
     """The toy model for TRAIN's settings: from the cache folder, or trained (and cached) now."""
     cfg = ModelConfig.from_name("toy")
-    # keyed by everything that shapes the weights: config, recipe, corpus and the model's code
-    sources = [Path(toy.__file__)] + sorted(Path(checkpoint.__file__).parent.glob("*.py"))
+    # keyed by everything that shapes the weights: config, recipe, corpus and the code that trains
+    model_dir = Path(checkpoint.__file__).parent
+    sources = [Path(toy.__file__)] + [model_dir / f"{name}.py" for name in WEIGHT_CODE]
     key_src = [cfg.to_json(), json.dumps(asdict(TRAIN), sort_keys=True)] + [p.read_text() for p in sources]
     folder = CACHE / hashlib.sha256("\n".join(key_src).encode()).hexdigest()[:16]
     if (folder / "bench.json").exists():
@@ -72,19 +73,16 @@ def trained_model() -> tuple[SetDLM, dict[str, Any]]:
                           progress=sys.stderr.isatty())
     meta = {"train_s": round(time.perf_counter() - t0, 1), "train_threads": torch.get_num_threads(),
             "final_loss": round(sum(losses[-10:]) / 10, 4), **asdict(TRAIN)}
-    # write beside, then rename: an interrupted run never leaves a half-written model behind
-    tmp = folder.with_suffix(".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    checkpoint.save(model, tmp)
-    (tmp / "bench.json").write_text(json.dumps(meta))
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    with checkpoint.atomic_folder(folder) as tmp:  # an interrupted run leaves no half-written model
+        checkpoint.save(model, tmp)
+        (tmp / "bench.json").write_text(json.dumps(meta))
     return model, {**meta, "from_cache": False}
 
 
 @torch.no_grad()
 def run_one(model: SetDLM, prompt: list[int], params: DecodeParams) -> tuple[list[int], int]:
-    """Generated ids and the number of decode forwards (the prompt prefill is NOT counted)."""
+    """Generated ids and the number of decode forwards: every forward but the prompt prefill
+    (a stop's rollback re-commit, when one happens, counts)."""
     out, _, state = generate(model, prompt, params)
     return out, state.nfe - 1
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -23,8 +26,10 @@ _PREFIXES = ("backbone.model.model.", "backbone.model.", "backbone.", "_orig_mod
 
 
 def fingerprint(model: SetDLM) -> str:
-    """sha256 over the config and every weight, in name order: a cache is only valid for the
-    exact weights that computed it.  Cached on the module; recompute after changing weights."""
+    """sha256 over the config and every weight (in their current dtype), in name order: a cache
+    is only valid for the exact weights that computed it.  Computed once per model object and
+    kept on it; load_state resets it; anyone else who edits weights in place must pop
+    `model._fingerprint` (training builds a fresh model, so it never has one)."""
     fp = getattr(model, "_fingerprint", None)
     if fp is None:
         h = hashlib.sha256(model.cfg.to_json().encode())
@@ -49,12 +54,44 @@ def save(model: SetDLM, folder: str | Path, tokenizer_json: str | None = None) -
     return folder
 
 
+@contextmanager
+def atomic_folder(folder: str | Path) -> Iterator[Path]:
+    """Write a folder all or nothing: the caller fills a sibling temp folder, which then replaces
+    `folder` by renames.  A crash leaves the previous folder (or, between the two renames, its
+    `.old` copy, which `recover` puts back), never a mix of two saves."""
+    folder = Path(folder)
+    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover(folder: str | Path) -> None:
+    """Undo a save interrupted between atomic_folder's two renames."""
+    folder = Path(folder)
+    old = folder.with_name(folder.name + ".old")
+    if not folder.exists() and old.exists():
+        old.rename(folder)
+
+
 def load(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> SetDLM:
     folder = Path(folder)
-    cfg = ModelConfig.from_json((folder / CONFIG).read_text())
-    model = SetDLM(cfg)
-    load_state(model, load_file(str(folder / WEIGHTS)))
+    model = SetDLM(load_config(folder))
+    load_weights(model, folder)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def load_config(folder: str | Path) -> ModelConfig:
+    return ModelConfig.from_json((Path(folder) / CONFIG).read_text())
+
+
+def load_weights(model: SetDLM, folder: str | Path) -> None:
+    load_state(model, load_file(str(Path(folder) / WEIGHTS)))
 
 
 def load_state(model: SetDLM, state: dict[str, torch.Tensor]) -> None:

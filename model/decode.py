@@ -1,5 +1,5 @@
 """Set decoding as small pure functions: prefill, step, decode (a generator of StepEvents),
-commit_pending, infill.
+commit_pending, begin_turn, begin_infill, truncate.
 
 A session's decoding state is a plain DecodeState (token per position, MASK where undecoded;
 the pending set; the RNG) that serialises to JSON beside the KVCache bytes.  Every function
@@ -104,14 +104,16 @@ class StepEvent:
 
 
 @torch.no_grad()
-def prefill(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int]) -> None:
-    """Causal forward of clean tokens (in the order given) against the cache; commits them all."""
+def prefill(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int]) -> int:
+    """Causal forward of clean tokens (in the order given) against the cache; commits them all.
+    Returns the number of forwards it ran (0 when there is nothing to commit, else 1)."""
     if not ids:
-        return
+        return 0
     dev = cache.k.device
-    _, kv = model(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
-                  step_mask(cache.length, len(ids), 0), cache)
-    cache.append(kv.k[:, 0], kv.v[:, 0], pos, ids)
+    model(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
+          step_mask(cache.length, len(ids), 0, dev), cache)
+    cache.commit(pos, ids)
+    return 1
 
 
 @torch.no_grad()
@@ -122,27 +124,24 @@ def fused_forward(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int],
     instead of reading cached K/V (same result, the baseline's cost)."""
     dev = cache.k.device
     m = len(ids) - n_masks
-    if use_cache:
+    if use_cache:  # pending first in the input, so its K/V are the first m scratch slots
         ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
-        logits, kv = model(ids_t, pos_t, step_mask(cache.length, m, n_masks), cache)
-        new_k, new_v = kv.k[:, 0, :m], kv.v[:, 0, :m]
-    else:
-        C = cache.length
-        ids_t = torch.cat([cache.tok[:C], torch.tensor(ids, device=dev)])
-        pos_t = torch.cat([cache.pos[:C], torch.tensor(pos, device=dev)])
-        logits, kv = model(ids_t, pos_t, step_mask(0, C + m, n_masks))
-        logits = logits[:, C:]
-        new_k, new_v = kv.k[:, 0, C:C + m], kv.v[:, 0, C:C + m]
-    cache.append(new_k, new_v, pos[:m], ids[:m])
-    return logits[0, m:]
+        logits, _ = model(ids_t, pos_t, step_mask(cache.length, m, n_masks, dev), cache)
+        cache.commit(pos[:m], ids[:m])
+        return logits[0, m:]
+    C = cache.length
+    ids_t = torch.cat([cache.tok[:C], torch.tensor(ids, device=dev)])
+    pos_t = torch.cat([cache.pos[:C], torch.tensor(pos, device=dev)])
+    logits, kv = model(ids_t, pos_t, step_mask(0, C + m, n_masks, dev), return_kv=True)
+    assert kv is not None
+    cache.append(kv.k[:, 0, C:C + m], kv.v[:, 0, C:C + m], pos[:m], ids[:m])
+    return logits[0, C + m:]
 
 
 def commit_pending(model: SetDLM, cache: KVCache, state: DecodeState) -> None:
     """Eagerly commit the pending set with one mask-free forward (same K/V as the fused step)."""
-    if state.pending:
-        prefill(model, cache, [state.tokens[p] for p in state.pending], state.pending)
-        state.nfe += 1
-        state.pending = []
+    state.nfe += prefill(model, cache, [state.tokens[p] for p in state.pending], state.pending)
+    state.pending = []
 
 
 # ---- opening a region --------------------------------------------------------------------
@@ -167,9 +166,7 @@ def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: li
         raise DecodeError("params", "input ids must be real token ids inside the vocabulary")
     n0 = len(state.tokens)
     commit = [state.tokens[p] for p in state.pending] + list(ids)
-    prefill(model, cache, commit, state.pending + list(range(n0, n0 + len(ids))))
-    if commit:
-        state.nfe += 1
+    state.nfe += prefill(model, cache, commit, state.pending + list(range(n0, n0 + len(ids))))
     state.pending, state.infill = [], False
     state.tokens = state.tokens + list(ids) + [cfg.mask_id] * params.max_new_tokens
     state.start, state.step = n0 + len(ids), 0
@@ -191,8 +188,8 @@ def begin_infill(model: SetDLM, cache: KVCache, tokens: list[int]) -> DecodeStat
     if cache.length:
         raise DecodeError("state", "infill opens a fresh session: the cache must be empty")
     ctx = [p for p, t in enumerate(tokens) if t != cfg.mask_id]
-    prefill(model, cache, [tokens[p] for p in ctx], ctx)
-    return DecodeState(tokens=list(tokens), start=holes[0], nfe=1 if ctx else 0, done=False, infill=True)
+    nfe = prefill(model, cache, [tokens[p] for p in ctx], ctx)
+    return DecodeState(tokens=list(tokens), start=holes[0], nfe=nfe, done=False, infill=True)
 
 
 # ---- the loop ----------------------------------------------------------------------------
@@ -226,8 +223,8 @@ def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams
         chosen |= set((conf >= params.tau).nonzero().flatten().tolist())
     order = sorted(chosen)  # commit order inside a set: by position
     state.pending = [active[j] for j in order]
-    for j in order:
-        state.tokens[active[j]] = int(tok[j])
+    for j, t in zip(order, tok[order].tolist()):  # one device sync for the whole set
+        state.tokens[active[j]] = t
     state.step += 1
     # 4) stop at EOS / a stop sequence inside the fully decoded prefix, or when nothing is masked
     cut = _maybe_stop(model, cache, state, params)
@@ -318,9 +315,7 @@ def truncate(model: SetDLM, cache: KVCache, state: DecodeState, cut: int) -> Non
         return
     keep = [(p, t) for p, t in zip(positions[bad:], cache.tokens[bad:]) if p < cut]
     cache.rollback(bad)
-    if keep:
-        prefill(model, cache, [t for _, t in keep], [p for p, _ in keep])
-        state.nfe += 1
+    state.nfe += prefill(model, cache, [t for _, t in keep], [p for p, _ in keep])
 
 
 def _rng_dump(gen: torch.Generator) -> str:

@@ -9,6 +9,7 @@ Knows nothing about models, sessions or storage.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
 from dataclasses import dataclass
@@ -74,8 +75,8 @@ class KVCache:
         """Valid K, V of layer i: each (length, n_kv_heads, head_dim), views, no copy."""
         return self.k[i, : self.length], self.v[i, : self.length]
 
-    def _reserve(self, n: int) -> None:
-        # grow by doubling: appends are amortised O(1) and the views stay cheap
+    def reserve(self, n: int) -> None:
+        """Room for n more slots past the valid ones (grows by doubling: amortised O(1))."""
         need = self.length + n
         if need <= self.capacity:
             return
@@ -94,10 +95,29 @@ class KVCache:
         assert len(pos) == m and len(tok) == m, "ledger and K/V disagree on the number of slots"
         if m == 0:
             return
-        self._reserve(m)
+        self.reserve(m)
         a, b = self.length, self.length + m
         self.k[:, a:b] = k
         self.v[:, a:b] = v
+        self.pos[a:b] = torch.as_tensor(pos, dtype=torch.long)
+        self.tok[a:b] = torch.as_tensor(tok, dtype=torch.long)
+        self.length = b
+
+    def scratch(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write T not-yet-committed K/V of layer i right after the valid slots (room must be
+        reserved) and return layer i's K, V over [0, length + T): each (length + T, Hkv, D),
+        views, no copy of the cached slots.  k, v: (T, n_kv_heads, head_dim)."""
+        a, b = self.length, self.length + k.shape[0]
+        assert b <= self.capacity, "reserve() scratch room before writing it"
+        self.k[i, a:b] = k
+        self.v[i, a:b] = v
+        return self.k[i, :b], self.v[i, :b]
+
+    def commit(self, pos: list[int], tok: list[int]) -> None:
+        """Keep the first m scratch slots (written by the last forward) as committed slots."""
+        m = len(pos)
+        assert len(tok) == m and self.length + m <= self.capacity, "commit beyond the scratch slots"
+        a, b = self.length, self.length + m
         self.pos[a:b] = torch.as_tensor(pos, dtype=torch.long)
         self.tok[a:b] = torch.as_tensor(tok, dtype=torch.long)
         self.length = b
@@ -140,55 +160,55 @@ class KVCache:
         """Inverse of to_bytes.  Raises KVCacheFormatError on any damage or mismatch; never
         returns a wrong cache.  fingerprint: the loading model's; None skips that check."""
         try:
-            return cls._parse(bytes(blob), fingerprint, dtype, device)
+            return cls._parse(memoryview(blob), fingerprint, dtype, device)
         except KVCacheFormatError:
             raise
         except Exception as e:  # any other parse failure is damage too
             raise KVCacheFormatError("corrupt", f"cannot parse cache blob: {e}") from e
 
     @classmethod
-    def _parse(cls, blob: bytes, fingerprint: str | None, dtype: torch.dtype,
+    def _parse(cls, blob: memoryview, fingerprint: str | None, dtype: torch.dtype,
                device: torch.device | str) -> KVCache:
         if len(blob) < _PREFIX.size + _CRC.size:
             raise KVCacheFormatError("truncated", f"blob of {len(blob)} bytes is shorter than a header")
         magic, version, hlen = _PREFIX.unpack_from(blob)
-        if magic != MAGIC:
+        if bytes(magic) != MAGIC:
             raise KVCacheFormatError("magic", f"not a setflow KV blob (magic {magic!r})")
         if version != FORMAT_VERSION:
             raise KVCacheFormatError("version", f"format version {version}, this build reads {FORMAT_VERSION}")
         (crc,) = _CRC.unpack_from(blob, len(blob) - _CRC.size)
-        if zlib.crc32(blob[: -_CRC.size]) != crc:
+        if zlib.crc32(blob[: -_CRC.size]) != crc:  # memoryview slices: no copy
             raise KVCacheFormatError("checksum", "crc32 mismatch: the blob is damaged or truncated")
         off = _PREFIX.size
-        meta = json.loads(blob[off: off + hlen])
+        meta = json.loads(bytes(blob[off: off + hlen]))
         off += hlen
         if fingerprint is not None and meta["fingerprint"] != fingerprint:
             raise KVCacheFormatError("fingerprint", f"cache of model {meta['fingerprint'][:12]}, "
                                                     f"loading model is {fingerprint[:12]}")
         n, L, H, D = meta["n_slots"], meta["n_layers"], meta["n_kv_heads"], meta["head_dim"]
         dt = CODECS[meta["codec"]]
-        pos, off = _take(blob, off, torch.int32, (n,))
-        tok, off = _take(blob, off, torch.int32, (n,))
-        k, off = _take(blob, off, dt, (L, n, H, D))
-        v, off = _take(blob, off, dt, (L, n, H, D))
-        if off != len(blob) - _CRC.size:
-            raise KVCacheFormatError("length", f"{len(blob) - _CRC.size - off} unexpected trailing bytes")
-        cache = cls.empty(L, H, D, max(n, 1), dtype, device)
-        cache.append(k.to(device, dtype), v.to(device, dtype), pos.long(), tok.long())
-        return cache
+        end = len(blob) - _CRC.size
+        sizes = [(torch.int32, (n,)), (torch.int32, (n,)), (dt, (L, n, H, D)), (dt, (L, n, H, D))]
+        need = sum(math.prod(shape) * torch.empty((), dtype=t).element_size() for t, shape in sizes)
+        if off + need != end:
+            raise KVCacheFormatError("length", f"payload of {end - off} bytes, the header says {need}")
+        # one copy of the payload into a writable buffer (torch.frombuffer wants one); the tensors
+        # below are views of it, converted only where dtype or device differ
+        buf = bytearray(blob[off:end])
+        parts = []
+        at = 0
+        for t, shape in sizes:
+            count = math.prod(shape)
+            parts.append(torch.frombuffer(buf, dtype=t, count=count, offset=at).reshape(shape) if count
+                         else torch.empty(shape, dtype=t))
+            at += count * torch.empty((), dtype=t).element_size()
+        pos, tok, k, v = parts
+        if n == 0:  # keep one slot of room, as empty() does
+            return cls.empty(L, H, D, 1, dtype, device)
+        return cls(k.to(device, dtype), v.to(device, dtype), pos.to(device, torch.long),
+                   tok.to(device, torch.long), n)
+
 
 
 def _raw(t: Tensor) -> bytes:
     return t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-
-
-def _take(blob: bytes, off: int, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[Tensor, int]:
-    count = 1
-    for s in shape:
-        count *= s
-    nbytes = count * torch.empty((), dtype=dtype).element_size()
-    if off + nbytes > len(blob) - _CRC.size:
-        raise KVCacheFormatError("truncated", "payload shorter than its header says")
-    # bytearray: torch.frombuffer wants a writable buffer
-    raw = torch.frombuffer(bytearray(blob[off: off + nbytes]), dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
-    return raw.view(dtype).reshape(shape), off + nbytes

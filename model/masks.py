@@ -18,15 +18,8 @@ from torch import Tensor
 
 @lru_cache(maxsize=16)
 def _rank_mask(L: int) -> Tensor:
-    """The 2L x 2L four-case rule, built once per L.  Rows = queries, columns = keys."""
-    r = torch.arange(L)
-    clean_clean = r[None, :] <= r[:, None]  # (L, L) causal in generation order, incl. itself
-    noisy_clean = r[None, :] < r[:, None]  # (L, L) strictly earlier ranks
-    noisy_noisy = torch.eye(L, dtype=torch.bool)  # (L, L) only itself
-    clean_noisy = torch.zeros(L, L, dtype=torch.bool)  # never
-    top = torch.cat([clean_clean, clean_noisy], dim=1)
-    bottom = torch.cat([noisy_clean, noisy_noisy], dim=1)
-    return torch.cat([top, bottom], dim=0)  # (2L, 2L)
+    """The 2L x 2L rule in rank order (slot s holds rank s), built once per L."""
+    return position_mask(torch.arange(L)[None])[0]  # (2L, 2L)
 
 
 def training_mask(L: int, valid: Tensor | None = None) -> Tensor:
@@ -51,10 +44,10 @@ def position_mask(rank: Tensor, valid: Tensor | None = None) -> Tensor:
     """
     B, L = rank.shape
     ri, rj = rank[:, :, None], rank[:, None, :]  # query rank, key rank
-    cc = rj <= ri
-    nc = rj < ri
-    nn = torch.eye(L, dtype=torch.bool, device=rank.device).expand(B, L, L)
-    cn = torch.zeros(B, L, L, dtype=torch.bool, device=rank.device)
+    cc = rj <= ri  # clean -> clean: causal in generation order, incl. itself
+    nc = rj < ri  # noisy -> clean: strictly earlier ranks
+    nn = torch.eye(L, dtype=torch.bool, device=rank.device).expand(B, L, L)  # noisy -> noisy: itself
+    cn = torch.zeros(B, L, L, dtype=torch.bool, device=rank.device)  # clean -> noisy: never
     mask = torch.cat([torch.cat([cc, cn], 2), torch.cat([nc, nn], 2)], 1)  # (B, 2L, 2L)
     return mask if valid is None else _clear_padding(mask, valid)
 
@@ -67,7 +60,7 @@ def _clear_padding(mask: Tensor, valid: Tensor) -> Tensor:
     return (mask & v2[:, :, None] & v2[:, None, :]) | (eye & ~v2[:, :, None])
 
 
-def step_mask(n_cache: int, n_pending: int, n_masks: int) -> Tensor:
+def step_mask(n_cache: int, n_pending: int, n_masks: int, device: torch.device | str = "cpu") -> Tensor:
     """Inference mask for one fused step over [cache C | pending m | masks n].
 
     Returns (m + n, C + m + n): pending token j sees the cache and pending 0..j (the order they
@@ -75,9 +68,9 @@ def step_mask(n_cache: int, n_pending: int, n_masks: int) -> Tensor:
     With n_masks = 0 this is a causal prefill; with n_cache = 0 it is the uncached reference.
     """
     C, m, n = n_cache, n_pending, n_masks
-    mask = torch.zeros(m + n, C + m + n, dtype=torch.bool)
+    mask = torch.zeros(m + n, C + m + n, dtype=torch.bool, device=device)
     mask[:, :C] = True
-    mask[:m, C:C + m] = torch.ones(m, m, dtype=torch.bool).tril()
+    mask[:m, C:C + m] = torch.ones(m, m, dtype=torch.bool, device=device).tril()
     mask[m:, C:C + m] = True
-    mask[m:, C + m:] = torch.eye(n, dtype=torch.bool)
+    mask[m:, C + m:] = torch.eye(n, dtype=torch.bool, device=device)
     return mask

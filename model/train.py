@@ -105,8 +105,14 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
     gen = torch.Generator().manual_seed(tc.seed + 1)
     start, losses = 0, []
     folder = Path(out) if out is not None else None
+    if folder is not None:
+        checkpoint.recover(folder)
     if folder is not None and resume and (folder / "trainer.json").exists():
-        checkpoint.load_state(model, checkpoint.load(folder).state_dict())
+        saved = checkpoint.load_config(folder)
+        if saved != cfg:
+            raise ValueError(f"{folder} holds a checkpoint of another model config ({saved.name}); "
+                             f"cannot resume it as {cfg.name!r}")
+        checkpoint.load_weights(model, folder)
         meta = checkpoint.load_optimizer(opt, folder)
         start, losses = int(meta["step"]), list(meta["losses"])  # type: ignore[arg-type]
         gen.set_state(torch.tensor(meta["rng"], dtype=torch.uint8))
@@ -120,9 +126,10 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
     def save(step: int) -> None:
         if folder is None:
             return
-        checkpoint.save(model, folder, tokenizer_json)
-        checkpoint.save_optimizer(opt, folder, {"step": step, "losses": losses,
-                                                "rng": gen.get_state().tolist(), "saved_at": time.time()})
+        with checkpoint.atomic_folder(folder) as tmp:  # weights, optimizer and step move together
+            checkpoint.save(model, tmp, tokenizer_json)
+            checkpoint.save_optimizer(opt, tmp, {"step": step, "losses": losses,
+                                                 "rng": gen.get_state().tolist(), "saved_at": time.time()})
 
     model.train()
     it = batches(start)
@@ -143,5 +150,4 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
         if (s + 1) % tc.ckpt_every == 0 or s + 1 == tc.steps:
             save(s + 1)
     model.eval()
-    model.__dict__.pop("_fingerprint", None)
     return model, losses

@@ -2,9 +2,10 @@
 RMSNorm, SwiGLU, tied embeddings) whose behaviour as a set-diffusion model lives entirely in the
 boolean mask and the position ids it is given.
 
-The model holds no session state: `forward` reads an optional KVCache and returns the new
-tokens' K/V; the caller decides which of them to commit.  Parameter names follow the Qwen3
-layout so Qwen3-backbone checkpoints load by stripping prefixes.
+The model holds no session state.  With a KVCache, `forward` writes the new tokens' K/V into
+the cache's scratch slots past its valid length (no copy of the cached slots) and the caller
+commits the first m of them with `cache.commit`; without one it can return them.  Parameter
+names follow the Qwen3 layout so Qwen3-backbone checkpoints load by stripping prefixes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x: (B, T, H, D); cos, sin: (B, T, D/2) already gathered at the tokens' positions.
     Rotates the two halves of each head (the Qwen/Llama "rotate_half" convention)."""
     x1, x2 = x.chunk(2, dim=-1)  # (B, T, H, D/2) each
-    c, s = cos[:, :, None, :].to(x.dtype), sin[:, :, None, :].to(x.dtype)  # HF casts to the activations' dtype
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
@@ -65,10 +66,11 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(D, cfg.rms_eps)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
-                past: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
-        """x: (B, T, d_model); mask: (B|1, T, S) bool with S = past slots + T.
-        past: cached (k, v), each (S - T, Hkv, D), batch 1 only.
-        Returns the output (B, T, d_model) and this call's k, v: (B, T, Hkv, D)."""
+                cache: KVCache | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
+        """x: (B, T, d_model); mask: (B|1, T, S) bool with S = cache.length + T; i: layer index.
+        With a cache (batch 1) this call's K/V go to its scratch slots and the keys are
+        [cached slots | these tokens].  Returns the output (B, T, d_model) and this call's k, v:
+        (B, T, Hkv, D), post-RoPE."""
         B, T, _ = x.shape
         cfg = self.cfg
         q = self.q_norm(self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
@@ -76,10 +78,10 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k_all, v_all = k, v
-        if past is not None and past[0].shape[0]:
+        if cache is not None:
             assert B == 1, "a KV cache serves one sequence"
-            k_all = torch.cat([past[0][None], k], dim=1)  # (1, S, Hkv, D)
-            v_all = torch.cat([past[1][None], v], dim=1)
+            k_all, v_all = cache.scratch(i, k[0], v[0])  # each (S, Hkv, D): cached slots, then these T
+            k_all, v_all = k_all[None], v_all[None]
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),  # (B, H|Hkv, *, D)
             attn_mask=mask[:, None], enable_gqa=True)  # (B, H, T, D)
@@ -106,8 +108,8 @@ class Layer(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
-                past: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
-        h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+                cache: KVCache | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
+        h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, i)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
@@ -132,27 +134,31 @@ class SetDLM(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, ids: Tensor, pos: Tensor, mask: Tensor,
-                cache: KVCache | None = None) -> tuple[Tensor, NewKV]:
+    def forward(self, ids: Tensor, pos: Tensor, mask: Tensor, cache: KVCache | None = None,
+                return_kv: bool = False) -> tuple[Tensor, NewKV | None]:
         """ids, pos: (B, T) long (or (T,), taken as B = 1); mask: (T, S) or (B, T, S) bool, True =
         attend, with S = cache.length + T (keys are [cache slots | these tokens]).
-        Returns logits (B, T, vocab) and the K/V these T tokens would commit.  Does not mutate
-        the cache."""
+        Returns logits (B, T, vocab), and with return_kv the K/V of these T tokens.  With a
+        cache, their K/V land in its scratch slots: `cache.commit` keeps the first m of them;
+        the valid slots are never touched."""
         if ids.dim() == 1:
             ids, pos = ids[None], pos[None]
         B, T = ids.shape
         n_past = cache.length if cache is not None else 0
         assert mask.shape[-2:] == (T, n_past + T), f"mask {tuple(mask.shape)} != ({T}, {n_past + T})"
-        assert int(pos.max()) < self.cfg.max_seq_len, f"position {int(pos.max())} >= max_seq_len"
         if mask.dim() == 2:
             mask = mask[None]  # (1, T, S)
         mask = mask.to(ids.device)
-        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (B, T, D/2)
+        if cache is not None:
+            cache.reserve(T)
         x = self.embed_tokens(ids)  # (B, T, d_model)
+        # gathered once for all layers, in the activations' dtype (as HF casts cos/sin)
+        cos, sin = self.rope_cos[pos].to(x.dtype), self.rope_sin[pos].to(x.dtype)  # (B, T, D/2)
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
-            past = cache.layer(i) if cache is not None else None
-            x, k, v = layer(x, cos, sin, mask, past)
-            ks.append(k)
-            vs.append(v)
-        return self.lm_head(self.norm(x)), NewKV(torch.stack(ks), torch.stack(vs))
+            x, k, v = layer(x, cos, sin, mask, cache, i)
+            if return_kv:
+                ks.append(k)
+                vs.append(v)
+        kv = NewKV(torch.stack(ks), torch.stack(vs)) if return_kv else None
+        return self.lm_head(self.norm(x)), kv

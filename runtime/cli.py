@@ -56,15 +56,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.preset not in PRESETS:
         raise CliError(f"unknown preset {args.preset!r}; known: {', '.join(sorted(PRESETS))}")
     cfg = ModelConfig.from_name(args.preset)
-    saved = args.out / "config.json"
-    if saved.exists() and ModelConfig.from_json(saved.read_text()) != cfg:
-        raise CliError(f"{args.out} holds a checkpoint of another model config; cannot resume it as {args.preset!r}")
 
     from model.train import TrainConfig, train  # imports torch: only once the input is known good
 
     tc = TrainConfig(steps=args.steps, seed=args.seed, **toy.RECIPE)  # type: ignore[arg-type]
     # train() resumes from args.out when it holds a trainer state, and checkpoints into it
-    _, losses = train(cfg, toy.batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out)
+    try:
+        _, losses = train(cfg, toy.batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out)
+    except ValueError as e:  # e.g. args.out holds a checkpoint of another config
+        raise CliError(str(e)) from e
     tail = losses[-tc.log_every:]
     print(f"{args.preset}: step {len(losses)}, mean loss of the last {len(tail)} steps "
           f"{sum(tail) / max(len(tail), 1):.4f}; checkpoint in {args.out}")

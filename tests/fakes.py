@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from model.config import ModelConfig
-from model.decode import DecodeParams
+from model.decode import DecodeParams, DecodeState
+from model.kv_cache import KVCache
+from model.masks import step_mask
 from model.transformer import SetDLM
 
 
@@ -30,3 +32,15 @@ def random_params(rng: torch.Generator, max_new_tokens: int = 24) -> DecodeParam
 
 
 PROMPT = [2, 10, 11, 12, 13, 14]
+
+
+@torch.no_grad()
+def uncached_logits(model: SetDLM, cache: KVCache, state: DecodeState, active: list[int]) -> torch.Tensor:
+    """I4's reference: one no-cache forward over [committed (commit order) | pending | masks],
+    with the mask built by the training rule (step_mask with no cache).  (n_active, vocab)."""
+    C, m, n = cache.length, len(state.pending), len(active)
+    ids = cache.tokens + [state.tokens[p] for p in state.pending] + [model.cfg.mask_id] * n
+    pos = cache.positions + state.pending + active
+    dev = cache.k.device
+    logits, _ = model(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev), step_mask(0, C + m, n, dev))
+    return logits[0, C + m:]

@@ -47,3 +47,18 @@ def test_a_checkpoint_of_another_shape_is_refused(model: SetDLM) -> None:
     state = {k: v for k, v in model.state_dict().items() if k != "norm.weight"}
     with pytest.raises(ValueError, match="missing"):
         checkpoint.load_state(random_model(1), state)
+
+
+def test_atomic_folder_is_all_or_nothing(model: SetDLM, tmp_path: Path) -> None:
+    target = tmp_path / "ckpt"
+    with checkpoint.atomic_folder(target) as tmp:
+        checkpoint.save(model, tmp)
+    first = (target / "model.safetensors").read_bytes()
+    with pytest.raises(RuntimeError):
+        with checkpoint.atomic_folder(target) as tmp:
+            (tmp / "model.safetensors").write_bytes(b"half")
+            raise RuntimeError("crash mid-save")
+    assert (target / "model.safetensors").read_bytes() == first, "the previous save survives"
+    target.rename(tmp_path / "ckpt.old")  # a crash between the two renames
+    checkpoint.recover(target)
+    assert checkpoint.load(target) is not None

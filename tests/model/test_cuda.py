@@ -6,8 +6,7 @@ import torch
 
 from model.decode import DecodeParams, active_positions, begin_turn, step
 from model.kv_cache import KVCache
-from model.masks import step_mask
-from tests.fakes import PROMPT, random_model
+from tests.fakes import PROMPT, random_model, uncached_logits
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -21,13 +20,9 @@ def test_cached_equals_uncached_on_cuda(dtype: torch.dtype, atol: float) -> None
     cache = KVCache.for_model(model.cfg, dtype=dtype, device="cuda")
     state = begin_turn(model, cache, None, PROMPT, params)
     while not state.done:
-        active = active_positions(state, params, model.cfg.mask_id)
-        C, m, n = cache.length, len(state.pending), len(active)
-        ids = cache.tokens + [state.tokens[p] for p in state.pending] + [model.cfg.mask_id] * n
-        pos = cache.positions + state.pending + active
-        ref, _ = model(torch.tensor(ids, device="cuda"), torch.tensor(pos, device="cuda"), step_mask(0, C + m, n))
+        ref = uncached_logits(model, cache, state, active_positions(state, params, model.cfg.mask_id))
         ev = step(model, cache, state, params)
-        torch.testing.assert_close(ev.logits.float(), ref[0, C + m:].float(), atol=atol, rtol=0)
+        torch.testing.assert_close(ev.logits.float(), ref.float(), atol=atol, rtol=0)
 
 
 def test_cache_bytes_round_trip_from_cuda() -> None:

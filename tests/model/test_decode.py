@@ -12,23 +12,13 @@ from model.decode import (DecodeError, DecodeParams, DecodeState, active_positio
 from model.kv_cache import KVCache
 from model.masks import step_mask
 from model.transformer import SetDLM
-from tests.fakes import PROMPT, random_params
+from tests.fakes import PROMPT, random_params, uncached_logits
 
 ATOL = 1e-5
 
 
 def _fresh(model: SetDLM) -> KVCache:
     return KVCache.for_model(model.cfg)
-
-
-@torch.no_grad()
-def _uncached_logits(model: SetDLM, cache: KVCache, state: DecodeState, active: list[int]) -> torch.Tensor:
-    """Reference: one no-cache forward over [committed (commit order) | pending | masks]."""
-    C, m, n = cache.length, len(state.pending), len(active)
-    ids = cache.tokens + [state.tokens[p] for p in state.pending] + [model.cfg.mask_id] * n
-    pos = cache.positions + state.pending + active
-    logits, _ = model(torch.tensor(ids), torch.tensor(pos), step_mask(0, C + m, n))
-    return logits[0, C + m:]
 
 
 @torch.no_grad()
@@ -46,19 +36,28 @@ def _assert_same_cache(a: KVCache, b: KVCache) -> None:
     torch.testing.assert_close(a.v[:, :n], b.v[:, :n], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_I4_cached_logits_equal_uncached_at_every_step(model: SetDLM, seed: int) -> None:
-    params = random_params(torch.Generator().manual_seed(seed))
+I4_PARAMS = [DecodeParams(policy="set", window=4, tau=0.3), DecodeParams(policy="set", window=6, tau=0.15),
+             DecodeParams(policy="set", window=8, tau=0.0), DecodeParams(policy="set", window=3, tau=None),
+             DecodeParams(policy="block", window=4, tau=0.3), DecodeParams(policy="ar")]
+for _p in I4_PARAMS:
+    _p.max_new_tokens = 24
+
+
+@pytest.mark.parametrize("params", I4_PARAMS + [random_params(torch.Generator().manual_seed(s)) for s in range(4)])
+def test_I4_cached_logits_equal_uncached_at_every_step(model: SetDLM, params: DecodeParams) -> None:
     cache = _fresh(model)
     state = begin_turn(model, cache, None, PROMPT, params)
-    steps = 0
+    steps = sizes = 0
     while not state.done:
         active = active_positions(state, params, model.cfg.mask_id)
-        ref = _uncached_logits(model, cache, state, active)
+        ref = uncached_logits(model, cache, state, active)
         ev = step(model, cache, state, params)
         torch.testing.assert_close(ev.logits, ref, atol=ATOL, rtol=0)
         steps += 1
-    assert steps >= 1
+        sizes = max(sizes, len(ev.positions))
+    assert steps >= 3
+    if params in I4_PARAMS and params.policy != "ar" and params.tau is not None:
+        assert sizes > 1, "some step decoded a multi-token set"
     # and the whole uncached decoding path gives the same tokens and the same cache
     base = copy.deepcopy(params)
     base.use_cache = False
@@ -72,8 +71,8 @@ def test_I5_cache_equals_one_causal_prefill_of_the_commits(model: SetDLM, seed: 
     params = random_params(torch.Generator().manual_seed(100 + seed), max_new_tokens=30)
     toks, cache, state = generate(model, PROMPT, params)
     _assert_same_cache(cache, _prefill_reference(model, cache))
-    decoded = [p for p in range(len(PROMPT), len(state.tokens))]
-    assert cache.length == len(PROMPT) + len(decoded) - len(state.pending)
+    n_decoded = len(state.tokens) - len(PROMPT)
+    assert cache.length == len(PROMPT) + n_decoded - len(state.pending)
     assert model.cfg.mask_id not in cache.tokens, "a [MASK] never enters the cache"
     assert all(state.tokens[p] == t for p, t in zip(cache.positions, cache.tokens)), "ledger matches the sequence"
     assert sorted(cache.positions + state.pending) == list(range(len(state.tokens))), "every position committed once"
@@ -228,7 +227,7 @@ def test_I14_infill_fills_holes_and_keeps_context(model: SetDLM, W: int, tau: fl
     order = []
     while not state.done:
         active = active_positions(state, params, M)
-        ref = _uncached_logits(model, cache, state, active)
+        ref = uncached_logits(model, cache, state, active)
         ev = step(model, cache, state, params)
         torch.testing.assert_close(ev.logits, ref, atol=ATOL, rtol=0)
         order += ev.positions

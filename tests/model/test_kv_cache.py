@@ -90,3 +90,27 @@ def test_unknown_codec_and_garbage_are_named_errors() -> None:
     with pytest.raises(KVCacheFormatError) as e:
         KVCache.from_bytes(b"not a cache at all, just bytes", FP)
     assert e.value.code == "magic"
+
+
+def test_scratch_never_touches_valid_slots_and_commit_keeps_a_prefix() -> None:
+    c = _filled(5)
+    before = c.to_bytes(FP)
+    c.reserve(3)
+    new = torch.full((3, 2, 4), 7.0)
+    k_all, v_all = c.scratch(1, new, -new)
+    assert k_all.shape == (8, 2, 4) and torch.equal(k_all[5:], new) and torch.equal(v_all[5:], -new)
+    assert c.to_bytes(FP) == before, "uncommitted scratch is invisible"
+    for i in range(2):  # a forward writes every layer's scratch before committing
+        c.scratch(i, new, -new)
+    c.commit([50, 51], [1, 2])  # keep the first 2 of the 3 scratch slots
+    assert c.length == 7 and c.positions[-2:] == [50, 51] and torch.equal(c.layer(0)[0][5:], new[:2])
+    with pytest.raises(AssertionError):
+        c.commit(list(range(100)), list(range(100)))
+
+
+def test_load_then_grow_does_not_alias_the_blob() -> None:
+    c = _filled(4)
+    blob = c.to_bytes(FP)
+    d = KVCache.from_bytes(blob, FP)
+    d.append(torch.zeros(2, 3, 2, 4), torch.zeros(2, 3, 2, 4), [90, 91, 92], [1, 1, 1])
+    assert KVCache.from_bytes(blob, FP).to_bytes(FP) == blob and d.positions[:4] == c.positions

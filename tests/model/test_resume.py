@@ -40,6 +40,7 @@ def _run(model: SetDLM, params: DecodeParams, pause: int | None = None):
 def test_I11_round_trip_in_process_for_every_pause(model: SetDLM, params: DecodeParams) -> None:
     fp = checkpoint.fingerprint(model)
     ref_cache, ref_state, ref_logits = _run(model, params)
+    assert len(ref_logits) >= 4, "a sweep needs several steps"
     for s in range(1, len(ref_logits)):
         cache, state, logits = _run(model, params, pause=s)
         blob, text = cache.to_bytes(fp), state.to_json()
@@ -61,7 +62,8 @@ def test_I11_resume_in_a_fresh_process(model: SetDLM, tmp_path: Path) -> None:
     expected = {}
     for k, params in enumerate(PARAMS):
         ref_cache, ref_state, ref_logits = _run(loaded, params)
-        for s in (1, 3, 6):
+        assert len(ref_logits) >= 4
+        for s in sorted({1, len(ref_logits) // 2, len(ref_logits) - 1}):  # always steps left to run
             cache, state, logits = _run(loaded, params, pause=s)
             assert state.pending, "pause with a non-empty pending set"
             d = tmp_path / f"pause-{k}-{s}"
@@ -77,18 +79,10 @@ def test_I11_resume_in_a_fresh_process(model: SetDLM, tmp_path: Path) -> None:
     logits = load_file(str(tmp_path / "child.safetensors"))
     for name, (tokens, cache_bytes, ref_logits) in expected.items():
         assert got[name]["tokens"] == tokens, name
+        assert sum(k.startswith(name + ".") for k in logits) == len(ref_logits) > 0, "same number of steps"
         assert bytes.fromhex(got[name]["cache"]) == cache_bytes, name
         for i, ref in enumerate(ref_logits):
             # same build and thread count: bitwise; the tolerance only guards other builds
             torch.testing.assert_close(logits[f"{name}.{i}"], ref, atol=1e-6, rtol=0)
             assert torch.equal(logits[f"{name}.{i}"].argmax(-1), ref.argmax(-1))
 
-
-def test_resume_refuses_another_models_cache(model: SetDLM) -> None:
-    from tests.fakes import random_model
-    cache, state, _ = _run(model, PARAMS[0], pause=2)
-    blob = cache.to_bytes(checkpoint.fingerprint(model))
-    other = random_model(seed=1)
-    with pytest.raises(ValueError) as e:
-        KVCache.from_bytes(blob, checkpoint.fingerprint(other))
-    assert "fingerprint" in str(e.value)

@@ -122,3 +122,11 @@ def test_training_learns_and_resumes_exactly(tmp_path: Path) -> None:
     assert len(losses_b) == 30 and losses_b == pytest.approx(losses, abs=1e-6)
     for (n, p), (_, q) in zip(straight.named_parameters(), resumed.named_parameters()):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=n)
+
+
+def test_resume_refuses_another_config(tmp_path: Path) -> None:
+    tc = TrainConfig(steps=2, batch_size=8, seq_len=20, warmup=1, ckpt_every=1)
+    train(ModelConfig.from_name("test", set_size=2), _corpus, tc, out=tmp_path, progress=False)
+    other = ModelConfig.from_name("test", set_size=4)  # same tensor shapes, another objective
+    with pytest.raises(ValueError, match="another model config"):
+        train(other, _corpus, TrainConfig(steps=3, batch_size=8, seq_len=20), out=tmp_path, progress=False)
