@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterator
 from itertools import count
 
 from model.config import BOS_ID, EOS_ID
-
-Example = tuple[list[int], int]  # (token ids, prompt length), as model.train expects
+from model.train import Example
 
 FIRST, MOD = 4, 60  # token FIRST + v is the number v, for v in 0..MOD-1
 PROMPT_LEN = 4
