@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -127,7 +128,7 @@ def save_optimizer(opt: torch.optim.Optimizer, folder: Path, meta: dict[str, obj
                                                      "scalars": scalars, **meta}))
 
 
-def load_optimizer(opt: torch.optim.Optimizer, folder: Path) -> dict[str, object]:
+def load_optimizer(opt: torch.optim.Optimizer, folder: Path) -> dict[str, Any]:
     meta = json.loads((folder / "trainer.json").read_text())
     tensors = load_file(str(folder / "optimizer.safetensors"))
     state: dict[int, dict[str, torch.Tensor]] = {}

@@ -114,7 +114,7 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
                              f"cannot resume it as {cfg.name!r}")
         checkpoint.load_weights(model, folder)
         meta = checkpoint.load_optimizer(opt, folder)
-        start, losses = int(meta["step"]), list(meta["losses"])  # type: ignore[arg-type]
+        start, losses = int(meta["step"]), list(meta["losses"])
         gen.set_state(torch.tensor(meta["rng"], dtype=torch.uint8))
 
     def lr_at(s: int) -> float:

@@ -115,6 +115,9 @@ class Layer(nn.Module):
 
 
 class SetDLM(nn.Module):
+    rope_cos: Tensor  # (max_seq_len, head_dim // 2) buffers, indexed by position id
+    rope_sin: Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
