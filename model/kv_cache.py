@@ -99,9 +99,7 @@ class KVCache:
         a, b = self.length, self.length + m
         self.k[:, a:b] = k
         self.v[:, a:b] = v
-        self.pos[a:b] = torch.as_tensor(pos, dtype=torch.long)
-        self.tok[a:b] = torch.as_tensor(tok, dtype=torch.long)
-        self.length = b
+        self.commit(pos, tok)
 
     def scratch(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write T not-yet-committed K/V of layer i right after the valid slots (room must be
@@ -113,7 +111,7 @@ class KVCache:
         self.v[i, a:b] = v
         return self.k[i, :b], self.v[i, :b]
 
-    def commit(self, pos: list[int], tok: list[int]) -> None:
+    def commit(self, pos: list[int] | Tensor, tok: list[int] | Tensor) -> None:
         """Keep the first m scratch slots (written by the last forward) as committed slots."""
         m = len(pos)
         assert len(tok) == m and self.length + m <= self.capacity, "commit beyond the scratch slots"
