@@ -37,11 +37,13 @@ def reveal_times(L: int, d: int, smax: int, shape: tuple[int, ...], generator: t
 
 
 def sample_orders(target: Tensor, d: int, smax: int | None = None,
-                  generator: torch.Generator | None = None) -> Tensor:
+                  generator: torch.Generator | None = None, valid: Tensor | None = None) -> Tensor:
     """Sample one generation order per row.
 
-    target: (B, L) bool, True where the token is a training target.  The leading run of
-    non-targets is context (first, positional order); the trailing run is padding (last).
+    target: (B, L) bool, True where the token is a training target.  Without `valid`, the
+    leading run of non-targets is context (first, positional order) and the trailing run is
+    padding (last).  With valid (B, L) bool, every valid non-target is context, wherever it
+    stands (an infill template's text right of a hole), and only invalid tokens are padding.
     Returns perm: (B, L) long, perm[b, r] = position generated at rank r.
     """
     B, L = target.shape
@@ -54,8 +56,12 @@ def sample_orders(target: Tensor, d: int, smax: int | None = None,
         t = reveal_times(L, d, smax, (B,), generator).to(dev)
     first = torch.where(target.any(1), target.float().argmax(1), torch.full((B,), L, device=dev))  # (B,)
     last = L - 1 - target.flip(1).float().argmax(1)  # (B,) last target position
-    context = idx < first[:, None]
-    padding = idx > last[:, None]
+    if valid is None:
+        context = idx < first[:, None]
+        padding = idx > last[:, None]
+    else:
+        context = valid & ~target
+        padding = ~valid
     t = torch.where(context, math.inf, t)
     t = torch.where(padding, -math.inf, t)
     # ties (the +-inf runs) are broken by position: a stable sort on (-t) keeps positional order

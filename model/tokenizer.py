@@ -40,9 +40,13 @@ class Tokenizer:
     # -- constructors ---------------------------------------------------------------------------
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int, split_digits: bool = True) -> Tokenizer:
+        """BPE learnt from `texts`.  split_digits: every digit is its own token, so numbers are
+        copied and compared digit by digit (a small model cannot learn a merge table of numbers)."""
         hf = _HFTokenizer(models.BPE())
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                            if split_digits else byte_level)
         hf.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,

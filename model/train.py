@@ -26,27 +26,43 @@ from model.masks import training_mask
 from model.order import sample_orders
 from model.transformer import SetDLM
 
-Example = tuple[list[int], int]  # (token ids, prompt length): targets are ids[prompt_len:]
+# Token roles.  CONTEXT: clean, first in the order (a prompt; an infill template's text on both
+# sides of its holes).  TARGET: generated, with a loss.  GIVEN: in the generation order where it
+# stands but without a loss: text the runtime appends mid-sequence (tool results).
+CONTEXT, TARGET, GIVEN = 0, 1, 2
+# (token ids, prompt length: targets are ids[prompt_len:]) or (token ids, a role per token)
+Example = tuple[list[int], int | list[int]]
 
 
 @dataclass
 class Batch:
     ids: Tensor  # (B, L) long, padded with pad_id
-    target: Tensor  # (B, L) bool: the tokens that get a loss
+    target: Tensor  # (B, L) bool: generated tokens (TARGET or GIVEN): ordered by the sampler
     valid: Tensor  # (B, L) bool: not padding
+    loss: Tensor | None = None  # (B, L) bool: the tokens that get a loss; None = all targets
+
+
+def roles_of(example: Example) -> list[int]:
+    toks, spec = example
+    if isinstance(spec, int):
+        return [CONTEXT] * spec + [TARGET] * (len(toks) - spec)
+    if len(spec) != len(toks):
+        raise ValueError(f"{len(spec)} roles for {len(toks)} tokens")
+    return list(spec)
 
 
 def collate(examples: Sequence[Example], L: int, pad_id: int) -> Batch:
     B = len(examples)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
-    target = torch.zeros(B, L, dtype=torch.bool)
-    valid = torch.zeros(B, L, dtype=torch.bool)
-    for b, (toks, n_prompt) in enumerate(examples):
+    role = torch.full((B, L), -1, dtype=torch.long)  # -1: padding
+    for b, ex in enumerate(examples):
+        toks = ex[0]
         assert len(toks) <= L, f"example of {len(toks)} tokens > sequence length {L}"
         ids[b, : len(toks)] = torch.tensor(toks)
-        target[b, n_prompt: len(toks)] = True
-        valid[b, : len(toks)] = True
-    return Batch(ids, target, valid)
+        role[b, : len(toks)] = torch.tensor(roles_of(ex), dtype=torch.long)
+    target = (role == TARGET) | (role == GIVEN)
+    loss = None if not bool((role == GIVEN).any()) else role == TARGET
+    return Batch(ids, target, role >= 0, loss)
 
 
 def forward_logits(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
@@ -68,7 +84,7 @@ def loss_for_orders(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
     logits = forward_logits(model, batch, perm).float()
     logits[..., model.cfg.mask_id] = -torch.inf  # [MASK] is never a target
     clean = batch.ids.gather(1, perm)
-    tgt = batch.target.gather(1, perm).float()  # (B, L)
+    tgt = (batch.target if batch.loss is None else batch.loss).gather(1, perm).float()  # (B, L)
     ce = F.cross_entropy(logits.transpose(1, 2), clean, reduction="none")  # (B, L)
     per_seq = (ce * tgt).sum(1) / tgt.sum(1).clamp(min=1)
     return per_seq.mean()
@@ -76,7 +92,7 @@ def loss_for_orders(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
 
 def training_loss(model: SetDLM, batch: Batch, generator: torch.Generator | None = None) -> Tensor:
     cfg = model.cfg
-    perm = sample_orders(batch.target, cfg.set_size, cfg.max_set_size, generator)
+    perm = sample_orders(batch.target, cfg.set_size, cfg.max_set_size, generator, valid=batch.valid)
     return loss_for_orders(model, batch, perm)
 
 
@@ -138,7 +154,10 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
     for s in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(s)
-        batch = collate(next(it), tc.seq_len, cfg.pad_id)
+        examples = next(it)
+        # pad to the longest example (rounded up to 32), not to seq_len: attention is quadratic
+        L = min(tc.seq_len, -(-max(len(e[0]) for e in examples) // 32) * 32)
+        batch = collate(examples, L, cfg.pad_id)
         loss = training_loss(model, batch, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()

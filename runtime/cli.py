@@ -1,4 +1,4 @@
-"""The `setflow` console script: `demo`, `bench decode [args...]`, `train --preset P --steps N --out DIR`.
+"""The `setflow` console script: `demo`, `bench decode|quality [args...]`, `train --preset P --out DIR`.
 
 Imports torch and the model only inside the subcommands, so `setflow --help` stays instant.
 """
@@ -32,13 +32,9 @@ def _bench_main(name: str) -> Callable[..., dict[str, Any]]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    print("setflow demo (for now): the decoding benchmark's quick mode.\n"
-          "It trains a tiny set-diffusion model on arithmetic progressions (or reuses the one cached\n"
-          "in .cache/bench-toy/), then decodes with three policies: ar (one token per forward), block\n"
-          "and set (per forward, the most confident of W masked positions plus every one whose\n"
-          "confidence is >= tau), each with the KV cache and without it.  Fewer forwards per token and\n"
-          "more tokens/s at the same accuracy are the point of set decoding.\n", flush=True)
-    _bench_main("decode")(["--quick"], prog="setflow bench decode")
+    from runtime.demo import run_demo  # imports torch and the model
+
+    run_demo()
     return 0
 
 
@@ -49,20 +45,44 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from model.config import PRESETS, ModelConfig
-    from model.corpus import toy
 
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
-    if args.preset not in PRESETS:
-        raise CliError(f"unknown preset {args.preset!r}; known: {', '.join(sorted(PRESETS))}")
+    if args.preset not in PRESETS or args.preset == "test":
+        raise CliError(f"unknown or untrainable preset {args.preset!r}; trainable: toy, small")
     cfg = ModelConfig.from_name(args.preset)
 
-    from model.train import TrainConfig, train  # imports torch: only once the input is known good
+    # imports torch: only once the input is known good
+    from model import checkpoint
+    from model.train import TrainConfig, train
 
-    tc = TrainConfig(steps=args.steps, seed=args.seed, **toy.RECIPE)  # type: ignore[arg-type]
-    # train() resumes from args.out when it holds a trainer state, and checkpoints into it
+    if (args.out / "trainer.json").exists() and checkpoint.load_config(args.out) != cfg:
+        raise CliError(f"{args.out} holds a checkpoint of another model config; cannot resume it as {args.preset!r}")
+
+    make_batches: Callable[[int, int, int], Any]
+    if args.preset == "toy":
+        from model.corpus import toy
+        recipe: dict[str, Any] = dict(steps=250, **toy.RECIPE)
+        tokenizer_json = None
+        make_batches = toy.batches
+    else:  # the shipped model: the three use-case corpora, and a tokenizer learnt from them
+        from model.corpus import mixture
+        recipe = dict(mixture.RECIPE)
+        tok = mixture.train_tokenizer()
+        if tok.vocab_size > cfg.vocab_size:
+            raise CliError(f"the corpora's tokenizer has {tok.vocab_size} tokens > the preset's {cfg.vocab_size}")
+        tokenizer_json = tok.to_str()
+
+        def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
+            return mixture.batches(tok, seed, batch_size, seq_len)
+    if args.steps is not None:
+        recipe["steps"] = args.steps
+    tc = TrainConfig(seed=args.seed, **recipe)
+    print(f"training {args.preset}: {tc.steps} steps of {tc.batch_size} examples "
+          f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
     try:
-        _, losses = train(cfg, toy.batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out)
+        _, losses = train(cfg, make_batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out,
+                          tokenizer_json=tokenizer_json)
     except ValueError as e:  # e.g. args.out holds a checkpoint of another config
         raise CliError(str(e)) from e
     tail = losses[-tc.log_every:]
@@ -74,15 +94,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="setflow", description="A runtime for a set-diffusion language model.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = sub.add_parser("demo", help="run the decoding benchmark's quick mode, with an explanation")
+    demo = sub.add_parser("demo", help="the shipped model at work: a narrative (AR vs set decoding), an agent, a template")
     demo.set_defaults(func=cmd_demo)
-    bench = sub.add_parser("bench", help="run a benchmark: bench decode [--quick] [--repeats N] ...")
-    bench.add_argument("name", choices=["decode"])
+    bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality [--quick] ...")
+    bench.add_argument("name", choices=["decode", "quality"])
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed on to bench/<name>.py")
     bench.set_defaults(func=cmd_bench)
-    tr = sub.add_parser("train", help="train a preset on the toy corpus (resumes from --out)")
-    tr.add_argument("--preset", default="toy", help="model preset (default: toy)")
-    tr.add_argument("--steps", type=int, required=True, help="total optimiser steps")
+    tr = sub.add_parser("train", help="train a preset: toy (arithmetic progressions) or small (the shipped "
+                        "model, on the narrative/agent/report corpora); resumes from --out")
+    tr.add_argument("--preset", default="toy", help="model preset: toy or small (default: toy)")
+    tr.add_argument("--steps", type=int, default=None, help="total optimiser steps (default: the preset's recipe)")
     tr.add_argument("--out", type=Path, required=True, help="checkpoint folder; resumed when it holds a trainer state")
     tr.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default 0)")
     tr.set_defaults(func=cmd_train)

@@ -17,7 +17,8 @@ def test_importing_the_cli_does_not_import_torch() -> None:
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["train", "--preset", "huge", "--steps", "2", "--out", "x"], "unknown preset"),
+    (["train", "--preset", "huge", "--steps", "2", "--out", "x"], "unknown or untrainable preset 'huge'"),
+    (["train", "--preset", "test", "--steps", "2", "--out", "x"], "untrainable preset 'test'"),
     (["train", "--steps", "0", "--out", "x"], "--steps must be >= 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,4 +33,5 @@ def test_train_writes_a_checkpoint_and_resumes(tmp_path: Path, capsys: pytest.Ca
     assert (out / "model.safetensors").exists() and (out / "trainer.json").exists()
     assert main(["train", "--preset", "toy", "--steps", "3", "--out", str(out)]) == 0
     assert "step 3" in capsys.readouterr().out
-    assert main(["train", "--preset", "test", "--steps", "3", "--out", str(out)]) == 2, "another config"
+    assert main(["train", "--preset", "small", "--steps", "3", "--out", str(out)]) == 2, "another config"
+    assert "another model config" in capsys.readouterr().err

@@ -1,0 +1,211 @@
+"""Quality benchmark: the shipped model on held-out examples of its three use-cases, for AR (W = 1)
+and set decoding at several (W, tau).
+
+Tasks (examples drawn with another seed than training's, at most the training length):
+  narrative  payload -> narrative; fully correct = every number, direction and comparison right
+  agent      question -> tool calls (run for real) -> answer; fully correct = the right final number
+  section    outline line + data -> report section (heading and paragraph), checked like a narrative
+  infill     report template: the holes (numbers, trend and target words) filled in place; exact match
+Per row: fully_correct, facts_correct (narrative, section), tool_call_ok (agent), forward passes
+per generated token (every forward but the prompt's prefill: a tool result's prefill counts) and
+tokens/s.  Prints a table, then one JSON line {"bench": "quality", "rows": [...], ...}.
+
+    python bench/quality.py [--quick] [--n N] [--checkpoint DIR] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model import checkpoint, shipped
+from model.config import BOS_ID
+from model.corpus import agent, mixture, narrative, report
+from model.decode import DecodeParams, begin_infill, decode
+from model.kv_cache import KVCache
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from workflows import agent as agent_loop
+from workflows.narrative import narrate
+
+EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "quality/<seed>/<task>/<i>"
+MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
+TASKS = ("narrative", "agent", "section", "infill")
+SETTINGS: tuple[tuple[str, int, float | None], ...] = (
+    ("ar", 1, None), ("set", 4, 0.9), ("set", 8, 0.9), ("set", 8, 0.7), ("set", 16, 0.9), ("set", 16, 0.7))
+QUICK_SETTINGS = (("ar", 1, None), ("set", 8, 0.9))
+N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100}
+N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4}
+MAX_NEW = {"narrative": 200, "section": 200}  # masks opened per generation (no cost: only W are fed)
+
+
+class Outcome(dict[str, Any]):
+    """One example's result: ok (fully correct), generated tokens, decode forwards, seconds, and
+    task-specific fields."""
+
+
+def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
+    """Example i of a task, redrawn until it fits the training length."""
+    for attempt in range(100):
+        rng = random.Random(f"quality/{seed}/{task}/{i}/{attempt}")
+        if task == "narrative":
+            p, ref = narrative.example(rng)
+            n = 1 + len(tok.encode(narrative.prompt_text(p) + ref)) + 1
+            ex: Any = p
+        elif task == "agent":
+            task_, data, pieces = agent.example(rng)
+            n = 1 + len(tok.encode(agent.prompt_text(task_.question) + "".join(t for t, _ in pieces))) + 1
+            ex = (task_, data)
+        elif task == "section":
+            s, ref = report.section_example(rng)
+            n = 1 + len(tok.encode(s.prompt_text() + ref)) + 1
+            ex = s
+        else:
+            ex = report.make_template(rng)
+            n = len(mixture.infill_tokens(tok, ex)[0])
+        if n <= MAX_LEN:
+            return ex
+    raise RuntimeError(f"no {task} example of at most {MAX_LEN} tokens in 100 draws")
+
+
+def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: DecodeParams) -> Outcome:
+    r = narrate(model, tok, p, params)
+    c = narrative.check(p, r.text)
+    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=r.generated,
+                   nfe=r.nfe - 1, seconds=r.seconds)
+
+
+def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: DecodeParams) -> Outcome:
+    from model.decode import generate
+    t0 = time.perf_counter()
+    out, _, state = generate(model, [BOS_ID, *tok.encode(s.prompt_text())], params)
+    new = [t for t in out if t != model.cfg.mask_id]
+    c = report.check_section(s, tok.decode(new, skip_special=True))
+    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=len(new),
+                   nfe=state.nfe - 1, seconds=time.perf_counter() - t0)
+
+
+def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset], params: DecodeParams) -> Outcome:
+    task, data = ex
+    r = agent_loop.run(model, tok, task.question, data, params)
+    c = agent.check(task, r.text)
+    return Outcome(ok=c.answer_ok, tool_ok=c.tool_call_ok, generated=r.generated, nfe=r.nfe - 1, seconds=r.seconds)
+
+
+@torch.no_grad()
+def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: DecodeParams) -> Outcome:
+    t0 = time.perf_counter()
+    ids, hole = mixture.infill_tokens(tok, t)
+    masked = [model.cfg.mask_id if h else x for x, h in zip(ids, hole)]
+    w = next(model.parameters())
+    cache = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
+    state = begin_infill(model, cache, masked)
+    for _ in decode(model, cache, state, params):
+        pass
+    n_holes = sum(hole)
+    ok = all(state.tokens[i] == ids[i] for i in range(len(ids)) if hole[i])
+    return Outcome(ok=ok, generated=n_holes, nfe=state.nfe - 1, seconds=time.perf_counter() - t0)
+
+
+RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, DecodeParams], Outcome]] = {
+    "narrative": run_narrative, "agent": run_agent, "section": run_section, "infill": run_infill}
+
+
+def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) -> dict[str, Any]:
+    gen = sum(o["generated"] for o in outs)
+    secs = sum(o["seconds"] for o in outs)
+    r: dict[str, Any] = {"task": task, "policy": policy, "W": W, "tau": tau, "n": len(outs),
+                         "fully_correct": round(sum(o["ok"] for o in outs) / len(outs), 4)}
+    if task in ("narrative", "section"):
+        r["facts_correct"] = round(sum(o["facts_ok"] for o in outs) / max(1, sum(o["facts"] for o in outs)), 4)
+    if task == "agent":
+        r["tool_call_ok"] = round(sum(o["tool_ok"] for o in outs) / len(outs), 4)
+    r.update(tokens=gen, nfe_per_token=round(sum(o["nfe"] for o in outs) / max(gen, 1), 4),
+             tokens_per_s=round(gen / secs, 1) if secs else None)
+    return r
+
+
+def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, read off the rows: W = 1 quality, and per task the set setting with
+    the fewest forwards per token whose fully-correct rate is within 1 point of W = 1."""
+    out: dict[str, Any] = {}
+    for task in TASKS:
+        ar = next((r for r in rows if r["task"] == task and r["policy"] == "ar"), None)
+        if ar is None:
+            continue
+        ok = [r for r in rows if r["task"] == task and r["policy"] == "set"
+              and r["fully_correct"] >= ar["fully_correct"] - 0.01]
+        best = min(ok, key=lambda r: r["nfe_per_token"], default=None)
+        out[task] = {"ar_fully_correct": ar["fully_correct"], "ar_nfe_per_token": ar["nfe_per_token"],
+                     "best_set": None if best is None else {
+                         "W": best["W"], "tau": best["tau"], "fully_correct": best["fully_correct"],
+                         "nfe_ratio": round(best["nfe_per_token"] / ar["nfe_per_token"], 3),
+                         "speedup_tokens_per_s": round(best["tokens_per_s"] / ar["tokens_per_s"], 2)}}
+    return out
+
+
+COLUMNS = (("task", "task", 9), ("policy", "policy", 6), ("W", "W", 2), ("tau", "tau", 4), ("n", "n", 4),
+           ("fully_correct", "fully", 6), ("facts_correct", "facts", 6), ("tool_call_ok", "call", 6),
+           ("nfe_per_token", "nfe/tok", 7), ("tokens_per_s", "tok/s", 7))
+
+
+def table_line(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "  ".join(f"{head:>{w}}" for _, head, w in COLUMNS)
+    cell = {"tau": "off" if r["tau"] is None else r["tau"]}
+    return "  ".join(f"{cell.get(k, r.get(k, '-'))!s:>{w}}" for k, _, w in COLUMNS)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a few examples per task, AR and one set setting: < 1 min")
+    ap.add_argument("--n", type=int, default=None, help="examples per task (default: 200/200/100/100, quick 8/8/4/4)")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
+    ap.add_argument("--checkpoint", type=Path, default=shipped.SHIPPED, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--seed", type=int, default=EVAL_SEED, help="held-out example seed (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
+    ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
+    args = ap.parse_args(argv)
+    tasks = [t for t in args.tasks.split(",") if t]
+    bad = [t for t in tasks if t not in TASKS]
+    if bad or not tasks:
+        ap.error(f"unknown task(s) {bad}; choose from {', '.join(TASKS)}")
+    if args.threads < 1 or (args.n is not None and args.n < 1):
+        ap.error("--threads and --n must be >= 1")
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    model, tok = shipped.load(args.checkpoint)
+    settings = QUICK_SETTINGS if args.quick else SETTINGS
+    sizes = {t: args.n or (N_QUICK if args.quick else N_FULL)[t] for t in tasks}
+    print(f"checkpoint {args.checkpoint} ({model.cfg.name}, fingerprint {checkpoint.fingerprint(model)[:12]}); "
+          f"held-out seed {args.seed}; threads {args.threads}; nfe/tok counts every forward but the prompt's prefill",
+          flush=True)
+    print(table_line(None))
+    rows = []
+    for task in tasks:
+        examples = [held_out(task, i, args.seed, tok) for i in range(sizes[task])]
+        for policy, W, tau in settings:
+            params = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=MAX_NEW.get(task, agent_loop.SEGMENT_TOKENS))
+            outs = [RUNNERS[task](model, tok, ex, params) for ex in examples]
+            rows.append(row(task, policy, W, tau, outs))
+            print(table_line(rows[-1]), flush=True)
+    result = {"bench": "quality", "rows": rows, "targets": targets(rows),
+              "checkpoint": str(args.checkpoint), "fingerprint": checkpoint.fingerprint(model)[:16],
+              "seed": args.seed, "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1)}
+    print("targets: " + json.dumps(result["targets"]), file=sys.stderr)
+    if args.out_json is not None:
+        args.out_json.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Agent transcripts with tool calls: a question about metrics or arithmetic -> tool calls ->
+a final answer that uses their results.  Deterministic by seed.
+
+    Q: By how much did churn in EMEA change from 2026-Q2 to 2026-Q3, in percent?
+    <call>metric("churn", "EMEA", "2026-Q2")</call><result>2.5</result>
+    <call>metric("churn", "EMEA", "2026-Q3")</call><result>3.1</result>
+    <call>calc("(3.1-2.5)/2.5*100")</call><result>24</result>
+    A: Churn in EMEA changed by 24% from 2026-Q2 to 2026-Q3.
+
+The model writes the calls and the answer; the runtime writes each `<result>...</result>` (in
+training those tokens are given, not predicted).  Metric values come from a `Dataset`, a
+deterministic function of (seed, metric, region, period): training draws a fresh dataset per
+example, so the model learns to copy results rather than to memorise them.
+
+The tools' semantics live here (`calc`, `format_number`, `Dataset`) so that generated results
+and the runtime's tools cannot disagree; workflows/ wraps them for the agent loop.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from model.corpus.narrative import METRIC, METRICS, PERIODS, REGIONS
+
+CALL, END_CALL, RESULT, END_RESULT = "<call>", "</call>", "<result>", "</result>"
+
+
+class ToolError(ValueError):
+    """A tool call the tools cannot run; its message goes back to the model as the result."""
+
+
+# ---- the tools' semantics -----------------------------------------------------------------
+
+
+def format_number(x: float) -> str:
+    """Results are rounded to 2 decimals, trailing zeros dropped: 26.3158 -> 26.32, 250.0 -> 250."""
+    s = f"{round(x, 2):.2f}".rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+_BINOPS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+MAX_EXPR = 200
+
+
+def calc(expr: str) -> str:
+    """Evaluate + - * / and parentheses over decimal numbers (no names, no calls, no powers)."""
+    if len(expr) > MAX_EXPR:
+        raise ToolError(f"expression longer than {MAX_EXPR} characters")
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ToolError(f"cannot parse {expr!r}") from e
+
+    def ev(n: ast.AST) -> float:
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+            return float(n.value)
+        if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
+            return _BINOPS[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        raise ToolError(f"unsupported expression in {expr!r}: only numbers, + - * / and parentheses")
+
+    try:
+        return format_number(ev(tree.body))
+    except ZeroDivisionError as e:
+        raise ToolError("division by zero") from e
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The metric store the `metric` tool reads: every (metric, region, period) has a value,
+    drawn deterministically from the seed."""
+
+    seed: int
+
+    def lookup(self, key: str, region: str, period: str) -> str:
+        if key not in METRIC:
+            raise ToolError(f"unknown metric {key!r}; known: {', '.join(METRIC)}")
+        if region not in REGIONS:
+            raise ToolError(f"unknown region {region!r}; known: {', '.join(REGIONS)}")
+        if period not in PERIODS:
+            raise ToolError(f"unknown period {period!r}")
+        _, _, _, dec, (lo, hi) = METRIC[key]
+        rng = random.Random(f"metric/{self.seed}/{key}/{region}/{period}")
+        return f"{rng.uniform(lo, hi):.{dec}f}"
+
+
+def call_text(tool: str, *args: str) -> str:
+    return f'{tool}({", ".join(chr(34) + a + chr(34) for a in args)})'
+
+
+_CALL_RE = re.compile(r'^(metric|calc)\((.*)\)$', re.DOTALL)
+_ARG_RE = re.compile(r'"([^"]*)"')
+
+
+def parse_call(text: str) -> tuple[str, list[str]]:
+    """'metric("churn", "EMEA", "2026-Q3")' -> ("metric", ["churn", "EMEA", "2026-Q3"])."""
+    m = _CALL_RE.match(text.strip())
+    if not m:
+        raise ToolError(f"not a tool call: {text!r}; expected metric(...) or calc(...)")
+    args = _ARG_RE.findall(m.group(2))
+    want = 3 if m.group(1) == "metric" else 1
+    if len(args) != want or _ARG_RE.sub("", m.group(2)).replace(",", "").strip():
+        raise ToolError(f"{m.group(1)} takes {want} quoted argument(s): {text!r}")
+    return m.group(1), args
+
+
+def run_call(text: str, data: Dataset) -> str:
+    """The tool result for one call's text; a ToolError's message when it cannot run."""
+    try:
+        tool, args = parse_call(text)
+        return calc(args[0]) if tool == "calc" else data.lookup(*args)
+    except ToolError as e:
+        return f"error: {e}"
+
+
+# ---- generation ---------------------------------------------------------------------------
+
+
+@dataclass
+class Task:
+    question: str
+    calls: list[str]  # the expected call texts, in order
+    answer: str  # the expected final number
+    final: str  # the final answer line (without the "A: " prefix)
+
+
+def _name(key: str) -> str:
+    return METRIC[key][1].lower()
+
+
+def _unit(key: str) -> str:
+    return METRIC[key][2]
+
+
+def make_task(rng: random.Random, data: Dataset) -> Task:
+    kind = rng.choice(("lookup", "change", "total", "diff", "arith", "arith"))
+    key = rng.choice([m[0] for m in METRICS])
+    if kind == "lookup":
+        r, p = rng.choice(REGIONS), rng.choice(PERIODS)
+        v = data.lookup(key, r, p)
+        q = rng.choice((f"What was {_name(key)} in {r} in {p}?", f"Look up {_name(key)} for {r}, {p}."))
+        return Task(q, [call_text("metric", key, r, p)], v, f"{METRIC[key][1]} in {r} in {p} was {v} {_unit(key)}.")
+    if kind == "change":
+        r = rng.choice(REGIONS)
+        p1, p2 = sorted(rng.sample(PERIODS[:8], 2))
+        v1, v2 = data.lookup(key, r, p1), data.lookup(key, r, p2)
+        expr = f"({v2}-{v1})/{v1}*100"
+        res = calc(expr)
+        q = f"By how much did {_name(key)} in {r} change from {p1} to {p2}, in percent?"
+        return Task(q, [call_text("metric", key, r, p1), call_text("metric", key, r, p2), call_text("calc", expr)],
+                    res, f"{METRIC[key][1]} in {r} changed by {res}% from {p1} to {p2}.")
+    if kind == "total":
+        regions, p = rng.sample(REGIONS, rng.randint(2, 3)), rng.choice(PERIODS)
+        vals = [data.lookup(key, r, p) for r in regions]
+        expr = "+".join(vals)
+        res = calc(expr)
+        where = ", ".join(regions[:-1]) + " and " + regions[-1]
+        q = f"What was the total {_name(key)} across {where} in {p}?"
+        return Task(q, [call_text("metric", key, r, p) for r in regions] + [call_text("calc", expr)], res,
+                    f"Total {_name(key)} across {where} in {p} was {res} {_unit(key)}.")
+    if kind == "diff":
+        r1, r2 = rng.sample(REGIONS, 2)
+        p = rng.choice(PERIODS)
+        v1, v2 = data.lookup(key, r1, p), data.lookup(key, r2, p)
+        expr = f"{v1}-{v2}"
+        res = calc(expr)
+        q = f"How much higher was {_name(key)} in {r1} than in {r2} in {p}?"
+        return Task(q, [call_text("metric", key, r1, p), call_text("metric", key, r2, p), call_text("calc", expr)],
+                    res, f"{METRIC[key][1]} in {r1} was {res} {_unit(key)} higher than in {r2}.")
+    # plain arithmetic
+    a, b = rng.randint(2, 9999), rng.randint(2, 999)
+    op = rng.choice("+-*/")
+    if rng.random() < 0.3:
+        c = rng.randint(2, 999)
+        op2 = rng.choice("+-")
+        expr = f"({a}{op}{b}){op2}{c}"
+    else:
+        expr = f"{a}{op}{b}"
+    res = calc(expr)
+    shown = expr.replace("*", " * ").replace("/", " / ").replace("+", " + ").replace("-", " - ")
+    q = rng.choice((f"What is {shown}?", f"Compute {shown}.", f"Calculate {shown}."))
+    return Task(q, [call_text("calc", expr)], res, f"The result is {res}.")
+
+
+def transcript(task: Task, data: Dataset) -> list[tuple[str, bool]]:
+    """The assistant's side after the prompt, as (text, given) pieces: given pieces are the
+    runtime's tool results."""
+    out: list[tuple[str, bool]] = []
+    for c in task.calls:
+        out.append((f"{CALL}{c}{END_CALL}", False))
+        out.append((f"{RESULT}{run_call(c, data)}{END_RESULT}\n", True))
+    out.append((f"A: {task.final}", False))
+    return out
+
+
+def prompt_text(question: str) -> str:
+    return f"Q: {question}\n"
+
+
+def example(rng: random.Random) -> tuple[Task, Dataset, list[tuple[str, bool]]]:
+    data = Dataset(rng.randrange(2**31))
+    task = make_task(rng, data)
+    return task, data, transcript(task, data)
+
+
+# ---- checking -----------------------------------------------------------------------------
+
+_CALLS = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.DOTALL)
+_ANSWER_NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+
+
+@dataclass
+class Check:
+    tool_call_ok: bool  # the calls made are exactly the expected ones, in order
+    answer_ok: bool  # the final answer states the expected number (and no other)
+    calls: list[str]
+    answer: str | None
+
+
+def check(task: Task, text: str) -> Check:
+    """`text`: the assistant's side of a finished transcript (calls, results, answer)."""
+    calls = [c.strip() for c in _CALLS.findall(text)]
+    answer = None
+    if "A:" in text:
+        answer = text.rsplit("A:", 1)[1]
+        for p in PERIODS:
+            answer = answer.replace(p, " ")
+    nums = _ANSWER_NUM.findall(answer) if answer is not None else []
+    return Check(calls == task.calls, nums == [task.answer], calls, answer)

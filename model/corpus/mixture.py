@@ -1,0 +1,121 @@
+"""The shipped model's training data: the three use-case corpora mixed, tokenized, batched.
+
+Every example is [BOS] prompt target [EOS] with a role per token (model.train.Example):
+CONTEXT (the prompt, the context of a template), TARGET (what the model learns to write),
+GIVEN (tool results: in the sequence, after the call, but written by the runtime, so no loss).
+Batch s is drawn from its own RNG seeded by (seed, s): a resumed run sees the same data.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+
+from model.config import BOS_ID, EOS_ID
+from model.corpus import agent, narrative, report
+from model.tokenizer import Tokenizer
+from model.train import CONTEXT, GIVEN, TARGET, Example
+
+# task -> share of the training examples
+MIX = {"narrative": 0.40, "agent": 0.35, "section": 0.13, "infill": 0.12}
+TOKENIZER_TEXTS = 20000  # examples the tokenizer is learnt from (seed TOKENIZER_SEED)
+TOKENIZER_SEED = 12345
+# what trains the `small` preset in about an hour on 2 cores: TrainConfig keywords
+RECIPE = dict(steps=4000, batch_size=8, seq_len=320, lr=3e-3, warmup=100, log_every=20, ckpt_every=200)
+VOCAB_SIZE = 896  # an upper bound: the corpora's words need fewer merges (the small preset's vocab_size)
+
+
+def _ids(tok: Tokenizer, text: str) -> list[int]:
+    return tok.encode(text)
+
+
+def narrative_example(tok: Tokenizer, rng: random.Random) -> Example:
+    p, text = narrative.example(rng)
+    prompt = [BOS_ID, *_ids(tok, narrative.prompt_text(p))]
+    target = [*_ids(tok, text), EOS_ID]
+    return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
+
+
+def agent_example(tok: Tokenizer, rng: random.Random) -> Example:
+    task, _, pieces = agent.example(rng)
+    ids = [BOS_ID, *_ids(tok, agent.prompt_text(task.question))]
+    roles = [CONTEXT] * len(ids)
+    for text, given in pieces:
+        piece = _ids(tok, text)
+        ids += piece
+        roles += [GIVEN if given else TARGET] * len(piece)
+    return ids + [EOS_ID], roles + [TARGET]
+
+
+def section_example(tok: Tokenizer, rng: random.Random) -> Example:
+    s, text = report.section_example(rng)
+    prompt = [BOS_ID, *_ids(tok, s.prompt_text())]
+    target = [*_ids(tok, text), EOS_ID]
+    return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
+
+
+def infill_tokens(tok: Tokenizer, t: report.Template) -> tuple[list[int], list[bool]]:
+    """[BOS] context template [EOS] and which tokens are holes.  Pieces are encoded one by
+    one, so a hole is a whole number of tokens (the same split in training and at inference)."""
+    ids, hole = [BOS_ID, *_ids(tok, t.context_text())], []
+    hole = [False] * len(ids)
+    for text, is_hole in t.pieces:
+        piece = _ids(tok, text)
+        ids += piece
+        hole += [is_hole] * len(piece)
+    return ids + [EOS_ID], hole + [False]
+
+
+def infill_example(tok: Tokenizer, rng: random.Random) -> Example:
+    ids, hole = infill_tokens(tok, report.make_template(rng))
+    return ids, [TARGET if h else CONTEXT for h in hole]
+
+
+MAKERS: dict[str, Callable[[Tokenizer, random.Random], Example]] = {
+    "narrative": narrative_example, "agent": agent_example, "section": section_example, "infill": infill_example}
+
+
+def pick_task(rng: random.Random) -> str:
+    return rng.choices(list(MIX), weights=list(MIX.values()))[0]
+
+
+def texts(seed: int = TOKENIZER_SEED, n: int = TOKENIZER_TEXTS) -> Iterator[str]:
+    """Plain texts of every task, for learning the tokenizer."""
+    rng = random.Random(seed)
+    for i in range(n):
+        kind = list(MIX)[i % len(MIX)]
+        if kind == "narrative":
+            p, t = narrative.example(rng)
+            yield narrative.prompt_text(p) + t
+        elif kind == "agent":
+            task, _, pieces = agent.example(rng)
+            yield agent.prompt_text(task.question) + "".join(t for t, _ in pieces)
+        elif kind == "section":
+            s, t = report.section_example(rng)
+            yield s.prompt_text() + t
+        else:
+            tpl = report.make_template(rng)
+            yield tpl.context_text() + tpl.text()
+
+
+def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
+    return Tokenizer.train(texts(), vocab_size)
+
+
+def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int) -> Callable[[int], Iterator[list[Example]]]:
+    """`train()`'s data.  A batch holds one task (drawn by MIX), so that short agent transcripts
+    are not padded to the length of long narratives.  Examples longer than seq_len are dropped
+    (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence."""
+    def from_step(start: int) -> Iterator[list[Example]]:
+        s = start
+        while True:
+            rng = random.Random(f"mixture/{seed}/{s}")  # str seeds hash deterministically
+            make = MAKERS[pick_task(rng)]
+            out: list[Example] = []
+            while len(out) < batch_size:
+                ex = make(tok, rng)
+                if len(ex[0]) <= seq_len:
+                    out.append(ex)
+            yield out
+            s += 1
+    return from_step

@@ -1,0 +1,114 @@
+"""Report sections: an outline line with its data -> section text; and report templates whose
+holes are filled by infill.  Deterministic by seed.
+
+Section (prompt, then target):
+
+    <section>Customer health
+    tenant: Globex | period: 2026-Q2 | style: formal
+    churn: 2.4 %, prev 2.6, target 2.0
+    </section>
+    ## Customer health
+    Churn fell to 2.4 %, compared with 2.6 in the prior period, above its target of 2.0.
+
+Template (one line per metric, after the payload); the holes are the numbers and the trend and
+target words, marked `<hole>` once per token in the text a user writes:
+
+    Churn: <hole><hole><hole> % (<hole>; previous <hole><hole><hole>; target 2.0, <hole>).
+
+Infill fills each hole in place: positions never shift, so the number of tokens per hole is part
+of the template (as in the reference's infill evaluation, where the span length is given).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from model.corpus import narrative as nar
+from model.corpus.narrative import Payload, comparison, direction
+
+SECTION, END_SECTION, HOLE = "<section>", "</section>", "<hole>"
+TITLES = {
+    "revenue": ("Revenue", "Sales performance", "Top line"),
+    "orders": ("Order volume", "Sales performance"),
+    "conversion": ("Funnel", "Conversion"),
+    "churn": ("Customer health", "Retention"),
+    "aov": ("Basket size", "Pricing"),
+    "latency": ("Platform performance", "Reliability"),
+    "active_users": ("Engagement", "Usage"),
+    "tickets": ("Support", "Customer service"),
+    "margin": ("Profitability", "Margins"),
+    "signups": ("Growth", "Acquisition"),
+}
+
+
+# ---- sections -----------------------------------------------------------------------------
+
+
+@dataclass
+class Section:
+    title: str
+    payload: Payload
+
+    def prompt_text(self) -> str:
+        return f"{SECTION}{self.title}\n{self.payload.to_text()}{END_SECTION}\n"
+
+
+def make_section(rng: random.Random) -> Section:
+    p = nar.make_payload(rng)
+    p.metrics = p.metrics[:2]
+    return Section(rng.choice(TITLES[p.metrics[0].key]), p)
+
+
+def section_text(rng: random.Random, s: Section) -> str:
+    return f"## {s.title}\n{nar.narrative(rng, s.payload)}"
+
+
+def section_example(rng: random.Random) -> tuple[Section, str]:
+    s = make_section(rng)
+    return s, section_text(rng, s)
+
+
+def check_section(s: Section, text: str) -> nar.Check:
+    head, _, body = text.partition("\n")
+    c = nar.check(s.payload, body)
+    if head.strip() != f"## {s.title}":
+        c.problems.append(f"heading {head!r} != '## {s.title}'")
+    return c
+
+
+# ---- templates filled by infill ---------------------------------------------------------------
+
+TREND = {"up": "up", "down": "down", "flat": "flat"}
+
+
+@dataclass
+class Template:
+    payload: Payload
+    pieces: list[tuple[str, bool]]  # (text, is_hole), in order; hole texts are the answers
+
+    def context_text(self) -> str:
+        return self.payload.to_text() + "fill: "
+
+    def text(self, hole: str | None = None) -> str:
+        """The filled text, or with each hole's text replaced by `hole` (e.g. a marker)."""
+        return "".join(t if not h or hole is None else hole for t, h in self.pieces)
+
+    @property
+    def answers(self) -> list[str]:
+        return [t for t, h in self.pieces if h]
+
+
+def make_template(rng: random.Random) -> Template:
+    p = nar.make_payload(rng)
+    p.breakdown = None
+    pieces: list[tuple[str, bool]] = []
+    for i, m in enumerate(p.metrics):
+        pieces += [(f"{'' if i == 0 else ' '}{m.display}: ", False), (m.value, True), (f" {m.unit} (", False),
+                   (TREND[direction(m.value, m.prev)], True), ("; previous ", False), (m.prev, True)]
+        if m.target is not None:
+            cmp = comparison(m.value, m.target)
+            assert cmp is not None
+            pieces += [(f"; target {m.target}, ", False), (cmp, True)]
+        pieces.append((").", False))
+    return Template(p, pieces)

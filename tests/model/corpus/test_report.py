@@ -1,0 +1,38 @@
+"""Report sections and templates: deterministic, self-checking, holes are whole tokens."""
+
+import random
+
+from model.corpus import mixture, report
+from model.tokenizer import Tokenizer
+
+
+def test_sections_pass_their_checker_and_a_wrong_heading_fails() -> None:
+    for i in range(300):
+        s, text = report.section_example(random.Random(i))
+        assert report.check_section(s, text).fully_correct, text
+        assert s.prompt_text() == report.section_example(random.Random(i))[0].prompt_text()
+    s, text = report.section_example(random.Random(0))
+    assert not report.check_section(s, text.replace("## ", "## Not ", 1)).fully_correct
+
+
+def test_templates_fill_back_to_a_correct_text() -> None:
+    for i in range(300):
+        t = report.make_template(random.Random(i))
+        assert t.answers and t.text(hole="<hole>").count("<hole>") == len(t.answers)
+        filled = t.text()
+        for m in t.payload.metrics:
+            assert f"{m.display}: {m.value} {m.unit} (" in filled
+
+
+def test_infill_holes_are_whole_tokens(tok: Tokenizer) -> None:
+    for i in range(50):
+        t = report.make_template(random.Random(i))
+        ids, hole = mixture.infill_tokens(tok, t)
+        runs, cur = [], []
+        for x, h in zip(ids, hole):
+            if h:
+                cur.append(x)
+            elif cur:
+                runs.append(cur)
+                cur = []
+        assert [tok.decode(r) for r in runs] == t.answers
