@@ -24,6 +24,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/decode.py
+	$(BIN)/python bench/quality.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

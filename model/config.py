@@ -76,7 +76,7 @@ PRESETS: dict[str, dict[str, object]] = {
     "toy": dict(vocab_size=64, d_model=96, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=256,
                 max_seq_len=512, set_size=4),
     # the shipped model (model/shipped/, `setflow train --preset small`): sized so that it trains
-    # in about an hour on a 2-core CPU (2.6M parameters; see docs/BENCHMARKS.md)
-    "small": dict(vocab_size=896, d_model=192, n_layers=6, n_heads=6, n_kv_heads=2, d_ff=512,
+    # in about an hour on a 2-core CPU (1M parameters; see docs/BENCHMARKS.md)
+    "small": dict(vocab_size=896, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=512,
                   max_seq_len=1024, set_size=4),
 }

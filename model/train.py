@@ -81,12 +81,27 @@ def forward_logits(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
 
 
 def loss_for_orders(model: SetDLM, batch: Batch, perm: Tensor) -> Tensor:
-    logits = forward_logits(model, batch, perm).float()
-    logits[..., model.cfg.mask_id] = -torch.inf  # [MASK] is never a target
-    clean = batch.ids.gather(1, perm)
-    tgt = (batch.target if batch.loss is None else batch.loss).gather(1, perm).float()  # (B, L)
-    ce = F.cross_entropy(logits.transpose(1, 2), clean, reduction="none")  # (B, L)
-    per_seq = (ce * tgt).sum(1) / tgt.sum(1).clamp(min=1)
+    """The objective for given orders: forward_logits' loss, computed without the [MASK] copies
+    of the ranks that hold context in every row.  Exact: a clean query never sees the noisy
+    stream and a noisy query sees only clean keys and itself, so those copies change nothing
+    but cost compute (a prompt is often half of a row, an infill template's context most of it)."""
+    cfg = model.cfg
+    B, L = batch.ids.shape
+    clean = batch.ids.gather(1, perm)  # (B, L) tokens in generation order
+    tgt = batch.target.gather(1, perm)  # (B, L)
+    first = torch.where(tgt.any(1), tgt.float().argmax(1), torch.full((B,), L, device=tgt.device))
+    skip = min(int(first.min()), L - 1)  # ranks < skip are context (or padding) in every row
+    noisy = torch.where(tgt, cfg.mask_id, clean)[:, skip:]  # (B, L - skip)
+    ids = torch.cat([clean, noisy], dim=1)  # (B, 2L - skip)
+    pos = torch.cat([perm, perm[:, skip:]], dim=1)  # RoPE on the original positions
+    keep = torch.cat([torch.arange(L), torch.arange(L + skip, 2 * L)]).to(clean.device)
+    mask = training_mask(L, batch.valid.gather(1, perm))[:, keep][:, :, keep]  # (B, 2L - skip, 2L - skip)
+    logits, _ = model(ids, pos, mask)
+    logits = logits[:, L:].float()  # (B, L - skip, vocab) for ranks skip..L-1
+    logits[..., cfg.mask_id] = -torch.inf  # [MASK] is never a target
+    weight = (batch.target if batch.loss is None else batch.loss).gather(1, perm)[:, skip:].float()
+    ce = F.cross_entropy(logits.transpose(1, 2), clean[:, skip:], reduction="none")  # (B, L - skip)
+    per_seq = (ce * weight).sum(1) / weight.sum(1).clamp(min=1)
     return per_seq.mean()
 
 

@@ -67,8 +67,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         make_batches = toy.batches
     else:  # the shipped model: the three use-case corpora, and a tokenizer learnt from them
         from model.corpus import mixture
+        from model.tokenizer import Tokenizer
         recipe = dict(mixture.RECIPE)
-        tok = mixture.train_tokenizer()
+        saved = args.out / checkpoint.TOKENIZER
+        # a resumed run keeps the tokenizer its weights were trained with
+        tok = Tokenizer.from_file(saved) if (args.out / "trainer.json").exists() and saved.exists() \
+            else mixture.train_tokenizer()
         if tok.vocab_size > cfg.vocab_size:
             raise CliError(f"the corpora's tokenizer has {tok.vocab_size} tokens > the preset's {cfg.vocab_size}")
         tokenizer_json = tok.to_str()

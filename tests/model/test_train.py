@@ -130,3 +130,40 @@ def test_resume_refuses_another_config(tmp_path: Path) -> None:
     other = ModelConfig.from_name("test", set_size=4)  # same tensor shapes, another objective
     with pytest.raises(ValueError, match="another model config"):
         train(other, _corpus, TrainConfig(steps=3, batch_size=8, seq_len=20), out=tmp_path, progress=False)
+
+
+def test_roles_given_tokens_are_ordered_but_get_no_loss(model: SetDLM) -> None:
+    from model.train import CONTEXT, GIVEN, TARGET, roles_of
+    ids = [2, 10, 11, 12, 13, 14, 15, 3]
+    roles = [CONTEXT, CONTEXT, TARGET, GIVEN, GIVEN, TARGET, TARGET, TARGET]
+    assert roles_of((ids, 2)) == [CONTEXT] * 2 + [TARGET] * 6
+    with pytest.raises(ValueError, match="roles"):
+        roles_of((ids, roles[:-1]))
+    b = collate([(ids, roles)], 8, pad_id=0)
+    assert b.target.tolist()[0] == [r != CONTEXT for r in roles]
+    assert b.loss is not None and b.loss.tolist()[0] == [r == TARGET for r in roles]
+    assert collate([(ids, 2)], 8, pad_id=0).loss is None, "no GIVEN: every target has a loss"
+    # the loss is the mean cross-entropy over the TARGET tokens only
+    perm = sample_orders(b.target, d=2, generator=torch.Generator().manual_seed(0), valid=b.valid)
+    with torch.no_grad():
+        logits = forward_logits(model, b, perm).float()
+        logits[..., model.cfg.mask_id] = -torch.inf
+        clean = b.ids.gather(1, perm)
+        ce = F.cross_entropy(logits[0], clean[0], reduction="none")
+        keep = b.loss.gather(1, perm)[0]
+        assert torch.allclose(loss_for_orders(model, b, perm), ce[keep].mean())
+
+
+def test_loss_skips_context_mask_copies_exactly(model: SetDLM) -> None:
+    """loss_for_orders leaves out the [MASK] copies of ranks that are context in every row; the
+    loss equals the one over forward_logits' full two-stream layout."""
+    batch = _batch()
+    perm = sample_orders(batch.target, d=2, generator=torch.Generator().manual_seed(5), valid=batch.valid)
+    with torch.no_grad():
+        logits = forward_logits(model, batch, perm).float()
+        logits[..., model.cfg.mask_id] = -torch.inf
+        clean = batch.ids.gather(1, perm)
+        tgt = batch.target.gather(1, perm).float()
+        ce = F.cross_entropy(logits.transpose(1, 2), clean, reduction="none")
+        full = ((ce * tgt).sum(1) / tgt.sum(1)).mean()
+        assert torch.allclose(loss_for_orders(model, batch, perm), full, atol=1e-6)

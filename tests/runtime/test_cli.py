@@ -35,3 +35,13 @@ def test_train_writes_a_checkpoint_and_resumes(tmp_path: Path, capsys: pytest.Ca
     assert "step 3" in capsys.readouterr().out
     assert main(["train", "--preset", "small", "--steps", "3", "--out", str(out)]) == 2, "another config"
     assert "another model config" in capsys.readouterr().err
+
+
+def test_train_small_learns_its_tokenizer_from_the_corpora_and_resumes(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "small"
+    assert main(["train", "--preset", "small", "--steps", "1", "--out", str(out)]) == 0
+    tokenizer = (out / "tokenizer.json").read_text()
+    assert tokenizer == (ROOT / "model" / "shipped" / "tokenizer.json").read_text()
+    assert main(["train", "--preset", "small", "--steps", "2", "--out", str(out)]) == 0
+    assert "step 2" in capsys.readouterr().out and (out / "tokenizer.json").read_text() == tokenizer
