@@ -53,3 +53,23 @@ def test_sampler_is_reproducible_by_generator() -> None:
     a = sample_orders(t, 4, generator=torch.Generator().manual_seed(9))
     b = sample_orders(t, 4, generator=torch.Generator().manual_seed(9))
     assert torch.equal(a, b)
+
+
+def test_with_valid_every_non_target_is_context_wherever_it_stands() -> None:
+    # an infill row: context, a hole, context, a hole, context, then padding
+    L = 24
+    target = torch.zeros(16, L, dtype=torch.bool)
+    target[:, 4:8] = True
+    target[:, 12:15] = True
+    valid = torch.ones(16, L, dtype=torch.bool)
+    valid[:, 20:] = False
+    perm = sample_orders(target, d=2, generator=torch.Generator().manual_seed(1), valid=valid)
+    context = [p for p in range(20) if not 4 <= p < 8 and not 12 <= p < 15]
+    assert torch.equal(perm[:, : len(context)], torch.tensor(context).expand(16, len(context)))
+    assert torch.equal(perm[:, 20:], torch.arange(20, L).expand(16, 4)), "padding last"
+    holes = perm[:, len(context): 20]
+    assert torch.equal(holes.sort(1).values, torch.tensor([4, 5, 6, 7, 12, 13, 14]).expand(16, 7))
+    # without valid, the same row's right-hand context would be ordered among the targets
+    assert torch.equal(sample_orders(_targets(4, L, 5, 2), d=2, generator=torch.Generator().manual_seed(2),
+                                     valid=torch.arange(L).expand(4, L) < L - 2),
+                       sample_orders(_targets(4, L, 5, 2), d=2, generator=torch.Generator().manual_seed(2)))
