@@ -41,7 +41,7 @@ MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was tr
 TASKS = ("narrative", "agent", "section", "infill")
 SETTINGS: tuple[tuple[str, int, float | None], ...] = (
     ("ar", 1, None), ("set", 4, 0.9), ("set", 8, 0.9), ("set", 8, 0.7), ("set", 16, 0.9), ("set", 16, 0.7))
-QUICK_SETTINGS = (("ar", 1, None), ("set", 8, 0.9))
+QUICK_SETTINGS = (("ar", 1, None), ("set", 4, 0.9))
 N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100}
 N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4}
 MAX_NEW = {"narrative": 200, "section": 200}  # masks opened per generation (no cost: only W are fed)

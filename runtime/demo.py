@@ -25,7 +25,7 @@ PAYLOAD = narrative.Payload(
     narrative.Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
 AR = DecodeParams(policy="ar", max_new_tokens=200)
-SET = DecodeParams(policy="set", window=8, tau=0.9, max_new_tokens=200)
+SET = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200)
 
 
 def _verdict(ok: bool) -> str:
@@ -57,7 +57,7 @@ def run_demo() -> None:
 
     print(f"2) An agent with tools.  Q: {QUESTION}\n")
     data = agent.Dataset(2026)
-    r2 = agent_loop.run(model, tok, QUESTION, data, DecodeParams(policy="set", window=8, tau=0.9, max_new_tokens=96))
+    r2 = agent_loop.run(model, tok, QUESTION, data, DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=96))
     v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
     expected = agent.calc(f"({v2}-{v1})/{v1}*100")
     ok = agent.check(agent.Task(QUESTION, [], expected, ""), r2.text).answer_ok

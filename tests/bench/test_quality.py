@@ -1,0 +1,49 @@
+"""bench/quality.py: the JSON contract on a tiny run of the shipped model, and the target logic."""
+
+import json
+from typing import Any
+
+import pytest
+
+from runtime.cli import _bench_main
+
+
+def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    main = _bench_main("quality")
+    result = main(["--quick", "--n", "1"], prog="quality")
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == json.loads(json.dumps(result)), "the last line is the JSON result"
+    assert result["bench"] == "quality"
+    rows = result["rows"]
+    assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in ("narrative", "agent", "section", "infill")
+                                                       for p in ("ar", "set")}
+    for r in rows:
+        assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
+        assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0
+        if r["policy"] == "ar":
+            assert r["W"] == 1 and r["tau"] is None and r["nfe_per_token"] >= 1.0
+    assert set(result["targets"]) == {"narrative", "agent", "section", "infill"}
+
+
+def test_bad_arguments_exit_with_a_usage_error() -> None:
+    main = _bench_main("quality")
+    for argv in (["--tasks", "poetry"], ["--n", "0"], ["--threads", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv, prog="quality")
+        assert e.value.code == 2
+
+
+def _row(task: str, policy: str, W: int, tau: Any, fc: float, nfe: float, tps: float) -> dict[str, Any]:
+    return {"task": task, "policy": policy, "W": W, "tau": tau, "fully_correct": fc, "nfe_per_token": nfe,
+            "tokens_per_s": tps}
+
+
+def test_targets_pick_the_cheapest_set_setting_within_one_point() -> None:
+    targets = _bench_main("quality").__globals__["targets"]
+    rows = [_row("narrative", "ar", 1, None, 0.97, 1.0, 100.0),
+            _row("narrative", "set", 8, 0.9, 0.965, 0.30, 250.0),  # within 1 point
+            _row("narrative", "set", 16, 0.7, 0.90, 0.15, 400.0),  # cheaper but 7 points worse
+            _row("narrative", "set", 4, 0.9, 0.97, 0.40, 200.0)]
+    best = targets(rows)["narrative"]["best_set"]
+    assert (best["W"], best["tau"], best["nfe_ratio"], best["speedup_tokens_per_s"]) == (8, 0.9, 0.3, 2.5)
+    assert targets(rows[:1] + rows[2:3])["narrative"]["best_set"] is None

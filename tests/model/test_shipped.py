@@ -1,0 +1,105 @@
+"""The shipped checkpoint: loads, and does its jobs on fixed inputs with W = 1 (AR) and with set
+decoding (greedy).
+
+What the shipped model does today is asserted as is: well-formed narratives that name every
+metric once and copy every number of the payload in order; tool calls that parse and pick
+the right tool; an answer line; set decoding with fewer forwards than tokens.  What the issue asks beyond that
+(every number right: a fully correct narrative, a correct tool call and answer) is not reached
+by the one-hour training recipe (docs/BENCHMARKS.md, "The shipped model"): those tests are
+strict xfails, so they turn red the day a better checkpoint makes them pass, and the marker goes.
+"""
+
+import random
+
+import pytest
+
+from model import checkpoint, shipped
+from model.config import ModelConfig
+from model.corpus import agent, mixture, narrative, report
+from model.decode import DecodeParams, begin_infill, decode
+from model.kv_cache import KVCache
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from workflows import agent as agent_loop
+from workflows.narrative import narrate
+
+PAYLOAD = narrative.Payload(
+    "Globex", "2026-Q3", "brief",
+    [narrative.Metric("revenue", "1240", "1105", "1300"), narrative.Metric("churn", "2.4", "2.6")],
+    narrative.Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
+QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+DATA = agent.Dataset(2026)
+V1, V2 = DATA.lookup("revenue", "EMEA", "2026-Q2"), DATA.lookup("revenue", "EMEA", "2026-Q3")
+TASK = agent.Task(QUESTION, [agent.call_text("metric", "revenue", "EMEA", "2026-Q2"),
+                             agent.call_text("metric", "revenue", "EMEA", "2026-Q3"),
+                             agent.call_text("calc", f"({V2}-{V1})/{V1}*100")],
+                  agent.calc(f"({V2}-{V1})/{V1}*100"), "")
+PARAMS = {"ar": DecodeParams(policy="ar", max_new_tokens=200),
+          "set": DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200)}
+GAP = "the shipped recipe does not yet get every name, number, direction and comparison right (docs/BENCHMARKS.md)"
+
+
+@pytest.fixture(scope="module")
+def loaded() -> tuple[SetDLM, Tokenizer]:
+    return shipped.load()
+
+
+def test_the_shipped_checkpoint_is_small_and_complete(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    files = {p.name for p in shipped.SHIPPED.iterdir()}
+    assert files == {checkpoint.WEIGHTS, checkpoint.CONFIG, checkpoint.TOKENIZER}
+    assert sum(p.stat().st_size for p in shipped.SHIPPED.iterdir()) <= 25 * 2**20
+    assert model.cfg == ModelConfig.from_name("small") and tok.vocab_size <= model.cfg.vocab_size
+
+
+@pytest.mark.parametrize("policy", ["ar", "set"])
+def test_a_well_formed_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
+    model, tok = loaded
+    r = narrate(model, tok, PAYLOAD, PARAMS[policy])
+    c = narrative.check(PAYLOAD, r.text)
+    named = [p for p in c.problems if any(p.startswith(f"'{m.display}' mentioned") for m in PAYLOAD.metrics)]
+    assert r.text.endswith(".") and r.generated < 200 and not named, (c.problems, r.text)
+    # every number of the payload copied, in payload order, and no other
+    numbers = narrative._NUMBER.findall(r.text.replace(PAYLOAD.period, " "))
+    assert numbers == [n for f in PAYLOAD.facts() for n in f.numbers], r.text
+    if policy == "set":  # parallel decoding: fewer forwards than tokens
+        assert r.nfe - 1 < r.generated
+
+
+@pytest.mark.parametrize("policy", ["ar", "set"])
+def test_well_formed_tool_calls_and_an_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
+    model, tok = loaded
+    r = agent_loop.run(model, tok, QUESTION, DATA, DecodeParams(
+        policy=PARAMS[policy].policy, window=PARAMS[policy].window, tau=PARAMS[policy].tau, max_new_tokens=96))
+    assert r.finished and r.calls and "A:" in r.text, r.text
+    assert all(agent.parse_call(c)[0] == "metric" for c in r.calls[:2]), r.calls
+
+
+@pytest.mark.xfail(strict=True, reason=GAP)
+@pytest.mark.parametrize("policy", ["ar", "set"])
+def test_a_fully_correct_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
+    model, tok = loaded
+    c = narrative.check(PAYLOAD, narrate(model, tok, PAYLOAD, PARAMS[policy]).text)
+    assert c.fully_correct, c.problems
+
+
+@pytest.mark.xfail(strict=True, reason=GAP)
+@pytest.mark.parametrize("policy", ["ar", "set"])
+def test_a_correct_tool_call_and_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
+    model, tok = loaded
+    r = agent_loop.run(model, tok, QUESTION, DATA, DecodeParams(
+        policy=PARAMS[policy].policy, window=PARAMS[policy].window, tau=PARAMS[policy].tau, max_new_tokens=96))
+    c = agent.check(TASK, r.text)
+    assert c.tool_call_ok and c.answer_ok, r.text
+
+
+def test_a_template_filled_by_infill_keeps_its_context(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    t = report.make_template(random.Random("smoke"))
+    ids, hole = mixture.infill_tokens(tok, t)
+    cache = KVCache.for_model(model.cfg)
+    state = begin_infill(model, cache, [model.cfg.mask_id if h else x for x, h in zip(ids, hole)])
+    for _ in decode(model, cache, state, PARAMS["set"]):
+        pass
+    assert model.cfg.mask_id not in state.tokens
+    assert [x for x, h in zip(state.tokens, hole) if not h] == [x for x, h in zip(ids, hole) if not h]
