@@ -29,7 +29,7 @@ import torch
 from model import checkpoint, shipped
 from model.config import BOS_ID
 from model.corpus import agent, mixture, narrative, report
-from model.decode import DecodeParams, begin_infill, decode
+from model.decode import DecodeParams, begin_infill, decode, generate
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
@@ -84,7 +84,6 @@ def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: D
 
 
 def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: DecodeParams) -> Outcome:
-    from model.decode import generate
     t0 = time.perf_counter()
     out, _, state = generate(model, [BOS_ID, *tok.encode(s.prompt_text())], params)
     new = [t for t in out if t != model.cfg.mask_id]

@@ -7,6 +7,7 @@ answered through tool calls; a report template filled by infill.  Every output i
 
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -66,7 +67,6 @@ def run_demo() -> None:
           f"tokens; the answer is {_verdict(ok)} (expected {expected}).\n")
 
     print("3) A report template filled by infill (holes marked _):\n")
-    import random
     t = report.make_template(random.Random("demo"))
     print("   " + t.text(hole="_"))
     ids, hole = mixture.infill_tokens(tok, t)

@@ -63,7 +63,7 @@ def section_example(tok: Tokenizer, rng: random.Random) -> Example:
 def infill_tokens(tok: Tokenizer, t: report.Template) -> tuple[list[int], list[bool]]:
     """[BOS] context template [EOS] and which tokens are holes.  Pieces are encoded one by
     one, so a hole is a whole number of tokens (the same split in training and at inference)."""
-    ids, hole = [BOS_ID, *_ids(tok, t.context_text())], []
+    ids = [BOS_ID, *_ids(tok, t.context_text())]
     hole = [False] * len(ids)
     for text, is_hole in t.pieces:
         piece = _ids(tok, text)

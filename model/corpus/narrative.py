@@ -147,7 +147,7 @@ def _number(rng: random.Random, lo: float, hi: float, decimals: int) -> float:
     return round(rng.uniform(lo, hi), decimals)
 
 
-def _near(rng: random.Random, x: float, decimals: int, lo: float, hi: float) -> str:
+def _near(rng: random.Random, x: float, decimals: int) -> str:
     """A second number near x: equal (flat / on target) about 1 in 6, else within +-30%."""
     if rng.random() < 1 / 6:
         return _fmt(x, decimals)
@@ -160,8 +160,8 @@ def _near(rng: random.Random, x: float, decimals: int, lo: float, hi: float) -> 
 def make_metric(rng: random.Random, key: str, with_target: bool) -> Metric:
     _, _, _, dec, (lo, hi) = METRIC[key]
     v = _number(rng, lo, hi, dec)
-    prev = _near(rng, v, dec, lo, hi)
-    target = _near(rng, v, dec, lo, hi) if with_target else None
+    prev = _near(rng, v, dec)
+    target = _near(rng, v, dec) if with_target else None
     return Metric(key, _fmt(v, dec), prev, target)
 
 
@@ -178,7 +178,7 @@ def make_payload(rng: random.Random) -> Payload:
         rows = []
         for n in names:
             v = _number(rng, lo / 4, hi / 3, dec) if dec == 0 else _number(rng, lo, hi, dec)
-            rows.append((n, _fmt(v, dec), _near(rng, v, dec, lo, hi)))
+            rows.append((n, _fmt(v, dec), _near(rng, v, dec)))
         breakdown = Breakdown(kind, m.key, rows)
     return Payload(rng.choice(TENANTS), rng.choice(PERIODS), rng.choice(STYLES), metrics, breakdown)
 
