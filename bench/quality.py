@@ -29,12 +29,12 @@ import torch
 from model import checkpoint, shipped
 from model.config import BOS_ID
 from model.corpus import agent, mixture, narrative, report
-from model.decode import DecodeParams, begin_infill, decode, generate
-from model.kv_cache import KVCache
+from model.decode import DecodeParams, generate
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from workflows import agent as agent_loop
 from workflows.narrative import narrate
+from workflows.report import fill
 
 EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "quality/<seed>/<task>/<i>"
 MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
@@ -99,19 +99,9 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset
     return Outcome(ok=c.answer_ok, tool_ok=c.tool_call_ok, generated=r.generated, nfe=r.nfe - 1, seconds=r.seconds)
 
 
-@torch.no_grad()
 def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: DecodeParams) -> Outcome:
-    t0 = time.perf_counter()
-    ids, hole = mixture.infill_tokens(tok, t)
-    masked = [model.cfg.mask_id if h else x for x, h in zip(ids, hole)]
-    w = next(model.parameters())
-    cache = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
-    state = begin_infill(model, cache, masked)
-    for _ in decode(model, cache, state, params):
-        pass
-    n_holes = sum(hole)
-    ok = all(state.tokens[i] == ids[i] for i in range(len(ids)) if hole[i])
-    return Outcome(ok=ok, generated=n_holes, nfe=state.nfe - 1, seconds=time.perf_counter() - t0)
+    r = fill(model, tok, t, params)
+    return Outcome(ok=r.exact, generated=sum(r.hole), nfe=r.nfe - 1, seconds=r.seconds)
 
 
 RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, DecodeParams], Outcome]] = {

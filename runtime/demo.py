@@ -13,11 +13,11 @@ import time
 import torch
 
 from model import shipped
-from model.corpus import agent, mixture, narrative, report
-from model.decode import DecodeParams, begin_infill, decode
-from model.kv_cache import KVCache
+from model.corpus import agent, narrative, report
+from model.decode import DecodeParams
 from workflows import agent as agent_loop
 from workflows.narrative import narrate
+from workflows.report import fill
 
 PAYLOAD = narrative.Payload(
     "Northwind", "2026-Q3", "formal",
@@ -69,13 +69,9 @@ def run_demo() -> None:
     print("3) A report template filled by infill (holes marked _):\n")
     t = report.make_template(random.Random("demo"))
     print("   " + t.text(hole="_"))
-    ids, hole = mixture.infill_tokens(tok, t)
-    cache = KVCache.for_model(model.cfg)
-    state = begin_infill(model, cache, [model.cfg.mask_id if h else x for x, h in zip(ids, hole)])
-    for _ in decode(model, cache, state, SET):
-        pass
-    filled = tok.decode(state.tokens, skip_special=True).split("fill: ", 1)[1]
-    print(f"   {filled}\n   {sum(hole)} hole tokens in {state.nfe - 1} forward passes: "
-          f"{_verdict(state.tokens == ids)}\n")
+    r3 = fill(model, tok, t, SET)
+    filled = tok.decode(r3.tokens, skip_special=True).split("fill: ", 1)[1]
+    print(f"   {filled}\n   {sum(r3.hole)} hole tokens in {r3.nfe - 1} forward passes: "
+          f"{_verdict(r3.exact)}\n")
     print("More: `setflow bench quality [--quick]` (the model's accuracy and speed on held-out examples),\n"
           "`setflow bench decode [--quick]` (the decoding policies, cached vs uncached), docs/BENCHMARKS.md.")

@@ -10,18 +10,19 @@ strict xfails, so they turn red the day a better checkpoint makes them pass, and
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from model import checkpoint, shipped
 from model.config import ModelConfig
-from model.corpus import agent, mixture, narrative, report
-from model.decode import DecodeParams, begin_infill, decode
-from model.kv_cache import KVCache
+from model.corpus import agent, narrative, report
+from model.decode import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from workflows import agent as agent_loop
 from workflows.narrative import narrate
+from workflows.report import fill
 
 PAYLOAD = narrative.Payload(
     "Globex", "2026-Q3", "brief",
@@ -69,8 +70,7 @@ def test_a_well_formed_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) 
 @pytest.mark.parametrize("policy", ["ar", "set"])
 def test_well_formed_tool_calls_and_an_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
     model, tok = loaded
-    r = agent_loop.run(model, tok, QUESTION, DATA, DecodeParams(
-        policy=PARAMS[policy].policy, window=PARAMS[policy].window, tau=PARAMS[policy].tau, max_new_tokens=96))
+    r = agent_loop.run(model, tok, QUESTION, DATA, replace(PARAMS[policy], max_new_tokens=96))
     assert r.finished and r.calls and "A:" in r.text, r.text
     assert all(agent.parse_call(c)[0] == "metric" for c in r.calls[:2]), r.calls
 
@@ -87,19 +87,13 @@ def test_a_fully_correct_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str
 @pytest.mark.parametrize("policy", ["ar", "set"])
 def test_a_correct_tool_call_and_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
     model, tok = loaded
-    r = agent_loop.run(model, tok, QUESTION, DATA, DecodeParams(
-        policy=PARAMS[policy].policy, window=PARAMS[policy].window, tau=PARAMS[policy].tau, max_new_tokens=96))
+    r = agent_loop.run(model, tok, QUESTION, DATA, replace(PARAMS[policy], max_new_tokens=96))
     c = agent.check(TASK, r.text)
     assert c.tool_call_ok and c.answer_ok, r.text
 
 
 def test_a_template_filled_by_infill_keeps_its_context(loaded: tuple[SetDLM, Tokenizer]) -> None:
     model, tok = loaded
-    t = report.make_template(random.Random("smoke"))
-    ids, hole = mixture.infill_tokens(tok, t)
-    cache = KVCache.for_model(model.cfg)
-    state = begin_infill(model, cache, [model.cfg.mask_id if h else x for x, h in zip(ids, hole)])
-    for _ in decode(model, cache, state, PARAMS["set"]):
-        pass
-    assert model.cfg.mask_id not in state.tokens
-    assert [x for x, h in zip(state.tokens, hole) if not h] == [x for x, h in zip(ids, hole) if not h]
+    r = fill(model, tok, report.make_template(random.Random("smoke")), PARAMS["set"])
+    assert model.cfg.mask_id not in r.tokens
+    assert [x for x, h in zip(r.tokens, r.hole) if not h] == [x for x, h in zip(r.reference, r.hole) if not h]
