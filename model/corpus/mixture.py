@@ -27,7 +27,7 @@ WARMUP_MIX = {"agent": 1.0}
 TOKENIZER_TEXTS = 20000  # examples the tokenizer is learnt from (seed TOKENIZER_SEED)
 TOKENIZER_SEED = 12345
 # what trains the `small` preset in about an hour on 2 cores: TrainConfig keywords
-RECIPE = dict(steps=5200, batch_size=8, seq_len=320, lr=4e-3, warmup=100, log_every=20, ckpt_every=200)
+RECIPE = dict(steps=8600, batch_size=8, seq_len=384, lr=4e-3, warmup=100, log_every=20, ckpt_every=200)
 VOCAB_SIZE = 896  # an upper bound: the corpora's words need fewer merges (the small preset's vocab_size)
 
 

@@ -4,16 +4,23 @@ the facts back out of a text.  Deterministic by seed.
 The payload is a few text lines (the prompt):
 
     tenant: Northwind | period: 2026-Q3 | style: brief
-    revenue: 1240 k USD, prev 1105, target 1300
-    churn: 2.4 %, prev 2.4
-    by region (revenue): EMEA 400 prev 380; APAC 300 prev 310
+    revenue: up, 1240 k USD, prev 1105, below target 1300
+    churn: flat, 2.4 %, prev 2.4
+    by region (revenue): EMEA up 400 prev 380; APAC down 300 prev 310
 
 and the narrative (the target) mentions every metric and every breakdown row once, in payload
 order, as a clause "<name> <direction word> ... <value> ... <prev> [... <comparison> ... <target>]".
 Phrasing varies with the style and with random synonyms, but every number, direction (up /
 down / flat: value against prev) and comparison (above / below / on target) is fixed by the
 payload.  Numbers are copied verbatim, never computed: a small model can learn to copy and
-compare, not to do arithmetic in its head (that is what the agent's calculator is for).
+phrase, not to do arithmetic in its head (that is what the agent's calculator is for).
+
+The trend against prev and the standing against target are computed here, exactly, and written
+into the payload text: the runtime does the comparisons (a dashboard payload carries its deltas),
+the model phrases them.  A 1M-parameter model that had to compare two numbers digit by digit
+before writing the direction word got it wrong in about a third of the clauses (the first
+shipped checkpoint, docs/BENCHMARKS.md).  Each payload line gives its fields in the order a
+clause says them, so writing a clause is copying the next field, never searching the line.
 
 The checker splits a text at the names it knows (metrics and breakdown rows) and, per clause,
 reads the numbers in order (value, prev, target), the direction class and the comparison class.
@@ -93,12 +100,13 @@ class Payload:
 
     def to_text(self) -> str:
         lines = [f"tenant: {self.tenant} | period: {self.period} | style: {self.style}"]
+        # each line in the order a clause says it: name, trend, value, prev, standing, target
         for m in self.metrics:
-            tail = f", target {m.target}" if m.target is not None else ""
-            lines.append(f"{m.key}: {m.value} {m.unit}, prev {m.prev}{tail}")
+            tail = f", {comparison(m.value, m.target)} target {m.target}" if m.target is not None else ""
+            lines.append(f"{m.key}: {direction(m.value, m.prev)}, {m.value} {m.unit}, prev {m.prev}{tail}")
         if self.breakdown is not None:
             b = self.breakdown
-            rows = "; ".join(f"{n} {v} prev {p}" for n, v, p in b.rows)
+            rows = "; ".join(f"{n} {direction(v, p)} {v} prev {p}" for n, v, p in b.rows)
             lines.append(f"by {b.kind} ({b.metric}): {rows}")
         return "\n".join(lines) + "\n"
 

@@ -5,7 +5,7 @@ Section (prompt, then target):
 
     <section>Customer health
     tenant: Globex | period: 2026-Q2 | style: formal
-    churn: 2.4 %, prev 2.6, target 2.0
+    churn: down, 2.4 %, prev 2.6, above target 2.0
     </section>
     ## Customer health
     Churn fell to 2.4 %, compared with 2.6 in the prior period, above its target of 2.0.

@@ -1,12 +1,9 @@
 """The shipped checkpoint: loads, and does its jobs on fixed inputs with W = 1 (AR) and with set
-decoding (greedy).
-
-What the shipped model does today is asserted as is: well-formed narratives that name every
-metric once and copy every number of the payload in order; tool calls that parse and pick
-the right tool; an answer line; set decoding with fewer forwards than tokens.  What the issue asks beyond that
-(every number right: a fully correct narrative, a correct tool call and answer) is not reached
-by the one-hour training recipe (docs/BENCHMARKS.md, "The shipped model"): those tests are
-strict xfails, so they turn red the day a better checkpoint makes them pass, and the marker goes.
+decoding (greedy): a fully correct narrative (every name, number, direction and comparison of
+the payload), a correct tool call and final answer, a template filled by infill.  Rates over
+many held-out inputs are the quality benchmark's business (bench/quality.py, docs/BENCHMARKS.md);
+these fixed inputs pin that the shipped file is the trained model and that the workflows drive
+it correctly.
 """
 
 import random
@@ -37,7 +34,6 @@ TASK = agent.Task(QUESTION, [agent.call_text("metric", "revenue", "EMEA", "2026-
                   agent.calc(f"({V2}-{V1})/{V1}*100"), "")
 PARAMS = {"ar": DecodeParams(policy="ar", max_new_tokens=200),
           "set": DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200)}
-GAP = "the shipped recipe does not yet get every name, number, direction and comparison right (docs/BENCHMARKS.md)"
 
 
 @pytest.fixture(scope="module")
@@ -54,46 +50,27 @@ def test_the_shipped_checkpoint_is_small_and_complete(loaded: tuple[SetDLM, Toke
 
 
 @pytest.mark.parametrize("policy", ["ar", "set"])
-def test_a_well_formed_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
+def test_a_fully_correct_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
     model, tok = loaded
     r = narrate(model, tok, PAYLOAD, PARAMS[policy])
     c = narrative.check(PAYLOAD, r.text)
-    named = [p for p in c.problems if any(p.startswith(f"'{m.display}' mentioned") for m in PAYLOAD.metrics)]
-    assert r.text.endswith(".") and r.generated < 200 and not named, (c.problems, r.text)
-    # every number of the payload copied, in payload order, and no other
-    numbers = narrative._NUMBER.findall(r.text.replace(PAYLOAD.period, " "))
-    assert numbers == [n for f in PAYLOAD.facts() for n in f.numbers], r.text
+    assert c.fully_correct and r.text.endswith("."), (c.problems, r.text)
     if policy == "set":  # parallel decoding: fewer forwards than tokens
         assert r.nfe - 1 < r.generated
 
 
 @pytest.mark.parametrize("policy", ["ar", "set"])
-def test_well_formed_tool_calls_and_an_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    model, tok = loaded
-    r = agent_loop.run(model, tok, QUESTION, DATA, replace(PARAMS[policy], max_new_tokens=96))
-    assert r.finished and r.calls and "A:" in r.text, r.text
-    assert all(agent.parse_call(c)[0] == "metric" for c in r.calls[:2]), r.calls
-
-
-@pytest.mark.xfail(strict=True, reason=GAP)
-@pytest.mark.parametrize("policy", ["ar", "set"])
-def test_a_fully_correct_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    model, tok = loaded
-    c = narrative.check(PAYLOAD, narrate(model, tok, PAYLOAD, PARAMS[policy]).text)
-    assert c.fully_correct, c.problems
-
-
-@pytest.mark.xfail(strict=True, reason=GAP)
-@pytest.mark.parametrize("policy", ["ar", "set"])
 def test_a_correct_tool_call_and_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
     model, tok = loaded
     r = agent_loop.run(model, tok, QUESTION, DATA, replace(PARAMS[policy], max_new_tokens=96))
     c = agent.check(TASK, r.text)
-    assert c.tool_call_ok and c.answer_ok, r.text
+    assert r.finished and c.tool_call_ok and c.answer_ok, r.text
 
 
-def test_a_template_filled_by_infill_keeps_its_context(loaded: tuple[SetDLM, Tokenizer]) -> None:
+@pytest.mark.parametrize("policy", ["ar", "set"])
+def test_a_template_filled_by_infill(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
     model, tok = loaded
-    r = fill(model, tok, report.make_template(random.Random("smoke")), PARAMS["set"])
+    r = fill(model, tok, report.make_template(random.Random("smoke")), PARAMS[policy])
     assert model.cfg.mask_id not in r.tokens
     assert [x for x, h in zip(r.tokens, r.hole) if not h] == [x for x, h in zip(r.reference, r.hole) if not h]
+    assert r.exact, tok.decode(r.tokens)

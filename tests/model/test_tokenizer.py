@@ -84,6 +84,21 @@ def test_training_is_deterministic(tok: Tokenizer, corpus: list[str]) -> None:
     assert Tokenizer.train(corpus, VOCAB).to_str() == tok.to_str()
 
 
+def test_names_are_spelled_with_the_same_ids_wherever_they_stand(tok: Tokenizer) -> None:
+    """spell_capitals: a capital letter is always a token of its own, so a name is the same
+    letters in a question and in a tool call, and the model copies it letter by letter."""
+    emea = tok.encode("EMEA")
+    assert [tok.decode([i]) for i in emea] == ["E", "M", "E", "A"]
+    for text in ("margin fell in EMEA", 'f("EMEA")', "EMEA rose"):
+        ids = tok.encode(text)
+        assert any(ids[i:i + 4] == emea for i in range(len(ids))), text
+        assert tok.decode(ids) == text
+    assert all(not any("A" <= c <= "Z" for c in tok.decode([i])) or len(tok.decode([i])) == 1
+               for i in range(len(SPECIAL_TOKENS) + len(MARKUP_TOKENS), tok.vocab_size))
+    plain = Tokenizer.train(_corpus(), VOCAB, spell_capitals=False)
+    assert len(plain.encode("EMEA")) < 4  # merged: " EMEA" and "EMEA" would be unrelated ids
+
+
 def test_save_and_load(tok: Tokenizer, tmp_path) -> None:
     text = "margin fell 7% to 2,011 in APAC <call>calc(\"1+1\")</call> café"
     path = tmp_path / "tokenizer.json"
