@@ -1,7 +1,8 @@
 """`setflow demo` (`make demo`): the shipped model at work on its three jobs, on this CPU.
 
-A dashboard narrative decoded two ways (AR: one token per forward; set: the sliding window of
-the most confident tokens) with the forward passes of each side by side; an agent question
+A dashboard narrative decoded three ways (AR: one token per forward; set: the sliding window of
+the most confident tokens; prefix: the confident run from the leftmost mask) with the forward
+passes of each side by side; an agent question
 answered through tool calls; a report template filled by infill.  Every output is checked.
 """
 
@@ -27,6 +28,9 @@ PAYLOAD = narrative.Payload(
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
 AR = DecodeParams(policy="ar", max_new_tokens=200)
 SET = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200)
+PREFIX = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
+SIDES = (("AR     (W=1)", AR), (f"set    (W={SET.window}, tau={SET.tau})", SET),
+         (f"prefix (W={PREFIX.window}, tau={PREFIX.tau})", PREFIX))
 
 
 def _verdict(ok: bool) -> str:
@@ -44,17 +48,19 @@ def run_demo() -> None:
     print("1) A dashboard narrative.  Payload:\n")
     print("   " + PAYLOAD.to_text().rstrip().replace("\n", "\n   ") + "\n")
     runs = {}
-    for name, params in (("AR  (W=1)", AR), (f"set (W={SET.window}, tau={SET.tau})", SET)):
+    for name, params in SIDES:
         r = narrate(model, tok, PAYLOAD, params)
         runs[name] = r
         c = narrative.check(PAYLOAD, r.text)
         print(f"   {name}: {r.nfe - 1} forward passes for {r.generated} tokens "
               f"({(r.nfe - 1) / r.generated:.2f} per token), {r.seconds * 1000:.0f} ms; "
               f"facts {c.facts_ok}/{c.facts_total}: {_verdict(c.fully_correct)}")
-    ar, st = runs.values()
-    print(f"\n   {st.text}\n")
-    same = "the same text" if ar.text == st.text else "a different text"
-    print(f"   Set decoding wrote {same} with {(st.nfe - 1) / max(ar.nfe - 1, 1):.0%} of AR's forward passes.\n")
+    ar = runs[SIDES[0][0]]
+    print(f"\n   {ar.text}\n")
+    for name, r in list(runs.items())[1:]:
+        same = "the same text" if r.text == ar.text else "a different text"
+        print(f"   {name.split()[0]} wrote {same} with {(r.nfe - 1) / max(ar.nfe - 1, 1):.0%} of AR's forward passes.")
+    print()
 
     print(f"2) An agent with tools.  Q: {QUESTION}\n")
     data = agent.Dataset(2026)

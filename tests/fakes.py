@@ -24,7 +24,7 @@ def random_model(seed: int = 0, **overrides: object) -> SetDLM:
 
 def random_params(rng: torch.Generator, max_new_tokens: int = 24) -> DecodeParams:
     """A random policy, window and tau (sometimes off, sometimes 'decode everything')."""
-    policy = ["set", "block", "ar"][int(torch.randint(3, (1,), generator=rng))]
+    policy = ["set", "prefix", "block", "ar"][int(torch.randint(4, (1,), generator=rng))]
     W = int(torch.randint(1, 9, (1,), generator=rng))
     tau_choice = int(torch.randint(4, (1,), generator=rng))
     tau = [None, 0.0, float(torch.rand(1, generator=rng)) * 0.6, 0.3][tau_choice]

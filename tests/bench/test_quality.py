@@ -16,7 +16,7 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert result["bench"] == "quality"
     rows = result["rows"]
     assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in ("narrative", "agent", "section", "infill")
-                                                       for p in ("ar", "set")}
+                                                       for p in ("ar", "set", "prefix")}
     for r in rows:
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
         assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0
@@ -45,5 +45,9 @@ def test_targets_pick_the_cheapest_set_setting_within_one_point() -> None:
             _row("narrative", "set", 16, 0.7, 0.90, 0.15, 400.0),  # cheaper but 7 points worse
             _row("narrative", "set", 4, 0.9, 0.97, 0.40, 200.0)]
     best = targets(rows)["narrative"]["best_set"]
-    assert (best["W"], best["tau"], best["nfe_ratio"], best["speedup_tokens_per_s"]) == (8, 0.9, 0.3, 2.5)
+    assert (best["policy"], best["W"], best["tau"], best["nfe_ratio"], best["speedup_tokens_per_s"]) == \
+        ("set", 8, 0.9, 0.3, 2.5)
     assert targets(rows[:1] + rows[2:3])["narrative"]["best_set"] is None
+    # any set-decoding policy competes; AR never does
+    rows.append(_row("narrative", "prefix", 8, 0.99, 0.97, 0.28, 260.0))
+    assert targets(rows)["narrative"]["best_set"]["policy"] == "prefix"
