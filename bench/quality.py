@@ -139,7 +139,8 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
         best = min(ok, key=lambda r: r["nfe_per_token"], default=None)
         out[task] = {"ar_fully_correct": ar["fully_correct"], "ar_nfe_per_token": ar["nfe_per_token"],
                      "best_set": None if best is None else {
-                         "policy": best["policy"], "W": best["W"], "tau": best["tau"], "fully_correct": best["fully_correct"],
+                         "policy": best["policy"], "W": best["W"], "tau": best["tau"],
+                         "fully_correct": best["fully_correct"],
                          "nfe_ratio": round(best["nfe_per_token"] / ar["nfe_per_token"], 3),
                          "speedup_tokens_per_s": round(best["tokens_per_s"] / ar["tokens_per_s"], 2)}}
     return out

@@ -40,10 +40,9 @@ class DecodeParams:
     #: "set": sliding window of W positions from the leftmost mask, + tau (the reference's
     #: policy: any confident position of the window, not only the leftmost); "prefix": the same
     #: window, but a step decodes only the unbroken run from the leftmost mask whose every
-    #: position clears tau (the leftmost alone when it does not), so no token is chosen while a
-    #: less certain mask to its left stays open; "block": the window only advances when its fixed block is done (a
-    #: block-diffusion-style schedule on this same set-causal model, not BD3LM's in-block
-    #: attention); "ar": W = 1, tau off
+    #: position clears tau and differs from its left neighbour (see choose); "block": the window
+    #: only advances when its fixed block is done (a block-diffusion-style schedule on this same
+    #: set-causal model, not BD3LM's in-block attention); "ar": W = 1, tau off
     policy: str = "set"
     window: int = 4  #: W: positions considered per step
     tau: float | None = 0.9  #: confidence threshold; None = off (exactly one token per step)
@@ -222,7 +221,7 @@ def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams
     state.nfe += 1
     # 3) choose the next set
     tok, conf = _predict(logits, cfg.mask_id, params, state)
-    order = choose(active, tok, conf, params)  # indices into active, in position order (commit order)
+    order = choose(tok, conf, params)  # indices into active, in position order (commit order)
     state.pending = [active[j] for j in order]
     for j, t in zip(order, tok[order].tolist()):  # one device sync for the whole set
         state.tokens[active[j]] = t
@@ -255,23 +254,23 @@ def generate(model: SetDLM, prompt: list[int], params: DecodeParams,
 # ---- helpers -----------------------------------------------------------------------------
 
 
-def choose(active: list[int], tok: Tensor, conf: Tensor, params: DecodeParams) -> list[int]:
-    """Which active masks this step decodes; tok, conf: (n_active,) their predicted tokens and
-    probabilities.
+def choose(tok: Tensor, conf: Tensor, params: DecodeParams) -> list[int]:
+    """Which active masks this step decodes, as indices into the active list (position order);
+    tok, conf: (n_active,) their predicted tokens and probabilities.
     set / block / ar: the most confident mask plus every mask with confidence >= tau.
     prefix: the unbroken run of masks from the leftmost, in position order, whose every one
     clears tau and differs from its left neighbour; the leftmost alone when it does not clear
-    tau.  (active holds every mask of the window, so none is left open between two chosen ones;
-    the tokens between them, if any, are already decoded or an infill template's context.)  Two
-    masks side by side do not see each other, so they are prone to both writing the token due
-    at one of them ("USD" -> "USDD", "11799" -> "117999"): a repeat ends the run, and the
-    repeated token is decided next step, knowing its neighbour."""
+    tau.  The active list holds every mask of the window, so none is left open between two
+    chosen ones (the tokens between them, if any, are decoded already or an infill template's
+    context).  Two masks side by side do not see each other, so they are prone to both writing
+    the token due at one of them ("USD" -> "USDD", "11799" -> "117999"): a repeat ends the run,
+    and the repeated token is decided next step, knowing its neighbour."""
     if params.policy == "prefix":
         n = 1
         if params.tau is not None:
             ok, ids = (conf >= params.tau).tolist(), tok.tolist()  # one device sync each
             if ok[0]:
-                while n < len(active) and ok[n] and ids[n] != ids[n - 1]:
+                while n < len(ok) and ok[n] and ids[n] != ids[n - 1]:
                     n += 1
         return list(range(n))
     chosen = {int(conf.argmax())}

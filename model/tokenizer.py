@@ -49,8 +49,8 @@ class Tokenizer:
         spell_capitals: no token holds a capital letter but the letter itself, so a name is
         spelled ("EMEA" -> E M E A, "Northwind" -> N orth wind) and copied letter by letter like
         a number.  As one token per name, interchangeable names (regions, tenants) are near
-        twins to a small model: it wrote another region into a tool call in 5 of 6 cases,
-        spelled it copied the right one in 66 of 69 (docs/BENCHMARKS.md)."""
+        twins to a small model: it put another region into 58 of 69 tool calls; spelled, the
+        right one into 66 of 69 (probe 2 in docs/BENCHMARKS.md)."""
         hf = _HFTokenizer(models.BPE())
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])

@@ -18,8 +18,8 @@ phrase, not to do arithmetic in its head (that is what the agent's calculator is
 The trend against prev and the standing against target are computed here, exactly, and written
 into the payload text: the runtime does the comparisons (a dashboard payload carries its deltas),
 the model phrases them.  A 1M-parameter model that had to compare two numbers digit by digit
-before writing the direction word got it wrong in about a third of the clauses (the first
-shipped checkpoint, docs/BENCHMARKS.md).  Each payload line gives its fields in the order a
+before writing the direction word got it wrong in about a third of the clauses (run 3 in
+docs/BENCHMARKS.md).  Each payload line gives its fields in the order a
 clause says them, so writing a clause is copying the next field, never searching the line.
 
 The checker splits a text at the names it knows (metrics and breakdown rows) and, per clause,

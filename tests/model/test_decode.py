@@ -180,15 +180,14 @@ def test_I9_prefix_policy_decodes_an_unbroken_run_from_the_leftmost_mask(model: 
 
 def test_prefix_and_set_choose_differently() -> None:
     conf = torch.tensor([0.2, 0.95, 0.97, 0.1])
-    active = [10, 11, 12, 13]
     tok = torch.tensor([5, 6, 7, 8])
-    assert choose(active, tok, conf, DecodeParams(policy="set", window=4, tau=0.9)) == [1, 2]
-    assert choose(active, tok, conf, DecodeParams(policy="prefix", window=4, tau=0.9)) == [0]
+    assert choose(tok, conf, DecodeParams(policy="set", window=4, tau=0.9)) == [1, 2]
+    assert choose(tok, conf, DecodeParams(policy="prefix", window=4, tau=0.9)) == [0]
     sure = torch.tensor([0.91, 0.95, 0.5, 0.99])
-    assert choose(active, tok, sure, DecodeParams(policy="prefix", window=4, tau=0.9)) == [0, 1]
+    assert choose(tok, sure, DecodeParams(policy="prefix", window=4, tau=0.9)) == [0, 1]
     # a token repeating its left neighbour ends the run ("USD" + "D"): decided next step
-    assert choose(active, torch.tensor([5, 5, 7, 8]), torch.ones(4), DecodeParams(policy="prefix", tau=0.9)) == [0]
-    assert choose(active, torch.tensor([5, 6, 6, 8]), torch.ones(4), DecodeParams(policy="prefix", tau=0.9)) == [0, 1]
+    assert choose(torch.tensor([5, 5, 7, 8]), torch.ones(4), DecodeParams(policy="prefix", tau=0.9)) == [0]
+    assert choose(torch.tensor([5, 6, 6, 8]), torch.ones(4), DecodeParams(policy="prefix", tau=0.9)) == [0, 1]
 
 
 def test_I10_greedy_and_seeded_sampling_are_reproducible(model: SetDLM) -> None:
