@@ -1,0 +1,50 @@
+"""The exception tree.  Each error carries a stable `code` (what an API maps to an HTTP status
+and a JSON body, what the CLI prints) and changes no state where it is raised.
+
+    SetflowError
+    ├── BadInput            code "bad_input"      invalid parameters, oversized input
+    ├── NotFound            code "not_found"      unknown session (or one of another tenant)
+    ├── Busy                code "busy"           the session is leased by another holder
+    ├── StaleWrite          code "stale_write"    a manifest CAS lost: another writer moved on
+    ├── LeaseLost           code "lease_lost"     the lease expired or was taken over
+    ├── OverBudget          code "over_budget"    a session or tenant byte budget would be exceeded
+    └── CorruptState        code "corrupt_state"  a segment or manifest failed its checks
+"""
+
+from __future__ import annotations
+
+
+class SetflowError(Exception):
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{self.code}: {message}")
+        self.message = message
+
+
+class BadInput(SetflowError):
+    code = "bad_input"
+
+
+class NotFound(SetflowError):
+    code = "not_found"
+
+
+class Busy(SetflowError):
+    code = "busy"
+
+
+class StaleWrite(SetflowError):
+    code = "stale_write"
+
+
+class LeaseLost(SetflowError):
+    code = "lease_lost"
+
+
+class OverBudget(SetflowError):
+    code = "over_budget"
+
+
+class CorruptState(SetflowError):
+    code = "corrupt_state"
