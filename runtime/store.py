@@ -9,7 +9,13 @@
 - lease: one holder decodes a session at a time (SET NX PX with a random token; renew and
   release only with that token); a second holder waits up to lease_wait_ms, then gets Busy.
 
-Keys are in runtime/keys.py.  Budgets, eviction and forks build on these three.
+- budgets: the commit script measures the bytes a manifest names; over the session budget it
+  is refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant
+  are evicted first (a leased session never is);
+- fork: a child manifest names the parent's segments (copy on write); gc() deletes segments no
+  manifest names once their writer's grace period is over.
+
+Keys are in runtime/keys.py.
 """
 
 from __future__ import annotations
@@ -22,22 +28,49 @@ from typing import Any
 
 import redis
 
-from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, StaleWrite
+from runtime import segments
+from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, OverBudget, StaleWrite
 from runtime.keys import Keys
 from runtime.settings import Settings
 
-# KEYS: manifest, lease, segment keys...   ARGV: expected gen, new gen, body, tenant, lease token, ttl ms
+# KEYS: manifest, lease, used zset, tenant bytes hash, segment keys...
+# ARGV: expected gen, new gen, body (with a "@BYTES@" placeholder), tenant, lease token, ttl ms,
+#       now ms, session id, session budget, tenant budget
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'gen') or '0'
 if cur ~= ARGV[1] then return {'stale', cur} end
 if redis.call('GET', KEYS[2]) ~= ARGV[5] then return {'lease', cur} end
-for i = 3, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 0 then return {'missing', KEYS[i]} end
+local bytes = 0
+for i = 5, #KEYS do
+  local n = redis.call('STRLEN', KEYS[i])
+  if n == 0 then return {'missing', KEYS[i]} end
+  bytes = bytes + n
 end
-redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'body', ARGV[3], 'tenant', ARGV[4])
+if bytes > tonumber(ARGV[9]) then return {'session_budget', tostring(bytes)} end
+local others = 0
+local held = redis.call('HGETALL', KEYS[4])
+for i = 1, #held, 2 do
+  if held[i] ~= ARGV[8] then others = others + tonumber(held[i + 1]) end
+end
+if others + bytes > tonumber(ARGV[10]) then return {'tenant_budget', tostring(others + bytes)} end
+local body = string.gsub(ARGV[3], '@BYTES@', tostring(bytes))
+redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'body', body, 'tenant', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
-for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
-return {'ok', ARGV[2]}
+for i = 5, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
+redis.call('HSET', KEYS[4], ARGV[8], bytes)
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[8])
+return {'ok', tostring(bytes)}
+"""
+# KEYS: manifest, lease, used zset, tenant bytes hash   ARGV: session, expected gen
+# an idle session's manifest is dropped (its segments go to gc); a leased or changed one is kept
+_EVICT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local cur = redis.call('HGET', KEYS[1], 'gen')
+if cur and cur ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return 1
 """
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -58,10 +91,12 @@ class Manifest:
     segments: list[str] = field(default_factory=list)  # segment ids, in slot order
     slots: int = 0  # committed slots (the segments cover [0, slots))
     state: dict[str, Any] = field(default_factory=dict)  # decode state, params, cursor, RNG (JSON)
+    nbytes: int = 0  # bytes of the segments it names (set by commit)
 
     def body(self) -> str:
+        """JSON; the byte count is filled in by the commit script, which measures the segments."""
         return json.dumps({"fingerprint": self.fingerprint, "segments": self.segments, "slots": self.slots,
-                           "state": self.state}, separators=(",", ":"))
+                           "state": self.state, "nbytes": "@BYTES@"}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -76,6 +111,7 @@ class SessionStore:
         self.s = settings
         self.k = Keys(settings.key_prefix)
         self._cas = client.register_script(_CAS)
+        self._evict = client.register_script(_EVICT)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
@@ -114,25 +150,111 @@ class SessionStore:
         try:
             body = json.loads(got[b"body"])
             return Manifest(session, _text(got[b"tenant"]), body["fingerprint"], int(got[b"gen"]),
-                            list(body["segments"]), int(body["slots"]), dict(body["state"]))
+                            list(body["segments"]), int(body["slots"]), dict(body["state"]), int(body["nbytes"]))
         except (KeyError, ValueError, TypeError) as e:
             raise CorruptState(f"manifest of {session} is unreadable: {e}") from e
 
     def commit(self, m: Manifest, lease: Lease) -> Manifest:
         """Compare-and-set: writes m as generation m.gen + 1 if the stored generation is still
-        m.gen and `lease` still holds the session.  Returns the stored manifest."""
+        m.gen and `lease` still holds the session, within the session's byte budget and, after
+        evicting the tenant's least recently used idle sessions if needed, the tenant's.
+        Returns the stored manifest (gen and nbytes set)."""
         if lease.session != m.session:
             raise BadInput(f"lease of {lease.session} cannot commit {m.session}")
-        keys = [self.k.manifest(m.session), self.k.lease(m.session)] + [self.k.segment(i) for i in m.segments]
-        args: list[str | int] = [m.gen, m.gen + 1, m.body(), m.tenant, lease.token, self.s.session_ttl_s * 1000]
+        evicted: set[str] = set()
+        while True:
+            status, detail = self._try_commit(m, lease)
+            if status == "ok":
+                return replace(m, gen=m.gen + 1, nbytes=int(detail))
+            if status == "stale":
+                raise StaleWrite(f"{m.session}: expected generation {m.gen}, the store holds {detail}")
+            if status == "lease":
+                raise LeaseLost(f"{m.session}: the lease expired or is held by another writer")
+            if status == "missing":
+                raise CorruptState(f"{m.session}: the manifest names a missing segment {detail}")
+            if status == "session_budget":
+                raise OverBudget(f"{m.session}: {detail} bytes > session budget {self.s.session_budget_bytes}")
+            victim = self._lru_idle(m.tenant, exclude={m.session} | evicted)
+            if victim is None:
+                raise OverBudget(f"tenant {m.tenant}: {detail} bytes > tenant budget {self.s.tenant_budget_bytes}, "
+                                 "and no idle session is left to evict")
+            self.evict(victim, m.tenant)
+            evicted.add(victim)
+
+    def _try_commit(self, m: Manifest, lease: Lease) -> tuple[str, str]:
+        keys = [self.k.manifest(m.session), self.k.lease(m.session), self.k.used, self.k.tenant_bytes(m.tenant)]
+        keys += [self.k.segment(i) for i in m.segments]
+        args: list[str | int] = [m.gen, m.gen + 1, m.body(), m.tenant, lease.token, self.s.session_ttl_s * 1000,
+                                 int(time.time() * 1000), m.session, self.s.session_budget_bytes,
+                                 self.s.tenant_budget_bytes]
         status, detail = (_text(x) for x in self._cas(keys=keys, args=args))
-        if status == "stale":
-            raise StaleWrite(f"{m.session}: expected generation {m.gen}, the store holds {detail}")
-        if status == "lease":
-            raise LeaseLost(f"{m.session}: the lease expired or is held by another writer")
-        if status == "missing":
-            raise CorruptState(f"{m.session}: the manifest names a missing segment {detail}")
-        return replace(m, gen=m.gen + 1)
+        return status, detail
+
+    # ---- budgets, eviction, forks, garbage ------------------------------------------------------
+
+    def _lru_idle(self, tenant: str, exclude: set[str]) -> str | None:
+        """The tenant's least recently used session that holds bytes and no lease."""
+        held = {_text(k) for k in self.r.hkeys(self.k.tenant_bytes(tenant))}
+        for raw in self.r.zrange(self.k.used, 0, -1):
+            sid = _text(raw)
+            if sid in held and sid not in exclude and not self.r.exists(self.k.lease(sid)):
+                return sid
+        return None
+
+    def evict(self, session: str, tenant: str) -> bool:
+        """Drop an idle session's Redis state (the manifest; gc() frees its segments).  Refused
+        (False) while it is leased.  Costs time, not data: the engine recomputes it from SQL."""
+        m = self.read(session)
+        gen = "" if m is None else str(m.gen)
+        keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
+        return bool(self._evict(keys=keys, args=[session, gen]))
+
+    def fork(self, parent: Manifest, child: str, slot: int, lease: Lease) -> Manifest:
+        """A new session sharing the parent's K/V of slots [0, slot): the segments below slot are
+        shared (copy on write: segments are immutable), the one that slot cuts is re-written
+        with its first part only.  `lease` is the child's; its state starts empty."""
+        if not 0 < slot <= parent.slots:
+            raise BadInput(f"fork slot {slot} outside (0, {parent.slots}]")
+        ids: list[str] = []
+        for sid, blob in zip(parent.segments, self.get_segments(parent.segments)):
+            meta, payload = segments.decode(blob, parent.fingerprint)
+            if meta.end <= slot:
+                ids.append(sid)
+                continue
+            if meta.start < slot:
+                cut = meta.with_slots(meta.start, slot)
+                ids += self.put_segments([segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes])])
+            break
+        return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot), lease)
+
+    def gc(self, grace_ms: int | None = None) -> int:
+        """Delete segments that no manifest names and that were written more than grace_ms ago
+        (default 2 lease periods: a writer's segments are unnamed until its commit).  Returns
+        how many were deleted.  Expired manifests also leave the LRU and byte accounts."""
+        grace = 2 * self.s.lease_ms if grace_ms is None else grace_ms
+        live: set[str] = set()
+        for key in self.r.scan_iter(self.k.manifest("*"), count=1000):
+            body = self.r.hget(key, "body")
+            if body is not None:
+                live.update(json.loads(body)["segments"])
+        for raw in self.r.zrange(self.k.used, 0, -1):  # sessions whose manifest expired
+            sid = _text(raw)
+            if not self.r.exists(self.k.manifest(sid)):
+                self.r.zrem(self.k.used, sid)
+                for hkey in self.r.scan_iter(self.k.tenant_bytes("*"), count=1000):
+                    self.r.hdel(hkey, sid)
+        ttl_ms = self.s.session_ttl_s * 1000
+        dead = []
+        for key in self.r.scan_iter(self.k.segment_pattern, count=1000):
+            sid = _text(key).rsplit(":", 1)[1]
+            if sid in live:
+                continue
+            left = self.r.pttl(key)
+            if left < 0 or ttl_ms - left >= grace:  # written (or last named) longer ago than grace
+                dead.append(key)
+        if dead:
+            self.r.delete(*dead)
+        return len(dead)
 
     # ---- lease ------------------------------------------------------------------------------
 
@@ -160,5 +282,5 @@ class SessionStore:
         return bool(self._release(keys=[self.k.lease(lease.session)], args=[lease.token]))
 
 
-def _text(x: bytes | str) -> str:
-    return x.decode() if isinstance(x, bytes) else x
+def _text(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import redis
 
-from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, StaleWrite
+from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, OverBudget, StaleWrite
 from runtime.segments import SegmentMeta, decode, split
 from runtime.settings import Settings
 from runtime.store import Manifest, SessionStore
@@ -116,3 +116,87 @@ def test_committed_state_carries_the_session_ttl(store: SessionStore, client: re
 def test_oversized_segments_are_refused(store: SessionStore) -> None:
     with pytest.raises(BadInput, match="segment_bytes"):
         store.put_segments([b"x" * (store.s.segment_bytes + 1)])
+
+
+# ---- budgets, eviction, forks, garbage ------------------------------------------------------
+
+def _session(store: SessionStore, session: str, slots: int, tenant: str = "acme") -> Manifest:
+    meta = META.with_slots(0, slots)
+    ids = store.put_segments(split(meta, _kv()[:slots * meta.slot_bytes], store.s.segment_bytes))
+    lease = store.acquire(session)
+    m = store.commit(Manifest(session, tenant, FP, segments=ids, slots=slots), lease)
+    store.release(lease)
+    return m
+
+
+def test_commit_measures_bytes_and_refuses_a_session_over_its_budget(client: redis.Redis, settings: Settings) -> None:
+    store = SessionStore(client, settings.model_copy(update={"session_budget_bytes": 300 * META.slot_bytes}))
+    m = _session(store, "small", 100)
+    assert m.nbytes == store.read("small").nbytes > 100 * META.slot_bytes  # headers included
+    meta = META.with_slots(0, 400)
+    ids = store.put_segments(split(meta, bytes(400 * meta.slot_bytes), store.s.segment_bytes))
+    with pytest.raises(OverBudget, match="session budget"):
+        store.commit(Manifest("big", "acme", FP, segments=ids, slots=400), store.acquire("big"))
+    assert store.read("big") is None and store.read("small") == m
+
+
+def test_tenant_budget_evicts_the_least_recently_used_idle_session_never_a_leased_one(
+        client: redis.Redis, settings: Settings) -> None:
+    slot_cost = META.slot_bytes + 100  # a segment's header, generously
+    store = SessionStore(client, settings.model_copy(update={"tenant_budget_bytes": 3 * 100 * slot_cost}))
+    _session(store, "oldest", 100)
+    time.sleep(0.002)
+    _session(store, "older", 100)
+    time.sleep(0.002)
+    held = store.acquire("older")  # busy: never evicted
+    _session(store, "other-tenant", 100, tenant="globex")
+    _session(store, "newest", 100)
+    _session(store, "fourth", 100)  # over the tenant budget: evicts "oldest", not the leased "older"
+    assert store.read("oldest") is None
+    assert all(store.read(s) is not None for s in ("older", "newest", "fourth", "other-tenant"))
+    with pytest.raises(OverBudget, match="no idle session is left"):
+        store2 = SessionStore(client, settings.model_copy(update={"tenant_budget_bytes": 50 * slot_cost}))
+        _session(store2, "huge", 100)
+    store.release(held)
+
+
+def test_an_evicted_session_is_refused_while_leased_and_dropped_when_idle(store: SessionStore) -> None:
+    _session(store, "s1", 50)
+    lease = store.acquire("s1")
+    assert not store.evict("s1", "acme")
+    store.release(lease)
+    assert store.evict("s1", "acme") and store.read("s1") is None
+
+
+def test_fork_shares_bytes_and_diverges_independently(store: SessionStore) -> None:
+    parent = _session(store, "parent", 600)  # two segments (512 slots of 2 KiB fit in 1 MiB)
+    first_end = decode(store.get_segments(parent.segments[:1])[0], FP)[0].end
+    edge = store.fork(parent, "edge", first_end, store.acquire("edge"))  # at a segment boundary
+    assert edge.segments == parent.segments[:1], "whole segments are shared, not copied"
+    mid = store.fork(parent, "mid", 300, store.acquire("mid"))  # inside the first segment
+    assert mid.slots == 300 and len(mid.segments) == 1 and mid.segments[0] not in parent.segments
+    assert _kv_of(store, mid) == _kv_of(store, parent)[:300 * META.slot_bytes]
+    # the parent moves on (drops its second segment); the forks do not see it
+    lease = store.acquire("parent")
+    store.commit(replace(parent, segments=parent.segments[:1], slots=first_end, state={"moved": True}), lease)
+    assert store.read("mid") == mid and store.read("edge") == edge
+    with pytest.raises(BadInput, match="fork slot"):
+        store.fork(parent, "bad", 601, store.acquire("bad"))
+
+
+def _kv_of(store: SessionStore, m: Manifest) -> bytes:
+    return b"".join(bytes(decode(b, FP)[1]) for b in store.get_segments(m.segments))
+
+
+def test_gc_keeps_what_a_live_manifest_or_a_fork_names(store: SessionStore, client: redis.Redis) -> None:
+    parent = _session(store, "parent", 600)
+    shared = parent.segments[0]
+    child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, store.acquire("child"))
+    assert child.segments == [shared]
+    orphan = store.put_segments([b"\x00" * 100])[0]  # written, never named
+    assert store.gc() == 0, "inside the writer's grace period nothing unnamed is deleted"
+    assert store.evict("parent", "acme")
+    deleted = store.gc(grace_ms=0)
+    assert deleted == 2  # the orphan and the parent's second segment
+    assert client.exists(store.k.segment(shared)) and not client.exists(store.k.segment(orphan))
+    assert _kv_of(store, child)  # the fork still reads its bytes
