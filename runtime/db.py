@@ -1,0 +1,100 @@
+"""The database: engine from Settings (a SQLite file under data_dir by default, PostgreSQL via
+DATABASE_URL), schema migrations with Alembic, and the few operations the engine needs.
+Every operation checks its input first and raises a named error without writing anything."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy.orm import sessionmaker
+
+from runtime.errors import BadInput, NotFound
+from runtime.records import SessionRecord, TurnRecord
+from runtime.settings import Settings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+ROLES = ("user", "assistant", "tool")
+
+
+def database_url(settings: Settings) -> str:
+    if settings.database_url:
+        return settings.database_url
+    return f"sqlite:///{(settings.data_dir / 'setflow.db').resolve()}"
+
+
+def make_engine(settings: Settings, migrate: bool = True) -> Engine:
+    url = database_url(settings)
+    if url.startswith("sqlite"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, future=True)
+    if engine.dialect.name == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _fk_on(conn, _record):  # type: ignore[no-untyped-def]  # SQLite enforces FKs only when asked
+            conn.execute("PRAGMA foreign_keys=ON")
+    if migrate:
+        upgrade(engine)
+    return engine
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the latest Alembic revision (idempotent)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Records:
+    """Sessions and turns.  One short transaction per call."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    def create_session(self, tenant: str, fingerprint: str, session_id: str | None = None) -> SessionRecord:
+        if not tenant or len(tenant) > 128:
+            raise BadInput("tenant must be 1..128 characters")
+        rec = SessionRecord(id=session_id or secrets.token_hex(12), tenant=tenant, model_fingerprint=fingerprint)
+        with self._sessions.begin() as db:
+            db.add(rec)
+        return rec
+
+    def get_session(self, session_id: str, tenant: str) -> SessionRecord:
+        """NotFound for an unknown session and for another tenant's (no existence leak)."""
+        with self._sessions() as db:
+            rec = db.get(SessionRecord, session_id)
+        if rec is None or rec.tenant != tenant:
+            raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
+        return rec
+
+    def append_turn(self, session_id: str, tenant: str, role: str, text: str, token_ids: list[int],
+                    ledger: list[tuple[int, int]], meta: dict[str, object] | None = None) -> TurnRecord:
+        """The turn becomes durable when this returns."""
+        if role not in ROLES:
+            raise BadInput(f"role must be one of {ROLES}, got {role!r}")
+        self.get_session(session_id, tenant)
+        with self._sessions.begin() as db:
+            n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
+            rec = TurnRecord(session_id=session_id, index=int(n or 0), role=role, text=text, token_ids=list(token_ids),
+                             ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}))
+            db.add(rec)
+            owner = db.get(SessionRecord, session_id)
+            if owner is not None:
+                owner.updated_at = datetime.now(UTC)
+        return rec
+
+    def turns(self, session_id: str, tenant: str) -> list[TurnRecord]:
+        self.get_session(session_id, tenant)
+        with self._sessions() as db:
+            return list(db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id)
+                                   .order_by(TurnRecord.index)))
+
+    def ledger(self, session_id: str, tenant: str) -> list[tuple[int, int]]:
+        """The session's whole commit-order ledger: what a recompute prefills, in order."""
+        return [(p, t) for turn in self.turns(session_id, tenant) for p, t in turn.ledger]
