@@ -1,0 +1,229 @@
+"""Engine: one session turn at a time, resumed from the cheapest place that holds the session.
+
+Engine.turn(session, tenant, input_ids, params) yields the decoder's StepEvents, then one
+TurnResult.  Per turn it takes the session's lease, then loads the state by one of:
+
+    warm       this process still holds the session (its generation matches the manifest's)
+    restore    the manifest and segments in Redis (checked: fingerprint, checksums, order)
+    recompute  one causal prefill of the commit-order ledger kept in SQL
+
+choosing restore or recompute by a cost model calibrated on this machine (Redis bytes/s and
+prefill tokens/s, measured once per engine); a restore that fails its checks falls back to
+recompute and says so in the result.  After decoding, the last pending set is committed (one
+forward, so the cache holds every token of the turn); the turn's row is written to SQL (the turn
+is durable from then on); then the new slots go to Redis as segments and the manifest advances
+by compare-and-set under the lease.  A crash between the two leaves Redis one turn behind SQL,
+which the next turn detects (the manifest counts turns) and recomputes.
+
+Greedy decoding gives the same tokens on every path (tests/runtime/test_engine.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from model import checkpoint
+from model.decode import DecodeParams, DecodeState, StepEvent, begin_turn, commit_pending, decode, prefill
+from model.kv_cache import KVCache
+from model.transformer import SetDLM
+from runtime import kv
+from runtime.db import Records
+from runtime.errors import BadInput, CorruptState
+from runtime.settings import Settings
+from runtime.store import Lease, Manifest, SessionStore
+
+FP_LEN = 16  # the fingerprint prefix segments and records carry
+PATHS = ("auto", "restore", "recompute")
+
+
+@dataclass
+class TurnResult:
+    session: str
+    tokens: list[int]  # the tokens this turn generated (input excluded)
+    path: str  # "new", "warm", "restore" or "recompute"
+    costs: dict[str, float] = field(default_factory=dict)  # seconds per part, and the estimates
+    events: list[str] = field(default_factory=list)  # e.g. a failed restore and why
+    nfe: int = 0
+
+
+@dataclass
+class _Warm:
+    cache: KVCache
+    state: DecodeState
+    gen: int
+    turns: int
+
+
+class Engine:
+    def __init__(self, model: SetDLM, store: SessionStore, records: Records, settings: Settings,
+                 warm_sessions: int = 8) -> None:
+        self.model = model
+        self.store = store
+        self.records = records
+        self.s = settings
+        self.fp = checkpoint.fingerprint(model)[:FP_LEN]
+        self.warm: OrderedDict[str, _Warm] = OrderedDict()
+        self.warm_sessions = warm_sessions
+        self._rates: dict[str, float] | None = None
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    def open(self, tenant: str, session_id: str | None = None) -> str:
+        return self.records.create_session(tenant, self.fp, session_id).id
+
+    def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
+                 prefer: str = "auto") -> TurnResult:
+        for ev in self.turn(session, tenant, input_ids, params, prefer):
+            if isinstance(ev, TurnResult):
+                return ev
+        raise AssertionError("turn() ends with its TurnResult")
+
+    def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
+             prefer: str = "auto") -> Iterator[StepEvent | TurnResult]:
+        """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
+        the session is not warm (tests and benchmarks); a failed restore still recomputes."""
+        if prefer not in PATHS:
+            raise BadInput(f"prefer must be one of {PATHS}, got {prefer!r}")
+        rec = self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
+        if rec.model_fingerprint != self.fp:
+            raise BadInput(f"session {session} belongs to model {rec.model_fingerprint}, this engine runs {self.fp}")
+        if not input_ids or len(input_ids) > self.s.max_input_tokens:
+            raise BadInput(f"input must be 1..{self.s.max_input_tokens} tokens, got {len(input_ids)}")
+        lease = self.store.acquire(session)
+        try:
+            t0 = time.perf_counter()
+            turns = len(self.records.turns(session, tenant))
+            manifest = self.store.read(session)
+            cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer)
+            costs["load_s"] = time.perf_counter() - t0
+            n0 = cache.length
+            t1 = time.perf_counter()
+            state = begin_turn(self.model, cache, state, input_ids, params)
+            start = state.start
+            for ev in decode(self.model, cache, state, params):
+                yield ev
+            commit_pending(self.model, cache, state)
+            generated = [t for t in state.tokens[start:] if t != self.model.cfg.mask_id]
+            costs["decode_s"] = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            ledger = list(zip(cache.positions[n0:], cache.tokens[n0:]))
+            self.records.append_turn(session, tenant, "assistant", "", list(input_ids) + generated, ledger,
+                                     meta={"path": path, "params": _params_json(params), "rng": state.rng})
+            costs["sql_s"] = time.perf_counter() - t2
+            t4 = time.perf_counter()
+            gen = self._save(session, tenant, manifest, cache, state, turns + 1, lease, path in ("warm", "restore"))
+            costs["store_s"] = time.perf_counter() - t4
+            self._keep_warm(session, _Warm(cache, state, gen, turns + 1))
+            yield TurnResult(session, generated, path, costs, events, state.nfe)
+        finally:
+            self.store.release(lease)
+
+    # ---- loading ----------------------------------------------------------------------------
+
+    def _load(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str
+              ) -> tuple[KVCache, DecodeState | None, str, dict[str, float], list[str]]:
+        costs: dict[str, float] = {}
+        events: list[str] = []
+        w = self.warm.get(session)
+        if w is not None and m is not None and w.gen == m.gen and w.turns == turns:
+            self.warm.move_to_end(session)
+            return w.cache, w.state, "warm", costs, events
+        self.warm.pop(session, None)
+        if turns == 0:
+            return self._empty(), None, "new", costs, events
+        fresh = m is not None and m.fingerprint == self.fp and int(m.state.get("turns", -1)) == turns
+        if m is not None and not fresh:
+            events.append("redis state is stale or of another model: recomputed from SQL")
+        if fresh and m is not None:
+            rates = self.rates()
+            costs["restore_est_s"] = m.nbytes / rates["redis_bytes_per_s"]
+            costs["recompute_est_s"] = int(m.slots) / rates["prefill_tokens_per_s"]
+            cheaper = "restore" if costs["restore_est_s"] <= costs["recompute_est_s"] else "recompute"
+            if (cheaper if prefer == "auto" else prefer) == "restore":
+                try:
+                    cache, state = self._restore(m)
+                    return cache, state, "restore", costs, events
+                except CorruptState as e:
+                    events.append(f"restore failed ({e.message}): recomputed from SQL")
+        cache, state = self._recompute(session, tenant)
+        return cache, state, "recompute", costs, events
+
+    def _empty(self) -> KVCache:
+        w = next(self.model.parameters())
+        return KVCache.for_model(self.model.cfg, dtype=w.dtype, device=w.device)
+
+    def _restore(self, m: Manifest) -> tuple[KVCache, DecodeState]:
+        led = m.state["ledger"]
+        w = next(self.model.parameters())
+        cache = kv.from_segments(self.store.get_segments(m.segments), self.fp, led[0], led[1], w.device)
+        if cache.k.dtype != w.dtype:
+            raise CorruptState(f"segments hold {cache.k.dtype}, the model runs {w.dtype}")
+        return cache, DecodeState.from_json(m.state["decode"])
+
+    def _recompute(self, session: str, tenant: str) -> tuple[KVCache, DecodeState]:
+        turns = self.records.turns(session, tenant)
+        ledger = [(p, t) for turn in turns for p, t in turn.ledger]
+        cache = self._empty()
+        if ledger:
+            # one causal prefill in commit order gives the same K/V (model/decode.py invariant I5)
+            pos, tok = zip(*ledger)
+            cache.reserve(len(ledger))
+            prefill(self.model, cache, list(tok), list(pos))
+        seq = [0] * (max(p for p, _ in ledger) + 1 if ledger else 0)
+        for p, t in ledger:
+            seq[p] = t
+        state = DecodeState(tokens=seq, rng=turns[-1].meta.get("rng") if turns else None)
+        return cache, state
+
+    # ---- saving -----------------------------------------------------------------------------
+
+    def _save(self, session: str, tenant: str, m: Manifest | None, cache: KVCache, state: DecodeState,
+              turns: int, lease: Lease, reuse: bool) -> int:
+        """reuse: the turn started from m's segments (warm or restored), so they are kept and
+        only the new slots are written (segments are immutable); otherwise all are rewritten."""
+        keep: list[str] = []
+        start = 0
+        if reuse and m is not None:
+            keep, start = list(m.segments), m.slots
+        ids = keep + self.store.put_segments(kv.to_segments(cache, start, cache.length, self.fp, self.s.segment_bytes))
+        body = {"decode": state.to_json(), "ledger": [cache.positions, cache.tokens], "turns": turns}
+        base = m if m is not None else Manifest(session, tenant, self.fp)
+        new = Manifest(session, tenant, self.fp, base.gen, ids, cache.length, body)
+        return self.store.commit(new, lease).gen
+
+    def _keep_warm(self, session: str, w: _Warm) -> None:
+        self.warm[session] = w
+        self.warm.move_to_end(session)
+        while len(self.warm) > self.warm_sessions:
+            self.warm.popitem(last=False)
+
+    # ---- the cost model ---------------------------------------------------------------------
+
+    def rates(self) -> dict[str, float]:
+        """Measured once per engine: pipelined Redis read bytes/s (through the store, 4 MiB in
+        segments) and causal prefill tokens/s of this model on this device (256 tokens)."""
+        if self._rates is None:
+            blob = [b"\x00" * self.s.segment_bytes] * 4
+            ids = self.store.put_segments(blob)
+            t = time.perf_counter()
+            self.store.get_segments(ids)
+            redis_bps = len(blob) * self.s.segment_bytes / max(time.perf_counter() - t, 1e-6)
+            self.store.r.delete(*[self.store.k.segment(i) for i in ids])
+            n = min(256, self.model.cfg.max_seq_len)
+            cache = self._empty()
+            cache.reserve(n)
+            t = time.perf_counter()
+            prefill(self.model, cache, [self.model.cfg.bos_id] * n, list(range(n)))
+            tps = n / max(time.perf_counter() - t, 1e-6)
+            self._rates = {"redis_bytes_per_s": redis_bps, "prefill_tokens_per_s": tps}
+        return self._rates
+
+
+def _params_json(p: DecodeParams) -> dict[str, Any]:
+    return {"policy": p.policy, "window": p.window, "tau": p.tau, "max_new_tokens": p.max_new_tokens,
+            "temperature": p.temperature, "seed": p.seed}
+

@@ -1,0 +1,160 @@
+"""runtime/engine.py with the shipped model, a real Redis and a SQLite file: a session resumed
+warm, from Redis (also in a fresh process), or recomputed from SQL (after a flush, a corrupted or
+truncated segment, a foreign model) writes the same tokens as one uninterrupted run (greedy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from model import shipped
+from model.corpus import narrative
+from model.decode import DecodeError, DecodeParams
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.db import Records, make_engine
+from runtime.engine import Engine
+from runtime.errors import BadInput, NotFound
+from runtime.settings import Settings
+from runtime.store import SessionStore
+from workflows.narrative import prompt_ids
+
+PARAMS = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=48)
+PAYLOAD = narrative.Payload("Globex", "2026-Q3", "brief", [narrative.Metric("revenue", "1240", "1105", "1300")])
+FOLLOW_UP = "\nnarrative: "
+
+
+@pytest.fixture(scope="module")
+def loaded() -> tuple[SetDLM, Tokenizer]:
+    return shipped.load()
+
+
+@pytest.fixture
+def db_settings(settings: Settings, tmp_path: Path, redis_url: str) -> Settings:
+    return settings.model_copy(update={"data_dir": tmp_path, "redis_url": redis_url})
+
+
+def _engine(model: SetDLM, client: redis.Redis, s: Settings) -> Engine:
+    return Engine(model, SessionStore(client, s), Records(make_engine(s)), s)
+
+
+@pytest.fixture
+def engine(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, db_settings: Settings) -> Iterator[Engine]:
+    e = _engine(loaded[0], client, db_settings)
+    yield e
+    e.records.engine.dispose()
+
+
+def _inputs(tok: Tokenizer) -> tuple[list[int], list[int]]:
+    return prompt_ids(tok, PAYLOAD), tok.encode(FOLLOW_UP)
+
+
+def _reference(engine: Engine, tok: Tokenizer) -> list[list[int]]:
+    """Two turns in one process, the second warm."""
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    r1 = engine.run_turn(sid, "acme", first, PARAMS)
+    r2 = engine.run_turn(sid, "acme", second, PARAMS)
+    assert (r1.path, r2.path) == ("new", "warm")
+    return [r1.tokens, r2.tokens]
+
+
+def test_restore_and_recompute_write_the_same_tokens_as_warm(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    ref = _reference(engine, tok)
+    assert len(ref[1]) > 5
+    first, second = _inputs(tok)
+    for prefer in ("restore", "recompute"):
+        sid = engine.open("acme")
+        engine.run_turn(sid, "acme", first, PARAMS)
+        engine.warm.clear()  # as if another worker took the next turn
+        r2 = engine.run_turn(sid, "acme", second, PARAMS, prefer=prefer)
+        assert r2.path == prefer and r2.tokens == ref[1], prefer
+        turns = engine.records.turns(sid, "acme")
+        assert [t.meta["path"] for t in turns] == ["new", prefer]
+
+
+def test_turn_two_in_a_fresh_process_from_redis(engine: Engine, loaded: tuple[SetDLM, Tokenizer],
+                                                db_settings: Settings, redis_url: str) -> None:
+    tok = loaded[1]
+    ref = _reference(engine, tok)
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    script = f"""
+import json, redis, torch
+torch.set_num_threads(1)
+from model import shipped
+from model.decode import DecodeParams
+from runtime.db import Records, make_engine
+from runtime.engine import Engine
+from runtime.settings import Settings
+from runtime.store import SessionStore
+s = Settings.model_validate_json({db_settings.model_dump_json()!r})
+e = Engine(shipped.load()[0], SessionStore(redis.Redis.from_url({redis_url!r}), s), Records(make_engine(s)), s)
+r = e.run_turn({sid!r}, "acme", {second!r}, DecodeParams(**json.loads({json.dumps(PARAMS.__dict__)!r})), prefer="restore")
+print(json.dumps({{"path": r.path, "tokens": r.tokens}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[2])
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"path": "restore", "tokens": ref[1]}
+
+
+@pytest.mark.parametrize("damage", ["flush", "flip_byte", "truncate", "foreign_model"])
+def test_damaged_or_missing_redis_state_is_recomputed_from_sql(engine: Engine, loaded: tuple[SetDLM, Tokenizer],
+                                                                client: redis.Redis, damage: str) -> None:
+    tok = loaded[1]
+    ref = _reference(engine, tok)
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    engine.warm.clear()
+    m = engine.store.read(sid)
+    assert m is not None
+    key = engine.store.k.segment(m.segments[0])
+    blob = client.get(key)
+    assert blob is not None
+    if damage == "flush":
+        client.delete(engine.store.k.manifest(sid), *[engine.store.k.segment(i) for i in m.segments])
+    elif damage == "flip_byte":
+        bad = bytearray(blob)
+        bad[len(bad) // 2] ^= 1
+        client.set(key, bytes(bad))
+    elif damage == "truncate":
+        client.set(key, blob[:-7])
+    else:
+        client.set(key, blob[:8] + b"0" * 16 + blob[24:])  # another model's fingerprint field
+    r2 = engine.run_turn(sid, "acme", second, PARAMS, prefer="restore")
+    assert r2.path == "recompute" and r2.tokens == ref[1]
+    if damage != "flush":
+        assert r2.events and "restore failed" in r2.events[0], r2.events
+    # the next turn restores cleanly from what the recompute wrote back
+    engine.warm.clear()
+    r3 = engine.run_turn(sid, "acme", second, PARAMS, prefer="restore")
+    assert r3.path == "restore" and not r3.events
+
+
+def test_bad_input_is_named_and_changes_nothing(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    first, _ = _inputs(tok)
+    sid = engine.open("acme")
+    with pytest.raises(NotFound):
+        engine.run_turn("no-such-session", "acme", first, PARAMS)
+    with pytest.raises(NotFound):
+        engine.run_turn(sid, "globex", first, PARAMS)
+    with pytest.raises(BadInput, match="input must be"):
+        engine.run_turn(sid, "acme", first * 100, PARAMS)
+    with pytest.raises(BadInput, match="prefer"):
+        engine.run_turn(sid, "acme", first, PARAMS, prefer="fastest")
+    with pytest.raises(DecodeError, match="context"):
+        engine.run_turn(sid, "acme", first, DecodeParams(max_new_tokens=5000))
+    assert engine.records.turns(sid, "acme") == [] and engine.store.read(sid) is None
+    assert not engine.store.r.exists(engine.store.k.lease(sid)), "the lease is given back"
