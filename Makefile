@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/resume.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -100,8 +100,8 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="the shipped model at work: a narrative (AR vs set decoding), an agent, a template")
     demo.set_defaults(func=cmd_demo)
-    bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality [--quick] ...")
-    bench.add_argument("name", choices=["decode", "quality"])
+    bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality|resume [--quick] ...")
+    bench.add_argument("name", choices=["decode", "quality", "resume"])
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed on to bench/<name>.py")
     bench.set_defaults(func=cmd_bench)
     tr = sub.add_parser("train", help="train a preset: toy (arithmetic progressions) or small (the shipped "

@@ -89,6 +89,12 @@ class Records:
                 owner.updated_at = datetime.now(UTC)
         return rec
 
+    def turn_count(self, session_id: str, tenant: str) -> int:
+        self.get_session(session_id, tenant)
+        with self._sessions() as db:
+            n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
+        return int(n or 0)
+
     def turns(self, session_id: str, tenant: str) -> list[TurnRecord]:
         self.get_session(session_id, tenant)
         with self._sessions() as db:

