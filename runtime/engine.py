@@ -12,8 +12,10 @@ prefill tokens/s, measured once per engine); a restore that fails its checks fal
 recompute and says so in the result.  After decoding, the last pending set is committed (one
 forward, so the cache holds every token of the turn); the turn's row is written to SQL (the turn
 is durable from then on); then the new slots go to Redis as segments and the manifest advances
-by compare-and-set under the lease.  A crash between the two leaves Redis one turn behind SQL,
-which the next turn detects (the manifest counts turns) and recomputes.
+by compare-and-set under the lease (renewed during long turns).  A crash or a failed save
+between the two leaves Redis one turn behind SQL, which the next turn detects (the manifest
+counts turns) and recomputes.  A turn abandoned midway (the caller stops iterating) writes
+nothing and leaves no warm state behind.
 
 Greedy decoding gives the same tokens on every path (tests/runtime/test_engine.py).
 """
@@ -26,13 +28,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from model import checkpoint
 from model.decode import DecodeParams, DecodeState, StepEvent, begin_turn, commit_pending, decode, prefill
 from model.kv_cache import KVCache
 from model.transformer import SetDLM
 from runtime import kv
 from runtime.db import Records
-from runtime.errors import BadInput, CorruptState
+from runtime.errors import BadInput, CorruptState, SetflowError
 from runtime.settings import Settings
 from runtime.store import Lease, Manifest, SessionStore
 
@@ -104,7 +108,11 @@ class Engine:
             t1 = time.perf_counter()
             state = begin_turn(self.model, cache, state, input_ids, params)
             start = state.start
+            renewed = time.monotonic()
             for ev in decode(self.model, cache, state, params):
+                if time.monotonic() - renewed > self.s.lease_ms / 3000:  # a long turn keeps its lease
+                    self.store.renew(lease)
+                    renewed = time.monotonic()
                 yield ev
             commit_pending(self.model, cache, state)
             generated = [t for t in state.tokens[start:] if t != self.model.cfg.mask_id]
@@ -115,9 +123,13 @@ class Engine:
                                      meta={"path": path, "params": _params_json(params), "rng": state.rng})
             costs["sql_s"] = time.perf_counter() - t2
             t4 = time.perf_counter()
-            gen = self._save(session, tenant, manifest, cache, state, turns + 1, lease, path in ("warm", "restore"))
+            try:  # the turn is durable already; a failed save costs the next turn a recompute
+                gen = self._save(session, tenant, manifest, cache, state, turns + 1, lease,
+                                 path in ("warm", "restore"))
+                self._keep_warm(session, _Warm(cache, state, gen, turns + 1))
+            except (SetflowError, redis.RedisError) as e:
+                events.append(f"redis save failed ({e}): the next turn recomputes from SQL")
             costs["store_s"] = time.perf_counter() - t4
-            self._keep_warm(session, _Warm(cache, state, gen, turns + 1))
             yield TurnResult(session, generated, path, costs, events, state.nfe)
         finally:
             self.store.release(lease)
@@ -129,10 +141,9 @@ class Engine:
         costs: dict[str, float] = {}
         events: list[str] = []
         w = self.warm.get(session)
+        self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
         if w is not None and m is not None and w.gen == m.gen and w.turns == turns:
-            self.warm.move_to_end(session)
             return w.cache, w.state, "warm", costs, events
-        self.warm.pop(session, None)
         if turns == 0:
             return self._empty(), None, "new", costs, events
         fresh = m is not None and m.fingerprint == self.fp and int(m.state.get("turns", -1)) == turns

@@ -156,3 +156,52 @@ def test_bad_input_is_named_and_changes_nothing(engine: Engine, loaded: tuple[Se
         engine.run_turn(sid, "acme", first, DecodeParams(max_new_tokens=5000))
     assert engine.records.turns(sid, "acme") == [] and engine.store.read(sid) is None
     assert not engine.store.r.exists(engine.store.k.lease(sid)), "the lease is given back"
+
+
+def test_an_abandoned_turn_writes_nothing_and_leaves_no_warm_state(engine: Engine,
+                                                                   loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    ref = _reference(engine, tok)
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    gen = engine.store.read(sid).gen  # type: ignore[union-attr]
+    it = engine.turn(sid, "acme", second, PARAMS)
+    next(it)  # one step, then the caller goes away
+    it.close()
+    assert sid not in engine.warm and engine.records.turn_count(sid, "acme") == 1
+    assert engine.store.read(sid).gen == gen  # type: ignore[union-attr]
+    assert not engine.store.r.exists(engine.store.k.lease(sid)), "the lease is given back"
+    r2 = engine.run_turn(sid, "acme", second, PARAMS)
+    assert r2.path in ("restore", "recompute") and r2.tokens == ref[1]
+
+
+def test_a_failed_redis_save_keeps_the_turn_and_the_next_one_recomputes(
+        loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, db_settings: Settings, db_engine: SqlEngine) -> None:
+    model, tok = loaded
+    ref = _reference(Engine(model, SessionStore(client, db_settings), Records(db_engine), db_settings), tok)
+    tight = db_settings.model_copy(update={"session_budget_bytes": 10_000})  # a few slots of K/V
+    engine = Engine(model, SessionStore(client, tight), Records(db_engine), tight)
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    r1 = engine.run_turn(sid, "acme", first, PARAMS)
+    assert r1.tokens == ref[0] and "redis save failed" in r1.events[0] and "over_budget" in r1.events[0]
+    assert engine.records.turn_count(sid, "acme") == 1 and engine.store.read(sid) is None
+    r2 = engine.run_turn(sid, "acme", second, PARAMS)
+    assert r2.path == "recompute" and r2.tokens == ref[1]
+
+
+def test_a_turn_longer_than_the_lease_renews_it(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
+                                                db_settings: Settings, db_engine: SqlEngine) -> None:
+    import time
+    model, tok = loaded
+    short = db_settings.model_copy(update={"lease_ms": 300})
+    engine = Engine(model, SessionStore(client, short), Records(db_engine), short)
+    sid = engine.open("acme")
+    result = None
+    for i, ev in enumerate(engine.turn(sid, "acme", _inputs(tok)[0], PARAMS)):
+        if i < 5:
+            time.sleep(0.12)  # a slow consumer: the turn outlives lease_ms
+        result = ev
+    assert result is not None and not result.events, result.events  # type: ignore[union-attr]
+    assert engine.store.read(sid).gen == 1  # type: ignore[union-attr]
