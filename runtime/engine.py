@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -39,6 +39,7 @@ from runtime.db import Records
 from runtime.errors import BadInput, CorruptState, SetflowError
 from runtime.settings import Settings
 from runtime.store import Lease, Manifest, SessionStore
+from runtime.writebehind import WriteBehind
 
 FP_LEN = 16  # the fingerprint prefix segments and records carry
 PATHS = ("auto", "restore", "recompute")
@@ -64,7 +65,8 @@ class _Warm:
 
 class Engine:
     def __init__(self, model: SetDLM, store: SessionStore, records: Records, settings: Settings,
-                 warm_sessions: int = 8) -> None:
+                 warm_sessions: int = 8, write_behind: int = 64) -> None:
+        """write_behind: slots per write-behind batch (0: write a turn's K/V at its end only)."""
         self.model = model
         self.store = store
         self.records = records
@@ -73,6 +75,7 @@ class Engine:
         self.warm: OrderedDict[str, _Warm] = OrderedDict()
         self.warm_sessions = warm_sessions
         self._rates: dict[str, float] | None = None
+        self.write_behind = write_behind
 
     # ---- sessions ---------------------------------------------------------------------------
 
@@ -105,16 +108,31 @@ class Engine:
             cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer)
             costs["load_s"] = time.perf_counter() - t0
             n0 = cache.length
+            reuse = path in ("warm", "restore")
+            base = self._base(session, tenant, manifest, reuse)
+            wb = WriteBehind(self.store, base, lease) if self.write_behind else None
+            written, top, cut = base.slots, -1, False  # slots handed to the writer, their highest position
             t1 = time.perf_counter()
-            state = begin_turn(self.model, cache, state, input_ids, params)
-            start = state.start
-            renewed = time.monotonic()
-            for ev in decode(self.model, cache, state, params):
-                if time.monotonic() - renewed > self.s.lease_ms / 3000:  # a long turn keeps its lease
-                    self.store.renew(lease)
-                    renewed = time.monotonic()
-                yield ev
-            commit_pending(self.model, cache, state)
+            try:
+                state = begin_turn(self.model, cache, state, input_ids, params)
+                start = state.start
+                renewed = time.monotonic()
+                for ev in decode(self.model, cache, state, params):
+                    if time.monotonic() - renewed > self.s.lease_ms / 3000:  # a long turn keeps its lease
+                        self.store.renew(lease)
+                        renewed = time.monotonic()
+                    # a stop drops positions >= ev.cut and rolls the cache back to the first slot
+                    # holding one: slots handed over stay valid iff all their positions are below
+                    # it; else the turn's slots are all rewritten at its end
+                    cut = cut or (ev.cut is not None and top >= ev.cut)
+                    if wb is not None and not cut and cache.length - written >= self.write_behind:
+                        wb.submit(kv.to_segments(cache, written, cache.length, self.fp, self.s.segment_bytes))
+                        top = max(top, int(cache.pos[written:cache.length].max()))
+                        written = cache.length
+                    yield ev
+                commit_pending(self.model, cache, state)
+            finally:
+                latest = wb.close() if wb is not None else base
             generated = [t for t in state.tokens[start:] if t != self.model.cfg.mask_id]
             costs["decode_s"] = time.perf_counter() - t1
             t2 = time.perf_counter()
@@ -124,11 +142,14 @@ class Engine:
             costs["sql_s"] = time.perf_counter() - t2
             t4 = time.perf_counter()
             try:  # the turn is durable already; a failed save costs the next turn a recompute
-                gen = self._save(session, tenant, manifest, cache, state, turns + 1, lease,
-                                 path in ("warm", "restore"))
+                behind_ok = wb is not None and wb.error is None and not cut
+                gen = self._save(latest, cache, state, turns + 1, lease, written if behind_ok else base.slots,
+                                 latest.behind if behind_ok else [])
                 self._keep_warm(session, _Warm(cache, state, gen, turns + 1))
             except (SetflowError, redis.RedisError) as e:
                 events.append(f"redis save failed ({e}): the next turn recomputes from SQL")
+            if wb is not None and wb.error is not None:
+                events.append(f"write-behind stopped ({wb.error}): the turn was written at its end")
             costs["store_s"] = time.perf_counter() - t4
             yield TurnResult(session, generated, path, costs, events, state.nfe)
         finally:
@@ -192,18 +213,22 @@ class Engine:
 
     # ---- saving -----------------------------------------------------------------------------
 
-    def _save(self, session: str, tenant: str, m: Manifest | None, cache: KVCache, state: DecodeState,
-              turns: int, lease: Lease, reuse: bool) -> int:
-        """reuse: the turn started from m's segments (warm or restored), so they are kept and
-        only the new slots are written (segments are immutable); otherwise all are rewritten."""
-        keep: list[str] = []
-        start = 0
+    def _base(self, session: str, tenant: str, m: Manifest | None, reuse: bool) -> Manifest:
+        """What this turn's writes start from: the stored manifest with its segments when the
+        turn started from them (warm or restored); else one that names none and is not
+        restorable (turns -1) until the turn commits, with the stored generation."""
         if reuse and m is not None:
-            keep, start = list(m.segments), m.slots
-        ids = keep + self.store.put_segments(kv.to_segments(cache, start, cache.length, self.fp, self.s.segment_bytes))
+            return replace(m, behind=[])
+        return Manifest(session, tenant, self.fp, m.gen if m is not None else 0, state={"turns": -1})
+
+    def _save(self, latest: Manifest, cache: KVCache, state: DecodeState, turns: int, lease: Lease,
+              written: int, behind: list[str]) -> int:
+        """The turn's commit in Redis: the segments of slots [0, latest.slots) as they were,
+        then `behind` (slots up to `written`, written during the turn), then the rest."""
+        rest = self.store.put_segments(kv.to_segments(cache, written, cache.length, self.fp, self.s.segment_bytes)) \
+            if cache.length > written else []
         body = {"decode": state.to_json(), "ledger": [cache.positions, cache.tokens], "turns": turns}
-        base = m if m is not None else Manifest(session, tenant, self.fp)
-        new = Manifest(session, tenant, self.fp, base.gen, ids, cache.length, body)
+        new = replace(latest, segments=latest.segments + behind + rest, slots=cache.length, state=body, behind=[])
         return self.store.commit(new, lease).gen
 
     def _keep_warm(self, session: str, w: _Warm) -> None:

@@ -92,11 +92,15 @@ class Manifest:
     slots: int = 0  # committed slots (the segments cover [0, slots))
     state: dict[str, Any] = field(default_factory=dict)  # decode state, params, cursor, RNG (JSON)
     nbytes: int = 0  # bytes of the segments it names (set by commit)
+    # segments a turn in progress has written behind its decoding: named (so they are budgeted,
+    # kept alive and never collected) but not part of the state above until the turn commits
+    behind: list[str] = field(default_factory=list)
 
     def body(self) -> str:
         """JSON; the byte count is filled in by the commit script, which measures the segments."""
         return json.dumps({"fingerprint": self.fingerprint, "segments": self.segments, "slots": self.slots,
-                           "state": self.state, "nbytes": "@BYTES@"}, separators=(",", ":"))
+                           "state": self.state, "behind": self.behind, "nbytes": "@BYTES@"},
+                          separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,8 @@ class SessionStore:
         try:
             body = json.loads(got[b"body"])
             return Manifest(session, _text(got[b"tenant"]), body["fingerprint"], int(got[b"gen"]),
-                            list(body["segments"]), int(body["slots"]), dict(body["state"]), int(body["nbytes"]))
+                            list(body["segments"]), int(body["slots"]), dict(body["state"]), int(body["nbytes"]),
+                            list(body.get("behind", [])))
         except (KeyError, ValueError, TypeError) as e:
             raise CorruptState(f"manifest of {session} is unreadable: {e}") from e
 
@@ -183,7 +188,7 @@ class SessionStore:
 
     def _try_commit(self, m: Manifest, lease: Lease) -> tuple[str, str]:
         keys = [self.k.manifest(m.session), self.k.lease(m.session), self.k.used, self.k.tenant_bytes(m.tenant)]
-        keys += [self.k.segment(i) for i in m.segments]
+        keys += [self.k.segment(i) for i in m.segments + m.behind]
         args: list[str | int] = [m.gen, m.gen + 1, m.body(), m.tenant, lease.token, self.s.session_ttl_s * 1000,
                                  int(time.time() * 1000), m.session, self.s.session_budget_bytes,
                                  self.s.tenant_budget_bytes]
@@ -236,7 +241,8 @@ class SessionStore:
         for key in self.r.scan_iter(self.k.manifest("*"), count=1000):
             body = self.r.hget(key, "body")
             if body is not None:
-                live.update(json.loads(body)["segments"])
+                named = json.loads(body)
+                live.update(named["segments"], named.get("behind", []))
         for raw in self.r.zrange(self.k.used, 0, -1):  # sessions whose manifest expired
             sid = _text(raw)
             if not self.r.exists(self.k.manifest(sid)):
