@@ -64,8 +64,10 @@ class _Warm:
 
 
 class Engine:
+    WRITE_BEHIND = 64  #: default slots per write-behind batch
+
     def __init__(self, model: SetDLM, store: SessionStore, records: Records, settings: Settings,
-                 warm_sessions: int = 8, write_behind: int = 64) -> None:
+                 warm_sessions: int = 8, write_behind: int = WRITE_BEHIND) -> None:
         """write_behind: slots per write-behind batch (0: write a turn's K/V at its end only)."""
         self.model = model
         self.store = store

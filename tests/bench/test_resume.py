@@ -19,7 +19,7 @@ def test_a_quick_run_reports_every_path_and_the_commit_overhead(capsys: pytest.C
                 "restore_fraction_of_raw"} <= set(r)
         assert r["chosen"] in ("restore", "recompute") and r["kv_bytes"] > 0
         assert r["kv_bytes_per_token"] >= 2 * 4 * 2 * 32 * 4  # K and V, 4 layers, 2 heads of 32, fp32
-    assert result["commit_overhead"]["decode_ms_per_step"] > 0
+    assert result["commit_overhead"]["decode_ms_per_step_with_writes_behind"] > 0
 
 
 def test_bad_arguments_exit_with_a_usage_error() -> None:
