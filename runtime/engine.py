@@ -85,16 +85,18 @@ class Engine:
         return self.records.create_session(tenant, self.fp, session_id).id
 
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-                 prefer: str = "auto") -> TurnResult:
-        for ev in self.turn(session, tenant, input_ids, params, prefer):
+                 prefer: str = "auto", text: str = "") -> TurnResult:
+        for ev in self.turn(session, tenant, input_ids, params, prefer, text):
             if isinstance(ev, TurnResult):
                 return ev
         raise AssertionError("turn() ends with its TurnResult")
 
     def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-             prefer: str = "auto") -> Iterator[StepEvent | TurnResult]:
+             prefer: str = "auto", text: str = "") -> Iterator[StepEvent | TurnResult]:
         """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
-        the session is not warm (tests and benchmarks); a failed restore still recomputes."""
+        the session is not warm (tests and benchmarks); a failed restore still recomputes.
+        text: the turn's text as the workflow rendered it (kept in its SQL row; the engine
+        itself works on token ids)."""
         if prefer not in PATHS:
             raise BadInput(f"prefer must be one of {PATHS}, got {prefer!r}")
         rec = self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
@@ -139,14 +141,14 @@ class Engine:
             costs["decode_s"] = time.perf_counter() - t1
             t2 = time.perf_counter()
             ledger = list(zip(cache.positions[n0:], cache.tokens[n0:]))
-            self.records.append_turn(session, tenant, "assistant", "", list(input_ids) + generated, ledger,
+            self.records.append_turn(session, tenant, "assistant", text, list(input_ids) + generated, ledger,
                                      meta={"path": path, "params": _params_json(params), "rng": state.rng})
             costs["sql_s"] = time.perf_counter() - t2
             t4 = time.perf_counter()
             try:  # the turn is durable already; a failed save costs the next turn a recompute
                 behind_ok = wb is not None and wb.error is None and not cut
-                gen = self._save(latest, cache, state, turns + 1, lease, written if behind_ok else base.slots,
-                                 latest.behind if behind_ok else [])
+                gen = self._save(latest, cache, state, params, turns + 1, lease,
+                                 written if behind_ok else base.slots, latest.behind if behind_ok else [])
                 self._keep_warm(session, _Warm(cache, state, gen, turns + 1))
             except (SetflowError, redis.RedisError) as e:
                 events.append(f"redis save failed ({e}): the next turn recomputes from SQL")
@@ -223,13 +225,16 @@ class Engine:
             return replace(m, behind=[])
         return Manifest(session, tenant, self.fp, m.gen if m is not None else 0, state={"turns": -1})
 
-    def _save(self, latest: Manifest, cache: KVCache, state: DecodeState, turns: int, lease: Lease,
-              written: int, behind: list[str]) -> int:
+    def _save(self, latest: Manifest, cache: KVCache, state: DecodeState, params: DecodeParams, turns: int,
+              lease: Lease, written: int, behind: list[str]) -> int:
         """The turn's commit in Redis: the segments of slots [0, latest.slots) as they were,
         then `behind` (slots up to `written`, written during the turn), then the rest."""
         rest = self.store.put_segments(kv.to_segments(cache, written, cache.length, self.fp, self.s.segment_bytes)) \
             if cache.length > written else []
-        body = {"decode": state.to_json(), "ledger": [cache.positions, cache.tokens], "turns": turns}
+        # the decode state (sequence, cursor, pending set, RNG), the last turn's parameters, the
+        # slots' (position, token) ledger in commit order, and how many turns it holds
+        body = {"decode": state.to_json(), "params": _params_json(params), "ledger": [cache.positions, cache.tokens],
+                "turns": turns}
         new = replace(latest, segments=latest.segments + behind + rest, slots=cache.length, state=body, behind=[])
         return self.store.commit(new, lease).gen
 

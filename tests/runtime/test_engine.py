@@ -58,9 +58,12 @@ def _reference(engine: Engine, tok: Tokenizer) -> list[list[int]]:
     """Two turns in one process, the second warm."""
     first, second = _inputs(tok)
     sid = engine.open("acme")
-    r1 = engine.run_turn(sid, "acme", first, PARAMS)
+    r1 = engine.run_turn(sid, "acme", first, PARAMS, text="payload")
     r2 = engine.run_turn(sid, "acme", second, PARAMS)
     assert (r1.path, r2.path) == ("new", "warm")
+    assert engine.records.turns(sid, "acme")[0].text == "payload"
+    m = engine.store.read(sid)
+    assert m is not None and m.state["params"]["window"] == PARAMS.window and m.state["turns"] == 2
     return [r1.tokens, r2.tokens]
 
 
