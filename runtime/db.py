@@ -4,6 +4,7 @@ Every operation checks its input first and raises a named error without writing 
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,14 +12,16 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
-from runtime.errors import BadInput, NotFound
+from runtime.errors import BadInput, NotFound, StaleWrite
 from runtime.records import SessionRecord, TurnRecord
 from runtime.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 ROLES = ("user", "assistant", "tool")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def database_url(settings: Settings) -> str:
@@ -60,10 +63,18 @@ class Records:
     def create_session(self, tenant: str, fingerprint: str, session_id: str | None = None) -> SessionRecord:
         if not tenant or len(tenant) > 128:
             raise BadInput("tenant must be 1..128 characters")
+        if session_id is not None and not _SESSION_ID.fullmatch(session_id):
+            raise BadInput("a session id is 1..64 characters of letters, digits, '-' and '_'")
+        if session_id is not None and self._exists(session_id):
+            raise BadInput(f"session {session_id!r} exists already")
         rec = SessionRecord(id=session_id or secrets.token_hex(12), tenant=tenant, model_fingerprint=fingerprint)
         with self._sessions.begin() as db:
             db.add(rec)
         return rec
+
+    def _exists(self, session_id: str) -> bool:
+        with self._sessions() as db:
+            return db.get(SessionRecord, session_id) is not None
 
     def get_session(self, session_id: str, tenant: str) -> SessionRecord:
         """NotFound for an unknown session and for another tenant's (no existence leak)."""
@@ -74,19 +85,28 @@ class Records:
         return rec
 
     def append_turn(self, session_id: str, tenant: str, role: str, text: str, token_ids: list[int],
-                    ledger: list[tuple[int, int]], meta: dict[str, object] | None = None) -> TurnRecord:
-        """The turn becomes durable when this returns."""
+                    ledger: list[tuple[int, int]], meta: dict[str, object] | None = None,
+                    index: int | None = None) -> TurnRecord:
+        """The turn becomes durable when this returns.  index: the turn's place, as the writer
+        read it (under the session's lease); a row already there is a StaleWrite, not a second
+        turn at the same place.  None: the next free one."""
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
         self.get_session(session_id, tenant)
-        with self._sessions.begin() as db:
-            n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
-            rec = TurnRecord(session_id=session_id, index=int(n or 0), role=role, text=text, token_ids=list(token_ids),
-                             ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}))
-            db.add(rec)
-            owner = db.get(SessionRecord, session_id)
-            if owner is not None:
-                owner.updated_at = datetime.now(UTC)
+        try:
+            with self._sessions.begin() as db:
+                n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
+                n = int(n or 0)
+                if index is not None and index != n:
+                    raise StaleWrite(f"session {session_id}: turn {index} expected, the database holds {n} turns")
+                rec = TurnRecord(session_id=session_id, index=n, role=role, text=text, token_ids=list(token_ids),
+                                 ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}))
+                db.add(rec)
+                owner = db.get(SessionRecord, session_id)
+                if owner is not None:
+                    owner.updated_at = datetime.now(UTC)
+        except IntegrityError as e:  # two writers at the same index at the same time
+            raise StaleWrite(f"session {session_id}: turn {index} was written by another holder") from e
         return rec
 
     def turn_count(self, session_id: str, tenant: str) -> int:

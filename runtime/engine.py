@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from contextlib import closing
+from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 
 from model import checkpoint
-from model.decode import DecodeParams, DecodeState, StepEvent, begin_turn, commit_pending, decode, prefill
+from model.decode import DecodeError, DecodeParams, DecodeState, StepEvent, begin_turn, commit_pending, decode, prefill
 from model.kv_cache import KVCache
 from model.transformer import SetDLM
 from runtime import kv
@@ -86,13 +87,14 @@ class Engine:
 
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
                  prefer: str = "auto", text: str = "") -> TurnResult:
-        for ev in self.turn(session, tenant, input_ids, params, prefer, text):
-            if isinstance(ev, TurnResult):
-                return ev
+        with closing(self.turn(session, tenant, input_ids, params, prefer, text)) as events:
+            for ev in events:
+                if isinstance(ev, TurnResult):
+                    return ev
         raise AssertionError("turn() ends with its TurnResult")
 
     def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-             prefer: str = "auto", text: str = "") -> Iterator[StepEvent | TurnResult]:
+             prefer: str = "auto", text: str = "") -> Generator[StepEvent | TurnResult, None, None]:
         """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
         the session is not warm (tests and benchmarks); a failed restore still recomputes.
         text: the turn's text as the workflow rendered it (kept in its SQL row; the engine
@@ -117,10 +119,16 @@ class Engine:
             wb = WriteBehind(self.store, base, lease) if self.write_behind else None
             written, top, cut = base.slots, -1, False  # slots handed to the writer, their highest position
             t1 = time.perf_counter()
+            self.store.renew(lease)  # the load may have been long: the lease counts from here
+            renewed = time.monotonic()
             try:
-                state = begin_turn(self.model, cache, state, input_ids, params)
+                try:
+                    state = begin_turn(self.model, cache, state, input_ids, params)
+                except DecodeError:  # refused before anything changed: a warm session stays warm
+                    if path == "warm" and manifest is not None and state is not None:
+                        self._keep_warm(session, _Warm(cache, state, manifest.gen, turns))
+                    raise
                 start = state.start
-                renewed = time.monotonic()
                 for ev in decode(self.model, cache, state, params):
                     if time.monotonic() - renewed > self.s.lease_ms / 3000:  # a long turn keeps its lease
                         self.store.renew(lease)
@@ -141,8 +149,12 @@ class Engine:
             costs["decode_s"] = time.perf_counter() - t1
             t2 = time.perf_counter()
             ledger = list(zip(cache.positions[n0:], cache.tokens[n0:]))
+            self.store.renew(lease)  # LeaseLost here: another holder may have moved on; write nothing
+            # at the index read under the lease: a late writer's row is refused (StaleWrite), never
+            # appended after another turn that did not see it
             self.records.append_turn(session, tenant, "assistant", text, list(input_ids) + generated, ledger,
-                                     meta={"path": path, "params": _params_json(params), "rng": state.rng})
+                                     meta={"path": path, "params": _params_json(params), "rng": state.rng},
+                                     index=turns)
             costs["sql_s"] = time.perf_counter() - t2
             t4 = time.perf_counter()
             try:  # the turn is durable already; a failed save costs the next turn a recompute
@@ -157,7 +169,10 @@ class Engine:
             costs["store_s"] = time.perf_counter() - t4
             yield TurnResult(session, generated, path, costs, events, state.nfe)
         finally:
-            self.store.release(lease)
+            try:
+                self.store.release(lease)
+            except redis.RedisError:
+                pass  # the lease expires by itself; the error that brought us here matters more
 
     # ---- loading ----------------------------------------------------------------------------
 
@@ -193,12 +208,17 @@ class Engine:
         return KVCache.for_model(self.model.cfg, dtype=w.dtype, device=w.device)
 
     def _restore(self, m: Manifest) -> tuple[KVCache, DecodeState]:
-        led = m.state["ledger"]
         w = next(self.model.parameters())
-        cache = kv.from_segments(self.store.get_segments(m.segments), self.fp, led[0], led[1], w.device)
+        try:
+            led = m.state["ledger"]
+            state = DecodeState.from_json(m.state["decode"])
+            positions, tokens = list(led[0]), list(led[1])
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise CorruptState(f"manifest state unreadable: {e!r}") from e
+        cache = kv.from_segments(self.store.get_segments(m.segments), self.fp, positions, tokens, w.device)
         if cache.k.dtype != w.dtype:
             raise CorruptState(f"segments hold {cache.k.dtype}, the model runs {w.dtype}")
-        return cache, DecodeState.from_json(m.state["decode"])
+        return cache, state
 
     def _recompute(self, session: str, tenant: str) -> tuple[KVCache, DecodeState]:
         turns = self.records.turns(session, tenant)

@@ -72,6 +72,21 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
 """
+# KEYS: segment   ARGV: ttl ms, grace ms.  Deleted only if still old: naming it in a commit
+# refreshes its TTL, so a segment named after gc() listed the live ones survives
+_GC_DELETE = """
+local left = redis.call('PTTL', KEYS[1])
+if left == -2 then return 0 end
+if left < 0 or tonumber(ARGV[1]) - left >= tonumber(ARGV[2]) then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# KEYS: manifest, used zset, tenant bytes hash   ARGV: session.  Forget an expired session
+_GC_FORGET = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1
+"""
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
@@ -116,6 +131,8 @@ class SessionStore:
         self.k = Keys(settings.key_prefix)
         self._cas = client.register_script(_CAS)
         self._evict = client.register_script(_EVICT)
+        self._gc_delete = client.register_script(_GC_DELETE)
+        self._gc_forget = client.register_script(_GC_FORGET)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
@@ -246,21 +263,14 @@ class SessionStore:
         for raw in self.r.zrange(self.k.used, 0, -1):  # sessions whose manifest expired
             sid = _text(raw)
             if not self.r.exists(self.k.manifest(sid)):
-                self.r.zrem(self.k.used, sid)
                 for hkey in self.r.scan_iter(self.k.tenant_bytes("*"), count=1000):
-                    self.r.hdel(hkey, sid)
+                    self._gc_forget(keys=[self.k.manifest(sid), self.k.used, _text(hkey)], args=[sid])
         ttl_ms = self.s.session_ttl_s * 1000
-        dead = []
+        dead = 0
         for key in self.r.scan_iter(self.k.segment_pattern, count=1000):
-            sid = _text(key).rsplit(":", 1)[1]
-            if sid in live:
-                continue
-            left = self.r.pttl(key)
-            if left < 0 or ttl_ms - left >= grace:  # written (or last named) longer ago than grace
-                dead.append(key)
-        if dead:
-            self.r.delete(*dead)
-        return len(dead)
+            if _text(key).rsplit(":", 1)[1] not in live:
+                dead += int(self._gc_delete(keys=[key], args=[ttl_ms, grace]))
+        return dead
 
     # ---- lease ------------------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ The decoding thread hands over slot ranges as segment bytes (a bounded queue: wh
 behind, decoding waits rather than buffering without limit); one writer thread puts them and
 advances the manifest by compare-and-set under the turn's lease, naming them as `behind`.  The
 manifest's state (what a restore reads) stays the last completed turn's until the turn commits,
-so an interrupted turn leaves a restorable session and some garbage for gc().  A write that
-fails (budget, lease) stops the write-behind; the turn's final save then writes what is missing.
+so an interrupted turn that started warm or restored leaves that turn restorable, plus some
+garbage for gc() (one that started by recomputing leaves the session to recompute again).  A write that
+fails (budget, lease, anything) stops the write-behind; the turn's final save then writes the
+turn's slots again.
 """
 
 from __future__ import annotations
@@ -14,9 +16,6 @@ import queue
 import threading
 from dataclasses import replace
 
-import redis
-
-from runtime.errors import SetflowError
 from runtime.store import Lease, Manifest, SessionStore
 
 
@@ -52,5 +51,5 @@ class WriteBehind:
                 ids = self.store.put_segments(blobs)
                 m = replace(self.manifest, behind=self.manifest.behind + ids)
                 self.manifest = self.store.commit(m, self.lease)
-            except (SetflowError, redis.RedisError) as e:
-                self.error = e
+            except Exception as e:  # noqa: BLE001 - any failure stops the write-behind, never the thread:
+                self.error = e  # a dead writer would leave the decoding blocked on the full queue

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, inspect
 
 from runtime.db import Records, make_engine, upgrade
-from runtime.errors import BadInput, NotFound
+from runtime.errors import BadInput, NotFound, StaleWrite
 from runtime.settings import Settings
 
 def test_migrations_create_the_tables_and_are_idempotent(db_engine: Engine) -> None:
@@ -42,6 +42,12 @@ def test_unknown_session_wrong_tenant_and_bad_input_change_nothing(db_engine: En
         db.append_turn(s.id, "acme", "system", "x", [1], [(0, 1)])
     with pytest.raises(BadInput, match="tenant"):
         db.create_session("", "fp")
+    with pytest.raises(BadInput, match="session id"):
+        db.create_session("acme", "fp", session_id="x" * 65)
+    with pytest.raises(BadInput, match="exists already"):
+        db.create_session("acme", "fp", session_id=s.id)
+    with pytest.raises(StaleWrite, match="turn 3 expected"):  # a writer that read another turn count
+        db.append_turn(s.id, "acme", "user", "x", [1], [(0, 1)], index=3)
     assert db.turns(s.id, "acme") == []
 
 

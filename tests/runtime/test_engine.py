@@ -23,7 +23,7 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import Records
 from runtime.engine import Engine
-from runtime.errors import BadInput, NotFound
+from runtime.errors import BadInput, LeaseLost, NotFound, StaleWrite
 from runtime.settings import Settings
 from runtime.store import SessionStore
 from workflows.narrative import prompt_ids
@@ -270,3 +270,38 @@ def test_write_behind_in_small_batches_with_out_of_order_stops_restores_exactly(
         assert restored.positions == warm.cache.positions and restored.tokens == warm.cache.tokens
         n = warm.cache.length
         assert torch.equal(restored.k[:, :n], warm.cache.k[:, :n]) and torch.equal(restored.v[:, :n], warm.cache.v[:, :n])
+
+
+def test_a_holder_that_lost_its_lease_writes_nothing(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
+                                                     db_settings: Settings, db_engine: SqlEngine) -> None:
+    """A pauses past its lease at its last step; B takes the session and completes a turn; when A
+    resumes, its turn is refused (LeaseLost) and the session's ledger stays B's, no duplicates."""
+    model, tok = loaded
+    short = db_settings.model_copy(update={"lease_ms": 300, "lease_wait_ms": 2000})
+    a = Engine(model, SessionStore(client, short), Records(db_engine), short)
+    b = Engine(model, SessionStore(client, short), Records(db_engine), short)
+    first, second = _inputs(tok)
+    sid = a.open("acme")
+    a.run_turn(sid, "acme", first, PARAMS)
+    it = a.turn(sid, "acme", second, PARAMS)
+    events = [next(it)]
+    while not events[-1].done:  # type: ignore[union-attr]
+        events.append(next(it))
+    time.sleep(0.5)  # A's lease expires here
+    b.run_turn(sid, "acme", second, PARAMS)
+    with pytest.raises((LeaseLost, StaleWrite)):
+        next(it)
+    turns = a.records.turns(sid, "acme")
+    assert len(turns) == 2
+    positions = [p for t in turns for p, _ in t.ledger]
+    assert len(positions) == len(set(positions)), "no slot recorded twice"
+
+
+def test_a_rejected_request_keeps_a_warm_session_warm(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    with pytest.raises(DecodeError, match="context"):
+        engine.run_turn(sid, "acme", second, DecodeParams(max_new_tokens=5000))
+    assert engine.run_turn(sid, "acme", second, PARAMS).path == "warm"
