@@ -3,7 +3,7 @@
 Engine.turn(session, tenant, input_ids, params) yields the decoder's StepEvents, then one
 TurnResult.  Per turn it takes the session's lease, then loads the state by one of:
 
-    warm       this process still holds the session (its generation matches the manifest's)
+    warm       this process still holds the session (at the turn count SQL holds)
     restore    the manifest and segments in Redis (checked: fingerprint, checksums, order)
     recompute  one causal prefill of the commit-order ledger kept in SQL
 
@@ -60,8 +60,7 @@ class TurnResult:
 class _Warm:
     cache: KVCache
     state: DecodeState
-    gen: int
-    turns: int
+    turns: int  # the session's turn count it holds (SQL's count is the truth)
 
 
 class Engine:
@@ -114,7 +113,10 @@ class Engine:
             cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer)
             costs["load_s"] = time.perf_counter() - t0
             n0 = cache.length
-            reuse = path in ("warm", "restore")
+            # keep the stored segments when they are this cache's: restored from them, or warm
+            # with a manifest that holds this very turn count and cache length
+            reuse = path == "restore" or (path == "warm" and manifest is not None and manifest.fingerprint == self.fp
+                                          and manifest.state.get("turns") == turns and manifest.slots == n0)
             base = self._base(session, tenant, manifest, reuse)
             wb = WriteBehind(self.store, base, lease) if self.write_behind else None
             written, top, cut = base.slots, -1, False  # slots handed to the writer, their highest position
@@ -125,8 +127,8 @@ class Engine:
                 try:
                     state = begin_turn(self.model, cache, state, input_ids, params)
                 except DecodeError:  # refused before anything changed: a warm session stays warm
-                    if path == "warm" and manifest is not None and state is not None:
-                        self._keep_warm(session, _Warm(cache, state, manifest.gen, turns))
+                    if path == "warm" and state is not None:
+                        self._keep_warm(session, _Warm(cache, state, turns))
                     raise
                 start = state.start
                 for ev in decode(self.model, cache, state, params):
@@ -159,11 +161,11 @@ class Engine:
             t4 = time.perf_counter()
             try:  # the turn is durable already; a failed save costs the next turn a recompute
                 behind_ok = wb is not None and wb.error is None and not cut
-                gen = self._save(latest, cache, state, params, turns + 1, lease,
-                                 written if behind_ok else base.slots, latest.behind if behind_ok else [])
-                self._keep_warm(session, _Warm(cache, state, gen, turns + 1))
+                self._save(latest, cache, state, params, turns + 1, lease,
+                           written if behind_ok else base.slots, latest.behind if behind_ok else [])
             except (SetflowError, redis.RedisError) as e:
-                events.append(f"redis save failed ({e}): the next turn recomputes from SQL")
+                events.append(f"redis save failed ({e}): the next turn here is warm, elsewhere recomputed")
+            self._keep_warm(session, _Warm(cache, state, turns + 1))
             if wb is not None and wb.error is not None:
                 events.append(f"write-behind stopped ({wb.error}): the turn was written at its end")
             costs["store_s"] = time.perf_counter() - t4
@@ -182,7 +184,7 @@ class Engine:
         events: list[str] = []
         w = self.warm.get(session)
         self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
-        if w is not None and m is not None and w.gen == m.gen and w.turns == turns:
+        if w is not None and w.turns == turns:  # SQL is the truth: no other holder has added a turn
             return w.cache, w.state, "warm", costs, events
         if turns == 0:
             return self._empty(), None, "new", costs, events
@@ -246,7 +248,7 @@ class Engine:
         return Manifest(session, tenant, self.fp, m.gen if m is not None else 0, state={"turns": -1})
 
     def _save(self, latest: Manifest, cache: KVCache, state: DecodeState, params: DecodeParams, turns: int,
-              lease: Lease, written: int, behind: list[str]) -> int:
+              lease: Lease, written: int, behind: list[str]) -> None:
         """The turn's commit in Redis: the segments of slots [0, latest.slots) as they were,
         then `behind` (slots up to `written`, written during the turn), then the rest."""
         rest = self.store.put_segments(kv.to_segments(cache, written, cache.length, self.fp, self.s.segment_bytes)) \
@@ -256,7 +258,7 @@ class Engine:
         body = {"decode": state.to_json(), "params": _params_json(params), "ledger": [cache.positions, cache.tokens],
                 "turns": turns}
         new = replace(latest, segments=latest.segments + behind + rest, slots=cache.length, state=body, behind=[])
-        return self.store.commit(new, lease).gen
+        self.store.commit(new, lease)
 
     def _keep_warm(self, session: str, w: _Warm) -> None:
         self.warm[session] = w

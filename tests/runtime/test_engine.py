@@ -185,7 +185,7 @@ def test_an_abandoned_turn_writes_nothing_and_leaves_no_warm_state(engine: Engin
     assert r2.path in ("restore", "recompute") and r2.tokens == ref[1]
 
 
-def test_a_failed_redis_save_keeps_the_turn_and_the_next_one_recomputes(
+def test_a_failed_redis_save_keeps_the_turn_warm_here_and_recomputed_elsewhere(
         loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, db_settings: Settings, db_engine: SqlEngine) -> None:
     model, tok = loaded
     ref = _reference(Engine(model, SessionStore(client, db_settings), Records(db_engine), db_settings), tok)
@@ -196,8 +196,14 @@ def test_a_failed_redis_save_keeps_the_turn_and_the_next_one_recomputes(
     r1 = engine.run_turn(sid, "acme", first, PARAMS)
     assert r1.tokens == ref[0] and "redis save failed" in r1.events[0] and "over_budget" in r1.events[0]
     assert engine.records.turn_count(sid, "acme") == 1 and engine.store.read(sid) is None
-    r2 = engine.run_turn(sid, "acme", second, PARAMS)
-    assert r2.path == "recompute" and r2.tokens == ref[1]
+    r2 = engine.run_turn(sid, "acme", second, PARAMS)  # this process still holds it
+    assert r2.path == "warm" and r2.tokens == ref[1]
+    other = Engine(model, SessionStore(client, tight), Records(db_engine), tight)  # another worker
+    sid2 = other.open("acme")
+    other.run_turn(sid2, "acme", first, PARAMS)
+    other.warm.clear()
+    r2b = other.run_turn(sid2, "acme", second, PARAMS)
+    assert r2b.path == "recompute" and r2b.tokens == ref[1]
 
 
 def test_a_turn_longer_than_the_lease_renews_it(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
