@@ -3,7 +3,9 @@
 A dashboard narrative decoded three ways (AR: one token per forward; set: the sliding window of
 the most confident tokens; prefix: the confident run from the leftmost mask) with the forward
 passes of each side by side; an agent question
-answered through tool calls; a report template filled by infill.  Every output is checked.
+answered through tool calls; a report template filled by infill; a session whose second turn a
+fresh engine restores from Redis (the embedded server and a SQLite file unless REDIS_URL /
+DATABASE_URL say otherwise).  Every output is checked.
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ import torch
 from model import shipped
 from model.corpus import agent, narrative, report
 from model.decode import DecodeParams
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.db import Records, database_url, make_engine
+from runtime.embedded import connect
+from runtime.engine import Engine
+from runtime.settings import Settings
+from runtime.store import SessionStore
 from workflows import agent as agent_loop
 from workflows.narrative import narrate
+from workflows.narrative import prompt_ids as narrate_prompt
 from workflows.report import fill
 
 PAYLOAD = narrative.Payload(
@@ -79,5 +89,39 @@ def run_demo() -> None:
     filled = tok.decode(r3.tokens, skip_special=True).split("fill: ", 1)[1]
     print(f"   {filled}\n   {sum(r3.hole)} hole tokens in {r3.nfe - 1} forward passes: "
           f"{_verdict(r3.exact)}\n")
+    print("4) A session that resumes from Redis, as on another worker (embedded Redis + SQLite by default):\n")
+    _session_demo(model, tok)
     print("More: `setflow bench quality [--quick]` (the model's accuracy and speed on held-out examples),\n"
-          "`setflow bench decode [--quick]` (the decoding policies, cached vs uncached), docs/BENCHMARKS.md.")
+          "`setflow bench decode [--quick]` (the decoding policies, cached vs uncached),\n"
+          "`setflow bench resume [--quick]` (warm vs Redis vs SQL), docs/BENCHMARKS.md.")
+
+
+def _session_demo(model: SetDLM, tok: Tokenizer) -> None:
+    """Two turns of one session: the second restored from Redis by a fresh engine; the same
+    two turns uninterrupted in another session; the tokens compared."""
+    settings = Settings()
+    client, server = connect(settings)
+    try:
+        records = Records(make_engine(settings))
+        params = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
+        first, second = narrate_prompt(tok, PAYLOAD), tok.encode("\nnarrative: ")
+        a = Engine(model, SessionStore(client, settings), records, settings)
+        sid = a.open("demo")
+        r1 = a.run_turn(sid, "demo", first, params)
+        b = Engine(model, SessionStore(client, settings), records, settings)  # another worker: nothing warm
+        r2 = b.run_turn(sid, "demo", second, params)
+        ref = a.open("demo")
+        a.run_turn(ref, "demo", first, params)
+        r2_ref = a.run_turn(ref, "demo", second, params)
+        m = b.store.read(sid)
+        where = settings.redis_url or (server.url if server else "?")
+        print(f"   Redis {where}; database {database_url(settings)}")
+        print(f"   turn 1: {r1.path}, {len(r1.tokens)} tokens; turn 2 on a fresh engine: {r2.path} "
+              f"({m.nbytes if m else 0} bytes of K/V in {len(m.segments) if m else 0} segments), "
+              f"{len(r2.tokens)} tokens in {r2.costs['load_s'] * 1000:.0f} ms load + "
+              f"{r2.costs['decode_s'] * 1000:.0f} ms decode")
+        print(f"   turn 2 matches an uninterrupted session token for token: {_verdict(r2.tokens == r2_ref.tokens)}\n")
+        records.engine.dispose()
+    finally:
+        if server is not None:
+            server.stop()
