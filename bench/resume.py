@@ -92,6 +92,14 @@ def restore_bytes_per_s(engine: Engine, sid: str) -> tuple[float, int]:
     return m.nbytes / dt, m.nbytes
 
 
+def _drop(engine: Engine) -> None:
+    """Delete the engine's Redis keys (its own prefix) and close its database."""
+    keys = list(engine.store.r.scan_iter(f"{engine.s.key_prefix}:*", count=1000))
+    if keys:
+        engine.store.r.delete(*keys)
+    engine.records.engine.dispose()
+
+
 def measure(preset: str, history: int, repeats: int, settings: Settings, client: Any) -> dict[str, Any]:
     torch.manual_seed(0)
     model = SetDLM(PRESETS[preset]).eval()
@@ -136,10 +144,7 @@ def measure(preset: str, history: int, repeats: int, settings: Settings, client:
                 "restore_mb_s": round(statistics.median(rest) / 1e6, 1),
                 "restore_fraction_of_raw": round(statistics.median(rest) / statistics.median(raw), 3)}
     finally:
-        keys = list(client.scan_iter(f"{s.key_prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-        engine.records.engine.dispose()
+        _drop(engine)
 
 
 def commit_overhead(settings: Settings, client: Any, repeats: int) -> dict[str, float]:
@@ -166,10 +171,7 @@ def commit_overhead(settings: Settings, client: Any, repeats: int) -> dict[str, 
                     runs[name][k].append(r.costs[f"{k}_s"])
     finally:
         for engine in engines.values():
-            keys = list(client.scan_iter(f"{engine.s.key_prefix}:*", count=1000))
-            if keys:
-                client.delete(*keys)
-            engine.records.engine.dispose()
+            _drop(engine)
     med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in runs.items()}
     steps = COMMIT_TURN.max_new_tokens
     return {"decode_ms_per_step_without_writes": round(med["end"]["decode"] / steps * 1000, 3),

@@ -13,7 +13,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.errors import BadInput, NotFound, StaleWrite
 from runtime.records import SessionRecord, TurnRecord
@@ -79,10 +79,7 @@ class Records:
     def get_session(self, session_id: str, tenant: str) -> SessionRecord:
         """NotFound for an unknown session and for another tenant's (no existence leak)."""
         with self._sessions() as db:
-            rec = db.get(SessionRecord, session_id)
-        if rec is None or rec.tenant != tenant:
-            raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
-        return rec
+            return _owned(db, session_id, tenant)
 
     def append_turn(self, session_id: str, tenant: str, role: str, text: str, token_ids: list[int],
                     ledger: list[tuple[int, int]], meta: dict[str, object] | None = None,
@@ -92,35 +89,44 @@ class Records:
         turn at the same place.  None: the next free one."""
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
-        self.get_session(session_id, tenant)
         try:
             with self._sessions.begin() as db:
-                n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
-                n = int(n or 0)
+                owner = _owned(db, session_id, tenant)
+                n = _count(db, session_id)
                 if index is not None and index != n:
                     raise StaleWrite(f"session {session_id}: turn {index} expected, the database holds {n} turns")
                 rec = TurnRecord(session_id=session_id, index=n, role=role, text=text, token_ids=list(token_ids),
                                  ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}))
                 db.add(rec)
-                owner = db.get(SessionRecord, session_id)
-                if owner is not None:
-                    owner.updated_at = datetime.now(UTC)
+                owner.updated_at = datetime.now(UTC)
         except IntegrityError as e:  # two writers at the same index at the same time
             raise StaleWrite(f"session {session_id}: turn {index} was written by another holder") from e
         return rec
 
     def turn_count(self, session_id: str, tenant: str) -> int:
-        self.get_session(session_id, tenant)
         with self._sessions() as db:
-            n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
-        return int(n or 0)
+            _owned(db, session_id, tenant)
+            return _count(db, session_id)
 
     def turns(self, session_id: str, tenant: str) -> list[TurnRecord]:
-        self.get_session(session_id, tenant)
         with self._sessions() as db:
+            _owned(db, session_id, tenant)
             return list(db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id)
                                    .order_by(TurnRecord.index)))
 
     def ledger(self, session_id: str, tenant: str) -> list[tuple[int, int]]:
         """The session's whole commit-order ledger: what a recompute prefills, in order."""
         return [(p, t) for turn in self.turns(session_id, tenant) for p, t in turn.ledger]
+
+
+def _owned(db: Session, session_id: str, tenant: str) -> SessionRecord:
+    """The session, checked inside the caller's transaction (one round trip, not a second one)."""
+    rec = db.get(SessionRecord, session_id)
+    if rec is None or rec.tenant != tenant:
+        raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
+    return rec
+
+
+def _count(db: Session, session_id: str) -> int:
+    n = db.scalar(select(func.count()).select_from(TurnRecord).where(TurnRecord.session_id == session_id))
+    return int(n or 0)

@@ -260,11 +260,12 @@ class SessionStore:
             if body is not None:
                 named = json.loads(body)
                 live.update(named["segments"], named.get("behind", []))
+        tenant_hashes = [_text(h) for h in self.r.scan_iter(self.k.tenant_bytes("*"), count=1000)]
         for raw in self.r.zrange(self.k.used, 0, -1):  # sessions whose manifest expired
             sid = _text(raw)
             if not self.r.exists(self.k.manifest(sid)):
-                for hkey in self.r.scan_iter(self.k.tenant_bytes("*"), count=1000):
-                    self._gc_forget(keys=[self.k.manifest(sid), self.k.used, _text(hkey)], args=[sid])
+                for hkey in tenant_hashes:
+                    self._gc_forget(keys=[self.k.manifest(sid), self.k.used, hkey], args=[sid])
         ttl_ms = self.s.session_ttl_s * 1000
         dead = 0
         for key in self.r.scan_iter(self.k.segment_pattern, count=1000):
