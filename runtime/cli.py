@@ -1,4 +1,5 @@
-"""The `setflow` console script: `demo`, `bench decode|quality [args...]`, `train --preset P --out DIR`.
+"""The `setflow` console script: `demo`, `worker`, `bench decode|quality|resume|load [args...]`,
+`train --preset P --out DIR`.
 
 Imports torch and the model only inside the subcommands, so `setflow --help` stays instant.
 """
@@ -95,13 +96,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.launch import launch  # imports Celery (and torch only to count GPUs)
+
+    return launch(args.name, args.processes, args.loglevel)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="setflow", description="A runtime for a set-diffusion language model.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="the shipped model at work: a narrative (AR vs set decoding), an agent, a template")
     demo.set_defaults(func=cmd_demo)
-    bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality|resume [--quick] ...")
-    bench.add_argument("name", choices=["decode", "quality", "resume"])
+    wk = sub.add_parser("worker", help="start Celery worker processes (one engine each) on this machine")
+    wk.add_argument("--name", default=None, help="worker name, its own queue's name (default: host-pid); with "
+                    "several processes, NAME-0, NAME-1, ...")
+    wk.add_argument("--processes", type=int, default=None,
+                    help="worker processes (default: one per GPU, else one per torch_threads cores)")
+    wk.add_argument("--loglevel", default="warning", help="Celery log level (default: warning)")
+    wk.set_defaults(func=cmd_worker)
+    bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality|resume|load [--quick] ...")
+    bench.add_argument("name", choices=["decode", "quality", "resume", "load"])
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed on to bench/<name>.py")
     bench.set_defaults(func=cmd_bench)
     tr = sub.add_parser("train", help="train a preset: toy (arithmetic progressions) or small (the shipped "

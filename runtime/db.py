@@ -39,6 +39,10 @@ def make_engine(settings: Settings, migrate: bool = True) -> Engine:
         @event.listens_for(engine, "connect")
         def _fk_on(conn, _record):  # type: ignore[no-untyped-def]  # SQLite enforces FKs only when asked
             conn.execute("PRAGMA foreign_keys=ON")
+            # several worker processes write one file: readers do not block the writer (WAL), and
+            # a writer waits for another's lock instead of failing at once
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=10000")
     if migrate:
         upgrade(engine)
     return engine
@@ -83,10 +87,13 @@ class Records:
 
     def append_turn(self, session_id: str, tenant: str, role: str, text: str, token_ids: list[int],
                     ledger: list[tuple[int, int]], meta: dict[str, object] | None = None,
-                    index: int | None = None) -> TurnRecord:
+                    index: int | None = None, job: tuple[str, int] | None = None,
+                    fingerprint: str | None = None) -> TurnRecord:
         """The turn becomes durable when this returns.  index: the turn's place, as the writer
         read it (under the session's lease); a row already there is a StaleWrite, not a second
-        turn at the same place.  None: the next free one."""
+        turn at the same place.  None: the next free one.  job: (job id, step) that writes it; a
+        second turn for the same pair is a StaleWrite.  fingerprint: binds a session opened
+        without a model (by the API) to the writer's model."""
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
         try:
@@ -96,12 +103,21 @@ class Records:
                 if index is not None and index != n:
                     raise StaleWrite(f"session {session_id}: turn {index} expected, the database holds {n} turns")
                 rec = TurnRecord(session_id=session_id, index=n, role=role, text=text, token_ids=list(token_ids),
-                                 ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}))
+                                 ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}),
+                                 job_id=job[0] if job else None, job_step=job[1] if job else None)
                 db.add(rec)
                 owner.updated_at = datetime.now(UTC)
-        except IntegrityError as e:  # two writers at the same index at the same time
-            raise StaleWrite(f"session {session_id}: turn {index} was written by another holder") from e
+                if fingerprint and not owner.model_fingerprint:
+                    owner.model_fingerprint = fingerprint
+        except IntegrityError as e:  # two writers at the same index, or the same job step, at once
+            raise StaleWrite(f"session {session_id}: turn {index} (job step {job}) was written by another holder") from e
         return rec
+
+    def turn_by_job(self, session_id: str, tenant: str, job_id: str, step: int) -> TurnRecord | None:
+        """The turn that step `step` of job `job_id` wrote, if it did."""
+        with self._sessions() as db:
+            _owned(db, session_id, tenant)
+            return db.scalar(select(TurnRecord).where(TurnRecord.job_id == job_id, TurnRecord.job_step == step))
 
     def turn_count(self, session_id: str, tenant: str) -> int:
         with self._sessions() as db:

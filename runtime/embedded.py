@@ -95,6 +95,15 @@ class EmbeddedRedis:
         self.proc = None
         self.socket.unlink(missing_ok=True)
 
+    def kill(self) -> None:
+        """kill -9 of a server this object started: a crash, every key lost (no dump is kept)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
+            self.proc = None
+
     def __enter__(self) -> EmbeddedRedis:
         self.start()
         return self
@@ -111,3 +120,9 @@ def connect(settings: Settings) -> tuple[redis.Redis, EmbeddedRedis | None]:
         return redis.Redis.from_url(settings.redis_url), None
     server = EmbeddedRedis(settings.data_dir / "redis")
     return redis.Redis.from_url(server.start()), server
+
+
+def client(settings: Settings) -> redis.Redis:
+    """A client for settings.redis_url, else for the embedded server under data_dir, which
+    someone else (`setflow worker`, the demo) started."""
+    return redis.Redis.from_url(settings.redis_url or EmbeddedRedis(settings.data_dir / "redis").url)

@@ -50,7 +50,7 @@ PATHS = ("auto", "restore", "recompute")
 class TurnResult:
     session: str
     tokens: list[int]  # the tokens this turn generated (input excluded)
-    path: str  # "new", "warm", "restore" or "recompute"
+    path: str  # "new", "warm", "restore" or "recompute"; "done": a job step's turn written before
     costs: dict[str, float] = field(default_factory=dict)  # seconds per part, and the estimates
     events: list[str] = field(default_factory=list)  # e.g. a failed restore and why
     nfe: int = 0
@@ -85,28 +85,37 @@ class Engine:
         return self.records.create_session(tenant, self.fp, session_id).id
 
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-                 prefer: str = "auto", text: str = "") -> TurnResult:
-        with closing(self.turn(session, tenant, input_ids, params, prefer, text)) as events:
+                 prefer: str = "auto", text: str = "", job: tuple[str, int] | None = None) -> TurnResult:
+        with closing(self.turn(session, tenant, input_ids, params, prefer, text, job)) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     return ev
         raise AssertionError("turn() ends with its TurnResult")
 
     def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-             prefer: str = "auto", text: str = "") -> Generator[StepEvent | TurnResult, None, None]:
+             prefer: str = "auto", text: str = "", job: tuple[str, int] | None = None
+             ) -> Generator[StepEvent | TurnResult, None, None]:
         """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
         the session is not warm (tests and benchmarks); a failed restore still recomputes.
         text: the turn's text as the workflow rendered it (kept in its SQL row; the engine
-        itself works on token ids)."""
+        itself works on token ids).  job: (job id, step) when a job runs this turn: if that
+        step's turn is in SQL already (a redelivered task), it is returned as it was written
+        (path "done") and nothing is decoded or written."""
         if prefer not in PATHS:
             raise BadInput(f"prefer must be one of {PATHS}, got {prefer!r}")
         rec = self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
-        if rec.model_fingerprint != self.fp:
+        if rec.model_fingerprint not in ("", self.fp):  # "": opened by the API, bound by its first turn
             raise BadInput(f"session {session} belongs to model {rec.model_fingerprint}, this engine runs {self.fp}")
         if not input_ids or len(input_ids) > self.s.max_input_tokens:
             raise BadInput(f"input must be 1..{self.s.max_input_tokens} tokens, got {len(input_ids)}")
         lease = self.store.acquire(session)
         try:
+            # checked under the lease: a holder that wrote this step has released it by now
+            done = self.records.turn_by_job(session, tenant, *job) if job is not None else None
+            if done is not None:
+                yield TurnResult(session, list(done.token_ids[len(input_ids):]), "done",
+                                 events=[f"turn {done.index} was written by this job step already"])
+                return
             t0 = time.perf_counter()
             turns = self.records.turn_count(session, tenant)
             manifest = self.store.read(session)
@@ -156,7 +165,7 @@ class Engine:
             # appended after another turn that did not see it
             self.records.append_turn(session, tenant, "assistant", text, list(input_ids) + generated, ledger,
                                      meta={"path": path, "params": _params_json(params), "rng": state.rng},
-                                     index=turns)
+                                     index=turns, job=job, fingerprint=self.fp)
             costs["sql_s"] = time.perf_counter() - t2
             t4 = time.perf_counter()
             try:  # the turn is durable already; a failed save costs the next turn a recompute

@@ -8,7 +8,10 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── StaleWrite          code "stale_write"    a manifest CAS lost: another writer moved on
     ├── LeaseLost           code "lease_lost"     the lease expired or was taken over
     ├── OverBudget          code "over_budget"    a session or tenant byte budget would be exceeded
-    └── CorruptState        code "corrupt_state"  a segment or manifest failed its checks
+    ├── CorruptState        code "corrupt_state"  a segment or manifest failed its checks
+    ├── RateLimited         code "rate_limited"   a tenant submits faster than its rate (retry_after_s)
+    ├── Cancelled           code "cancelled"      a job was cancelled while it ran
+    └── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
 """
 
 from __future__ import annotations
@@ -48,3 +51,19 @@ class OverBudget(SetflowError):
 
 class CorruptState(SetflowError):
     code = "corrupt_state"
+
+
+class RateLimited(SetflowError):
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Cancelled(SetflowError):
+    code = "cancelled"
+
+
+class ClaimLost(SetflowError):
+    code = "claim_lost"

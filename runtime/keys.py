@@ -5,6 +5,14 @@
     {p}:lease:{session} string the lease holder's token, with a PX expiry
     {p}:used            zset   session -> last use (ms): the LRU order for eviction
     {p}:bytes:{tenant}  hash   session -> KV bytes held in Redis (tenant budget accounting)
+    {p}:aff:{session}   string the session's last worker (affinity), with a TTL
+    {p}:alive:{worker}  string present while the worker is alive (heartbeat with a TTL)
+    {p}:ev:{job}        stream the job's step events, progress and status changes
+    {p}:cancel:{job}    string present when the job is to stop (checked every step)
+    {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
+    {p}:reaper          string the reaper's lock (one reaper at a time across workers)
+    {p}:dead            stream task messages that named no job (malformed payload, unknown id)
+    {p}:celery:*        the Celery broker's own keys (queues, unacked), under kombu's global prefix
 """
 
 from __future__ import annotations
@@ -35,3 +43,30 @@ class Keys:
     @property
     def segment_pattern(self) -> str:
         return f"{self.prefix}:seg:*"
+
+    def affinity(self, session: str) -> str:
+        return f"{self.prefix}:aff:{session}"
+
+    def alive(self, worker: str) -> str:
+        return f"{self.prefix}:alive:{worker}"
+
+    def events(self, job: str) -> str:
+        return f"{self.prefix}:ev:{job}"
+
+    def cancel(self, job: str) -> str:
+        return f"{self.prefix}:cancel:{job}"
+
+    def bucket(self, tenant: str) -> str:
+        return f"{self.prefix}:rl:{tenant}"
+
+    @property
+    def reaper(self) -> str:
+        return f"{self.prefix}:reaper"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+    @property
+    def broker(self) -> str:
+        return f"{self.prefix}:celery:"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 2**20
@@ -29,6 +29,27 @@ class Settings(BaseSettings):
     tenant_budget_bytes: int = 2048 * MiB  #: KV bytes one tenant's sessions may hold in Redis
     max_input_tokens: int = 4096  #: one turn's input, in tokens
 
+    # ---- workers and jobs (workers/, runtime/jobs.py) ---------------------------------------
+    #: the Celery broker; None = the KV Redis (production may give a separate noeviction database)
+    broker_url: str | None = Field(default=None, validation_alias="BROKER_URL")
+    worker_name: str | None = None  #: this worker's name (its own queue); `setflow worker` sets it
+    torch_threads: int = 1  #: torch threads per worker process (several processes share the cores)
+    device: str = "auto"  #: "auto" (CUDA with bf16 when present, else CPU), "cpu" or "cuda"
+    job_lease_s: float = 60.0  #: a running job's SQL lease; renewed every third of it while it runs
+    job_max_attempts: int = 3  #: deliveries of one job (worker lost, time limit) before it fails
+    job_retry_s: float = 60.0  #: transient errors (Redis, database, a busy session) are retried this long
+    job_requeue_after_s: float = 300.0  #: a queued job not started after this is sent again
+    task_soft_time_limit_s: int = 600  #: a job past this fails with "time_limit"
+    task_time_limit_s: int = 660  #: the worker process is killed past this (the job is redelivered)
+    visibility_timeout_s: int = 3600  #: an unacked message goes back to its queue after this
+    worker_heartbeat_s: float = 2.0  #: a worker says it is alive this often (dead after 3 misses)
+    reaper_interval_s: float = 5.0  #: how often a worker looks for jobs whose lease expired
+    affinity_ttl_s: int = 3600  #: a session's last worker is remembered this long
+    events_maxlen: int = 10_000  #: step events kept per job (the stream is trimmed beyond)
+    events_ttl_s: int = 24 * 3600  #: a job's event stream expires this long after its last event
+    tenant_rate_per_s: float = 50.0  #: submissions per second per tenant (token bucket refill)
+    tenant_burst: int = 100  #: submissions a tenant may make at once (bucket size)
+
     @field_validator("segment_bytes")
     @classmethod
     def _segment_fits(cls, v: int) -> int:
@@ -37,9 +58,28 @@ class Settings(BaseSettings):
         return v
 
     @field_validator("session_ttl_s", "lease_ms", "lease_wait_ms", "session_budget_bytes",
-                     "tenant_budget_bytes", "max_input_tokens")
+                     "tenant_budget_bytes", "max_input_tokens", "torch_threads", "job_lease_s", "job_max_attempts",
+                     "job_retry_s", "job_requeue_after_s", "task_soft_time_limit_s", "task_time_limit_s",
+                     "visibility_timeout_s", "worker_heartbeat_s", "reaper_interval_s", "affinity_ttl_s",
+                     "events_maxlen", "events_ttl_s", "tenant_rate_per_s", "tenant_burst")
     @classmethod
-    def _positive(cls, v: int) -> int:
+    def _positive(cls, v: float) -> float:
         if v <= 0:
             raise ValueError(f"must be > 0, got {v}")
         return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _limits(self) -> Settings:
+        # a message must not come back to a queue while its task may still run: the broker's
+        # visibility timeout outlasts the hard time limit, which outlasts the soft one
+        if not self.task_soft_time_limit_s < self.task_time_limit_s < self.visibility_timeout_s:
+            raise ValueError("need task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s, got "
+                             f"{self.task_soft_time_limit_s}, {self.task_time_limit_s}, {self.visibility_timeout_s}")
+        return self

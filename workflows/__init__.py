@@ -1,1 +1,16 @@
-"""Product logic as plain functions: agent, report, narrative (arrives with the workflows issue)."""
+"""Product logic as plain functions, no Celery: each job kind's workflow takes a JobContext and
+the job's spec and returns the job's result (JSON).  Agent, report and narrative loops live next
+to these (agent.py, report.py, narrative.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runtime.job_context import JobContext
+from workflows import turn
+
+Workflow = Callable[[JobContext, dict[str, Any]], dict[str, Any]]
+
+#: job kind -> workflow (runtime/schemas.SPECS holds each kind's spec model)
+WORKFLOWS: dict[str, Workflow] = {"turn": turn.run}

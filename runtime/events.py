@@ -1,0 +1,85 @@
+"""A job's events in Redis: one stream per job, and its cancellation flag.
+
+Every entry has one field, `data`, a JSON object with a `type`:
+
+    {"type": "status", "status": "queued" | "running" | "succeeded" | ..., ...}
+    {"type": "step", "step": 3, "positions": [..], "tokens": [..], "cut": null, "nfe": 4}
+    {"type": "progress", ...}               what a workflow reports (tokens, sections done)
+    {"type": "cancel_requested"}
+
+The stream is trimmed to Settings.events_maxlen entries and expires events_ttl_s after its last
+event.  A worker's per-step write and its cancellation check are one pipelined round trip.
+Task messages that name no job go to a dead-letter stream, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from runtime.keys import Keys
+from runtime.settings import Settings
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+class JobEvents:
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.r = client
+        self.s = settings
+        self.k = Keys(settings.key_prefix)
+
+    def publish(self, job: str, data: dict[str, Any]) -> None:
+        key = self.k.events(job)
+        with self.r.pipeline(transaction=False) as p:
+            p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
+            p.expire(key, self.s.events_ttl_s)
+            p.execute()
+
+    def step(self, job: str, data: dict[str, Any]) -> bool:
+        """Publish a step event; returns whether the job is to stop (one round trip).  The
+        stream's TTL is set by the status events around it."""
+        with self.r.pipeline(transaction=False) as p:
+            p.xadd(self.k.events(job), {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
+            p.exists(self.k.cancel(job))
+            return bool(p.execute()[1])
+
+    def request_cancel(self, job: str) -> None:
+        self.r.set(self.k.cancel(job), 1, ex=self.s.events_ttl_s)
+        self.publish(job, {"type": "cancel_requested"})
+
+    def cancelled(self, job: str) -> bool:
+        return bool(self.r.exists(self.k.cancel(job)))
+
+    def read(self, job: str, after: str = "0", block_ms: int | None = None, count: int = 1000
+             ) -> list[tuple[str, dict[str, Any]]]:
+        """Events after stream id `after` (oldest first), waiting up to block_ms for one."""
+        got: Any = self.r.xread({self.k.events(job): after}, count=count, block=block_ms)
+        out = []
+        for _key, entries in got or []:
+            for eid, fields in entries:
+                out.append((_text(eid), json.loads(fields[b"data"] if b"data" in fields else fields["data"])))
+        return out
+
+    def wait(self, job: str, timeout_s: float) -> str | None:
+        """Block until the job's final status event; returns that status, or None at timeout."""
+        after, deadline = "0", time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            # short blocks: a client's socket timeout must not end the wait
+            for eid, ev in self.read(job, after, block_ms=max(1, int(min(left, 1.0) * 1000))):
+                after = eid
+                if ev.get("type") == "status" and ev.get("status") in FINAL:
+                    return str(ev["status"])
+        return None
+
+    def dead_letter(self, task_id: str, payload: Any, code: str, message: str) -> None:
+        self.r.xadd(self.k.dead, {"data": json.dumps({"task_id": task_id, "payload": repr(payload)[:500],
+                                                      "code": code, "message": message, "at": time.time()})},
+                    maxlen=self.s.events_maxlen, approximate=True)
+
+
+def _text(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)

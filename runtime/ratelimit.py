@@ -1,0 +1,52 @@
+"""Per-tenant submission rate limit: a token bucket in Redis, so that every API process shares it.
+
+The bucket holds up to `tenant_burst` tokens and refills at `tenant_rate_per_s`; a submission
+takes one token or is refused with RateLimited and the seconds after which one will be there.
+The check is one Lua script (atomic across processes) timed by the Redis server's clock.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from runtime.errors import RateLimited
+from runtime.keys import Keys
+from runtime.settings import Settings
+
+# KEYS[1] bucket hash {tokens, ts_ms}; ARGV: rate per s, burst, cost.
+# Returns {1, 0} when taken, {0, ms until `cost` tokens are there} when refused.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(b[1]) or burst
+local ts = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
+local ok = 0
+local wait = 0
+if tokens >= cost then
+  tokens = tokens - cost
+  ok = 1
+else
+  wait = math.ceil((cost - tokens) * 1000 / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
+return {ok, wait}
+"""
+
+
+class RateLimiter:
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.s = settings
+        self.k = Keys(settings.key_prefix)
+        self._take = client.register_script(_TAKE)
+
+    def take(self, tenant: str, cost: int = 1) -> None:
+        """Take `cost` tokens of the tenant's bucket, or raise RateLimited (nothing taken)."""
+        ok, wait_ms = self._take(keys=[self.k.bucket(tenant)], args=[self.s.tenant_rate_per_s, self.s.tenant_burst, cost])
+        if not int(ok):
+            retry = int(wait_ms) / 1000
+            raise RateLimited(f"tenant {tenant!r} is over its rate of {self.s.tenant_rate_per_s:g} jobs/s "
+                              f"(burst {self.s.tenant_burst}); retry after {retry:.3f} s", retry_after_s=retry)

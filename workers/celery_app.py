@@ -1,0 +1,70 @@
+"""The Celery app, from Settings: JSON only, late acks, one message per process at a time.
+
+- Serialisation: JSON for tasks, results and events; pickle is refused (accept_content).
+- A message is acknowledged after its task returns (task_acks_late), and goes back to its queue
+  when the worker process running it dies (task_reject_on_worker_lost); a process takes one
+  message at a time (worker_prefetch_multiplier=1), so nothing waits behind a long turn.
+- The broker's visibility timeout outlasts the hard time limit (Settings checks it), so a message
+  whose task may still run is never handed to a second worker by the broker; a whole worker lost
+  (kill -9) is noticed sooner, by the job's SQL lease and the reaper (workers/watch.py).
+- Priorities are queues: a worker serves its own queue (warm sessions), then interactive, then
+  batch, in that fixed order (kombu's "priority" queue order for Redis).
+- No result backend: outcomes live in SQL (jobs), progress in a Redis stream per job.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from runtime.keys import Keys
+from runtime.dispatch import Send
+from runtime.routing import shared_queue
+from runtime.settings import Settings
+
+TASK = "setflow.run_job"
+
+
+def broker_url(settings: Settings) -> str:
+    """BROKER_URL, else the KV Redis, else the embedded server's socket under data_dir."""
+    url = settings.broker_url or settings.redis_url
+    if url is None:
+        url = f"unix://{(settings.data_dir / 'redis' / 'redis.sock').resolve()}"
+    if url.startswith("unix://"):  # kombu's spelling of a Redis unix socket
+        url = "redis+socket://" + url.removeprefix("unix://")
+    return url
+
+
+def make_app(settings: Settings) -> Celery:
+    app = Celery("setflow", broker=broker_url(settings), include=["workers.tasks"])
+    app.conf.update(
+        task_serializer="json", result_serializer="json", event_serializer="json",
+        accept_content=["json"], result_accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        task_default_queue=shared_queue(settings, "interactive"),
+        task_create_missing_queues=True,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "global_keyprefix": Keys(settings.key_prefix).broker,  # the broker's keys under our prefix
+            "queue_order_strategy": "priority",
+        },
+        broker_connection_retry_on_startup=True,
+        worker_cancel_long_running_tasks_on_connection_loss=False,  # a turn survives a broker blip
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+app = make_app(Settings())
+
+
+def sender(celery: Celery) -> Send:
+    """runtime/dispatch.Send over Celery: the task by name, the job id its only argument."""
+    def send(job_id: str, queue: str) -> None:
+        celery.send_task(TASK, args=[job_id], queue=queue)
+    return send

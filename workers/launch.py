@@ -1,0 +1,77 @@
+"""`setflow worker`: start worker processes with defaults for this machine.
+
+Each worker process is one Celery worker with one pool process (one engine, one warm LRU, one
+own queue), so session affinity points at exactly the process that holds a session warm.
+Default count: one per GPU (each sees only its GPU), else one per `torch_threads` CPU cores.
+With no REDIS_URL the embedded Redis is started (or joined) first and stopped at the end if this
+process started it; the database schema is migrated once, before any worker starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from runtime.cli import CliError
+from runtime.db import make_engine
+from runtime.embedded import EmbeddedRedis
+from runtime.settings import Settings
+
+
+def default_processes(settings: Settings) -> tuple[int, int]:
+    """(processes, GPUs)."""
+    import torch  # only here: counting GPUs
+
+    gpus = torch.cuda.device_count() if settings.device != "cpu" else 0
+    return (gpus or max(1, (os.cpu_count() or 1) // settings.torch_threads)), gpus
+
+
+def launch(name: str | None, processes: int | None, loglevel: str) -> int:
+    s = Settings()
+    name = name or s.worker_name or f"{socket.gethostname()}-{os.getpid()}"
+    if processes is not None and processes < 1:
+        raise CliError("--processes must be >= 1")
+    server = None
+    if not s.redis_url and not s.broker_url:
+        server = EmbeddedRedis(s.data_dir / "redis")
+        server.start()
+    make_engine(s).dispose()  # migrate once, before several processes open the database
+    try:
+        if processes == 1:
+            return _one(s, name, loglevel)
+        n, gpus = default_processes(s) if processes is None else (processes, 0)
+        return _many(name, n, gpus, loglevel)
+    finally:
+        if server is not None and server.owned:
+            server.stop()
+
+
+def _one(s: Settings, name: str, loglevel: str) -> int:
+    os.environ["SETFLOW_WORKER_NAME"] = name  # read by Settings in the pool process and the watcher
+    from runtime.routing import consumed_by
+    from workers.celery_app import app
+
+    app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(consumed_by(s, name)), "-c", "1",
+                     "-P", "prefork", "--loglevel", loglevel, "--without-gossip", "--without-mingle",
+                     "--without-heartbeat"])
+    return 0
+
+
+def _many(name: str, n: int, gpus: int, loglevel: str) -> int:
+    procs = []
+    for i in range(n):
+        env = dict(os.environ)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
+        procs.append(subprocess.Popen([sys.executable, "-m", "runtime.cli", "worker", "--processes", "1",
+                                       "--name", f"{name}-{i}", "--loglevel", loglevel], env=env))
+    print(f"setflow: {n} worker processes ({name}-0 .. {name}-{n - 1}); Ctrl-C stops them", flush=True)
+    try:
+        return max(p.wait() for p in procs)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        return max(p.wait() for p in procs)

@@ -1,0 +1,60 @@
+"""One worker process's runtime, built lazily on its first job and kept for the process's life:
+the model on its device (CUDA with bf16 when present, else CPU with capped torch threads), the
+engine with its warm sessions, and clients of Redis and the database.  Celery's prefork pool
+forks before the first job, so nothing here (torch above all) is loaded in the parent."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+
+from model import shipped
+from model.tokenizer import Tokenizer
+from runtime.db import Records, make_engine
+from runtime.dispatch import Dispatcher
+from runtime.embedded import client as redis_client
+from runtime.engine import Engine
+from runtime.jobs import Jobs
+from runtime.settings import Settings
+from runtime.store import SessionStore
+from workers.celery_app import app, sender
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    worker: str
+    engine: Engine
+    tokenizer: Tokenizer
+    jobs: Jobs
+    dispatcher: Dispatcher
+
+
+_runtime: Runtime | None = None
+
+
+def worker_name(settings: Settings) -> str:
+    return settings.worker_name or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def device(settings: Settings) -> tuple[str, torch.dtype]:
+    cuda = torch.cuda.is_available() if settings.device == "auto" else settings.device == "cuda"
+    return ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        s = Settings()
+        torch.set_num_threads(s.torch_threads)  # several processes share the cores: 4x slower without
+        dev, dtype = device(s)
+        model, tok = shipped.load(device=dev, dtype=dtype)
+        client = redis_client(s)
+        sql = make_engine(s)
+        jobs = Jobs(sql, s)
+        engine = Engine(model, SessionStore(client, s), Records(sql), s)
+        _runtime = Runtime(s, worker_name(s), engine, tok, jobs, Dispatcher(client, jobs, sender(app)))
+    return _runtime

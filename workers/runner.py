@@ -1,0 +1,122 @@
+"""Running one job, start to end: claim it, run its workflow, record the outcome, send the next
+job of its session.  Called by the Celery task (workers/tasks.py), and nothing else here knows
+Celery.
+
+Outcomes of a delivery:
+  - not claimed (finished already, running under another live lease, waiting for an earlier job
+    of its session): a no-op; a redelivered or duplicated task lands here
+  - the workflow returns: succeeded, with its result
+  - a transient error (Redis or the database unreachable, the session busy or its lease lost):
+    retried in this process with exponential backoff (0.25 s doubling to 5 s) for up to
+    job_retry_s, each time from the job's last committed step, then failed with "unavailable"
+  - bad input, an unknown session, a decode error, any other error: failed at once, no retry
+  - cancelled: the turn in flight is abandoned (the session stays at its last committed turn)
+  - the soft time limit: failed with "time_limit"
+  - its claim lost (the reaper requeued it): this holder stops and writes nothing more
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import Any
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.exc import OperationalError
+
+from model.decode import DecodeError
+from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, SetflowError, StaleWrite
+from runtime.job_context import JobContext
+from runtime.jobs import JOB_ID
+from workers.process import Runtime
+from workflows import WORKFLOWS
+
+log = logging.getLogger("setflow.worker")
+
+#: worth another try from the last committed step: the state they leave is consistent
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OperationalError, Busy, LeaseLost, StaleWrite)
+
+
+def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The job id a task message names; ValueError with the reason when it names none."""
+    if kwargs or len(args) != 1:
+        raise ValueError(f"a task takes one job id, got args={list(args)!r} kwargs={kwargs!r}")
+    job_id = args[0]
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise ValueError(f"not a job id: {job_id!r}")
+    return job_id
+
+
+def run(rt: Runtime, job_id: str) -> str:
+    """Run the job if this delivery may; returns what happened (for logs and tests)."""
+    claim = rt.jobs.claim(job_id, rt.worker)  # NotFound for an unknown id
+    events = rt.dispatcher.events
+    if claim.owner is None:
+        if claim.reason == "gave up":
+            events.publish(job_id, {"type": "status", "status": "failed", "error": claim.job.error})
+            rt.dispatcher.dispatch_next(claim.job.session_id)
+        return claim.reason
+    job, owner = claim.job, claim.owner
+    affinity = rt.dispatcher.routing.last_worker(job.session_id) if job.session_id else None
+    events.publish(job_id, {"type": "status", "status": "running", "worker": rt.worker, "attempt": job.attempts})
+    status, result, error = _attempts(rt, job_id, owner)
+    if status is None:  # the claim was lost: the job is someone else's now
+        return "claim lost"
+    if result is not None:
+        result["affinity"] = "none" if affinity is None else ("hit" if affinity == rt.worker else "miss")
+    try:
+        rt.jobs.finish(job_id, owner, status, result=result, error=error)
+    except ClaimLost:
+        return "claim lost"
+    events.publish(job_id, {"type": "status", "status": status, "error": error})
+    rt.dispatcher.dispatch_next(job.session_id)
+    return status
+
+
+def _attempts(rt: Runtime, job_id: str, owner: str
+              ) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
+    deadline = time.monotonic() + rt.settings.job_retry_s
+    delay = 0.25
+    while True:
+        job = rt.jobs.get(job_id)  # its step counter: where this attempt resumes
+        ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
+                         rt.dispatcher.routing)
+        try:
+            workflow = WORKFLOWS.get(job.kind)
+            if workflow is None:
+                return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
+            return "succeeded", workflow(ctx, dict(job.spec)), None
+        except ClaimLost:
+            return None, None, None
+        except Cancelled as e:
+            return "cancelled", None, _err(e.code, e.message)
+        except SoftTimeLimitExceeded:
+            return "failed", None, _err("time_limit", f"the job ran past {rt.settings.task_soft_time_limit_s} s")
+        except TRANSIENT as e:
+            if time.monotonic() + delay > deadline:
+                return "failed", None, _err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
+                                                           f"transient errors; last: {e!r}")
+            log.warning("job %s: transient %r; retrying in %.2f s", job_id, e, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            try:
+                ctx.heartbeat()
+            except ClaimLost:
+                return None, None, None
+            except Cancelled as c:
+                return "cancelled", None, _err(c.code, c.message)
+            except TRANSIENT:
+                pass  # the database is away too: the lease holds a while longer
+        except SetflowError as e:
+            return "failed", None, _err(e.code, e.message)
+        except DecodeError as e:
+            return "failed", None, _err("bad_input", str(e))
+        except Exception as e:  # noqa: BLE001 - a bug must fail the job, not loop it
+            log.error("job %s failed:\n%s", job_id, traceback.format_exc())
+            return "failed", None, _err("internal", f"{type(e).__name__}: {e}")
+
+
+def _err(code: str, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message}
