@@ -22,6 +22,7 @@ from runtime.settings import Settings
 MIGRATIONS = Path(__file__).parent / "migrations"
 ROLES = ("user", "assistant", "tool")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+WRITE = "setflow_write"  # execution option: this transaction writes
 
 
 def database_url(settings: Settings) -> str:
@@ -43,9 +44,22 @@ def make_engine(settings: Settings, migrate: bool = True) -> Engine:
             # a writer waits for another's lock instead of failing at once
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=10000")
+            conn.isolation_level = None  # the driver emits no BEGIN of its own: _begin below does
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn):  # type: ignore[no-untyped-def]
+            # a transaction that reads, then writes, must hold the write lock from its start: a
+            # deferred one fails at once ("database is locked", no waiting) when another process
+            # committed between its read and its write
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
     if migrate:
         upgrade(engine)
     return engine
+
+
+def writer(engine: Engine) -> Engine:
+    """The engine for write transactions (BEGIN IMMEDIATE on SQLite; nothing changes elsewhere)."""
+    return engine.execution_options(**{WRITE: True})
 
 
 def upgrade(engine: Engine) -> None:
@@ -63,6 +77,7 @@ class Records:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
 
     def create_session(self, tenant: str, fingerprint: str, session_id: str | None = None) -> SessionRecord:
         if not tenant or len(tenant) > 128:
@@ -72,7 +87,7 @@ class Records:
         if session_id is not None and self._exists(session_id):
             raise BadInput(f"session {session_id!r} exists already")
         rec = SessionRecord(id=session_id or secrets.token_hex(12), tenant=tenant, model_fingerprint=fingerprint)
-        with self._sessions.begin() as db:
+        with self._write.begin() as db:
             db.add(rec)
         return rec
 
@@ -97,7 +112,7 @@ class Records:
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
         try:
-            with self._sessions.begin() as db:
+            with self._write.begin() as db:
                 owner = _owned(db, session_id, tenant)
                 n = _count(db, session_id)
                 if index is not None and index != n:

@@ -47,11 +47,14 @@ class Dispatcher:
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)
-        job = self.jobs.create(kind, tenant, spec, session, priority)
+        queue = self.routing.route(session, priority)
+        job = self.jobs.create(kind, tenant, spec, session, priority, queue)
         self.events.publish(job.id, {"type": "status", "status": "queued", "seq": job.seq})
-        if not self.jobs.blocked(job):
-            self.send_job(job)
-        return self.jobs.get(job.id)
+        if self.jobs.blocked(job):  # the job before it sends it when it ends
+            self.jobs.mark_dispatched(job.id, "")
+            return self.jobs.get(job.id)
+        self.send(job.id, queue)
+        return job
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
         queue = self.routing.shared(job.priority) if shared else self.routing.route(job.session_id, job.priority)

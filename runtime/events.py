@@ -3,12 +3,15 @@
 Every entry has one field, `data`, a JSON object with a `type`:
 
     {"type": "status", "status": "queued" | "running" | "succeeded" | ..., ...}
-    {"type": "step", "step": 3, "positions": [..], "tokens": [..], "cut": null, "nfe": 4}
+    {"type": "step", "turn": 0, "step": 3, "positions": [..], "tokens": [..], "cut": null, "nfe": 4,
+     "t": 1795000000.123}                   (t: when the step ended, epoch seconds)
     {"type": "progress", ...}               what a workflow reports (tokens, sections done)
     {"type": "cancel_requested"}
 
 The stream is trimmed to Settings.events_maxlen entries and expires events_ttl_s after its last
-event.  A worker's per-step write and its cancellation check are one pipelined round trip.
+event.  A worker sends step events in batches, every FLUSH_S (runtime/job_channel.py).
+Cancellation is a flag `{p}:cancel:{job}` (read when a job starts) and a message published on a
+channel of the same name (heard by the worker running the job).
 Task messages that name no job go to a dead-letter stream, with the reason.
 """
 
@@ -24,6 +27,7 @@ from runtime.keys import Keys
 from runtime.settings import Settings
 
 FINAL = ("succeeded", "failed", "cancelled")
+FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
 
 
 class JobEvents:
@@ -39,16 +43,20 @@ class JobEvents:
             p.expire(key, self.s.events_ttl_s)
             p.execute()
 
-    def step(self, job: str, data: dict[str, Any]) -> bool:
-        """Publish a step event; returns whether the job is to stop (one round trip).  The
-        stream's TTL is set by the status events around it."""
+    def send(self, job: str, batch: list[dict[str, Any]]) -> None:
+        """Step events, in one round trip (the stream's TTL is set by the status events)."""
         with self.r.pipeline(transaction=False) as p:
-            p.xadd(self.k.events(job), {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
-            p.exists(self.k.cancel(job))
-            return bool(p.execute()[1])
+            for data in batch:
+                p.xadd(self.k.events(job), {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
+            p.execute()
 
     def request_cancel(self, job: str) -> None:
-        self.r.set(self.k.cancel(job), 1, ex=self.s.events_ttl_s)
+        """The flag (for a worker that starts the job later) and a message on the same name (for
+        the worker running it now: runtime/job_channel.py)."""
+        with self.r.pipeline(transaction=False) as p:
+            p.set(self.k.cancel(job), 1, ex=self.s.events_ttl_s)
+            p.publish(self.k.cancel(job), 1)
+            p.execute()
         self.publish(job, {"type": "cancel_requested"})
 
     def cancelled(self, job: str) -> bool:

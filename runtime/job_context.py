@@ -3,9 +3,10 @@ counter so that a redelivered job resumes at its first step not yet committed.
 
 Each turn a job writes is tagged (job id, step) in SQL, uniquely: a step whose turn is already
 there (the worker died after writing it, before the job row moved on) is returned as written,
-never decoded and appended again.  Every decode step publishes a step event and checks the
-cancellation flag in one Redis round trip; the job's SQL lease is renewed every third of its
-length.  A cancelled turn is abandoned before its commit: the session stays at its last turn.
+never decoded and appended again.  Every decode step checks for cancellation and queues its step
+event, without I/O (runtime/job_channel.py does the Redis side on its own thread); the job's SQL
+lease is renewed every third of its length.  A cancelled turn is abandoned before its commit:
+the session stays at its last turn.  close() when the attempt ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from model.tokenizer import Tokenizer
 from runtime.engine import Engine, TurnResult
 from runtime.errors import Cancelled
 from runtime.events import JobEvents
+from runtime.job_channel import JobChannel
 from runtime.jobs import Jobs
 from runtime.records import JobRecord
 from runtime.routing import Routing
@@ -38,6 +40,10 @@ class JobContext:
         self.step = job.step  # steps committed: where a redelivered job resumes
         self.progress: dict[str, Any] = dict(job.progress or {})
         self._beat = time.monotonic()
+        self.channel = JobChannel(events, job.id)  # step events out, cancellation in: off this thread
+
+    def close(self) -> None:
+        self.channel.close()
 
     def heartbeat(self) -> None:
         """Renew the job's lease now (ClaimLost if it is no longer ours; Cancelled if asked)."""
@@ -46,10 +52,12 @@ class JobContext:
             raise Cancelled(f"job {self.job.id} was cancelled")
 
     def tick(self, event: dict[str, Any] | None = None) -> None:
-        """Once per decode step: publish `event`, stop if cancelled, renew the lease when due."""
-        stop = self.events.step(self.job.id, event) if event else self.events.cancelled(self.job.id)
-        if stop:
-            raise Cancelled(f"job {self.job.id} was cancelled")
+        """Once per decode step, no I/O: queue `event` for the stream, stop if cancelled, renew
+        the job's SQL lease when due (every third of it)."""
+        if event is not None:
+            self.channel.push({**event, "t": time.time()})  # when the step ended
+        if self.channel.cancelled.is_set():
+            raise Cancelled(f"job {self.job.id} was cancelled (seen at {self.channel.seen_at})")
         if time.monotonic() - self._beat > self.jobs.s.job_lease_s / 3:
             self.heartbeat()
 

@@ -27,6 +27,7 @@ from sqlalchemy import Engine, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
+from runtime.db import writer
 from runtime.errors import BadInput, ClaimLost, NotFound
 from runtime.records import TERMINAL, JobRecord, SessionRecord
 from runtime.settings import Settings
@@ -49,19 +50,21 @@ class Jobs:
         self.engine = engine
         self.s = settings
         self._db = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
 
     # ---- submission -------------------------------------------------------------------------
 
     def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive") -> JobRecord:
-        """A queued job.  A session's jobs get consecutive seq numbers in submission order."""
+               priority: str = "interactive", queue: str = "") -> JobRecord:
+        """A queued job.  A session's jobs get consecutive seq numbers in submission order.
+        queue: where it is about to be sent (recorded as sent now)."""
         if priority not in PRIORITIES:
             raise BadInput(f"priority must be one of {PRIORITIES}, got {priority!r}")
         if not tenant or len(tenant) > 128:
             raise BadInput("tenant must be 1..128 characters")
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
-                with self._db.begin() as db:
+                with self._write.begin() as db:
                     seq = 0
                     if session is not None:
                         owner = db.get(SessionRecord, session)
@@ -71,7 +74,8 @@ class Jobs:
                                   or 0) + 1
                     job = JobRecord(id=secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
                                     priority=priority, spec=spec, status="queued", attempts=0, lease_until=0.0,
-                                    queue="", dispatched_at=0.0, step=0, progress={}, cancel_requested=False)
+                                    queue=queue, dispatched_at=time.time() if queue else 0.0, step=0,
+                                    progress={}, cancel_requested=False)
                     db.add(job)
                 return job
             except IntegrityError:
@@ -95,7 +99,7 @@ class Jobs:
             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
 
     def mark_dispatched(self, job_id: str, queue: str) -> None:
-        with self._db.begin() as db:
+        with self._write.begin() as db:
             db.execute(update(JobRecord).where(JobRecord.id == job_id)
                        .values(queue=queue, dispatched_at=time.time()))
 
@@ -133,7 +137,7 @@ class Jobs:
             self._give_up(job)
             return Claim(self.get(job_id), None, "gave up")
         owner = secrets.token_hex(16)
-        with self._db.begin() as db:
+        with self._write.begin() as db:
             n = _rows(db.execute(update(JobRecord).where(
                 JobRecord.id == job_id, JobRecord.status == job.status, JobRecord.attempts == job.attempts,
                 JobRecord.owner.is_(None) if job.owner is None else JobRecord.owner == job.owner,
@@ -162,7 +166,7 @@ class Jobs:
                   finished_at=datetime.now(UTC))
 
     def _own(self, job_id: str, holder: str, **values: Any) -> None:
-        with self._db.begin() as db:
+        with self._write.begin() as db:
             n = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.owner == holder,
                                                    JobRecord.status == "running").values(**values)))
         if n != 1:
@@ -174,7 +178,7 @@ class Jobs:
         """A queued job is cancelled here; a running one is marked, and its holder stops at its
         next step.  A finished job stays as it is."""
         self.get(job_id, tenant)
-        with self._db.begin() as db:
+        with self._write.begin() as db:
             db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
                        .values(status="cancelled", cancel_requested=True, finished_at=datetime.now(UTC),
                                error={"code": "cancelled", "message": "cancelled before it started"}))
@@ -195,7 +199,7 @@ class Jobs:
         if job.attempts >= self.s.job_max_attempts:
             self._give_up(job)
             return False
-        with self._db.begin() as db:
+        with self._write.begin() as db:
             n = _rows(db.execute(update(JobRecord).where(
                 JobRecord.id == job.id, JobRecord.status == "running", JobRecord.owner == job.owner,
                 JobRecord.lease_until < time.time()).values(status="queued", owner=None)))
@@ -216,7 +220,7 @@ class Jobs:
             return [q for q in db.scalars(select(JobRecord.queue).where(JobRecord.status == "queued").distinct()) if q]
 
     def _give_up(self, job: JobRecord) -> None:
-        with self._db.begin() as db:
+        with self._write.begin() as db:
             db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
                                                JobRecord.attempts == job.attempts)
                        .values(status="failed", owner=None, finished_at=datetime.now(UTC),

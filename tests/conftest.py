@@ -10,6 +10,7 @@ dropped afterwards)."""
 from __future__ import annotations
 
 import tempfile
+from contextlib import contextmanager
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +69,10 @@ def store(client: redis.Redis, settings: Settings) -> SessionStore:
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
-def _pg_engine() -> Iterator[Engine]:
+@contextmanager
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema; yields a URL whose connections use it (search_path), so
+    other processes (workers) can be given it too.  Skips the test when PostgreSQL is absent."""
     try:
         admin = create_engine(PG, connect_args={"connect_timeout": 2})
         with admin.connect():
@@ -78,15 +82,22 @@ def _pg_engine() -> Iterator[Engine]:
     schema = f"sftest_{uuid.uuid4().hex[:10]}"
     with admin.begin() as c:
         c.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    engine = create_engine(PG, connect_args={"options": f"-csearch_path={schema}"})
     try:
-        upgrade(engine)
-        yield engine
+        yield f"{PG}?options=-csearch_path%3D{schema}"
     finally:
-        engine.dispose()
         with admin.begin() as c:
             c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
         admin.dispose()
+
+
+def _pg_engine() -> Iterator[Engine]:
+    with pg_schema() as url:
+        engine = create_engine(url)
+        try:
+            upgrade(engine)
+            yield engine
+        finally:
+            engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

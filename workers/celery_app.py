@@ -7,8 +7,9 @@
 - The broker's visibility timeout outlasts the hard time limit (Settings checks it), so a message
   whose task may still run is never handed to a second worker by the broker; a whole worker lost
   (kill -9) is noticed sooner, by the job's SQL lease and the reaper (workers/watch.py).
-- Priorities are queues: a worker serves its own queue (warm sessions), then interactive, then
-  batch, in that fixed order (kombu's "priority" queue order for Redis).
+- Priorities are queues: a worker alternates between its own queue (warm sessions) and the
+  shared interactive queue, and takes from batch only when both are empty
+  (workers/queue_order.py).
 - No result backend: outcomes live in SQL (jobs), progress in a Redis stream per job.
 """
 
@@ -50,7 +51,7 @@ def make_app(settings: Settings) -> Celery:
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_s,
             "global_keyprefix": Keys(settings.key_prefix).broker,  # the broker's keys under our prefix
-            "queue_order_strategy": "priority",
+            "queue_order_strategy": "workers.queue_order:InteractiveFirst",
         },
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=False,  # a turn survives a broker blip

@@ -81,17 +81,17 @@ def _attempts(rt: Runtime, job_id: str, owner: str
     delay = 0.25
     while True:
         job = rt.jobs.get(job_id)  # its step counter: where this attempt resumes
+        workflow = WORKFLOWS.get(job.kind)
+        if workflow is None:
+            return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
         ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
                          rt.dispatcher.routing)
         try:
-            workflow = WORKFLOWS.get(job.kind)
-            if workflow is None:
-                return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
             return "succeeded", workflow(ctx, dict(job.spec)), None
         except ClaimLost:
             return None, None, None
         except Cancelled as e:
-            return "cancelled", None, _err(e.code, e.message)
+            return "cancelled", None, {**_err(e.code, e.message), "seen_at": ctx.channel.seen_at}
         except SoftTimeLimitExceeded:
             return "failed", None, _err("time_limit", f"the job ran past {rt.settings.task_soft_time_limit_s} s")
         except TRANSIENT as e:
@@ -99,7 +99,9 @@ def _attempts(rt: Runtime, job_id: str, owner: str
                 return "failed", None, _err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
                                                            f"transient errors; last: {e!r}")
             log.warning("job %s: transient %r; retrying in %.2f s", job_id, e, delay)
-            time.sleep(delay)
+            if ctx.channel.cancelled.wait(delay):  # a cancellation ends the wait
+                return "cancelled", None, {**_err("cancelled", "cancelled while retrying"),
+                                           "seen_at": ctx.channel.seen_at}
             delay = min(delay * 2, 5.0)
             try:
                 ctx.heartbeat()
@@ -116,6 +118,8 @@ def _attempts(rt: Runtime, job_id: str, owner: str
         except Exception as e:  # noqa: BLE001 - a bug must fail the job, not loop it
             log.error("job %s failed:\n%s", job_id, traceback.format_exc())
             return "failed", None, _err("internal", f"{type(e).__name__}: {e}")
+        finally:
+            ctx.close()
 
 
 def _err(code: str, message: str) -> dict[str, Any]:

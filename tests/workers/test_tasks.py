@@ -13,7 +13,8 @@ from model.corpus import narrative
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.routing import own_queue
-from tests.workers.conftest import Cluster, reference
+from tests.workers.conftest import reference
+from workers.local import LocalCluster
 from workflows.narrative import prompt_ids
 from workers.celery_app import TASK
 
@@ -26,7 +27,7 @@ def inputs(tok: Tokenizer, n: int) -> list[dict[str, Any]]:
     return [first] + [{"text": "\nnarrative: ", "params": PARAMS} for _ in range(n - 1)]
 
 
-def test_turns_through_celery_match_the_engine_in_process(cluster: Cluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
+def test_turns_through_celery_match_the_engine_in_process(cluster: LocalCluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
     specs = inputs(loaded[1], 3)
     sid = cluster.open("acme")
     results = []
@@ -44,7 +45,7 @@ def test_turns_through_celery_match_the_engine_in_process(cluster: Cluster, load
     assert [t.job_step for t in turns] == [0, 0, 0] and len({t.job_id for t in turns}) == 3
 
 
-def test_the_same_task_delivered_twice_has_one_effect(cluster: Cluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
+def test_the_same_task_delivered_twice_has_one_effect(cluster: LocalCluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
     sid = cluster.open("acme")
     spec = inputs(loaded[1], 1)[0]
     job = cluster.jobs.create("turn", "acme", spec, sid)
@@ -62,7 +63,7 @@ def test_the_same_task_delivered_twice_has_one_effect(cluster: Cluster, loaded: 
     assert len(turns) == 1 and turns[0].token_ids[len(spec["input_ids"]):] == done.result["tokens"]  # type: ignore[index]
 
 
-def test_two_turns_sent_at_once_run_in_submission_order(cluster: Cluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
+def test_two_turns_sent_at_once_run_in_submission_order(cluster: LocalCluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
     sid = cluster.open("acme")
     first = cluster.wait(cluster.submit(sid, inputs(loaded[1], 1)[0]))
     a = {"text": "\nnarrative: ", "params": PARAMS}
@@ -89,7 +90,7 @@ def test_two_turns_sent_at_once_run_in_submission_order(cluster: Cluster, loaded
     assert [first.result["tokens"], done[0].result["tokens"], done[1].result["tokens"]] == expect  # type: ignore[index]
 
 
-def test_malformed_payloads_and_unknown_jobs_fail_once(cluster: Cluster) -> None:
+def test_malformed_payloads_and_unknown_jobs_fail_once(cluster: LocalCluster) -> None:
     dead_before = cluster.client.xlen(cluster.dispatcher.k.dead)
     queue = cluster.dispatcher.routing.shared("interactive")
     for args, kwargs in [([], {}), ([123], {}), (["zz"], {}), (["0" * 24], {}), (["0" * 24, 1], {}),

@@ -1,0 +1,64 @@
+"""One worker, to see what it serves first (interactive before batch, whatever came first), and
+the worker path on PostgreSQL (where one answers)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from tests.conftest import pg_schema
+from tests.workers.conftest import make_cluster, reference
+from tests.workers.test_faults import LONG, steps_seen
+from tests.workers.test_tasks import inputs
+from workers.celery_app import TASK
+from workers.local import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def solo(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = make_cluster(redis_url, tmp_path_factory.mktemp("solo"))
+    try:
+        c.start("w1")
+        c.ready("w1")
+        yield c
+    finally:
+        c.close()
+
+
+def test_interactive_jobs_go_before_batch_jobs(solo: LocalCluster) -> None:
+    c = solo
+    busy = c.submit(c.open("acme"), {**LONG, "params": {**LONG["params"], "max_new_tokens": 120}})  # type: ignore[dict-item]
+    steps_seen(c, busy, 1)  # the only worker is busy: what comes next waits in the queues
+    small = {"text": "company: Acme\n", "params": {"max_new_tokens": 4}}
+    batch = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="batch")
+    time.sleep(0.05)
+    inter = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="interactive")
+    assert batch.queue.endswith(".batch") and inter.queue.endswith(".interactive")
+    done = [c.wait(j) for j in (busy, batch, inter)]
+    assert [j.status for j in done] == ["succeeded"] * 3
+    assert done[2].started_at is not None and done[1].started_at is not None
+    assert done[2].started_at < done[1].started_at  # queued later, served first
+
+
+def test_the_worker_path_on_postgresql(redis_url: str, tmp_path_factory: pytest.TempPathFactory,
+                                       loaded: tuple[SetDLM, Tokenizer]) -> None:
+    with pg_schema() as url:
+        c = make_cluster(redis_url, tmp_path_factory.mktemp("pg"), database_url=url)
+        try:
+            c.start("w1")
+            c.ready("w1")
+            specs = inputs(loaded[1], 2)
+            sid = c.open("acme")
+            done = [c.wait(c.submit(sid, spec)) for spec in specs]
+            assert [j.status for j in done] == ["succeeded", "succeeded"]
+            assert [j.result["tokens"] for j in done] == reference(loaded, c, specs)  # type: ignore[index]
+            again = done[1].id  # delivered again after it finished: no effect
+            c.app.send_task(TASK, args=[again], queue=c.dispatcher.routing.shared("interactive"))
+            time.sleep(1.0)
+            assert c.jobs.get(again).attempts == 1 and len(c.records.turns(sid, "acme")) == 2
+        finally:
+            c.close()

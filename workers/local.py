@@ -1,0 +1,110 @@
+"""A local cluster of worker processes: what tests, benchmarks and demos start on one machine.
+
+Each worker is started as `setflow worker` starts one (`python -m runtime.cli worker
+--processes 1 --name NAME`) in its own process group, with the cluster's settings passed as
+SETFLOW_* variables; the client side (submit, wait, cancel) uses the same settings.  `kill`
+is a kill -9 of a whole worker (its main process and its pool process).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from runtime.db import Records, make_engine
+from runtime.dispatch import Dispatcher
+from runtime.jobs import Jobs
+from runtime.records import JobRecord
+from runtime.routing import own_queue
+from runtime.settings import Settings
+from workers.celery_app import TASK, make_app, sender
+
+ROOT = Path(__file__).resolve().parents[1]
+ALIASES = {"redis_url": "REDIS_URL", "database_url": "DATABASE_URL", "broker_url": "BROKER_URL"}  # their env names
+
+
+class LocalCluster:
+    def __init__(self, data_dir: Path, **values: Any) -> None:
+        """values: Settings fields (redis_url, key_prefix, leases, ...) shared by every process."""
+        self.values = {"data_dir": data_dir, **values}
+        self.settings = Settings(**self.values)
+        self.sql = make_engine(self.settings)  # migrated once, before any worker opens it
+        self.records = Records(self.sql)
+        self.jobs = Jobs(self.sql, self.settings)
+        url = self.settings.redis_url
+        if url is None:
+            raise ValueError("a local cluster needs a redis_url (start the embedded server first)")
+        self.client = redis.Redis.from_url(url)
+        self.app = make_app(self.settings)
+        self.dispatcher = Dispatcher(self.client, self.jobs, sender(self.app))
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs = data_dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SETFLOW_")}
+        for k, v in self.values.items():
+            env[ALIASES.get(k, f"SETFLOW_{k.upper()}")] = str(v)
+        env["PYTHONPATH"] = str(ROOT)
+        return env
+
+    def start(self, *names: str) -> None:
+        for name in names:
+            with open(self.logs / f"{name}.log", "ab") as log:  # the worker keeps its own handle
+                self.procs[name] = subprocess.Popen(
+                    [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name,
+                     "--loglevel", "info"],
+                    env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ready(self, *names: str, timeout_s: float = 60.0) -> None:
+        """Alive (heartbeat) and warm: each has run a small turn from its own queue (a worker
+        builds its engine on its first job)."""
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            while not self.dispatcher.routing.alive(name):
+                if self.procs[name].poll() is not None:
+                    raise RuntimeError(f"worker {name} exited:\n{self.log(name)}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"worker {name} not alive after {timeout_s} s:\n{self.log(name)}")
+                time.sleep(0.1)
+            sid = self.open("warmup")
+            job = self.jobs.create("turn", "warmup", {"text": "company: Acme\n", "params": {"max_new_tokens": 2}}, sid)
+            self.app.send_task(TASK, args=[job.id], queue=own_queue(self.settings, name))
+            done = self.dispatcher.wait(job.id, max(1.0, deadline - time.monotonic()))
+            if done.status != "succeeded":
+                raise RuntimeError(f"worker {name}: warm-up job {done.status} {done.error}:\n{self.log(name)}")
+
+    def open(self, tenant: str) -> str:
+        return self.records.create_session(tenant, "").id
+
+    def submit(self, session: str, spec: dict[str, Any], tenant: str = "acme") -> JobRecord:
+        return self.dispatcher.submit("turn", tenant, spec, session)
+
+    def wait(self, job: JobRecord | str, timeout_s: float = 60.0) -> JobRecord:
+        return self.dispatcher.wait(job if isinstance(job, str) else job.id, timeout_s)
+
+    def kill(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait()
+
+    def log(self, name: str, tail: int = 4000) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")[-tail:]
+
+    def close(self) -> None:
+        """Kill every worker, delete the cluster's keys (its prefix) and close the clients."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        keys = list(self.client.scan_iter(f"{self.settings.key_prefix}*", count=1000))
+        if keys:
+            self.client.delete(*keys)
+        self.client.close()
+        self.sql.dispose()
