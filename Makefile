@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/quality.py
 	$(BIN)/python bench/resume.py
+	$(BIN)/python bench/load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -14,7 +14,7 @@ from kombu.utils.scheduling import round_robin_cycle
 BATCH_SUFFIX = ".batch"
 
 
-class InteractiveFirst(round_robin_cycle):  # type: ignore[misc]
+class InteractiveFirst(round_robin_cycle):
     def consume(self, n: int) -> list[str]:
         items = list(self.items[:n])
         return [q for q in items if not q.endswith(BATCH_SUFFIX)] + [q for q in items if q.endswith(BATCH_SUFFIX)]
