@@ -12,12 +12,13 @@ Celery), so this module imports no Celery, no torch, and no workflow.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import redis
 
-from runtime.errors import NotFound
+from runtime.errors import BadInput, NotFound
 from runtime.events import JobEvents
 from runtime.jobs import Jobs
 from runtime.keys import Keys
@@ -27,6 +28,17 @@ from runtime.routing import Routing
 from runtime.schemas import check_spec
 
 Send = Callable[[str, str], None]  # (job id, queue)
+log = logging.getLogger("setflow.dispatch")
+
+
+def _check_size(spec: dict[str, Any], max_tokens: int) -> None:
+    """Bounded input: at most max_input_tokens ids, or a text that cannot encode to more
+    (a token covers at least one character... or one byte of it)."""
+    ids, text = spec.get("input_ids"), spec.get("text")
+    if isinstance(ids, list) and len(ids) > max_tokens:
+        raise BadInput(f"input is {len(ids)} tokens; at most {max_tokens}")
+    if isinstance(text, str) and len(text) > 4 * max_tokens:
+        raise BadInput(f"input text is {len(text)} characters; at most {4 * max_tokens}")
 
 
 class Dispatcher:
@@ -42,18 +54,23 @@ class Dispatcher:
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
                priority: str = "interactive") -> JobRecord:
-        """BadInput, NotFound or RateLimited before anything is written."""
+        """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
+        written the job is accepted: a failed send is left to the reaper (next pass)."""
         check_spec(kind, spec, session)
+        self.jobs.check(tenant, priority)
+        _check_size(spec, self.s.max_input_tokens)
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)
         queue = self.routing.route(session, priority)
-        job = self.jobs.create(kind, tenant, spec, session, priority, queue)
-        self.events.publish(job.id, {"type": "status", "status": "queued", "seq": job.seq})
-        if self.jobs.blocked(job):  # the job before it sends it when it ends
-            self.jobs.mark_dispatched(job.id, "")
-            return self.jobs.get(job.id)
-        self.send(job.id, queue)
+        job, blocked = self.jobs.create(kind, tenant, spec, session, priority, queue)
+        self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
+        if not blocked:  # else the job before it sends it when it ends
+            try:
+                self.send(job.id, queue)
+            except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
+                log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
+                self.jobs.mark_dispatched(job.id, queue, sent=False)
         return job
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
@@ -70,13 +87,19 @@ class Dispatcher:
         return nxt
 
     def cancel(self, job_id: str, tenant: str) -> JobRecord:
-        job = self.jobs.cancel(job_id, tenant)
+        job, ended = self.jobs.cancel(job_id, tenant)
         if job.status == "running":
             self.events.request_cancel(job.id)  # the holder stops at its next step
-        elif job.status == "cancelled" and job.started_at is None:
-            self.events.publish(job.id, {"type": "status", "status": "cancelled"})
+        elif ended:  # it was queued: nobody runs it now, and the session's next job may go
+            self._event(job.id, {"type": "status", "status": "cancelled", "error": job.error})
             self.dispatch_next(job.session_id)
         return job
+
+    def _event(self, job_id: str, event: dict[str, Any]) -> None:
+        try:
+            self.events.publish(job_id, event)
+        except redis.RedisError:
+            log.warning("job %s: event not published: %s", job_id, event)
 
     def wait(self, job_id: str, timeout_s: float) -> JobRecord:
         """The job once finished (its final status event), or as it is at the timeout."""

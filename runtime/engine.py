@@ -54,6 +54,7 @@ class TurnResult:
     costs: dict[str, float] = field(default_factory=dict)  # seconds per part, and the estimates
     events: list[str] = field(default_factory=list)  # e.g. a failed restore and why
     nfe: int = 0
+    turn: int = -1  # the turn's index in the session (its SQL row)
 
 
 @dataclass
@@ -114,7 +115,7 @@ class Engine:
             done = self.records.turn_by_job(session, tenant, *job) if job is not None else None
             if done is not None:
                 yield TurnResult(session, list(done.token_ids[len(input_ids):]), "done",
-                                 events=[f"turn {done.index} was written by this job step already"])
+                                 events=[f"turn {done.index} was written by this job step already"], turn=done.index)
                 return
             t0 = time.perf_counter()
             turns = self.records.turn_count(session, tenant)
@@ -178,7 +179,7 @@ class Engine:
             if wb is not None and wb.error is not None:
                 events.append(f"write-behind stopped ({wb.error}): the turn was written at its end")
             costs["store_s"] = time.perf_counter() - t4
-            yield TurnResult(session, generated, path, costs, events, state.nfe)
+            yield TurnResult(session, generated, path, costs, events, state.nfe, turns)
         finally:
             try:
                 self.store.release(lease)

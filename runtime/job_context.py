@@ -15,10 +15,12 @@ import time
 from contextlib import closing
 from typing import Any
 
+import redis
+
 from model.decode import DecodeParams
 from model.tokenizer import Tokenizer
 from runtime.engine import Engine, TurnResult
-from runtime.errors import Cancelled
+from runtime.errors import Cancelled, ClaimLost
 from runtime.events import JobEvents
 from runtime.job_channel import JobChannel
 from runtime.jobs import Jobs
@@ -37,34 +39,32 @@ class JobContext:
         self.jobs = jobs
         self.events = events
         self.routing = routing
-        self.step = job.step  # steps committed: where a redelivered job resumes
+        # steps are counted from 0 on every attempt: a step already written (by an earlier
+        # attempt) is found by (job, step) and returned as written, so a workflow replays its
+        # committed steps without decoding them and resumes at its first uncommitted one
+        self.step = 0
         self.progress: dict[str, Any] = dict(job.progress or {})
-        self._beat = time.monotonic()
-        self.channel = JobChannel(events, job.id)  # step events out, cancellation in: off this thread
+        self.channel = JobChannel(events, job.id, beat=lambda: jobs.heartbeat(job.id, owner),
+                                  beat_every_s=jobs.s.job_lease_s / 3)
 
     def close(self) -> None:
         self.channel.close()
 
-    def heartbeat(self) -> None:
-        """Renew the job's lease now (ClaimLost if it is no longer ours; Cancelled if asked)."""
-        self._beat = time.monotonic()
-        if self.jobs.heartbeat(self.job.id, self.owner):
-            raise Cancelled(f"job {self.job.id} was cancelled")
-
     def tick(self, event: dict[str, Any] | None = None) -> None:
-        """Once per decode step, no I/O: queue `event` for the stream, stop if cancelled, renew
-        the job's SQL lease when due (every third of it)."""
+        """Once per decode step, no I/O: queue `event` for the stream; stop if the job was
+        cancelled or is no longer ours (the channel's thread renews the lease and listens)."""
         if event is not None:
             self.channel.push({**event, "t": time.time()})  # when the step ended
+        if self.channel.lost.is_set():
+            raise ClaimLost(f"job {self.job.id}: the lease was lost (requeued to another worker)")
         if self.channel.cancelled.is_set():
             raise Cancelled(f"job {self.job.id} was cancelled (seen at {self.channel.seen_at})")
-        if time.monotonic() - self._beat > self.jobs.s.job_lease_s / 3:
-            self.heartbeat()
 
     def report(self, **progress: Any) -> None:
-        """Workflow progress (sections done, ...): to the stream now, to SQL with the next step."""
+        """Workflow progress (sections done, ...): to the stream now (best effort), to SQL with
+        the next step."""
         self.progress.update(progress)
-        self.events.publish(self.job.id, {"type": "progress", **progress})
+        self._publish({"type": "progress", **progress})
 
     def turn(self, session: str, input_ids: list[int], params: DecodeParams, text: str = "") -> TurnResult:
         """One engine turn as this job's next step; the step is committed (SQL) when it returns."""
@@ -81,10 +81,21 @@ class JobContext:
                            "tokens": ev.tokens, "cut": ev.cut, "nfe": ev.nfe})
         if result is None:
             raise AssertionError("Engine.turn ends with its TurnResult")
-        self.routing.touch(session, self.worker)
         self.step = step + 1
-        self.progress.update(steps=self.step, tokens=self.progress.get("tokens", 0) + len(result.tokens))
-        self.jobs.step_done(self.job.id, self.owner, self.step, self.progress)
-        self._beat = time.monotonic()
-        self.events.publish(self.job.id, {"type": "progress", **self.progress})
+        if result.path != "done":
+            self.progress["tokens"] = self.progress.get("tokens", 0) + len(result.tokens)
+        self.progress["steps"] = max(self.step, int(self.progress.get("steps", 0)))
+        self.jobs.step_done(self.job.id, self.owner, self.progress["steps"], self.progress)
+        try:  # the step is committed: what follows only helps routing and watchers
+            self.routing.touch(session, self.worker)
+            self.channel.flush()  # this turn's step events before its progress event
+        except redis.RedisError:
+            pass
+        self._publish({"type": "progress", **self.progress})
         return result
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        try:
+            self.events.publish(self.job.id, event)
+        except redis.RedisError:
+            pass  # events are for watchers; the job's state is in SQL

@@ -54,14 +54,20 @@ class Jobs:
 
     # ---- submission -------------------------------------------------------------------------
 
-    def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive", queue: str = "") -> JobRecord:
-        """A queued job.  A session's jobs get consecutive seq numbers in submission order.
-        queue: where it is about to be sent (recorded as sent now)."""
+    @staticmethod
+    def check(tenant: str, priority: str) -> None:
         if priority not in PRIORITIES:
             raise BadInput(f"priority must be one of {PRIORITIES}, got {priority!r}")
-        if not tenant or len(tenant) > 128:
+        if not isinstance(tenant, str) or not tenant or len(tenant) > 128:
             raise BadInput("tenant must be 1..128 characters")
+
+    def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
+               priority: str = "interactive", queue: str = "") -> tuple[JobRecord, bool]:
+        """A queued job, and whether it is blocked (an earlier job of its session is
+        unfinished: that one's end sends it).  A session's jobs get consecutive seq numbers in
+        submission order.  queue: where it is about to be sent, recorded as sent now unless it
+        is blocked (then recorded as never sent: the reaper sends it if nobody else does)."""
+        self.check(tenant, priority)
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
                 with self._write.begin() as db:
@@ -72,12 +78,15 @@ class Jobs:
                             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
                         seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session))
                                   or 0) + 1
+                    blocked = session is not None and db.scalar(select(JobRecord.id).where(
+                        JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
+                    sent = bool(queue) and not blocked
                     job = JobRecord(id=secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
                                     priority=priority, spec=spec, status="queued", attempts=0, lease_until=0.0,
-                                    queue=queue, dispatched_at=time.time() if queue else 0.0, step=0,
+                                    queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0, step=0,
                                     progress={}, cancel_requested=False)
                     db.add(job)
-                return job
+                return job, blocked
             except IntegrityError:
                 continue
         raise BadInput(f"session {session}: too many concurrent submissions")
@@ -98,10 +107,11 @@ class Jobs:
         if owner is None or owner.tenant != tenant:
             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
 
-    def mark_dispatched(self, job_id: str, queue: str) -> None:
+    def mark_dispatched(self, job_id: str, queue: str, sent: bool = True) -> None:
+        """Where the job was sent; sent=False: the send failed (the reaper sends it at its next pass)."""
         with self._write.begin() as db:
-            db.execute(update(JobRecord).where(JobRecord.id == job_id)
-                       .values(queue=queue, dispatched_at=time.time()))
+            db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
+                       .values(queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0))
 
     # ---- ordering ---------------------------------------------------------------------------
 
@@ -141,6 +151,8 @@ class Jobs:
             n = _rows(db.execute(update(JobRecord).where(
                 JobRecord.id == job_id, JobRecord.status == job.status, JobRecord.attempts == job.attempts,
                 JobRecord.owner.is_(None) if job.owner is None else JobRecord.owner == job.owner,
+                # a holder that renewed its lease since we read it keeps the job
+                *([JobRecord.lease_until < now] if job.status == "running" else []),
             ).values(status="running", owner=owner, worker=worker, attempts=job.attempts + 1,
                      lease_until=now + self.s.job_lease_s,
                      started_at=job.started_at or datetime.now(UTC))))
@@ -174,17 +186,18 @@ class Jobs:
 
     # ---- cancellation -----------------------------------------------------------------------
 
-    def cancel(self, job_id: str, tenant: str) -> JobRecord:
-        """A queued job is cancelled here; a running one is marked, and its holder stops at its
-        next step.  A finished job stays as it is."""
+    def cancel(self, job_id: str, tenant: str) -> tuple[JobRecord, bool]:
+        """A queued job is cancelled here (returns it with True: this call ended it); a running
+        one is marked, and its holder stops at its next step.  A finished job stays as it is."""
         self.get(job_id, tenant)
         with self._write.begin() as db:
-            db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
-                       .values(status="cancelled", cancel_requested=True, finished_at=datetime.now(UTC),
-                               error={"code": "cancelled", "message": "cancelled before it started"}))
+            ended = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
+                                     .values(status="cancelled", cancel_requested=True, owner=None,
+                                             finished_at=datetime.now(UTC),
+                                             error={"code": "cancelled", "message": "cancelled while queued"})))
             db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "running")
                        .values(cancel_requested=True))
-        return self.get(job_id)
+        return self.get(job_id), ended == 1
 
     # ---- the reaper's queries ---------------------------------------------------------------
 
@@ -220,9 +233,14 @@ class Jobs:
             return [q for q in db.scalars(select(JobRecord.queue).where(JobRecord.status == "queued").distinct()) if q]
 
     def _give_up(self, job: JobRecord) -> None:
+        """Fail a job whose attempts are spent: only as it was read (queued, or running under
+        an expired lease), never under a holder that renewed its lease meanwhile."""
+        live = or_(JobRecord.status == "queued", JobRecord.lease_until < time.time())
         with self._write.begin() as db:
             db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
-                                               JobRecord.attempts == job.attempts)
+                                               JobRecord.attempts == job.attempts, live,
+                                               JobRecord.owner.is_(None) if job.owner is None
+                                               else JobRecord.owner == job.owner)
                        .values(status="failed", owner=None, finished_at=datetime.now(UTC),
                                error={"code": "worker_lost",
                                       "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"}))

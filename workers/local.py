@@ -75,7 +75,7 @@ class LocalCluster:
                     raise RuntimeError(f"worker {name} not alive after {timeout_s} s:\n{self.log(name)}")
                 time.sleep(0.1)
             sid = self.open("warmup")
-            job = self.jobs.create("turn", "warmup", {"text": "company: Acme\n", "params": {"max_new_tokens": 2}}, sid)
+            job, _ = self.jobs.create("turn", "warmup", {"text": "company: Acme\n", "params": {"max_new_tokens": 2}}, sid)
             self.app.send_task(TASK, args=[job.id], queue=own_queue(self.settings, name))
             done = self.dispatcher.wait(job.id, max(1.0, deadline - time.monotonic()))
             if done.status != "succeeded":

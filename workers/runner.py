@@ -13,6 +13,8 @@ Outcomes of a delivery:
   - cancelled: the turn in flight is abandoned (the session stays at its last committed turn)
   - the soft time limit: failed with "time_limit"
   - its claim lost (the reaper requeued it): this holder stops and writes nothing more
+The job's outcome is written to SQL (retried while the database is away); the events and the
+sending of the session's next job after it are best effort (the reaper sends that job anyway).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
@@ -34,6 +37,7 @@ from workers.process import Runtime
 from workflows import WORKFLOWS
 
 log = logging.getLogger("setflow.worker")
+T = TypeVar("T")
 
 #: worth another try from the last committed step: the state they leave is consistent
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OperationalError, Busy, LeaseLost, StaleWrite)
@@ -51,28 +55,60 @@ def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 def run(rt: Runtime, job_id: str) -> str:
     """Run the job if this delivery may; returns what happened (for logs and tests)."""
-    claim = rt.jobs.claim(job_id, rt.worker)  # NotFound for an unknown id
+    claim = _retrying(rt, lambda: rt.jobs.claim(job_id, rt.worker))  # NotFound for an unknown id
     events = rt.dispatcher.events
     if claim.owner is None:
         if claim.reason == "gave up":
-            events.publish(job_id, {"type": "status", "status": "failed", "error": claim.job.error})
-            rt.dispatcher.dispatch_next(claim.job.session_id)
+            _quietly(lambda: events.publish(job_id, {"type": "status", "status": "failed", "error": claim.job.error}))
+            _quietly(lambda: rt.dispatcher.dispatch_next(claim.job.session_id))
         return claim.reason
-    job, owner = claim.job, claim.owner
-    affinity = rt.dispatcher.routing.last_worker(job.session_id) if job.session_id else None
-    events.publish(job_id, {"type": "status", "status": "running", "worker": rt.worker, "attempt": job.attempts})
-    status, result, error = _attempts(rt, job_id, owner)
-    if status is None:  # the claim was lost: the job is someone else's now
-        return "claim lost"
-    if result is not None:
-        result["affinity"] = "none" if affinity is None else ("hit" if affinity == rt.worker else "miss")
+    job, owner, session = claim.job, claim.owner, claim.job.session_id
+    status: str | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    if job.cancel_requested:  # asked while it waited to be requeued (the Redis flag may be gone)
+        status, result, error = "cancelled", None, _err("cancelled", "cancelled before this attempt started")
+    else:
+        affinity = _quietly(lambda: rt.dispatcher.routing.last_worker(session)) if session is not None else None
+        _quietly(lambda: events.publish(job_id, {"type": "status", "status": "running", "worker": rt.worker,
+                                                 "attempt": job.attempts}))
+        status, result, error = _attempts(rt, job_id, owner)
+        if status is None:  # the claim was lost: the job is someone else's now
+            return "claim lost"
+        if result is not None:
+            result["affinity"] = "none" if affinity is None else ("hit" if affinity == rt.worker else "miss")
     try:
-        rt.jobs.finish(job_id, owner, status, result=result, error=error)
+        final = status
+        _retrying(rt, lambda: rt.jobs.finish(job_id, owner, final, result=result, error=error))
     except ClaimLost:
         return "claim lost"
-    events.publish(job_id, {"type": "status", "status": status, "error": error})
-    rt.dispatcher.dispatch_next(job.session_id)
-    return status
+    # the outcome is durable; the rest helps watchers and the session's next job (the reaper
+    # sends that one anyway if this fails)
+    _quietly(lambda: events.publish(job_id, {"type": "status", "status": final, "error": error}))
+    _quietly(lambda: rt.dispatcher.dispatch_next(session))
+    return final
+
+
+def _retrying(rt: Runtime, fn: Callable[[], T]) -> T:
+    """fn, retried with backoff while it fails transiently (for up to job_retry_s)."""
+    deadline, delay = time.monotonic() + rt.settings.job_retry_s, 0.25
+    while True:
+        try:
+            return fn()
+        except (redis.ConnectionError, redis.TimeoutError, OperationalError) as e:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("transient %r; retrying in %.2f s", e, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _quietly(fn: Callable[[], T]) -> T | None:
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - best effort: logged, never fatal
+        log.warning("best-effort step failed", exc_info=True)
+        return None
 
 
 def _attempts(rt: Runtime, job_id: str, owner: str
@@ -80,7 +116,7 @@ def _attempts(rt: Runtime, job_id: str, owner: str
     deadline = time.monotonic() + rt.settings.job_retry_s
     delay = 0.25
     while True:
-        job = rt.jobs.get(job_id)  # its step counter: where this attempt resumes
+        job = _retrying(rt, lambda: rt.jobs.get(job_id))
         workflow = WORKFLOWS.get(job.kind)
         if workflow is None:
             return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
@@ -99,18 +135,13 @@ def _attempts(rt: Runtime, job_id: str, owner: str
                 return "failed", None, _err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
                                                            f"transient errors; last: {e!r}")
             log.warning("job %s: transient %r; retrying in %.2f s", job_id, e, delay)
-            if ctx.channel.cancelled.wait(delay):  # a cancellation ends the wait
+            # the channel's thread keeps the lease meanwhile; a cancellation ends the wait
+            if ctx.channel.cancelled.wait(delay):
                 return "cancelled", None, {**_err("cancelled", "cancelled while retrying"),
                                            "seen_at": ctx.channel.seen_at}
-            delay = min(delay * 2, 5.0)
-            try:
-                ctx.heartbeat()
-            except ClaimLost:
+            if ctx.channel.lost.is_set():
                 return None, None, None
-            except Cancelled as c:
-                return "cancelled", None, _err(c.code, c.message)
-            except TRANSIENT:
-                pass  # the database is away too: the lease holds a while longer
+            delay = min(delay * 2, 5.0)
         except SetflowError as e:
             return "failed", None, _err(e.code, e.message)
         except DecodeError as e:

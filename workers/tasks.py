@@ -6,9 +6,11 @@ acknowledged: it is never retried."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Reject
 
 from runtime.errors import NotFound
 from workers.celery_app import TASK, app
@@ -20,7 +22,15 @@ log = logging.getLogger("setflow.worker")
 def run_job(self: Task, *args: Any, **kwargs: Any) -> str:
     from workers import process, runner  # torch loads in the pool process, on its first job
 
-    rt = process.runtime()
+    try:
+        rt = process.runtime()
+    except Exception as e:
+        # this process cannot run jobs (the model did not load, the device is full, ...): the
+        # message goes back to its queue for a healthy worker, after a pause so that this one
+        # does not spin on it
+        log.critical("task %s: this worker cannot run jobs: %r", self.request.id, e, exc_info=True)
+        time.sleep(5.0)
+        raise Reject(f"worker runtime unavailable: {e!r}", requeue=True) from e
     try:
         job_id = runner.check_payload(args, kwargs)
         return runner.run(rt, job_id)

@@ -25,6 +25,6 @@ def run(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
     except DecodeError as e:
         raise BadInput(str(e)) from None
     r = ctx.turn(ctx.job.session_id, ids, params, text=s.text or "")
-    return {"session": r.session, "turn": ctx.step - 1, "tokens": r.tokens,
+    return {"session": r.session, "turn": r.turn, "tokens": r.tokens,
             "text": ctx.tokenizer.decode(r.tokens, skip_special=True), "path": r.path, "nfe": r.nfe,
             "costs": {k: round(v, 6) for k, v in r.costs.items()}, "events": r.events, "worker": ctx.worker}

@@ -120,3 +120,43 @@ def test_routing_liveness_expires(client: redis.Redis, settings: Settings) -> No
     time.sleep(0.2)  # three missed beats
     assert not r.alive("w9")
     assert r.worker_of(r.own("w9")) == "w9" and r.worker_of(r.shared("batch")) is None
+
+
+def test_cancelling_a_requeued_job_publishes_and_unblocks(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+    a = d.submit("turn", "acme", SPEC, sid)
+    b = d.submit("turn", "acme", SPEC, sid)
+    assert d.jobs.claim(a.id, "w1").owner is not None
+    time.sleep(0.1)  # its worker died
+    d.reap()
+    requeued = d.jobs.get(a.id)
+    assert requeued.status == "queued" and requeued.started_at is not None
+    assert d.cancel(a.id, "acme").status == "cancelled"
+    assert sent[-1] == (b.id, f"{d.s.key_prefix}.interactive")  # b's turn has come
+    assert d.wait(a.id, 1.0).status == "cancelled"
+    before = list(sent)
+    d.cancel(a.id, "acme")  # cancelling again changes nothing, sends nothing
+    assert sent == before
+
+
+def test_a_failed_send_is_accepted_and_sent_by_the_reaper(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+
+    def broker_down(job_id: str, queue: str) -> None:
+        raise ConnectionError("broker away")
+
+    d.send = broker_down
+    job = d.submit("turn", "acme", SPEC, sid)  # accepted: the row is written
+    assert d.jobs.get(job.id).dispatched_at == 0.0
+    d.send = sent
+    assert d.reap()["resent"] == 1 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
+
+
+def test_bad_priority_or_oversized_input_spends_no_token(env: tuple[Dispatcher, Sent, str],
+                                                         client: redis.Redis) -> None:
+    d, sent, sid = env
+    for kwargs in [{"priority": "urgent"}, {"spec": {"input_ids": [5] * (d.s.max_input_tokens + 1)}},
+                   {"spec": {"text": "x" * (4 * d.s.max_input_tokens + 1)}}]:
+        with pytest.raises(BadInput):
+            d.submit("turn", "acme", kwargs.get("spec", SPEC), sid, priority=kwargs.get("priority", "interactive"))
+    assert not client.exists(d.k.bucket("acme")) and sent == []

@@ -28,7 +28,7 @@ def session(db_engine: Engine) -> str:
 
 
 def test_claim_is_exclusive_and_fenced(jobs: Jobs, session: str) -> None:
-    job = jobs.create("turn", "acme", SPEC, session)
+    job, _ = jobs.create("turn", "acme", SPEC, session)
     first = jobs.claim(job.id, "w1")
     second = jobs.claim(job.id, "w2")
     assert first.owner and first.reason == "claimed" and first.job.status == "running" and first.job.attempts == 1
@@ -45,8 +45,8 @@ def test_claim_is_exclusive_and_fenced(jobs: Jobs, session: str) -> None:
 
 
 def test_session_jobs_run_in_submission_order(jobs: Jobs, session: str) -> None:
-    a = jobs.create("turn", "acme", SPEC, session)
-    b = jobs.create("turn", "acme", SPEC, session)
+    a, _ = jobs.create("turn", "acme", SPEC, session)
+    b, _ = jobs.create("turn", "acme", SPEC, session)
     assert (a.seq, b.seq) == (1, 2)
     assert not jobs.blocked(a) and jobs.blocked(b)
     assert jobs.claim(b.id, "w1").reason == "waiting"  # b stays queued until a is done
@@ -60,13 +60,15 @@ def test_session_jobs_run_in_submission_order(jobs: Jobs, session: str) -> None:
 
 
 def test_cancel_queued_and_running(jobs: Jobs, session: str) -> None:
-    a = jobs.create("turn", "acme", SPEC, session)
-    b = jobs.create("turn", "acme", SPEC, session)
+    a, _ = jobs.create("turn", "acme", SPEC, session)
+    b, _ = jobs.create("turn", "acme", SPEC, session)
     claim = jobs.claim(a.id, "w1")
     assert claim.owner is not None
-    assert jobs.cancel(b.id, "acme").status == "cancelled"
-    running = jobs.cancel(a.id, "acme")
-    assert running.status == "running" and running.cancel_requested
+    cancelled, ended = jobs.cancel(b.id, "acme")
+    assert cancelled.status == "cancelled" and ended
+    assert jobs.cancel(b.id, "acme")[1] is False  # ended once only
+    running, ended = jobs.cancel(a.id, "acme")
+    assert running.status == "running" and running.cancel_requested and not ended
     assert jobs.heartbeat(a.id, claim.owner) is True  # the holder learns it at its next heartbeat
     with pytest.raises(NotFound):
         jobs.cancel(a.id, "other-tenant")
@@ -74,7 +76,7 @@ def test_cancel_queued_and_running(jobs: Jobs, session: str) -> None:
 
 def test_expired_claim_is_requeued_then_gives_up(db_engine: Engine, session: str) -> None:
     jobs = Jobs(db_engine, Settings(job_lease_s=0.05, job_max_attempts=2))
-    job = jobs.create("turn", "acme", SPEC, session)
+    job, _ = jobs.create("turn", "acme", SPEC, session)
     c1 = jobs.claim(job.id, "w1")
     time.sleep(0.1)
     [expired] = jobs.expired()
@@ -102,8 +104,27 @@ def test_bad_input_writes_nothing(jobs: Jobs, session: str) -> None:
 
 
 def test_stale_queued_jobs(jobs: Jobs, session: str) -> None:
-    job = jobs.create("turn", "acme", SPEC, session)
+    job, _ = jobs.create("turn", "acme", SPEC, session)
     jobs.mark_dispatched(job.id, "sf.w.dead")
     assert [j.id for j in jobs.stale(["sf.w.dead"])] == [job.id]
     assert jobs.stale([]) == []  # sent just now, to a live queue
     assert jobs.queued_queues() == ["sf.w.dead"]
+
+
+def test_a_claim_never_takes_a_lease_renewed_since_it_was_read(db_engine: Engine, session: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = Jobs(db_engine, Settings(job_lease_s=0.05, job_max_attempts=2))
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    holder = jobs.claim(job.id, "w1")
+    time.sleep(0.1)
+    stale = jobs.get(job.id)  # expired, as a second delivery reads it ...
+    jobs.s = Settings(job_lease_s=60, job_max_attempts=2)
+    jobs.heartbeat(job.id, holder.owner or "")  # ... then the holder renews before the takeover
+    monkeypatch.setattr(jobs, "get", lambda job_id, tenant=None: stale)
+    assert jobs.claim(job.id, "w2").owner is None
+    assert not jobs.requeue(stale)  # nor does the reaper requeue it
+    stale.attempts = 2  # nor give it up for spent attempts
+    jobs._give_up(stale)
+    monkeypatch.undo()
+    now = jobs.get(job.id)
+    assert (now.status, now.owner, now.worker) == ("running", holder.owner, "w1")

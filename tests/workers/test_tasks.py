@@ -48,7 +48,7 @@ def test_turns_through_celery_match_the_engine_in_process(cluster: LocalCluster,
 def test_the_same_task_delivered_twice_has_one_effect(cluster: LocalCluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
     sid = cluster.open("acme")
     spec = inputs(loaded[1], 1)[0]
-    job = cluster.jobs.create("turn", "acme", spec, sid)
+    job, _ = cluster.jobs.create("turn", "acme", spec, sid)
     queue = cluster.dispatcher.routing.shared("interactive")
     for _ in range(2):  # at once: both workers take one each
         cluster.app.send_task(TASK, args=[job.id], queue=queue)
@@ -97,7 +97,7 @@ def test_malformed_payloads_and_unknown_jobs_fail_once(cluster: LocalCluster) ->
                          ([], {"job": "x"})]:
         cluster.app.send_task(TASK, args=args, kwargs=kwargs, queue=queue)
     sid = cluster.open("acme")
-    bad = cluster.jobs.create("turn", "acme", {"input_ids": "not a list"}, sid)  # stored past the API's checks
+    bad, _ = cluster.jobs.create("turn", "acme", {"input_ids": "not a list"}, sid)  # stored past the API's checks
     cluster.app.send_task(TASK, args=[bad.id], queue=queue)
     failed = cluster.wait(bad, 30)
     good = cluster.wait(cluster.submit(cluster.open("acme"), {"text": "company: Acme\n", "params": {"max_new_tokens": 4}}))
