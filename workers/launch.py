@@ -68,10 +68,13 @@ def _many(name: str, n: int, gpus: int, loglevel: str) -> int:
             env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
         procs.append(subprocess.Popen([sys.executable, "-m", "runtime.cli", "worker", "--processes", "1",
                                        "--name", f"{name}-{i}", "--loglevel", loglevel], env=env))
-    print(f"setflow: {n} worker processes ({name}-0 .. {name}-{n - 1}); Ctrl-C stops them", flush=True)
-    try:
-        return max(p.wait() for p in procs)
-    except KeyboardInterrupt:
+    print(f"setflow: {n} worker processes ({name}-0 .. {name}-{n - 1}); Ctrl-C or SIGTERM stops them", flush=True)
+
+    def stop(signum: int, _frame: object) -> None:  # a warm shutdown: each finishes its job in flight
         for p in procs:
-            p.send_signal(signal.SIGTERM)
-        return max(p.wait() for p in procs)
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return max(p.wait() for p in procs)

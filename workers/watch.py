@@ -63,3 +63,9 @@ def _start(**_: Any) -> None:
 @worker_shutdown.connect
 def _stop_loop(**_: Any) -> None:
     _stop.set()
+    s = Settings()
+    if s.worker_name is not None:
+        try:  # gone now, not when the key expires: its sessions' next turns go to the shared queue
+            Routing(redis_client(s), s).gone(s.worker_name)
+        except Exception:  # noqa: BLE001
+            pass
