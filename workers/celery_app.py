@@ -56,6 +56,9 @@ def make_app(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=False,  # a turn survives a broker blip
         worker_hijack_root_logger=False,
+        # a pool process builds its engine when forked (workers/tasks.py): loading torch and the
+        # model (and CUDA) takes seconds, beyond Celery's 4 s default for a process to come up
+        worker_proc_alive_timeout=120,
         worker_send_task_events=False,
     )
     return app

@@ -64,8 +64,8 @@ class LocalCluster:
                     env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def ready(self, *names: str, timeout_s: float = 60.0) -> None:
-        """Alive (heartbeat) and warm: each has run a small turn from its own queue (a worker
-        builds its engine on its first job)."""
+        """Alive (heartbeat) and warm: each has run a small turn from its own queue (its engine
+        built, its cost model calibrated)."""
         deadline = time.monotonic() + timeout_s
         for name in names:
             while not self.dispatcher.routing.alive(name):

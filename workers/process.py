@@ -1,4 +1,5 @@
-"""One worker process's runtime, built lazily on its first job and kept for the process's life:
+"""One worker process's runtime, built once in the pool process (when it is forked, else on its
+first job) and kept for the process's life:
 the model on its device (CUDA with bf16 when present, else CPU with capped torch threads), the
 engine with its warm sessions, and clients of Redis and the database.  Celery's prefork pool
 forks before the first job, so nothing here (torch above all) is loaded in the parent."""

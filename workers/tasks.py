@@ -1,7 +1,7 @@
 """The Celery task: thin.  It checks the message names a job, then hands the job id to
-workers/runner.py in this process's runtime (built on first use).  A message that names no job
-(malformed payload, unknown id) goes to the dead-letter stream with the reason and is
-acknowledged: it is never retried."""
+workers/runner.py with this pool process's runtime (built when the process was forked).  A
+message that names no job (malformed payload, unknown id) goes to the dead-letter stream with
+the reason and is acknowledged: it is never retried."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from celery import Task
+from celery.signals import worker_process_init
 from celery.exceptions import Reject
 
 from runtime.errors import NotFound
@@ -41,3 +42,17 @@ def run_job(self: Task, *args: Any, **kwargs: Any) -> str:
         return f"rejected: {code}"
 
 from workers import watch  # noqa: E402,F401  - the main process's heartbeat and reaper (signal handlers)
+
+
+@worker_process_init.connect
+def _build_runtime(**_: Any) -> None:
+    """Build the pool process's runtime (torch, the model, the engine) as soon as it is forked,
+    outside any task: a task's time limit must not fire in the middle of importing torch (it
+    did, with a 1 s soft limit: the process was left with a half-imported torch), and the first
+    turn should not pay for the build.  If it fails, the first task tries again (and requeues)."""
+    from workers import process
+
+    try:
+        process.runtime()
+    except Exception:  # noqa: BLE001 - logged; the task path reports it per message
+        log.critical("this worker process could not build its runtime", exc_info=True)

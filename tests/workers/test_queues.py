@@ -62,3 +62,23 @@ def test_the_worker_path_on_postgresql(redis_url: str, tmp_path_factory: pytest.
             assert c.jobs.get(again).attempts == 1 and len(c.records.turns(sid, "acme")) == 2
         finally:
             c.close()
+
+
+def test_a_job_past_its_soft_time_limit_fails_and_the_session_stays_usable(
+        redis_url: str, tmp_path_factory: pytest.TempPathFactory, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    c = make_cluster(redis_url, tmp_path_factory.mktemp("limits"), task_soft_time_limit_s=1,
+                     task_time_limit_s=20, visibility_timeout_s=60)
+    try:
+        c.start("w1")
+        c.ready("w1")
+        first, follow = inputs(loaded[1], 2)
+        sid = c.open("acme")
+        done = c.wait(c.submit(sid, first))
+        slow = c.wait(c.submit(sid, {**LONG, "params": {**LONG["params"], "max_new_tokens": 900}}))  # type: ignore[dict-item]
+        assert slow.status == "failed" and slow.error is not None and slow.error["code"] == "time_limit"
+        assert slow.attempts == 1
+        nxt = c.wait(c.submit(sid, follow))
+        assert nxt.status == "succeeded"
+        assert [done.result["tokens"], nxt.result["tokens"]] == reference(loaded, c, [first, follow])  # type: ignore[index]
+    finally:
+        c.close()
