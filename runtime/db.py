@@ -8,15 +8,16 @@ import re
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.errors import BadInput, NotFound, StaleWrite
-from runtime.records import SessionRecord, TurnRecord
+from runtime.errors import BadInput, ClaimLost, NotFound, StaleWrite
+from runtime.records import JobRecord, SessionRecord, TurnRecord
 from runtime.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -71,6 +72,14 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
+class JobStep(NamedTuple):
+    """A job's step that writes a turn: which job, which step, under which claim."""
+
+    job_id: str
+    step: int
+    owner: str  # the claim token: the turn is written only while the job is still this holder's
+
+
 class Records:
     """Sessions and turns.  One short transaction per call."""
 
@@ -102,13 +111,15 @@ class Records:
 
     def append_turn(self, session_id: str, tenant: str, role: str, text: str, token_ids: list[int],
                     ledger: list[tuple[int, int]], meta: dict[str, object] | None = None,
-                    index: int | None = None, job: tuple[str, int] | None = None,
+                    index: int | None = None, job: JobStep | None = None,
                     fingerprint: str | None = None) -> TurnRecord:
         """The turn becomes durable when this returns.  index: the turn's place, as the writer
         read it (under the session's lease); a row already there is a StaleWrite, not a second
-        turn at the same place.  None: the next free one.  job: (job id, step) that writes it; a
-        second turn for the same pair is a StaleWrite.  fingerprint: binds a session opened
-        without a model (by the API) to the writer's model."""
+        turn at the same place.  None: the next free one.  job: the job step that writes it; a
+        second turn for the same (job, step) is a StaleWrite, and a job no longer held under
+        job.owner (requeued, cancelled, given up) is ClaimLost: in the same transaction, the
+        job's step counter moves on with the turn.  fingerprint: binds a session opened without
+        a model (by the API) to the writer's model."""
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
         try:
@@ -119,9 +130,15 @@ class Records:
                     raise StaleWrite(f"session {session_id}: turn {index} expected, the database holds {n} turns")
                 rec = TurnRecord(session_id=session_id, index=n, role=role, text=text, token_ids=list(token_ids),
                                  ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}),
-                                 job_id=job[0] if job else None, job_step=job[1] if job else None)
+                                 job_id=job.job_id if job else None, job_step=job.step if job else None)
                 db.add(rec)
                 owner.updated_at = datetime.now(UTC)
+                if job is not None:
+                    held = db.execute(update(JobRecord).where(
+                        JobRecord.id == job.job_id, JobRecord.owner == job.owner, JobRecord.status == "running",
+                    ).values(step=job.step + 1))
+                    if int(getattr(held, "rowcount", 0)) != 1:
+                        raise ClaimLost(f"job {job.job_id} is no longer held by this writer: turn not written")
                 if fingerprint and not owner.model_fingerprint:
                     owner.model_fingerprint = fingerprint
         except IntegrityError as e:  # two writers at the same index, or the same job step, at once

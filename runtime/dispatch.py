@@ -13,6 +13,7 @@ Celery), so this module imports no Celery, no torch, and no workflow.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from runtime.events import JobEvents
 from runtime.jobs import Jobs
 from runtime.keys import Keys
 from runtime.ratelimit import RateLimiter
-from runtime.records import JobRecord
+from runtime.records import TERMINAL, JobRecord
 from runtime.routing import Routing
 from runtime.schemas import check_spec
 
@@ -65,12 +66,19 @@ class Dispatcher:
         queue = self.routing.route(session, priority)
         job, blocked = self.jobs.create(kind, tenant, spec, session, priority, queue)
         self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
-        if not blocked:  # else the job before it sends it when it ends
-            try:
-                self.send(job.id, queue)
-            except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
-                log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
-                self.jobs.mark_dispatched(job.id, queue, sent=False)
+        if blocked:
+            # the job before it sends it when it ends; but that one may have ended while this
+            # row was being written (PostgreSQL's READ COMMITTED lets both miss the other)
+            nxt = self.jobs.next_queued(session) if session is not None else None
+            if nxt is None or nxt.id != job.id:
+                return job
+        try:
+            self.send(job.id, queue)
+            if blocked:
+                self.jobs.mark_dispatched(job.id, queue)
+        except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
+            log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
+            self.jobs.mark_dispatched(job.id, queue, sent=False)
         return job
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
@@ -102,9 +110,21 @@ class Dispatcher:
             log.warning("job %s: event not published: %s", job_id, event)
 
     def wait(self, job_id: str, timeout_s: float) -> JobRecord:
-        """The job once finished (its final status event), or as it is at the timeout."""
-        self.events.wait(job_id, timeout_s)
-        return self.jobs.get(job_id)
+        """The job once finished, or as it is at the timeout.  Woken by its final status event;
+        SQL is read too (before, and after every quiet second), since events are best effort."""
+        deadline, after = time.monotonic() + timeout_s, "0"
+        while True:
+            job = self.jobs.get(job_id)
+            left = deadline - time.monotonic()
+            if job.status in TERMINAL or left <= 0:
+                return job
+            try:
+                for eid, ev in self.events.read(job_id, after, block_ms=max(1, int(min(left, 1.0) * 1000))):
+                    after = eid
+                    if ev.get("type") == "status" and ev.get("status") in TERMINAL:
+                        return self.jobs.get(job_id)
+            except redis.RedisError:
+                time.sleep(min(0.2, max(0.0, left)))
 
     # ---- the reaper -------------------------------------------------------------------------
 
@@ -116,10 +136,10 @@ class Dispatcher:
         for job in self.jobs.expired():
             if self.jobs.requeue(job):
                 out["requeued"] += 1
-                self.events.publish(job.id, {"type": "status", "status": "queued",
-                                             "reason": f"worker {job.worker} lost its lease"})
                 if not self.jobs.blocked(job):
                     self.send_job(job, shared=True)  # its worker may still look alive for a few beats
+                self._event(job.id, {"type": "status", "status": "queued",
+                                     "reason": f"worker {job.worker} lost its lease"})
             else:
                 try:
                     final = self.jobs.get(job.id)
@@ -127,7 +147,7 @@ class Dispatcher:
                     continue
                 if final.status == "failed":
                     out["gave_up"] += 1
-                    self.events.publish(job.id, {"type": "status", "status": "failed", "error": final.error})
+                    self._event(job.id, {"type": "status", "status": "failed", "error": final.error})
                     self.dispatch_next(job.session_id)
         dead = [q for q in self.jobs.queued_queues()
                 if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]

@@ -125,4 +125,6 @@ def connect(settings: Settings) -> tuple[redis.Redis, EmbeddedRedis | None]:
 def client(settings: Settings) -> redis.Redis:
     """A client for settings.redis_url, else for the embedded server under data_dir, which
     someone else (`setflow worker`, the demo) started."""
-    return redis.Redis.from_url(settings.redis_url or EmbeddedRedis(settings.data_dir / "redis").url)
+    # bounded waits: a stuck server must not stall a worker's threads for ever
+    return redis.Redis.from_url(settings.redis_url or EmbeddedRedis(settings.data_dir / "redis").url,
+                                socket_timeout=10, socket_connect_timeout=5)

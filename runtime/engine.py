@@ -36,7 +36,7 @@ from model.decode import DecodeError, DecodeParams, DecodeState, StepEvent, begi
 from model.kv_cache import KVCache
 from model.transformer import SetDLM
 from runtime import kv
-from runtime.db import Records
+from runtime.db import JobStep, Records
 from runtime.errors import BadInput, CorruptState, SetflowError
 from runtime.settings import Settings
 from runtime.store import Lease, Manifest, SessionStore
@@ -86,7 +86,7 @@ class Engine:
         return self.records.create_session(tenant, self.fp, session_id).id
 
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-                 prefer: str = "auto", text: str = "", job: tuple[str, int] | None = None) -> TurnResult:
+                 prefer: str = "auto", text: str = "", job: JobStep | None = None) -> TurnResult:
         with closing(self.turn(session, tenant, input_ids, params, prefer, text, job)) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
@@ -94,14 +94,15 @@ class Engine:
         raise AssertionError("turn() ends with its TurnResult")
 
     def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-             prefer: str = "auto", text: str = "", job: tuple[str, int] | None = None
+             prefer: str = "auto", text: str = "", job: JobStep | None = None
              ) -> Generator[StepEvent | TurnResult, None, None]:
         """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
         the session is not warm (tests and benchmarks); a failed restore still recomputes.
         text: the turn's text as the workflow rendered it (kept in its SQL row; the engine
-        itself works on token ids).  job: (job id, step) when a job runs this turn: if that
-        step's turn is in SQL already (a redelivered task), it is returned as it was written
-        (path "done") and nothing is decoded or written."""
+        itself works on token ids).  job: the job step running this turn: if that step's turn
+        is in SQL already (a redelivered task), it is returned as it was written (path "done")
+        and nothing is decoded or written; the turn is written only while the job is still held
+        by this claim (ClaimLost otherwise)."""
         if prefer not in PATHS:
             raise BadInput(f"prefer must be one of {PATHS}, got {prefer!r}")
         rec = self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
@@ -112,7 +113,7 @@ class Engine:
         lease = self.store.acquire(session)
         try:
             # checked under the lease: a holder that wrote this step has released it by now
-            done = self.records.turn_by_job(session, tenant, *job) if job is not None else None
+            done = self.records.turn_by_job(session, tenant, job.job_id, job.step) if job is not None else None
             if done is not None:
                 yield TurnResult(session, list(done.token_ids[len(input_ids):]), "done",
                                  events=[f"turn {done.index} was written by this job step already"], turn=done.index)

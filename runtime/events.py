@@ -26,7 +26,6 @@ import redis
 from runtime.keys import Keys
 from runtime.settings import Settings
 
-FINAL = ("succeeded", "failed", "cancelled")
 FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
 
 
@@ -71,17 +70,6 @@ class JobEvents:
             for eid, fields in entries:
                 out.append((_text(eid), json.loads(fields[b"data"] if b"data" in fields else fields["data"])))
         return out
-
-    def wait(self, job: str, timeout_s: float) -> str | None:
-        """Block until the job's final status event; returns that status, or None at timeout."""
-        after, deadline = "0", time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            # short blocks: a client's socket timeout must not end the wait
-            for eid, ev in self.read(job, after, block_ms=max(1, int(min(left, 1.0) * 1000))):
-                after = eid
-                if ev.get("type") == "status" and ev.get("status") in FINAL:
-                    return str(ev["status"])
-        return None
 
     def dead_letter(self, task_id: str, payload: Any, code: str, message: str) -> None:
         self.r.xadd(self.k.dead, {"data": json.dumps({"task_id": task_id, "payload": repr(payload)[:500],

@@ -19,6 +19,7 @@ import redis
 
 from model.decode import DecodeParams
 from model.tokenizer import Tokenizer
+from runtime.db import JobStep
 from runtime.engine import Engine, TurnResult
 from runtime.errors import Cancelled, ClaimLost
 from runtime.events import JobEvents
@@ -72,7 +73,7 @@ class JobContext:
         self.tick()  # cancelled before it started: nothing to undo
         result: TurnResult | None = None
         with closing(self.engine.turn(session, self.job.tenant, input_ids, params, text=text,
-                                      job=(self.job.id, step))) as events:
+                                      job=JobStep(self.job.id, step, self.owner))) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     result = ev

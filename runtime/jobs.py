@@ -144,8 +144,9 @@ class Jobs:
         if self.blocked(job):
             return Claim(job, None, "waiting")
         if job.attempts >= self.s.job_max_attempts:
-            self._give_up(job)
-            return Claim(self.get(job_id), None, "gave up")
+            if self._give_up(job):
+                return Claim(self.get(job_id), None, "gave up")
+            return Claim(self.get(job_id), None, "running elsewhere")  # its holder renewed meanwhile
         owner = secrets.token_hex(16)
         with self._write.begin() as db:
             n = _rows(db.execute(update(JobRecord).where(
@@ -232,18 +233,18 @@ class Jobs:
         with self._db() as db:
             return [q for q in db.scalars(select(JobRecord.queue).where(JobRecord.status == "queued").distinct()) if q]
 
-    def _give_up(self, job: JobRecord) -> None:
+    def _give_up(self, job: JobRecord) -> bool:
         """Fail a job whose attempts are spent: only as it was read (queued, or running under
-        an expired lease), never under a holder that renewed its lease meanwhile."""
+        an expired lease), never under a holder that renewed its lease meanwhile.  True: failed."""
         live = or_(JobRecord.status == "queued", JobRecord.lease_until < time.time())
         with self._write.begin() as db:
-            db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
+            return 1 == _rows(db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
                                                JobRecord.attempts == job.attempts, live,
                                                JobRecord.owner.is_(None) if job.owner is None
                                                else JobRecord.owner == job.owner)
                        .values(status="failed", owner=None, finished_at=datetime.now(UTC),
                                error={"code": "worker_lost",
-                                      "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"}))
+                                      "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"})))
 
 
 def _rows(result: Any) -> int:

@@ -72,14 +72,21 @@ def run(rt: Runtime, job_id: str) -> str:
         affinity = _quietly(lambda: rt.dispatcher.routing.last_worker(session)) if session is not None else None
         _quietly(lambda: events.publish(job_id, {"type": "status", "status": "running", "worker": rt.worker,
                                                  "attempt": job.attempts}))
-        status, result, error = _attempts(rt, job_id, owner)
+        try:
+            status, result, error = _attempts(rt, job_id, owner)
+        except SoftTimeLimitExceeded:  # fired outside the workflow (a retry's wait, a close)
+            status, result, error = "failed", None, _time_limit(rt)
         if status is None:  # the claim was lost: the job is someone else's now
             return "claim lost"
         if result is not None:
             result["affinity"] = "none" if affinity is None else ("hit" if affinity == rt.worker else "miss")
+    final = status
     try:
-        final = status
-        _retrying(rt, lambda: rt.jobs.finish(job_id, owner, final, result=result, error=error))
+        try:
+            _retrying(rt, lambda: rt.jobs.finish(job_id, owner, final, result=result, error=error))
+        except SoftTimeLimitExceeded:  # it fires once: the job ends as timed out
+            final, result, error = "failed", None, _time_limit(rt)
+            _retrying(rt, lambda: rt.jobs.finish(job_id, owner, final, result=result, error=error))
     except ClaimLost:
         return "claim lost"
     # the outcome is durable; the rest helps watchers and the session's next job (the reaper
@@ -117,6 +124,8 @@ def _attempts(rt: Runtime, job_id: str, owner: str
     delay = 0.25
     while True:
         job = _retrying(rt, lambda: rt.jobs.get(job_id))
+        if job.cancel_requested:  # asked while this attempt waited to retry
+            return "cancelled", None, _err("cancelled", "cancelled between two tries")
         workflow = WORKFLOWS.get(job.kind)
         if workflow is None:
             return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
@@ -129,7 +138,7 @@ def _attempts(rt: Runtime, job_id: str, owner: str
         except Cancelled as e:
             return "cancelled", None, {**_err(e.code, e.message), "seen_at": ctx.channel.seen_at}
         except SoftTimeLimitExceeded:
-            return "failed", None, _err("time_limit", f"the job ran past {rt.settings.task_soft_time_limit_s} s")
+            return "failed", None, _time_limit(rt)
         except TRANSIENT as e:
             if time.monotonic() + delay > deadline:
                 return "failed", None, _err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
@@ -151,6 +160,10 @@ def _attempts(rt: Runtime, job_id: str, owner: str
             return "failed", None, _err("internal", f"{type(e).__name__}: {e}")
         finally:
             ctx.close()
+
+
+def _time_limit(rt: Runtime) -> dict[str, Any]:
+    return _err("time_limit", f"the job ran past {rt.settings.task_soft_time_limit_s} s")
 
 
 def _err(code: str, message: str) -> dict[str, Any]:

@@ -160,3 +160,17 @@ def test_bad_priority_or_oversized_input_spends_no_token(env: tuple[Dispatcher, 
         with pytest.raises(BadInput):
             d.submit("turn", "acme", kwargs.get("spec", SPEC), sid, priority=kwargs.get("priority", "interactive"))
     assert not client.exists(d.k.bucket("acme")) and sent == []
+
+
+def test_wait_reads_sql_when_the_final_event_is_lost(env: tuple[Dispatcher, Sent, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    d, sent, sid = env
+    job = d.submit("turn", "acme", SPEC, sid)
+    claim = d.jobs.claim(job.id, "w1")
+    d.jobs.finish(job.id, claim.owner or "", "succeeded", result={"ok": 1})  # no status event published
+
+    def no_events(*args: object, **kwargs: object) -> None:
+        raise AssertionError("waited for an event that will never come")
+
+    monkeypatch.setattr(d.events, "read", no_events)
+    assert d.wait(job.id, 30).status == "succeeded"  # from SQL, not after the timeout

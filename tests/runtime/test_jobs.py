@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import Engine
 
-from runtime.db import Records
+from runtime.db import JobStep, Records
 from runtime.errors import BadInput, ClaimLost, NotFound
 from runtime.jobs import Jobs
 from runtime.settings import Settings
@@ -123,8 +123,29 @@ def test_a_claim_never_takes_a_lease_renewed_since_it_was_read(db_engine: Engine
     monkeypatch.setattr(jobs, "get", lambda job_id, tenant=None: stale)
     assert jobs.claim(job.id, "w2").owner is None
     assert not jobs.requeue(stale)  # nor does the reaper requeue it
-    stale.attempts = 2  # nor give it up for spent attempts
-    jobs._give_up(stale)
+    jobs.s = Settings(job_lease_s=60, job_max_attempts=1)  # its one attempt is spent, as read ...
+    assert jobs.claim(job.id, "w2").reason == "running elsewhere"  # ... but it is alive: no give-up
+    assert not jobs.requeue(stale)
     monkeypatch.undo()
     now = jobs.get(job.id)
     assert (now.status, now.owner, now.worker) == ("running", holder.owner, "w1")
+
+
+def test_a_turn_is_written_only_while_its_job_is_held(db_engine: Engine, session: str) -> None:
+    jobs = Jobs(db_engine, Settings(job_lease_s=0.05))
+    records = Records(db_engine)
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    late = jobs.claim(job.id, "w1")
+    time.sleep(0.1)
+    [expired] = jobs.expired()
+    assert jobs.requeue(expired)  # the reaper gave the job away; its old holder decodes on ...
+    jobs.cancel(job.id, "acme")  # ... and the user cancels it meanwhile
+    with pytest.raises(ClaimLost):
+        records.append_turn(session, "acme", "assistant", "", [1, 2], [(0, 1), (1, 2)],
+                            index=0, job=JobStep(job.id, 0, late.owner or ""))
+    assert records.turns(session, "acme") == []  # nothing written
+    again, _ = jobs.create("turn", "acme", SPEC, session)
+    holder = jobs.claim(again.id, "w2")
+    records.append_turn(session, "acme", "assistant", "", [1, 2], [(0, 1), (1, 2)], index=0,
+                        job=JobStep(again.id, 0, holder.owner or ""))
+    assert jobs.get(again.id).step == 1  # the step counter moved with the turn, in one transaction
