@@ -112,12 +112,14 @@ class Dispatcher:
     def wait(self, job_id: str, timeout_s: float) -> JobRecord:
         """The job once finished, or as it is at the timeout.  Woken by its final status event;
         SQL is read too (before, and after every quiet second), since events are best effort."""
-        deadline, after = time.monotonic() + timeout_s, "0"
+        deadline, after, checked = time.monotonic() + timeout_s, "0", 0.0
         while True:
-            job = self.jobs.get(job_id)
-            left = deadline - time.monotonic()
-            if job.status in TERMINAL or left <= 0:
-                return job
+            now = time.monotonic()
+            if now - checked >= 1.0 or now >= deadline:  # not at every batch of step events
+                job, checked = self.jobs.get(job_id), now
+                if job.status in TERMINAL or now >= deadline:
+                    return job
+            left = deadline - now
             try:
                 for eid, ev in self.events.read(job_id, after, block_ms=max(1, int(min(left, 1.0) * 1000))):
                     after = eid
