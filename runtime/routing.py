@@ -69,12 +69,9 @@ class Routing:
 
     def route(self, session: str | None, priority: str) -> str:
         """The queue for a job: the session's last worker's, while it is alive; else shared."""
-        if session is not None:
-            with self.r.pipeline(transaction=False) as p:
-                p.get(self.k.affinity(session))
-                w = p.execute()[0]
-            if w is not None and self.alive(_text(w)):
-                return self.own(_text(w))
+        w = self.last_worker(session) if session is not None else None
+        if w is not None and self.alive(w):
+            return self.own(w)
         return self.shared(priority)
 
 
