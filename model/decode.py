@@ -1,5 +1,5 @@
 """Set decoding as small pure functions: prefill, step, decode (a generator of StepEvents),
-commit_pending, begin_turn, begin_infill, truncate.
+commit_pending, begin_turn, begin_infill_turn, begin_infill, truncate.
 
 A session's decoding state is a plain DecodeState (token per position, MASK where undecoded;
 the pending set; the RNG) that serialises to JSON beside the KVCache bytes.  Every function
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from model.kv_cache import KVCache
-from model.masks import step_mask
+from model.masks import step_mask, within_documents
 from model.transformer import SetDLM
 
 POLICIES = ("set", "prefix", "block", "ar")
@@ -113,10 +113,20 @@ def prefill(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int]) -> in
     if not ids:
         return 0
     dev = cache.k.device
-    model(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
-          step_mask(cache.length, len(ids), 0, dev), cache)
+    ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
+    mask = _documents(model, cache, step_mask(cache.length, len(ids), 0, dev), ids_t, pos_t, pos_t)
+    model(ids_t, pos_t, mask, cache)
     cache.commit(pos, ids)
     return 1
+
+
+def _documents(model: SetDLM, cache: KVCache, mask: Tensor, ids_t: Tensor, pos_t: Tensor, query_pos: Tensor
+               ) -> Tensor:
+    """mask: (T, C + len(ids)) over [cache | ids]; narrowed so that no query reads an earlier
+    document (model/masks.py within_documents)."""
+    C = cache.length
+    return within_documents(mask, torch.cat([cache.pos[:C], pos_t]), torch.cat([cache.tok[:C], ids_t]),
+                            query_pos, model.cfg.bos_id)
 
 
 @torch.no_grad()
@@ -129,13 +139,15 @@ def fused_forward(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int],
     m = len(ids) - n_masks
     if use_cache:  # pending first in the input, so its K/V are the first m scratch slots
         ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
-        logits, _ = model(ids_t, pos_t, step_mask(cache.length, m, n_masks, dev), cache)
+        mask = _documents(model, cache, step_mask(cache.length, m, n_masks, dev), ids_t, pos_t, pos_t)
+        logits, _ = model(ids_t, pos_t, mask, cache)
         cache.commit(pos[:m], ids[:m])
         return logits[0, m:]
     C = cache.length
     ids_t = torch.cat([cache.tok[:C], torch.tensor(ids, device=dev)])
     pos_t = torch.cat([cache.pos[:C], torch.tensor(pos, device=dev)])
-    logits, kv = model(ids_t, pos_t, step_mask(0, C + m, n_masks, dev), return_kv=True)
+    mask = within_documents(step_mask(0, C + m, n_masks, dev), pos_t, ids_t, pos_t, model.cfg.bos_id)
+    logits, kv = model(ids_t, pos_t, mask, return_kv=True)
     assert kv is not None
     cache.append(kv.k[:, 0, C:C + m], kv.v[:, 0, C:C + m], pos[:m], ids[:m])
     return logits[0, C + m:]
@@ -179,20 +191,51 @@ def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: li
     return state
 
 
-def begin_infill(model: SetDLM, cache: KVCache, tokens: list[int]) -> DecodeState:
-    """Open an infill region over a fresh sequence: `tokens` holds mask_id at the holes.  All
-    context (left and right of the holes) is prefilled causally in positional order."""
+def begin_infill_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, tokens: list[int],
+                      params: DecodeParams | None = None) -> DecodeState:
+    """Append `tokens` at the next positions, as begin_turn does (fusing in any pending set
+    first), but as an infill region: `tokens` holds mask_id at the holes.  Its context (the
+    tokens left and right of the holes) is prefilled causally in positional order, in the same
+    forward as the pending set; the holes are then decoded in place (no stop criteria, no
+    masks past the input: params.max_new_tokens is not used).  The commit order (pending,
+    context, then the holes as they are decided) is the turn's ledger, so one causal prefill of
+    it rebuilds the same K/V.  Refuses (DecodeError) before touching anything: "state" while a
+    region is open, "context_overflow" past the model's context, "params" without a hole or
+    with an id outside the vocabulary.  params: only seeds the session RNG when sampling (once,
+    as begin_turn does)."""
     cfg = model.cfg
-    if len(tokens) > cfg.max_seq_len:
-        raise DecodeError("context_overflow", f"{len(tokens)} positions > context {cfg.max_seq_len}")
-    holes = [p for p, t in enumerate(tokens) if t == cfg.mask_id]
+    state = state if state is not None else DecodeState(tokens=[])
+    if not state.done:
+        raise DecodeError("state", "the previous region is still being decoded")
+    n0 = len(state.tokens)
+    end = n0 + len(tokens)
+    if end > cfg.max_seq_len:
+        raise DecodeError("context_overflow",
+                          f"infill needs positions up to {end}, the model's context is {cfg.max_seq_len}")
+    if any(not 0 <= t < cfg.vocab_size for t in tokens):
+        raise DecodeError("params", "infill ids must be token ids inside the vocabulary (mask_id at the holes)")
+    holes = [n0 + i for i, t in enumerate(tokens) if t == cfg.mask_id]
     if not holes:
         raise DecodeError("params", "infill needs at least one masked position")
+    ctx = [i for i, t in enumerate(tokens) if t != cfg.mask_id]  # offsets into tokens, positional order
+    commit = [state.tokens[p] for p in state.pending] + [tokens[i] for i in ctx]
+    state.nfe += prefill(model, cache, commit, state.pending + [n0 + i for i in ctx])
+    state.pending, state.infill = [], True
+    state.tokens = state.tokens + list(tokens)
+    state.start, state.step, state.done = holes[0], 0, False
+    if params is not None and params.temperature > 0 and state.rng is None:
+        state.rng = _rng_dump(torch.Generator().manual_seed(params.seed))
+    return state
+
+
+def begin_infill(model: SetDLM, cache: KVCache, tokens: list[int],
+                 params: DecodeParams | None = None) -> DecodeState:
+    """Open an infill region over a fresh sequence: `tokens` holds mask_id at the holes.  All
+    context (left and right of the holes) is prefilled causally in positional order.  The case
+    of begin_infill_turn with no session yet; the cache must be empty."""
     if cache.length:
         raise DecodeError("state", "infill opens a fresh session: the cache must be empty")
-    ctx = [p for p, t in enumerate(tokens) if t != cfg.mask_id]
-    nfe = prefill(model, cache, [tokens[p] for p in ctx], ctx)
-    return DecodeState(tokens=list(tokens), start=holes[0], nfe=nfe, done=False, infill=True)
+    return begin_infill_turn(model, cache, None, tokens, params)
 
 
 # ---- the loop ----------------------------------------------------------------------------

@@ -5,7 +5,13 @@ order (clean queries also see themselves), and a [MASK] query sees nothing noisy
 - `training_mask`: the static 2L x 2L mask over [clean stream | noisy stream] in RANK order
   (the data are permuted, not the mask), plus the padding rule.
 - `step_mask`: the inference mask over [cache | pending set | active masks].
-Knows nothing about tokens or models.
+- `within_documents`: narrows an inference mask to documents: a BOS token starts a new one, and
+  no query sees a key of an earlier document.  The model is trained on single documents (each
+  example starts with BOS at position 0), where this rule changes nothing; in a session that
+  holds several (report sections, a new question), it keeps each one as it was in training
+  (RoPE is relative, so a document at position 600 reads as one at 0).  Measured: without it,
+  later report sections copied the earlier ones' metrics (0 of 12 correct; docs/BENCHMARKS.md).
+Knows nothing about models; `within_documents` is told which token is BOS.
 """
 
 from __future__ import annotations
@@ -74,3 +80,17 @@ def step_mask(n_cache: int, n_pending: int, n_masks: int, device: torch.device |
     mask[m:, C:C + m] = True
     mask[m:, C + m:] = torch.eye(n, dtype=torch.bool, device=device)
     return mask
+
+
+def within_documents(mask: Tensor, key_pos: Tensor, key_tok: Tensor, query_pos: Tensor, bos_id: int) -> Tensor:
+    """mask: (T, S) bool over S keys; key_pos, key_tok: (S,) long; query_pos: (T,) long.
+    A query at position q sees only keys at positions >= its document's start: the position of
+    the last BOS at or before q among the keys it already sees (never one committed after it:
+    a step-by-step decode and one causal prefill of its ledger must give a token the same
+    start, model/decode.py invariant I5).  Returns the narrowed mask."""
+    is_bos = key_tok == bos_id  # (S,)
+    if not bool((is_bos & (key_pos > 0)).any()):  # one document from position 0 (or none): nothing to narrow
+        return mask
+    seen = mask & is_bos[None, :] & (key_pos[None, :] <= query_pos[:, None])  # (T, S) BOS keys q sees
+    start = torch.where(seen, key_pos[None, :], torch.full_like(key_pos, -1)[None, :]).amax(dim=1)  # (T,)
+    return mask & (key_pos[None, :] >= start[:, None])

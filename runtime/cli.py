@@ -1,5 +1,5 @@
-"""The `setflow` console script: `demo`, `worker`, `bench decode|quality|resume|load [args...]`,
-`train --preset P --out DIR`.
+"""The `setflow` console script: `demo [--serve]`, `serve`, `worker`, `submit KIND SPEC`, `tour`,
+`bench decode|quality|resume|load [args...]`, `train --preset P --out DIR`.
 
 Imports torch and the model only inside the subcommands, so `setflow --help` stays instant.
 """
@@ -33,10 +33,28 @@ def _bench_main(name: str) -> Callable[..., dict[str, Any]]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from runtime.demo import run_demo  # imports torch and the model
+    from runtime.demo import run_demo
 
-    run_demo()
+    return run_demo(serve=args.serve, port=args.port)
+
+
+def cmd_tour(args: argparse.Namespace) -> int:
+    from runtime.tour import run_tour  # imports torch and the model
+
+    run_tour()
     return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from runtime.serve import serve
+
+    return serve(args.host, args.port)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from runtime.submit import submit
+
+    return submit(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -105,8 +123,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="setflow", description="A runtime for a set-diffusion language model.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = sub.add_parser("demo", help="the shipped model at work: a narrative (AR vs set decoding), an agent, a template")
+    demo = sub.add_parser("demo", help="the product end to end: embedded Redis + SQLite, the API, a worker; a report "
+                          "job with progress, a two-question agent session, the web page")
+    demo.add_argument("--serve", action="store_true", help="keep the API and the worker running (Ctrl-C stops)")
+    demo.add_argument("--port", type=int, default=None, help="the API's port (default: SETFLOW_API_PORT, 8000)")
     demo.set_defaults(func=cmd_demo)
+    tour = sub.add_parser("tour", help="the shipped model in this process: a narrative (AR vs set decoding), an "
+                          "agent, a template, a session resumed from Redis")
+    tour.set_defaults(func=cmd_tour)
+    sv = sub.add_parser("serve", help="run the HTTP API (uvicorn); the embedded Redis when no REDIS_URL is set")
+    sv.add_argument("--host", default=None, help="listen address (default: SETFLOW_API_HOST, 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=None, help="port (default: SETFLOW_API_PORT, 8000)")
+    sv.set_defaults(func=cmd_serve)
+    sm = sub.add_parser("submit", help="submit a job to the API and follow it with a progress bar: "
+                        "submit KIND SPEC.json|- [--session ID]")
+    sm.add_argument("kind", choices=["narrative", "agent", "report", "turn", "infill"])
+    sm.add_argument("spec", help="the job's spec: a JSON file, '-' for stdin, or inline JSON")
+    sm.add_argument("--session", default=None, help="run on this session (turn and infill need one)")
+    sm.add_argument("--priority", default="interactive", choices=["interactive", "batch"])
+    sm.add_argument("--url", default=None, help="the API (default: SETFLOW_API_URL or http://127.0.0.1:8000)")
+    sm.add_argument("--key", default=None, help="API key (default: SETFLOW_API_KEY)")
+    sm.add_argument("--no-wait", action="store_true", help="print the queued job and return")
+    sm.set_defaults(func=cmd_submit)
     wk = sub.add_parser("worker", help="start Celery worker processes (one engine each) on this machine")
     wk.add_argument("--name", default=None, help="worker name, its own queue's name (default: host-pid); with "
                     "several processes, NAME-0, NAME-1, ...")

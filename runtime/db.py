@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -100,9 +100,57 @@ class Records:
             db.add(rec)
         return rec
 
+    def fork(self, session_id: str, tenant: str, turn: int, new_id: str | None = None) -> SessionRecord:
+        """A new session of the same tenant and model whose turns are copies of turns 0..turn of
+        `session_id` (role, text, token ids, ledger, meta; not the job step that wrote them: a
+        (job, step) pair names one turn).  Its ledger is the parent's up to that turn, so its
+        first turn, recomputed from SQL, decodes what the parent's would have after that turn.
+        One transaction.  NotFound for an unknown or another tenant's session; BadInput for a
+        turn outside 0..turn_count-1 or a bad or taken new_id."""
+        if new_id is not None and not _SESSION_ID.fullmatch(new_id):
+            raise BadInput("a session id is 1..64 characters of letters, digits, '-' and '_'")
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            raise BadInput(f"turn must be an integer, got {turn!r}")
+        try:
+            with self._write.begin() as db:
+                parent = _owned(db, session_id, tenant)
+                n = _count(db, session_id)
+                if not 0 <= turn < n:
+                    raise BadInput(f"session {session_id} has turns 0..{n - 1}, cannot fork at turn {turn}")
+                if new_id is not None and db.get(SessionRecord, new_id) is not None:
+                    raise BadInput(f"session {new_id!r} exists already")
+                child = SessionRecord(id=new_id or secrets.token_hex(12), tenant=tenant,
+                                      model_fingerprint=parent.model_fingerprint)
+                db.add(child)
+                # the rows are immutable once written: those read here are the parent's for good
+                for t in db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id,
+                                                             TurnRecord.index <= turn).order_by(TurnRecord.index)):
+                    db.add(TurnRecord(session_id=child.id, index=t.index, role=t.role, text=t.text,
+                                      token_ids=list(t.token_ids), ledger=[list(e) for e in t.ledger],
+                                      meta=dict(t.meta)))
+        except IntegrityError as e:  # another writer took new_id between the check and the insert
+            raise BadInput(f"session {new_id!r} exists already") from e
+        return child
+
+    def delete_session(self, session_id: str, tenant: str) -> None:
+        """Delete the session, its turns and its jobs (the foreign keys cascade: PostgreSQL
+        always, SQLite with PRAGMA foreign_keys on, which make_engine sets).  NotFound for an
+        unknown or another tenant's session.  Its Redis state is SessionStore.drop's."""
+        with self._write.begin() as db:
+            _owned(db, session_id, tenant)
+            # a bulk DELETE, not db.delete(): the ORM would first set the turns' session_id to
+            # NULL (the relationship has no delete cascade), which the schema refuses
+            db.execute(delete(SessionRecord).where(SessionRecord.id == session_id))
+
     def _exists(self, session_id: str) -> bool:
         with self._sessions() as db:
             return db.get(SessionRecord, session_id) is not None
+
+    def list_sessions(self, tenant: str, limit: int = 50) -> list[SessionRecord]:
+        """The tenant's sessions, newest first."""
+        with self._sessions() as db:
+            return list(db.scalars(select(SessionRecord).where(SessionRecord.tenant == tenant)
+                                   .order_by(SessionRecord.created_at.desc(), SessionRecord.id).limit(limit)))
 
     def get_session(self, session_id: str, tenant: str) -> SessionRecord:
         """NotFound for an unknown session and for another tenant's (no existence leak)."""

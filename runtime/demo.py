@@ -1,127 +1,176 @@
-"""`setflow demo` (`make demo`): the shipped model at work on its three jobs, on this CPU.
-
-A dashboard narrative decoded three ways (AR: one token per forward; set: the sliding window of
-the most confident tokens; prefix: the confident run from the leftmost mask) with the forward
-passes of each side by side; an agent question
-answered through tool calls; a report template filled by infill; a session whose second turn a
-fresh engine restores from Redis (the embedded server and a SQLite file unless REDIS_URL /
-DATABASE_URL say otherwise).  Every output is checked.
-"""
+"""`setflow demo` (`make demo`): the product end to end on this machine, with no server
+installed: the embedded Redis and a SQLite file, the API, one worker process; a report job over
+a sample dataset with a progress bar (the report printed), a two-question agent session with
+each turn's resume path and timing, the web page's address; then everything stopped cleanly
+(`--serve` keeps it running until Ctrl-C)."""
 
 from __future__ import annotations
 
-import random
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
-import torch
+import redis
+from tqdm import tqdm
 
-from model import shipped
-from model.corpus import agent, narrative, report
-from model.decode import DecodeParams
-from model.tokenizer import Tokenizer
-from model.transformer import SetDLM
-from runtime.db import Records, database_url, make_engine
-from runtime.embedded import connect
-from runtime.engine import Engine
+from runtime.client import Client
+from runtime.db import database_url
+from runtime.embedded import EmbeddedRedis
+from runtime.routing import Routing
+from runtime.serve import ApiServer
 from runtime.settings import Settings
-from runtime.store import SessionStore
-from workflows import agent as agent_loop
-from workflows.narrative import narrate
-from workflows.narrative import prompt_ids as narrate_prompt
-from workflows.report import fill
 
-PAYLOAD = narrative.Payload(
-    "Northwind", "2026-Q3", "formal",
-    [narrative.Metric("revenue", "1240", "1105", "1300"), narrative.Metric("churn", "2.4", "2.6", "2.5"),
-     narrative.Metric("latency", "182", "182")],
-    narrative.Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
-QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
-AR = DecodeParams(policy="ar", max_new_tokens=200)
-SET = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200)
-PREFIX = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
-SIDES = (("AR     (W=1)", AR), (f"set    (W={SET.window}, tau={SET.tau})", SET),
-         (f"prefix (W={PREFIX.window}, tau={PREFIX.tau})", PREFIX))
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_KEY = "setflow-demo-key"  # the demo's own tenant key (SETFLOW_API_KEYS overrides it)
+DATA = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
+        "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},
+                    {"key": "churn", "value": "2.4", "prev": "2.6", "target": "2.5"},
+                    {"key": "latency", "value": "182", "prev": "190"}],
+        "breakdown": {"kind": "region", "metric": "revenue",
+                      "rows": [["EMEA", "512", "468"], ["APAC", "301", "318"], ["AMER", "427", "319"]]}}
+REPORT = {"title": "Northwind quarterly review", "data": DATA,
+          "outline": [{"title": "Revenue", "metrics": ["revenue"]}, {"title": "Customer health", "metrics": ["churn"]},
+                      {"title": "Platform performance", "metrics": ["latency"]}]}
+QUESTIONS = ("By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?",
+             "What was the churn in APAC in 2026-Q3?")
 
 
-def _verdict(ok: bool) -> str:
-    return "correct" if ok else "NOT correct"
+class Stack:
+    """The embedded Redis (unless REDIS_URL), the worker processes and the API thread."""
+
+    def __init__(self, settings: Settings, workers: int = 1, port: int | None = None) -> None:
+        self.redis_server: EmbeddedRedis | None = None
+        if not settings.redis_url:
+            self.redis_server = EmbeddedRedis(settings.data_dir / "redis")
+            settings = settings.model_copy(update={"redis_url": self.redis_server.start()})
+        if not settings.api_keys:
+            settings = settings.model_copy(update={"api_keys": {DEMO_KEY: "demo"}})
+        self.s = settings
+        self.key = next(iter(settings.api_keys))
+        self.names = [f"demo-{i}" for i in range(workers)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.api = ApiServer(settings, port=port)
+        self.logs = settings.data_dir / "logs"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        env.update(REDIS_URL=str(self.s.redis_url), SETFLOW_DATA_DIR=str(self.s.data_dir), PYTHONPATH=str(ROOT))
+        if self.s.database_url:
+            env["DATABASE_URL"] = self.s.database_url
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> Stack:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.api.start()  # migrates the database before any worker opens it
+        for name in self.names:
+            with open(self.logs / f"{name}.log", "ab") as log:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name],
+                    env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        client = redis.Redis.from_url(str(self.s.redis_url))
+        routing, deadline = Routing(client, self.s), time.monotonic() + timeout_s
+        try:
+            for name, p in zip(self.names, self.procs):
+                while not routing.alive(name):
+                    if p.poll() is not None or time.monotonic() > deadline:
+                        tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                        raise RuntimeError(f"worker {name} did not start:\n{tail}")
+                    time.sleep(0.1)
+        finally:
+            client.close()
+        return self
+
+    def stop(self) -> None:
+        """Warm shutdown: SIGTERM to each worker (it finishes its job in flight), the API, Redis."""
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.api.stop()
+        if self.redis_server is not None and self.redis_server.owned:
+            self.redis_server.stop()
 
 
-def run_demo() -> None:
-    torch.set_num_threads(1)  # as in a worker process
+def _follow(c: Client, job_id: str, label: str) -> dict[str, Any]:
+    """The job's events with a progress bar (sections), then the finished job."""
+    bar = tqdm(total=1, desc=label, unit="section", leave=True, file=sys.stdout, ncols=80)
+    done: dict[str, Any] = {}
+    for ev in c.events(job_id):
+        if ev["event"] == "progress" and ev.get("sections") and (ev["section"], ev["sections"]) != (bar.n, bar.total):
+            bar.total = ev["sections"]
+            bar.n = ev["section"]
+            bar.set_postfix_str(str(ev.get("title", ""))[:24], refresh=False)
+            bar.refresh()
+        elif ev["event"] == "result":
+            done = {k: v for k, v in ev.items() if k not in ("event", "id")}
+    bar.close()
+    return done
+
+
+def _turns(result: dict[str, Any]) -> str:
+    return "\n".join(f"     turn {t['turn']}: {t['path']:<9} load {t['load_ms']:7.1f} ms, "
+                     f"decode {t['decode_ms']:7.1f} ms, {t['tokens']} tokens" for t in result["turns"])
+
+
+def run_demo(serve: bool = False, port: int | None = None) -> int:
+    s = Settings()
+    stack = Stack(s, port=port)
     t0 = time.perf_counter()
-    model, tok = shipped.load()
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"setflow demo: the shipped set-diffusion model ({model.cfg.name} preset, {n_params / 1e6:.1f}M parameters, "
-          f"set size d={model.cfg.set_size}), loaded from {shipped.SHIPPED} in {time.perf_counter() - t0:.1f} s.\n")
-
-    print("1) A dashboard narrative.  Payload:\n")
-    print("   " + PAYLOAD.to_text().rstrip().replace("\n", "\n   ") + "\n")
-    runs = {}
-    for name, params in SIDES:
-        r = narrate(model, tok, PAYLOAD, params)
-        runs[name] = r
-        c = narrative.check(PAYLOAD, r.text)
-        print(f"   {name}: {r.nfe - 1} forward passes for {r.generated} tokens "
-              f"({(r.nfe - 1) / r.generated:.2f} per token), {r.seconds * 1000:.0f} ms; "
-              f"facts {c.facts_ok}/{c.facts_total}: {_verdict(c.fully_correct)}")
-    ar = runs[SIDES[0][0]]
-    print(f"\n   {ar.text}\n")
-    for name, r in list(runs.items())[1:]:
-        same = "the same text" if r.text == ar.text else "a different text"
-        print(f"   {name.split()[0]} wrote {same} with {(r.nfe - 1) / max(ar.nfe - 1, 1):.0%} of AR's forward passes.")
-    print()
-
-    print(f"2) An agent with tools.  Q: {QUESTION}\n")
-    data = agent.Dataset(2026)
-    r2 = agent_loop.run(model, tok, QUESTION, data, DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=96))
-    v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
-    expected = agent.calc(f"({v2}-{v1})/{v1}*100")
-    ok = agent.check(agent.Task(QUESTION, [], expected, ""), r2.text).answer_ok
-    print("   " + r2.text.strip().replace("\n", "\n   "))
-    print(f"\n   {len(r2.calls)} tool calls run by the runtime; {r2.nfe - 1} forward passes for {r2.generated} "
-          f"tokens; the answer is {_verdict(ok)} (expected {expected}).\n")
-
-    print("3) A report template filled by infill (holes marked _):\n")
-    t = report.make_template(random.Random("demo"))
-    print("   " + t.text(hole="_"))
-    r3 = fill(model, tok, t, SET)
-    filled = tok.decode(r3.tokens, skip_special=True).split("fill: ", 1)[1]
-    print(f"   {filled}\n   {sum(r3.hole)} hole tokens in {r3.nfe - 1} forward passes: "
-          f"{_verdict(r3.exact)}\n")
-    print("4) A session that resumes from Redis, as on another worker (embedded Redis + SQLite by default):\n")
-    _session_demo(model, tok)
-    print("More: `setflow bench quality [--quick]` (the model's accuracy and speed on held-out examples),\n"
-          "`setflow bench decode [--quick]` (the decoding policies, cached vs uncached),\n"
-          "`setflow bench resume [--quick]` (warm vs Redis vs SQL), docs/BENCHMARKS.md.")
-
-
-def _session_demo(model: SetDLM, tok: Tokenizer) -> None:
-    """Two turns of one session: the second restored from Redis by a fresh engine; the same
-    two turns uninterrupted in another session; the tokens compared."""
-    settings = Settings()
-    client, server = connect(settings)
+    print("setflow demo: starting the embedded Redis, the API and a worker ...", flush=True)
+    stack.start()
+    where = stack.s.redis_url
+    print(f"   Redis {where}\n   database {database_url(stack.s)}\n   API {stack.api.url} "
+          f"(OpenAPI at {stack.api.url}/docs); worker {', '.join(stack.names)}; up in "
+          f"{time.perf_counter() - t0:.1f} s\n", flush=True)
     try:
-        records = Records(make_engine(settings))
-        params = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
-        first, second = narrate_prompt(tok, PAYLOAD), tok.encode("\nnarrative: ")
-        a = Engine(model, SessionStore(client, settings), records, settings)
-        sid = a.open("demo")
-        r1 = a.run_turn(sid, "demo", first, params)
-        b = Engine(model, SessionStore(client, settings), records, settings)  # another worker: nothing warm
-        r2 = b.run_turn(sid, "demo", second, params)
-        ref = a.open("demo")
-        a.run_turn(ref, "demo", first, params)
-        r2_ref = a.run_turn(ref, "demo", second, params)
-        m = b.store.read(sid)
-        where = settings.redis_url or (server.url if server else "?")
-        print(f"   Redis {where}; database {database_url(settings)}")
-        print(f"   turn 1: {r1.path}, {len(r1.tokens)} tokens; turn 2 on a fresh engine: {r2.path} "
-              f"({m.nbytes if m else 0} bytes of K/V in {len(m.segments) if m else 0} segments), "
-              f"{len(r2.tokens)} tokens in {r2.costs['load_s'] * 1000:.0f} ms load + "
-              f"{r2.costs['decode_s'] * 1000:.0f} ms decode")
-        print(f"   turn 2 matches an uninterrupted session token for token: {_verdict(r2.tokens == r2_ref.tokens)}\n")
-        records.engine.dispose()
+        with Client(stack.api.url, stack.key) as c:
+            print("1) A report over the sample dataset: a section per outline item, each a turn of one session,\n"
+                  "   then the key figures filled by infill.\n", flush=True)
+            job = c.create_job("report", REPORT)
+            done = _follow(c, job["id"], "   report")
+            if done["status"] != "succeeded":
+                print(f"   the report job {done['status']}: {done.get('error')}")
+                return 1
+            r = done["result"]
+            print("\n   " + r["markdown"].strip().replace("\n", "\n   ") + "\n")
+            facts = sum(x["facts_ok"] for x in r["sections"]), sum(x["facts_total"] for x in r["sections"])
+            exact = r["figures"]["exact"] if r.get("figures") else None
+            print(f"   facts read back from the sections: {facts[0]}/{facts[1]}; key figures filled exactly: {exact}; "
+                  f"session {r['session']}\n")
+
+            print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
+                  "   runs each tool and appends its result, and decoding resumes from the cached state.\n", flush=True)
+            session = None
+            for q in QUESTIONS:
+                job = c.create_job("agent", {"question": q}, session=session)
+                session = job["session"]
+                a = c.wait(job["id"], 300)
+                if a["status"] != "succeeded":
+                    print(f"   the agent job {a['status']}: {a.get('error')}")
+                    return 1
+                res = a["result"]
+                print(f"   Q: {q}")
+                for call in res["calls"]:
+                    print(f"     tool {call['call']} -> {call['result']}")
+                print(f"   A: {res['answer']}\n   turns (how the session was resumed, and the timing):\n{_turns(res)}\n")
+        print(f"3) The web page (jobs, and decoding as it happens): {stack.api.url}/?key={stack.key}\n", flush=True)
+        if serve:
+            print("   serving until Ctrl-C ...", flush=True)
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+        return 0
     finally:
-        if server is not None:
-            server.stop()
+        stack.stop()
+        print("setflow demo: stopped (worker, API, Redis).", flush=True)

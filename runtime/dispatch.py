@@ -54,17 +54,19 @@ class Dispatcher:
         self.send = send
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive") -> JobRecord:
+               priority: str = "interactive", open_session: bool = False) -> JobRecord:
         """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
-        written the job is accepted: a failed send is left to the reaper (next pass)."""
-        check_spec(kind, spec, session)
+        written the job is accepted: a failed send is left to the reaper (next pass).
+        open_session: a job submitted without a session runs on a new one (Jobs.create)."""
+        opens = session is None and open_session
+        check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
         _check_size(spec, self.s.max_input_tokens)
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)
         queue = self.routing.route(session, priority)
-        job, blocked = self.jobs.create(kind, tenant, spec, session, priority, queue)
+        job, blocked = self.jobs.create(kind, tenant, spec, session, priority, queue, open_session=opens)
         self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
         if blocked:
             # the job before it sends it when it ends; but that one may have ended while this

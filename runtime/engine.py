@@ -17,6 +17,11 @@ between the two leaves Redis one turn behind SQL, which the next turn detects (t
 counts turns) and recomputes.  A turn abandoned midway (the caller stops iterating) writes
 nothing and leaves no warm state behind.
 
+An infill turn (infill=True: the input holds mask_id at holes) is decoded in place after its
+context; its ledger is in commit order like any other, so every path above rebuilds it.  fork()
+copies a session's first turns into a new session (recomputed from SQL on its first turn);
+delete() removes a session from Redis and SQL.
+
 Greedy decoding gives the same tokens on every path (tests/runtime/test_engine.py).
 """
 
@@ -32,7 +37,8 @@ from typing import Any
 import redis
 
 from model import checkpoint
-from model.decode import DecodeError, DecodeParams, DecodeState, StepEvent, begin_turn, commit_pending, decode, prefill
+from model.decode import (DecodeError, DecodeParams, DecodeState, StepEvent, begin_infill_turn, begin_turn,
+                          commit_pending, decode, prefill)
 from model.kv_cache import KVCache
 from model.transformer import SetDLM
 from runtime import kv
@@ -49,7 +55,7 @@ PATHS = ("auto", "restore", "recompute")
 @dataclass
 class TurnResult:
     session: str
-    tokens: list[int]  # the tokens this turn generated (input excluded)
+    tokens: list[int]  # the tokens this turn generated (input excluded); infill: those of the holes, in position order
     path: str  # "new", "warm", "restore" or "recompute"; "done": a job step's turn written before
     costs: dict[str, float] = field(default_factory=dict)  # seconds per part, and the estimates
     events: list[str] = field(default_factory=list)  # e.g. a failed restore and why
@@ -85,16 +91,42 @@ class Engine:
     def open(self, tenant: str, session_id: str | None = None) -> str:
         return self.records.create_session(tenant, self.fp, session_id).id
 
+    def fork(self, session: str, tenant: str, turn: int, new_id: str | None = None) -> str:
+        """A new session whose turns are copies of `session`'s turns 0..turn (runtime/db.py
+        Records.fork).  It has no Redis state: its first turn recomputes from SQL."""
+        return self.records.fork(session, tenant, turn, new_id).id
+
+    def delete(self, session: str, tenant: str) -> None:
+        """Delete a session everywhere: its Redis state (manifest, segments no other session
+        names, byte accounts), its warm state here, then its SQL rows (turns and jobs by
+        cascade).  Under the session's lease, so no turn runs meanwhile (Busy while one does).
+        Redis first: a failure between the two leaves a whole session in SQL (its next turn
+        recomputes) and the delete can be retried; the other order could leave K/V bytes of a
+        deleted session in Redis until their TTL.  Other engines' warm copies are not reached:
+        their next turn on it finds no session (NotFound)."""
+        self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
+        lease = self.store.acquire(session)
+        try:
+            self.warm.pop(session, None)
+            self.store.drop(session, tenant, lease)
+            self.records.delete_session(session, tenant)
+        finally:
+            try:
+                self.store.release(lease)
+            except redis.RedisError:
+                pass  # the lease expires by itself
+
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-                 prefer: str = "auto", text: str = "", job: JobStep | None = None) -> TurnResult:
-        with closing(self.turn(session, tenant, input_ids, params, prefer, text, job)) as events:
+                 prefer: str = "auto", text: str = "", job: JobStep | None = None,
+                 infill: bool = False) -> TurnResult:
+        with closing(self.turn(session, tenant, input_ids, params, prefer, text, job, infill)) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     return ev
         raise AssertionError("turn() ends with its TurnResult")
 
     def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-             prefer: str = "auto", text: str = "", job: JobStep | None = None
+             prefer: str = "auto", text: str = "", job: JobStep | None = None, infill: bool = False
              ) -> Generator[StepEvent | TurnResult, None, None]:
         """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
         the session is not warm (tests and benchmarks); a failed restore still recomputes.
@@ -102,7 +134,11 @@ class Engine:
         itself works on token ids).  job: the job step running this turn: if that step's turn
         is in SQL already (a redelivered task), it is returned as it was written (path "done")
         and nothing is decoded or written; the turn is written only while the job is still held
-        by this claim (ClaimLost otherwise)."""
+        by this claim (ClaimLost otherwise).  infill: input_ids holds the model's mask_id at
+        holes (at least one), decoded in place after the input's context is prefilled
+        (begin_infill_turn; params.max_new_tokens is not used, no stop criteria); the result's
+        tokens are the holes', in position order, and the SQL row holds the filled input, with
+        the holes' offsets in meta["infill"]."""
         if prefer not in PATHS:
             raise BadInput(f"prefer must be one of {PATHS}, got {prefer!r}")
         rec = self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
@@ -110,12 +146,16 @@ class Engine:
             raise BadInput(f"session {session} belongs to model {rec.model_fingerprint}, this engine runs {self.fp}")
         if not input_ids or len(input_ids) > self.s.max_input_tokens:
             raise BadInput(f"input must be 1..{self.s.max_input_tokens} tokens, got {len(input_ids)}")
+        holes = self._holes(input_ids) if infill else None  # BadInput before anything is taken
         lease = self.store.acquire(session)
         try:
             # checked under the lease: a holder that wrote this step has released it by now
             done = self.records.turn_by_job(session, tenant, job.job_id, job.step) if job is not None else None
-            if done is not None:
-                yield TurnResult(session, list(done.token_ids[len(input_ids):]), "done",
+            if done is not None:  # the tokens it generated: after the input, or at an infill's holes
+                offsets = done.meta.get("infill")
+                gen_done = [done.token_ids[i] for i in offsets] if offsets is not None \
+                    else list(done.token_ids[len(input_ids):])
+                yield TurnResult(session, gen_done, "done",
                                  events=[f"turn {done.index} was written by this job step already"], turn=done.index)
                 return
             t0 = time.perf_counter()
@@ -124,6 +164,7 @@ class Engine:
             cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer)
             costs["load_s"] = time.perf_counter() - t0
             n0 = cache.length
+            p0 = len(state.tokens) if state is not None else 0  # the input's first position
             # keep the stored segments when they are this cache's: restored from them, or warm
             # with a manifest that holds this very turn count and cache length
             reuse = path == "restore" or (path == "warm" and manifest is not None and manifest.fingerprint == self.fp
@@ -136,7 +177,10 @@ class Engine:
             renewed = time.monotonic()
             try:
                 try:
-                    state = begin_turn(self.model, cache, state, input_ids, params)
+                    if holes is not None:
+                        state = begin_infill_turn(self.model, cache, state, input_ids, params)
+                    else:
+                        state = begin_turn(self.model, cache, state, input_ids, params)
                 except DecodeError:  # refused before anything changed: a warm session stays warm
                     if path == "warm" and state is not None:
                         self._keep_warm(session, _Warm(cache, state, turns))
@@ -158,15 +202,23 @@ class Engine:
                 commit_pending(self.model, cache, state)
             finally:
                 latest = wb.close() if wb is not None else base
-            generated = [t for t in state.tokens[start:] if t != self.model.cfg.mask_id]
+            if holes is not None:  # every hole is decoded (no stop cuts an infill region)
+                generated = [state.tokens[p0 + i] for i in holes]
+                row = state.tokens[p0:]  # the input with its holes filled
+            else:
+                generated = [t for t in state.tokens[start:] if t != self.model.cfg.mask_id]
+                row = list(input_ids) + generated
             costs["decode_s"] = time.perf_counter() - t1
             t2 = time.perf_counter()
             ledger = list(zip(cache.positions[n0:], cache.tokens[n0:]))
             self.store.renew(lease)  # LeaseLost here: another holder may have moved on; write nothing
             # at the index read under the lease: a late writer's row is refused (StaleWrite), never
             # appended after another turn that did not see it
-            self.records.append_turn(session, tenant, "assistant", text, list(input_ids) + generated, ledger,
-                                     meta={"path": path, "params": _params_json(params), "rng": state.rng},
+            meta: dict[str, object] = {"path": path, "params": _params_json(params), "rng": state.rng,
+                                       "n_input": len(input_ids)}  # the row's input/output split
+            if holes is not None:
+                meta["infill"] = holes
+            self.records.append_turn(session, tenant, "assistant", text, row, ledger, meta=meta,
                                      index=turns, job=job, fingerprint=self.fp)
             costs["sql_s"] = time.perf_counter() - t2
             t4 = time.perf_counter()
@@ -186,6 +238,17 @@ class Engine:
                 self.store.release(lease)
             except redis.RedisError:
                 pass  # the lease expires by itself; the error that brought us here matters more
+
+    def _holes(self, input_ids: list[int]) -> list[int]:
+        """An infill input's hole offsets (where it holds mask_id); BadInput without a hole or
+        with an id outside the vocabulary."""
+        cfg = self.model.cfg
+        if any(not isinstance(t, int) or not 0 <= t < cfg.vocab_size for t in input_ids):
+            raise BadInput(f"input ids must be token ids in 0..{cfg.vocab_size - 1} (mask_id {cfg.mask_id} at holes)")
+        holes = [i for i, t in enumerate(input_ids) if t == cfg.mask_id]
+        if not holes:
+            raise BadInput(f"an infill turn needs at least one hole (mask_id {cfg.mask_id})")
+        return holes
 
     # ---- loading ----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from runtime.errors import Cancelled, ClaimLost
 from runtime.events import JobEvents
 from runtime.job_channel import JobChannel
 from runtime.jobs import Jobs
+from runtime.metrics import TurnMetrics
 from runtime.records import JobRecord
 from runtime.routing import Routing
 
@@ -40,6 +41,7 @@ class JobContext:
         self.jobs = jobs
         self.events = events
         self.routing = routing
+        self.metrics = TurnMetrics(events.r, jobs.s)
         # steps are counted from 0 on every attempt: a step already written (by an earlier
         # attempt) is found by (job, step) and returned as written, so a workflow replays its
         # committed steps without decoding them and resumes at its first uncommitted one
@@ -67,19 +69,23 @@ class JobContext:
         self.progress.update(progress)
         self._publish({"type": "progress", **progress})
 
-    def turn(self, session: str, input_ids: list[int], params: DecodeParams, text: str = "") -> TurnResult:
-        """One engine turn as this job's next step; the step is committed (SQL) when it returns."""
+    def turn(self, session: str, input_ids: list[int], params: DecodeParams, text: str = "",
+             infill: bool = False) -> TurnResult:
+        """One engine turn as this job's next step; the step is committed (SQL) when it returns.
+        infill: input_ids holds mask ids at holes, decoded in place (Engine.turn)."""
         step = self.step
         self.tick()  # cancelled before it started: nothing to undo
         result: TurnResult | None = None
         with closing(self.engine.turn(session, self.job.tenant, input_ids, params, text=text,
-                                      job=JobStep(self.job.id, step, self.owner))) as events:
+                                      job=JobStep(self.job.id, step, self.owner), infill=infill)) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     result = ev
                     break
+                # pieces: each token's text, so a watcher (the web page) can show it at its position
                 self.tick({"type": "step", "turn": step, "step": ev.step, "positions": ev.positions,
-                           "tokens": ev.tokens, "cut": ev.cut, "nfe": ev.nfe})
+                           "tokens": ev.tokens, "pieces": [self.tokenizer.decode([t]) for t in ev.tokens],
+                           "cut": ev.cut, "nfe": ev.nfe})
         if result is None:
             raise AssertionError("Engine.turn ends with its TurnResult")
         self.step = step + 1
@@ -87,8 +93,11 @@ class JobContext:
             self.progress["tokens"] = self.progress.get("tokens", 0) + len(result.tokens)
         self.progress["steps"] = max(self.step, int(self.progress.get("steps", 0)))
         self.jobs.step_done(self.job.id, self.owner, self.progress["steps"], self.progress)
-        try:  # the step is committed: what follows only helps routing and watchers
+        try:  # the step is committed: what follows only helps routing, watchers and metrics
             self.routing.touch(session, self.worker)
+            if result.path != "done":
+                self.metrics.record(self.job.tenant, result.path, result.costs.get("load_s", 0.0),
+                                    sum(v for k, v in result.costs.items() if not k.endswith("_est_s")))
             self.channel.flush()  # this turn's step events before its progress event
         except redis.RedisError:
             pass

@@ -62,16 +62,22 @@ class Jobs:
             raise BadInput("tenant must be 1..128 characters")
 
     def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive", queue: str = "") -> tuple[JobRecord, bool]:
+               priority: str = "interactive", queue: str = "", open_session: bool = False) -> tuple[JobRecord, bool]:
         """A queued job, and whether it is blocked (an earlier job of its session is
         unfinished: that one's end sends it).  A session's jobs get consecutive seq numbers in
         submission order.  queue: where it is about to be sent, recorded as sent now unless it
-        is blocked (then recorded as never sent: the reaper sends it if nobody else does)."""
+        is blocked (then recorded as never sent: the reaper sends it if nobody else does).
+        open_session (with session None): the job runs on a new session, written in the same
+        transaction (a refused job leaves no session behind)."""
         self.check(tenant, priority)
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
                 with self._write.begin() as db:
                     seq = 0
+                    if session is None and open_session:
+                        session = secrets.token_hex(16)
+                        db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
+                        db.flush()
                     if session is not None:
                         owner = db.get(SessionRecord, session)
                         if owner is None or owner.tenant != tenant:
@@ -100,6 +106,32 @@ class Jobs:
         if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFound(f"no job {job_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
         return job
+
+    def listing(self, tenant: str, status: str | None = None, kind: str | None = None, session: str | None = None,
+             limit: int = 50) -> list[JobRecord]:
+        """The tenant's jobs, newest first."""
+        q = select(JobRecord).where(JobRecord.tenant == tenant)
+        if status is not None:
+            q = q.where(JobRecord.status == status)
+        if kind is not None:
+            q = q.where(JobRecord.kind == kind)
+        if session is not None:
+            q = q.where(JobRecord.session_id == session)
+        with self._db() as db:
+            return list(db.scalars(q.order_by(JobRecord.created_at.desc(), JobRecord.id).limit(limit)))
+
+    def unfinished(self, session: str) -> int:
+        """The session's jobs not yet finished (queued or running)."""
+        with self._db() as db:
+            return int(db.scalar(select(func.count()).select_from(JobRecord).where(
+                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL))) or 0)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(kind, status) -> jobs, over every tenant (the metrics)."""
+        with self._db() as db:
+            rows = db.execute(select(JobRecord.kind, JobRecord.status, func.count()).group_by(
+                JobRecord.kind, JobRecord.status)).all()
+        return {(k, s): int(n) for k, s, n in rows}
 
     def check_session(self, session: str, tenant: str) -> None:
         with self._db() as db:

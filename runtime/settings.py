@@ -50,6 +50,15 @@ class Settings(BaseSettings):
     tenant_rate_per_s: float = 50.0  #: submissions per second per tenant (token bucket refill)
     tenant_burst: int = 100  #: submissions a tenant may make at once (bucket size)
 
+    # ---- the HTTP API (runtime/api/) ----------------------------------------------------------
+    #: API key -> tenant, as JSON in SETFLOW_API_KEYS: '{"key-1": "acme", "key-2": "globex"}'
+    api_keys: dict[str, str] = Field(default_factory=dict)
+    api_host: str = "127.0.0.1"  #: where `setflow serve` listens
+    api_port: int = Field(default=8000, ge=0, le=65535)  #: 0: any free port
+    max_body_bytes: int = 1 * MiB  #: a request body's largest size (413 beyond)
+    api_url: str = "http://127.0.0.1:8000"  #: where `setflow submit` finds the API
+    api_key: str | None = None  #: the key `setflow submit` sends
+
     @field_validator("segment_bytes")
     @classmethod
     def _segment_fits(cls, v: int) -> int:
@@ -61,11 +70,19 @@ class Settings(BaseSettings):
                      "tenant_budget_bytes", "max_input_tokens", "torch_threads", "job_lease_s", "job_max_attempts",
                      "job_retry_s", "job_requeue_after_s", "task_soft_time_limit_s", "task_time_limit_s",
                      "visibility_timeout_s", "worker_heartbeat_s", "reaper_interval_s", "affinity_ttl_s",
-                     "events_maxlen", "events_ttl_s", "tenant_rate_per_s", "tenant_burst")
+                     "events_maxlen", "events_ttl_s", "tenant_rate_per_s", "tenant_burst", "max_body_bytes")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:
             raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, tenant in v.items():
+            if len(key) < 8 or not 1 <= len(tenant) <= 128:
+                raise ValueError("an API key is at least 8 characters and its tenant 1..128")
         return v
 
     @field_validator("device")

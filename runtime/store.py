@@ -13,7 +13,9 @@
   is refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant
   are evicted first (a leased session never is);
 - fork: a child manifest names the parent's segments (copy on write); gc() deletes segments no
-  manifest names once their writer's grace period is over.
+  manifest names once their writer's grace period is over;
+- drop: a deleted session's manifest, accounts and the segments no other manifest names go at
+  once, under its lease.
 
 Keys are in runtime/keys.py.
 """
@@ -29,7 +31,7 @@ from typing import Any
 import redis
 
 from runtime import segments
-from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, OverBudget, StaleWrite
+from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.keys import Keys
 from runtime.settings import Settings
 
@@ -71,6 +73,18 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
+"""
+# KEYS: manifest, lease, used zset, tenant bytes hash   ARGV: session, lease token, expected gen
+# a deleted session: dropped only by its lease holder, only as it was read (its segments are
+# then deleted by the caller, those no other manifest names)
+_DROP = """
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 'lease' end
+local cur = redis.call('HGET', KEYS[1], 'gen') or ''
+if cur ~= ARGV[3] then return 'stale' end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return 'ok'
 """
 # KEYS: segment   ARGV: ttl ms, grace ms.  Deleted only if still old: naming it in a commit
 # refreshes its TTL, so a segment named after gc() listed the live ones survives
@@ -131,6 +145,7 @@ class SessionStore:
         self.k = Keys(settings.key_prefix)
         self._cas = client.register_script(_CAS)
         self._evict = client.register_script(_EVICT)
+        self._drop = client.register_script(_DROP)
         self._gc_delete = client.register_script(_GC_DELETE)
         self._gc_forget = client.register_script(_GC_FORGET)
         self._renew = client.register_script(_RENEW)
@@ -249,17 +264,59 @@ class SessionStore:
             break
         return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot), lease)
 
-    def gc(self, grace_ms: int | None = None) -> int:
-        """Delete segments that no manifest names and that were written more than grace_ms ago
-        (default 2 lease periods: a writer's segments are unnamed until its commit).  Returns
-        how many were deleted.  Expired manifests also leave the LRU and byte accounts."""
-        grace = 2 * self.s.lease_ms if grace_ms is None else grace_ms
+    def drop(self, session: str, tenant: str, lease: Lease | None = None) -> int:
+        """Delete a session's Redis state for good (the session itself is deleted): its manifest,
+        its place in the LRU order and the tenant's byte account, then the segments it names
+        (written behind included) that no other manifest names: a fork's shared segments stay
+        with the fork.  Under `lease` (the caller's, who holds the session), else under a lease
+        taken here (Busy while a turn holds it) and given back.  Returns the segments deleted.
+        NotFound when the stored manifest is another tenant's; nothing stored: nothing to do
+        but the accounts (0).  A segment a concurrent fork of this very session names after the
+        check below is deleted under it: that child's restore then fails its checks and it is
+        recomputed from SQL (costs time, not data).  Segments a crashed turn wrote but never
+        named are gc()'s."""
+        own = lease is None
+        held = self.acquire(session) if lease is None else lease
+        if held.session != session:
+            raise BadInput(f"lease of {held.session} cannot drop {session}")
+        try:
+            m = self.read(session)
+            if m is not None and m.tenant != tenant:
+                raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+            keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
+            status = _text(self._drop(keys=keys, args=[session, held.token, "" if m is None else str(m.gen)]))
+            if status == "lease":
+                raise LeaseLost(f"{session}: the lease expired or is held by another writer")
+            if status == "stale":  # only a writer under this lease moves it: not while we hold it
+                raise StaleWrite(f"{session}: the manifest changed while it was being dropped")
+            if m is None:
+                return 0
+            # the manifest is gone: what it named and no other manifest names is nobody's
+            doomed = set(m.segments + m.behind) - self._named()
+            return int(self.r.delete(*[self.k.segment(i) for i in doomed])) if doomed else 0
+        finally:
+            if own:
+                try:
+                    self.release(held)
+                except redis.RedisError:
+                    pass  # the lease expires by itself; the error that brought us here matters more
+
+    def _named(self) -> set[str]:
+        """Every segment id a stored manifest names (committed or written behind)."""
         live: set[str] = set()
         for key in self.r.scan_iter(self.k.manifest("*"), count=1000):
             body = self.r.hget(key, "body")
             if body is not None:
                 named = json.loads(body)
                 live.update(named["segments"], named.get("behind", []))
+        return live
+
+    def gc(self, grace_ms: int | None = None) -> int:
+        """Delete segments that no manifest names and that were written more than grace_ms ago
+        (default 2 lease periods: a writer's segments are unnamed until its commit).  Returns
+        how many were deleted.  Expired manifests also leave the LRU and byte accounts."""
+        grace = 2 * self.s.lease_ms if grace_ms is None else grace_ms
+        live = self._named()
         tenant_hashes = [_text(h) for h in self.r.scan_iter(self.k.tenant_bytes("*"), count=1000)]
         for raw in self.r.zrange(self.k.used, 0, -1):  # sessions whose manifest expired
             sid = _text(raw)

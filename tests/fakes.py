@@ -8,7 +8,7 @@ import torch
 from model.config import ModelConfig
 from model.decode import DecodeParams, DecodeState
 from model.kv_cache import KVCache
-from model.masks import step_mask
+from model.masks import step_mask, within_documents
 from model.transformer import SetDLM
 
 
@@ -42,5 +42,7 @@ def uncached_logits(model: SetDLM, cache: KVCache, state: DecodeState, active: l
     ids = cache.tokens + [state.tokens[p] for p in state.pending] + [model.cfg.mask_id] * n
     pos = cache.positions + state.pending + active
     dev = cache.k.device
-    logits, _ = model(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev), step_mask(0, C + m, n, dev))
+    ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
+    mask = within_documents(step_mask(0, C + m, n, dev), pos_t, ids_t, pos_t, model.cfg.bos_id)  # BOS starts a document
+    logits, _ = model(ids_t, pos_t, mask)
     return logits[0, C + m:]

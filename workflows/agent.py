@@ -2,15 +2,18 @@
 tool, appends `<result>...</result>` by prefill, and decoding resumes from the cached state, until
 the model ends its answer (EOS) or the call limit is reached.
 
-Plain functions over a model and a tokenizer; no Celery, no storage (the engine and the API wrap
-this later).  Tool semantics: model.corpus.agent (the corpus the model was trained on uses the
-same ones, so results look exactly as in training).
+`run` is the loop over a bare model and cache (benchmarks, the model tour); `job` is the `agent`
+job kind: each decoding segment (up to a call, or the answer) is a turn of the job's session,
+the tool's result the next turn's input, so the session resumes from its cached state (warm, or
+from Redis on another worker) and can be read, forked or continued with another question.
+Tools: workflows/tools.py (their semantics are model.corpus.agent's, as in training).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from model.config import BOS_ID
 from model.corpus import agent as tools
@@ -18,6 +21,10 @@ from model.decode import DecodeParams, DecodeState, begin_turn, decode
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
+from runtime.job_context import JobContext
+from runtime.schemas import AgentSpec, check_spec
+from workflows import tools as tool_calls
+from workflows.turn import decode_params, session_of, summary
 
 MAX_CALLS = 6  # tool calls per question before the loop gives up
 SEGMENT_TOKENS = 96  # masks opened per decoding segment (a call, or the final answer)
@@ -70,3 +77,42 @@ def run(model: SetDLM, tok: Tokenizer, question: str, data: tools.Dataset, param
     out.nfe = state.nfe
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def job(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
+    """Answer spec.question with tools; the result has the transcript, the calls with their
+    results, the answer, and each turn's resume path and timing."""
+    s = check_spec("agent", spec, ctx.job.session_id)
+    assert isinstance(s, AgentSpec)
+    session, tok = session_of(ctx), ctx.tokenizer
+    end_call, eos = tok.token_id(tools.END_CALL), ctx.engine.model.cfg.eos_id
+    params = decode_params(s.params)
+    seg = replace(params, stop=[*params.stop, [end_call]])  # a segment ends at a call, or at EOS
+    data = tools.Dataset(s.dataset_seed)
+    ids, text_in = [BOS_ID, *tok.encode(tools.prompt_text(s.question))], tools.prompt_text(s.question)
+    pieces: list[str] = []
+    calls: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    finished, reason = False, "length"
+    while True:
+        r = ctx.turn(session, ids, seg, text=text_in)
+        turns.append(summary(ctx, r))
+        text = tok.decode(r.tokens, skip_special=True)
+        pieces.append(text)
+        if not r.tokens or r.tokens[-1] != end_call:  # EOS (the answer), or the segment's token limit
+            finished = bool(r.tokens) and r.tokens[-1] == eos
+            reason = "answer" if finished else "length"
+            break
+        if len(calls) == s.max_calls:
+            reason = "call_limit"
+            break
+        call = tool_calls.run_call(text.rsplit(tools.CALL, 1)[-1].removesuffix(tools.END_CALL), data)
+        calls.append({"call": call.call.strip(), "tool": call.tool, "result": call.result, "ok": call.ok})
+        text_in = f"{tools.RESULT}{call.result}{tools.END_RESULT}\n"  # appended by prefill
+        pieces.append(text_in)
+        ids = tok.encode(text_in)
+        ctx.report(calls=len(calls))
+    transcript = "".join(pieces)
+    answer = transcript.rsplit("A:", 1)[1].strip() if finished and "A:" in transcript else None
+    return {"session": session, "question": s.question, "text": transcript, "answer": answer, "calls": calls,
+            "finished": finished, "reason": reason, "turns": turns, "worker": ctx.worker}

@@ -1,15 +1,22 @@
-"""One dashboard narrative from a metrics payload: a single short generation (high volume)."""
+"""One dashboard narrative from a metrics payload: a single short generation (high volume).
+
+`narrate` is the plain function over a model (benchmarks, the model tour); `job` is the
+`narrative` job kind: one turn on the job's session, the payload as its prompt."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from model.config import BOS_ID
 from model.corpus import narrative as corpus
 from model.decode import DecodeParams, generate
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
+from runtime.job_context import JobContext
+from runtime.schemas import NarrativeSpec, check_spec
+from workflows.turn import decode_params, session_of, summary
 
 
 @dataclass
@@ -29,3 +36,15 @@ def narrate(model: SetDLM, tok: Tokenizer, payload: corpus.Payload, params: Deco
     out, _, state = generate(model, prompt_ids(tok, payload), params)
     new = [t for t in out if t != model.cfg.mask_id]
     return NarrativeResult(tok.decode(new, skip_special=True), len(new), state.nfe, time.perf_counter() - t0)
+
+
+def job(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
+    s = check_spec("narrative", spec, ctx.job.session_id)
+    assert isinstance(s, NarrativeSpec)
+    payload = s.payload.to_payload()
+    r = ctx.turn(session_of(ctx), prompt_ids(ctx.tokenizer, payload), decode_params(s.params),
+                 text=corpus.prompt_text(payload))
+    text = ctx.tokenizer.decode(r.tokens, skip_special=True)
+    c = corpus.check(payload, text)  # the facts read back out of the text
+    return {"session": r.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
+            "problems": c.problems, "worker": ctx.worker, **summary(ctx, r)}

@@ -102,6 +102,12 @@ class Template:
 def make_template(rng: random.Random) -> Template:
     p = nar.make_payload(rng)
     p.breakdown = None
+    return template(p)
+
+
+def template(p: Payload) -> Template:
+    """The key-figures template of a payload's metrics: a line per metric whose numbers and
+    words are the holes (the breakdown, if any, is not part of it)."""
     pieces: list[tuple[str, bool]] = []
     for i, m in enumerate(p.metrics):
         pieces += [(f"{'' if i == 0 else ' '}{m.display}: ", False), (m.value, True), (f" {m.unit} (", False),

@@ -2,7 +2,7 @@
 
 import torch
 
-from model.masks import position_mask, step_mask, training_mask
+from model.masks import position_mask, step_mask, training_mask, within_documents
 from model.order import ranks, sample_orders
 
 
@@ -78,3 +78,33 @@ def test_position_space_mask_equals_permuted_rank_mask() -> None:
     idx = torch.cat([perm, perm + L], dim=1)  # (B, 2L): rank slot -> position slot
     for b in range(3):
         assert torch.equal(rank_space[b], pos_space[b][idx[b]][:, idx[b]])
+
+
+BOS = 2
+
+
+def test_one_document_from_position_0_is_left_as_it_is() -> None:
+    mask = step_mask(0, 6, 2)
+    pos, tok = torch.arange(8), torch.tensor([BOS, 5, 6, 7, 8, 9, 1, 1])
+    assert torch.equal(within_documents(mask, pos, tok, pos, BOS), mask)
+
+
+def test_a_bos_starts_a_document_that_no_query_reads_across() -> None:
+    # [doc A: BOS 5 6 | doc B: BOS 7 8] prefilled causally, then 2 masks of doc B
+    mask = step_mask(0, 6, 2)
+    pos, tok = torch.arange(8), torch.tensor([BOS, 5, 6, BOS, 7, 8, 1, 1])
+    out = within_documents(mask, pos, tok, pos, BOS)
+    assert torch.equal(out[:3], mask[:3])  # doc A's queries: unchanged
+    assert not out[3:, :3].any()  # doc B's queries (clean and masks) see nothing of doc A
+    assert torch.equal(out[3:, 3:], mask[3:, 3:])  # ... and all of their own document
+
+
+def test_a_bos_committed_after_a_query_does_not_move_its_start() -> None:
+    # commit order: position 9 (decoded early, out of order), then a BOS at position 5: the
+    # query at 9 saw no BOS past 0 when it was committed, so it keeps seeing everything
+    # (as it did step by step); a later query at 7 starts at the BOS
+    pos, tok = torch.tensor([0, 1, 9, 5, 7]), torch.tensor([BOS, 4, 6, BOS, 8])
+    mask = step_mask(0, 5, 0)
+    out = within_documents(mask, pos, tok, pos, BOS)
+    assert torch.equal(out[2], mask[2])
+    assert out[4].tolist() == [False, False, True, True, True]  # keys at positions >= 5

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
-from runtime.db import Records, make_engine, upgrade
+from runtime.db import JobStep, Records, make_engine, upgrade
 from runtime.errors import BadInput, NotFound, StaleWrite
+from runtime.jobs import Jobs
 from runtime.settings import Settings
 
 def test_migrations_create_the_tables_and_are_idempotent(db_engine: Engine) -> None:
@@ -55,3 +56,90 @@ def test_the_default_database_is_a_sqlite_file_under_the_data_dir(tmp_path: Path
     e = make_engine(Settings(data_dir=tmp_path / "data"))
     assert e.dialect.name == "sqlite" and (tmp_path / "data" / "setflow.db").exists()
     e.dispose()
+
+
+def _rows(db_engine: Engine, table: str, session_id: str) -> int:
+    """Rows of `table` that name the session, counted in SQL (not through the ORM)."""
+    with db_engine.connect() as c:
+        n = c.execute(text(f"SELECT count(*) FROM {table} WHERE session_id = :s"), {"s": session_id})
+        return int(n.scalar_one())
+
+
+def _rows_of(db: Records, sid: str) -> list[tuple[object, ...]]:
+    return [(t.index, t.role, t.text, t.token_ids, t.ledger, t.meta, t.job_id, t.job_step)
+            for t in db.turns(sid, "acme")]
+
+
+def _three_turns(db: Records, jobs: Jobs, tenant: str = "acme") -> str:
+    s = db.create_session(tenant, "6cfff3ff2058a6b3")
+    job, _ = jobs.create("turn", tenant, {"text": "hi"}, s.id)
+    owner = jobs.claim(job.id, "w1").owner or ""
+    db.append_turn(s.id, tenant, "user", "t0", [5, 6], [(0, 2), (1, 5), (2, 6)], meta={"rng": None}, index=0,
+                   job=JobStep(job.id, 0, owner))
+    db.append_turn(s.id, tenant, "assistant", "t1", [7, 8], [(3, 7), (4, 8)], meta={"path": "warm", "infill": [1]},
+                   job=JobStep(job.id, 1, owner))
+    db.append_turn(s.id, tenant, "tool", "t2", [9], [(5, 9)])
+    return s.id
+
+
+def test_fork_copies_the_first_turns_into_a_new_session(db_engine: Engine) -> None:
+    db, jobs = Records(db_engine), Jobs(db_engine, Settings())
+    sid = _three_turns(db, jobs)
+    before = _rows_of(db, sid)
+    child = db.fork(sid, "acme", 1, new_id="child-1")
+    assert (child.id, child.tenant, child.model_fingerprint) == ("child-1", "acme", "6cfff3ff2058a6b3")
+    copied = db.turns("child-1", "acme")
+    assert [(t.index, t.role, t.text, t.token_ids, t.ledger, t.meta) for t in copied] == [b[:6] for b in before[:2]]
+    assert all(t.job_id is None and t.job_step is None for t in copied), "a job step names one turn: not copied"
+    assert db.ledger("child-1", "acme") == db.ledger(sid, "acme")[:5]
+    assert _rows_of(db, sid) == before, "the parent is unchanged"
+    # the fork is a session of its own: it grows apart from its parent
+    db.append_turn("child-1", "acme", "user", "more", [1], [(5, 1)])
+    assert db.turn_count("child-1", "acme") == 3 and db.turn_count(sid, "acme") == 3
+    assert db.ledger(sid, "acme")[-1] == (5, 9)
+    assert len(db.fork(sid, "acme", 0).id) == 24 and db.fork(sid, "acme", 2).id != sid  # a fresh id by default
+
+
+def test_a_bad_fork_is_refused_and_writes_nothing(db_engine: Engine) -> None:
+    db, jobs = Records(db_engine), Jobs(db_engine, Settings())
+    sid = _three_turns(db, jobs)
+    with pytest.raises(NotFound):
+        db.fork("nope", "acme", 0, new_id="x1")
+    with pytest.raises(NotFound):  # another tenant's session looks exactly like an unknown one
+        db.fork(sid, "globex", 0, new_id="x2")
+    for turn in (3, -1):
+        with pytest.raises(BadInput, match="cannot fork at turn"):
+            db.fork(sid, "acme", turn, new_id="x3")
+    with pytest.raises(BadInput, match="exists already"):
+        db.fork(sid, "acme", 0, new_id=sid)
+    with pytest.raises(BadInput, match="session id"):
+        db.fork(sid, "acme", 0, new_id="not ok")
+    for x in ("x1", "x2", "x3"):
+        with pytest.raises(NotFound):
+            db.get_session(x, "acme")
+    with db_engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM sessions")).scalar_one() == 1
+        assert c.execute(text("SELECT count(*) FROM turns")).scalar_one() == 3
+
+
+def test_delete_session_deletes_its_turns_and_jobs_by_cascade(db_engine: Engine) -> None:
+    db, jobs = Records(db_engine), Jobs(db_engine, Settings())
+    if db_engine.dialect.name == "sqlite":  # make_engine turns it on: SQLite ignores FKs otherwise
+        with db_engine.connect() as c:
+            assert c.execute(text("PRAGMA foreign_keys")).scalar_one() == 1
+    sid = _three_turns(db, jobs)
+    other = _three_turns(db, jobs)
+    fork = db.fork(sid, "acme", 1).id
+    with pytest.raises(NotFound):
+        db.delete_session("nope", "acme")
+    with pytest.raises(NotFound):  # another tenant's: refused, nothing deleted
+        db.delete_session(sid, "globex")
+    assert (_rows(db_engine, "turns", sid), _rows(db_engine, "jobs", sid)) == (3, 1)
+    db.delete_session(sid, "acme")
+    with pytest.raises(NotFound):
+        db.get_session(sid, "acme")
+    assert (_rows(db_engine, "turns", sid), _rows(db_engine, "jobs", sid)) == (0, 0)
+    with pytest.raises(NotFound):
+        db.delete_session(sid, "acme")  # once only
+    assert db.turn_count(other, "acme") == 3 and _rows(db_engine, "jobs", other) == 1, "other sessions stay"
+    assert db.turn_count(fork, "acme") == 2, "a fork owns its copies"

@@ -5,6 +5,7 @@ truncated segment, a foreign model) writes the same tokens as one uninterrupted 
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 import subprocess
 import sys
@@ -17,13 +18,14 @@ import torch
 from sqlalchemy import Engine as SqlEngine
 
 from model import shipped
-from model.corpus import narrative
+from model.corpus import mixture, narrative, report
 from model.decode import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.db import Records
+from runtime.db import JobStep, Records
 from runtime.engine import Engine
-from runtime.errors import BadInput, LeaseLost, NotFound, StaleWrite
+from runtime.errors import BadInput, Busy, LeaseLost, NotFound, StaleWrite
+from runtime.jobs import Jobs
 from runtime.settings import Settings
 from runtime.store import SessionStore
 from workflows.narrative import prompt_ids
@@ -311,3 +313,156 @@ def test_a_rejected_request_keeps_a_warm_session_warm(engine: Engine, loaded: tu
     with pytest.raises(DecodeError, match="context"):
         engine.run_turn(sid, "acme", second, DecodeParams(max_new_tokens=5000))
     assert engine.run_turn(sid, "acme", second, PARAMS).path == "warm"
+
+
+# ---- infill turns, forks, deletes -------------------------------------------------------------
+
+
+def _holed(model: SetDLM, tok: Tokenizer) -> tuple[list[int], list[int]]:
+    """A report template with mask_id at its holes, and the holes' offsets."""
+    ids, hole = mixture.infill_tokens(tok, report.make_template(random.Random(0)))
+    return [model.cfg.mask_id if h else x for x, h in zip(ids, hole)], [i for i, h in enumerate(hole) if h]
+
+
+def _infill_reference(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> list[list[int]]:
+    """A turn, an infill turn, a turn: all warm in one process."""
+    model, tok = loaded
+    first, second = _inputs(tok)
+    holed, holes = _holed(model, tok)
+    sid = engine.open("acme")
+    rs = [engine.run_turn(sid, "acme", first, PARAMS), engine.run_turn(sid, "acme", holed, PARAMS, infill=True),
+          engine.run_turn(sid, "acme", second, PARAMS)]
+    assert [r.path for r in rs] == ["new", "warm", "warm"]
+    assert len(rs[1].tokens) == len(holes) and model.cfg.mask_id not in rs[1].tokens
+    row = engine.records.turns(sid, "acme")[1]
+    filled = list(holed)
+    for i, t in zip(holes, rs[1].tokens):
+        filled[i] = t
+    assert row.token_ids == filled and row.meta["infill"] == holes, "the row holds the filled input"
+    assert sorted(p for p, _ in row.ledger) == list(range(len(first) + len(rs[0].tokens),
+                                                          len(first) + len(rs[0].tokens) + len(holed)))
+    return [r.tokens for r in rs]
+
+
+def test_an_infill_turn_and_the_turn_after_it_agree_warm_restored_and_recomputed(
+        engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    ref = _infill_reference(engine, loaded)
+    first, second = _inputs(tok)
+    holed, _ = _holed(model, tok)
+    for prefer in ("restore", "recompute"):
+        sid = engine.open("acme")
+        engine.run_turn(sid, "acme", first, PARAMS)
+        engine.warm.clear()  # the infill turn starts from Redis or SQL
+        r2 = engine.run_turn(sid, "acme", holed, PARAMS, prefer=prefer, infill=True)
+        assert r2.path == prefer and r2.tokens == ref[1], prefer
+        warm = engine.warm[sid]
+        if prefer == "restore":  # what the infill turn saved is the warm cache, bit for bit
+            m = engine.store.read(sid)
+            assert m is not None
+            restored, _ = engine._restore(m)
+            n = warm.cache.length
+            assert restored.positions == warm.cache.positions and restored.tokens == warm.cache.tokens
+            assert torch.equal(restored.k[:, :n], warm.cache.k[:, :n])
+        engine.warm.clear()  # and the turn after it starts from what the infill turn wrote
+        r3 = engine.run_turn(sid, "acme", second, PARAMS, prefer=prefer)
+        assert r3.path == prefer and r3.tokens == ref[2], prefer
+    # the uncached baseline decodes the same holes
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    assert engine.run_turn(sid, "acme", holed, replace(PARAMS, use_cache=False), infill=True).tokens == ref[1]
+
+
+def test_a_redelivered_infill_step_returns_its_holes(engine: Engine, loaded: tuple[SetDLM, Tokenizer],
+                                                     db_engine: SqlEngine, db_settings: Settings) -> None:
+    model, tok = loaded
+    first, _ = _inputs(tok)
+    holed, _ = _holed(model, tok)
+    sid = engine.open("acme")
+    jobs = Jobs(db_engine, db_settings)
+    job, _ = jobs.create("turn", "acme", {"text": "x"}, sid)
+    owner = jobs.claim(job.id, "w1").owner or ""
+    r1 = engine.run_turn(sid, "acme", first, PARAMS, job=JobStep(job.id, 0, owner))
+    r2 = engine.run_turn(sid, "acme", holed, PARAMS, job=JobStep(job.id, 1, owner), infill=True)
+    again = [engine.run_turn(sid, "acme", first, PARAMS, job=JobStep(job.id, 0, owner)),
+             engine.run_turn(sid, "acme", holed, PARAMS, job=JobStep(job.id, 1, owner), infill=True)]
+    assert [(r.path, r.tokens, r.turn) for r in again] == [("done", r1.tokens, 0), ("done", r2.tokens, 1)]
+    assert engine.records.turn_count(sid, "acme") == 2
+
+
+def test_a_bad_infill_input_is_refused_and_changes_nothing(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    M, V = model.cfg.mask_id, model.cfg.vocab_size
+    first, second = _inputs(tok)
+    holed, _ = _holed(model, tok)
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    before = engine.store.read(sid)
+    for bad in (second, holed[:-1] + [V], [-1, M], [M, 10**9]):  # no hole; ids outside the vocabulary
+        with pytest.raises(BadInput):
+            engine.run_turn(sid, "acme", bad, PARAMS, infill=True)
+    with pytest.raises(DecodeError, match="context"):  # past the model's context
+        engine.run_turn(sid, "acme", [M] * model.cfg.max_seq_len, PARAMS, infill=True)
+    with pytest.raises(DecodeError, match="input ids"):  # holes in a normal turn
+        engine.run_turn(sid, "acme", holed, PARAMS)
+    assert engine.records.turn_count(sid, "acme") == 1 and engine.store.read(sid) == before
+    assert not engine.store.r.exists(engine.store.k.lease(sid)), "the lease is given back"
+    assert engine.run_turn(sid, "acme", holed, PARAMS, infill=True).path == "warm", "still warm"
+
+
+def test_a_fork_at_a_turn_decodes_what_a_session_of_those_turns_does(engine: Engine,
+                                                                      loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    first, second = _inputs(tok)
+    holed, _ = _holed(model, tok)
+    third = tok.encode("\nsummary: ")
+    parent = engine.open("acme")
+    for ids, infill in ((first, False), (holed, True), (second, False)):
+        engine.run_turn(parent, "acme", ids, PARAMS, infill=infill)
+    rows = [(t.token_ids, t.ledger, t.meta) for t in engine.records.turns(parent, "acme")]
+    manifest = engine.store.read(parent)
+    ref = engine.open("acme")  # a session that only ever had turns 0 and 1
+    engine.run_turn(ref, "acme", first, PARAMS)
+    engine.run_turn(ref, "acme", holed, PARAMS, infill=True)
+    want = engine.run_turn(ref, "acme", third, PARAMS)
+    child = engine.fork(parent, "acme", 1)
+    got = engine.run_turn(child, "acme", third, PARAMS)
+    assert got.path == "recompute" and got.tokens == want.tokens and got.turn == 2
+    assert [(t.token_ids, t.ledger, t.meta) for t in engine.records.turns(parent, "acme")] == rows
+    assert engine.store.read(parent) == manifest, "the parent is unchanged"
+    assert engine.run_turn(parent, "acme", third, PARAMS).path == "warm"
+    with pytest.raises(NotFound):
+        engine.fork(parent, "globex", 1)
+    with pytest.raises(BadInput):
+        engine.fork(parent, "acme", 4)
+
+
+def test_delete_removes_a_session_from_redis_and_sql(engine: Engine, loaded: tuple[SetDLM, Tokenizer],
+                                                     client: redis.Redis) -> None:
+    tok = loaded[1]
+    first, second = _inputs(tok)
+    sid, keep = engine.open("acme"), engine.open("acme")
+    for s in (sid, keep):
+        engine.run_turn(s, "acme", first, PARAMS)
+        engine.run_turn(s, "acme", second, PARAMS)
+    m = engine.store.read(sid)
+    assert m is not None and sid in engine.warm
+    with pytest.raises(NotFound):
+        engine.delete(sid, "globex")
+    held = engine.store.acquire(sid)  # a turn in progress elsewhere
+    with pytest.raises(Busy):
+        engine.delete(sid, "acme")
+    engine.store.release(held)
+    assert engine.records.turn_count(sid, "acme") == 2 and engine.store.read(sid) == m, "refusals change nothing"
+    engine.delete(sid, "acme")
+    assert sid not in engine.warm and engine.store.read(sid) is None
+    assert not any(client.exists(engine.store.k.segment(i)) for i in m.segments)
+    assert client.hget(engine.store.k.tenant_bytes("acme"), sid) is None
+    with pytest.raises(NotFound):
+        engine.records.get_session(sid, "acme")
+    with pytest.raises(NotFound):
+        engine.run_turn(sid, "acme", second, PARAMS)
+    with pytest.raises(NotFound):
+        engine.delete(sid, "acme")
+    engine.warm.clear()
+    assert engine.run_turn(keep, "acme", second, PARAMS, prefer="restore").path == "restore", "others stay"

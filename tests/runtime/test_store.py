@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import redis
 
-from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, OverBudget, StaleWrite
+from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.segments import SegmentMeta, decode, split
 from runtime.settings import Settings
 from runtime.store import Manifest, SessionStore
@@ -200,3 +200,45 @@ def test_gc_keeps_what_a_live_manifest_or_a_fork_names(store: SessionStore, clie
     assert deleted == 2  # the orphan and the parent's second segment
     assert client.exists(store.k.segment(shared)) and not client.exists(store.k.segment(orphan))
     assert _kv_of(store, child)  # the fork still reads its bytes
+
+
+def test_drop_deletes_a_session_and_its_own_segments_and_keeps_a_forks(store: SessionStore,
+                                                                       client: redis.Redis) -> None:
+    parent = _session(store, "parent", 600)  # two segments
+    shared = parent.segments[0]
+    forking = store.acquire("child")
+    child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, forking)
+    store.release(forking)
+    _session(store, "other", 50)
+    assert store.drop("parent", "acme") == 1, "the parent's own second segment; the shared one stays"
+    assert store.read("parent") is None
+    assert client.zscore(store.k.used, "parent") is None
+    assert client.hget(store.k.tenant_bytes("acme"), "parent") is None
+    assert not client.exists(store.k.segment(parent.segments[1])) and client.exists(store.k.segment(shared))
+    assert not client.exists(store.k.lease("parent")), "the lease it took is given back"
+    assert store.read("child") == child and _kv_of(store, child), "the fork still reads its bytes"
+    assert store.read("other") is not None and client.hget(store.k.tenant_bytes("acme"), "other") is not None
+    assert store.drop("parent", "acme") == 0, "dropping again: nothing stored, nothing to do"
+    # the fork, dropped under a lease its caller holds: now the shared segment goes too
+    lease = store.acquire("child")
+    assert store.drop("child", "acme", lease) == 1 and not client.exists(store.k.segment(shared))
+    assert client.get(store.k.lease("child")) is not None, "the caller's lease stays the caller's"
+    store.release(lease)
+
+
+def test_drop_is_refused_while_a_turn_holds_the_session_or_for_another_tenant(store: SessionStore,
+                                                                              client: redis.Redis) -> None:
+    m = _session(store, "s1", 50)
+    held = store.acquire("s1")
+    with pytest.raises(Busy):
+        store.drop("s1", "acme")
+    with pytest.raises(LeaseLost):
+        store.drop("s1", "acme", replace(held, token="not-the-token"))
+    with pytest.raises(BadInput):
+        store.drop("s1", "acme", store.acquire("s2"))
+    store.release(held)
+    with pytest.raises(NotFound):
+        store.drop("s1", "globex")
+    assert store.read("s1") == m and all(client.exists(store.k.segment(i)) for i in m.segments)
+    assert client.hget(store.k.tenant_bytes("acme"), "s1") is not None and client.zscore(store.k.used, "s1")
+    assert not client.exists(store.k.lease("s1")), "a refused drop gives its lease back"

@@ -1,0 +1,56 @@
+# setflow: one image for the API (`setflow serve`, the default command) and the workers
+# (`setflow worker`). Configuration comes only from environment variables (runtime/settings.py).
+#
+#   docker build -t setflow:cpu .                                              # CPU torch (default)
+#   docker build -t setflow:gpu --build-arg TORCH_INDEX=https://pypi.org/simple .   # CUDA torch
+#   docker build -t setflow:flower --target flower .                           # + Flower
+#
+# TORCH_INDEX is the index torch==2.13.0 is taken from: the CPU build by default; PyPI's Linux
+# wheel is a CUDA build, or name a download.pytorch.org/whl/cuXYZ index matching the host driver.
+
+FROM python:3.11-slim AS base
+
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SETFLOW_DATA_DIR=/data
+
+# torch first, in its own layer: the largest one, and it changes only with TORCH_INDEX.
+# `pip install .` then finds torch==2.13.0 satisfied (2.13.0+cpu matches it) and keeps it.
+RUN pip install --index-url "$TORCH_INDEX" "torch==2.13.0"
+
+COPY . /src
+# pyproject.toml declares no package data for model/, so `pip install .` leaves the shipped
+# checkpoint (model/shipped/*.json, *.safetensors) behind: copy it next to the installed
+# model/shipped.py, where model.shipped.SHIPPED looks. (Run from / so `import model` is the
+# installed package, not /src/model.)
+RUN pip install /src \
+ && cd / \
+ && dest="$(python -c 'import model, os; print(os.path.join(os.path.dirname(model.__file__), "shipped"))')" \
+ && mkdir -p "$dest" \
+ && cp /src/model/shipped/config.json /src/model/shipped/tokenizer.json /src/model/shipped/model.safetensors "$dest"/ \
+ && python -c 'from model import shipped; shipped.load()' \
+ && rm -rf /src
+
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin setflow \
+ && mkdir -p /data && chown setflow:setflow /data
+WORKDIR /data
+USER setflow
+
+
+# Flower (Celery's monitor) on the setflow app, so that it uses the broker's global key prefix
+# (workers/celery_app.py); `docker compose` builds it for its `flower` service.
+FROM base AS flower
+USER root
+RUN pip install "flower==2.2.0"
+USER setflow
+EXPOSE 5555
+CMD ["celery", "-A", "workers.celery_app:app", "flower", "--port=5555"]
+
+
+# The default target (last stage): the API and the workers.
+FROM base AS app
+EXPOSE 8000
+CMD ["setflow", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,57 @@
+"""Errors as HTTP: every error body is {"error": {"code", "message"[, "retry_after_s"]}} with a
+stable code (runtime/errors.py's, plus unauthorized and too_large).  Request validation is a 422
+that names each bad field; a rate limit is a 429 with Retry-After."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+
+from runtime.api.auth import Unauthorized
+from runtime.errors import SetflowError
+
+log = logging.getLogger("setflow.api")
+
+STATUS = {"bad_input": 422, "not_found": 404, "busy": 409, "rate_limited": 429, "over_budget": 409,
+          "stale_write": 409, "lease_lost": 409, "corrupt_state": 500, "cancelled": 409, "claim_lost": 409}
+
+
+def body(code: str, message: str, status: int, **extra: Any) -> JSONResponse:
+    headers = {}
+    if extra.get("retry_after_s") is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(extra["retry_after_s"])))
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(SetflowError)
+    async def _setflow(_: Request, e: SetflowError) -> JSONResponse:
+        return body(e.code, e.message, STATUS.get(e.code, 500), retry_after_s=getattr(e, "retry_after_s", None))
+
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(_: Request, e: Unauthorized) -> JSONResponse:
+        return body("unauthorized", str(e), 401)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        reasons = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        return body("bad_input", reasons or "invalid request", 422)
+
+    @app.exception_handler(redis.RedisError)
+    async def _redis(_: Request, e: redis.RedisError) -> JSONResponse:
+        log.warning("redis unavailable: %s", e)
+        return body("unavailable", "the session store (Redis) is unavailable; retry shortly", 503, retry_after_s=1)
+
+    @app.exception_handler(OperationalError)
+    async def _database(_: Request, e: OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", e)
+        return body("unavailable", "the database is unavailable; retry shortly", 503, retry_after_s=1)

@@ -1,0 +1,100 @@
+"""/v1/jobs: create (narrative, agent, report; also turn and infill on a session), get, list,
+cancel, and the job's events as server-sent events."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import redis
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import StreamingResponse
+
+from runtime.api.auth import services, tenant
+from runtime.api.models import ErrorResponse, JobList, JobRequest, JobView
+from runtime.api.services import Services
+from runtime.jobs import JOB_ID
+from runtime.records import STATUSES, TERMINAL
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+Tenant = Annotated[str, Depends(tenant)]
+Svc = Annotated[Services, Depends(services)]
+JobId = Annotated[str, Path(pattern=f"^{JOB_ID.pattern}$")]
+ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 404, 409, 422, 429)}
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with Last-Event-ID
+
+
+@router.post("", status_code=202, response_model=JobView, responses=ERRORS)
+def create_job(req: JobRequest, who: Tenant, svc: Svc) -> JobView:
+    """Queue a job; without a session it runs on a new one (the job names it)."""
+    return JobView.of(svc.dispatcher.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True))
+
+
+@router.get("", response_model=JobList, responses=ERRORS)
+def list_jobs(who: Tenant, svc: Svc,
+              status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
+              kind: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None,
+              session: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = None,
+              limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobList:
+    """The tenant's jobs, newest first."""
+    return JobList(jobs=[JobView.of(j) for j in svc.jobs.listing(who, status, kind, session, limit)])
+
+
+@router.get("/{job_id}", response_model=JobView, responses=ERRORS)
+def get_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
+    return JobView.of(svc.jobs.get(job_id, who))
+
+
+@router.post("/{job_id}/cancel", response_model=JobView, responses=ERRORS)
+def cancel_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
+    """Cancel: a queued job ends at once; a running one stops at its next decode step (the
+    turn it was decoding is not written).  A finished job is returned unchanged."""
+    return JobView.of(svc.dispatcher.cancel(job_id, who))
+
+
+@router.get("/{job_id}/events", responses={**ERRORS, 200: {"content": {"text/event-stream": {}},
+                                                           "description": "server-sent events"}})
+def job_events(job_id: JobId, who: Tenant, svc: Svc,
+               last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
+               after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> StreamingResponse:
+    """The job's events, from its start (or after `Last-Event-ID` / `after`), as server-sent
+    events: `status` (queued, running, succeeded, ...), `step` (each committed set: its
+    positions, token ids and their text), `progress`, and last `result` (the job as GET
+    returns it), after which the stream ends."""
+    svc.jobs.get(job_id, who)  # 404 before the stream starts
+    return StreamingResponse(_stream(svc, job_id, last_event_id or after or "0"), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(event: str, data: object, eid: str | None = None) -> str:
+    head = f"id: {eid}\n" if eid else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+
+
+def _stream(svc: Services, job_id: str, after: str) -> Iterator[str]:
+    """Events are best effort (Redis); SQL is the truth: it is read every second too, so the
+    stream ends with the job even if its final event was lost."""
+    start = quiet = checked = time.monotonic()
+    yield "retry: 1000\n\n"
+    while time.monotonic() - start < MAX_STREAM_S:
+        ended = False
+        try:
+            for eid, ev in svc.dispatcher.events.read(job_id, after, block_ms=1000):
+                after, quiet = eid, time.monotonic()
+                yield _sse(str(ev.get("type", "message")), ev, eid)
+                ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+        except redis.RedisError:
+            time.sleep(0.5)
+        now = time.monotonic()
+        if ended or now - checked >= 1.0:
+            checked = now
+            job = svc.jobs.get(job_id)
+            if job.status in TERMINAL:
+                yield _sse("result", JobView.of(job).model_dump(mode="json"))
+                return
+        if now - quiet >= KEEPALIVE_S:
+            quiet = now
+            yield ": keep-alive\n\n"

@@ -1,0 +1,127 @@
+"""The API's request and response bodies (pydantic): what OpenAPI documents.  Job specs are
+runtime/schemas.py's, shared with the workers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.records import JobRecord
+from runtime.schemas import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
+
+Priority = Literal["interactive", "batch"]
+ID = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="stable: bad_input, not_found, busy, rate_limited, unauthorized, too_large, ...")
+    message: str
+    retry_after_s: float | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class TurnRequest(TurnSpec):
+    """A turn: the input as text or token ids, and the decode parameters (policy, W, tau, max
+    tokens, stop sequences)."""
+
+    priority: Priority = "interactive"
+
+
+class InfillRequest(InfillSpec):
+    priority: Priority = "interactive"
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turn: int = Field(ge=0, le=100_000, description="the last turn the fork keeps (0-based)")
+
+
+class JobRequest(BaseModel):
+    """A job: `kind` names its workflow, `spec` its input (see the spec schemas).  Without a
+    `session` it runs on a new one (returned in the job); `turn` and `infill` need one."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["narrative", "agent", "report", "turn", "infill"]
+    spec: dict[str, Any] = Field(description="NarrativeSpec, AgentSpec, ReportSpec, TurnSpec or InfillSpec")
+    session: str | None = Field(default=None, pattern=ID)
+    priority: Priority = "interactive"
+
+
+class JobView(BaseModel):
+    id: str
+    kind: str
+    status: str
+    session: str | None
+    seq: int
+    priority: str
+    attempts: int
+    worker: str | None
+    progress: dict[str, Any]
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, j: JobRecord) -> JobView:
+        return cls(id=j.id, kind=j.kind, status=j.status, session=j.session_id, seq=j.seq, priority=j.priority,
+                   attempts=j.attempts, worker=j.worker, progress=j.progress or {}, result=j.result, error=j.error,
+                   created_at=j.created_at, started_at=j.started_at, finished_at=j.finished_at)
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+
+
+class TurnView(BaseModel):
+    index: int
+    role: str
+    input: str = Field(description="the turn's input as its workflow rendered it")
+    output: str = Field(description="the text the model wrote")
+    tokens: int
+    path: str | None = Field(description="how the session was resumed for it: new, warm, restore, recompute")
+    job: str | None
+    created_at: datetime | None
+
+
+class CacheView(BaseModel):
+    redis_turns: int | None = Field(description="turns the Redis state holds (None: no Redis state)")
+    redis_bytes: int
+    redis_segments: int
+    slots: int
+    last_worker: str | None = Field(description="the worker that ran its last turn (its next job goes there)")
+    last_worker_alive: bool
+
+
+class SessionView(BaseModel):
+    id: str
+    created_at: datetime | None
+    turns: list[TurnView]
+    kv: CacheView
+    unfinished_jobs: int
+
+
+class SessionCreated(BaseModel):
+    id: str
+    created_at: datetime | None
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionCreated]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    redis: bool
+    database: bool
+    workers: list[str]
+
+
+SPEC_MODELS = {"narrative": NarrativeSpec, "agent": AgentSpec, "report": ReportSpec, "turn": TurnSpec,
+               "infill": InfillSpec, "params": ParamsSpec}

@@ -1,0 +1,218 @@
+"""A Python client for the setflow API: `AsyncClient` (httpx, with a client-side rate limit by
+asyncio-throttle and server-sent events as an async iterator) and `Client`, its synchronous
+twin for scripts and notebooks.
+
+    async with AsyncClient("http://127.0.0.1:8000", api_key="...") as c:
+        job = await c.create_job("narrative", {"payload": {...}})
+        async for event in c.events(job["id"]):
+            ...                                   # status, step, progress, then result
+        done = await c.wait(job["id"])
+
+    with Client("http://127.0.0.1:8000", api_key="...") as c:
+        sid = c.create_session()["id"]
+        print(c.wait(c.turn(sid, text="...")["id"])["result"]["text"])
+
+Errors come back as ApiError with the API's stable code; a 429 is retried after its
+Retry-After (up to `retries` times) before it is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import httpx
+from asyncio_throttle import Throttler  # type: ignore[attr-defined]
+
+T = TypeVar("T")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.retry_after_s = status, code, message, retry_after_s
+
+
+class AsyncClient:
+    def __init__(self, base_url: str, api_key: str, rate_per_s: float = 20.0, retries: int = 3,
+                 timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """rate_per_s: requests this client sends per second at most (its own throttle, below
+        the server's per-tenant limit); retries: how often a 429 is retried after Retry-After."""
+        self.http = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"},
+                                      timeout=timeout_s, transport=transport)
+        self.throttle = Throttler(rate_limit=max(1, int(rate_per_s)), period=max(1, int(rate_per_s)) / rate_per_s)
+        self.retries = retries
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        for attempt in range(self.retries + 1):
+            async with self.throttle:
+                r = await self.http.request(method, path, json=body, params=params)
+            if r.status_code == 429 and attempt < self.retries:
+                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                continue
+            return _result(r)
+        raise AssertionError("unreachable")
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    async def create_session(self) -> dict[str, Any]:
+        return await self.request("POST", "/v1/sessions")  # type: ignore[no-any-return]
+
+    async def get_session(self, session: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/sessions/{session}")  # type: ignore[no-any-return]
+
+    async def turn(self, session: str, text: str | None = None, input_ids: list[int] | None = None,
+                   params: dict[str, Any] | None = None, priority: str = "interactive") -> dict[str, Any]:
+        """Queue a turn; returns the job (wait for it, or follow its events)."""
+        body: dict[str, Any] = {"priority": priority, **({"params": params} if params else {})}
+        body.update({"text": text} if input_ids is None else {"input_ids": input_ids})
+        return await self.request("POST", f"/v1/sessions/{session}/turns", body)  # type: ignore[no-any-return]
+
+    async def infill(self, session: str, text: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"text": text, **({"params": params} if params else {})}
+        return await self.request("POST", f"/v1/sessions/{session}/infill", body)  # type: ignore[no-any-return]
+
+    async def fork(self, session: str, turn: int) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/sessions/{session}/fork", {"turn": turn})  # type: ignore[no-any-return]
+
+    async def delete_session(self, session: str) -> None:
+        await self.request("DELETE", f"/v1/sessions/{session}")
+
+    # ---- jobs -------------------------------------------------------------------------------
+
+    async def create_job(self, kind: str, spec: dict[str, Any], session: str | None = None,
+                         priority: str = "interactive") -> dict[str, Any]:
+        body = {"kind": kind, "spec": spec, "priority": priority, **({"session": session} if session else {})}
+        return await self.request("POST", "/v1/jobs", body)  # type: ignore[no-any-return]
+
+    async def get_job(self, job: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/jobs/{job}")  # type: ignore[no-any-return]
+
+    async def list_jobs(self, **filters: Any) -> list[dict[str, Any]]:
+        out = await self.request("GET", "/v1/jobs", params={k: v for k, v in filters.items() if v is not None})
+        return out["jobs"]  # type: ignore[no-any-return]
+
+    async def cancel(self, job: str) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/jobs/{job}/cancel")  # type: ignore[no-any-return]
+
+    async def events(self, job: str, after: str | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """The job's events as dicts with "event" (status, step, progress, result) and "id";
+        ends after the result.  A dropped connection resumes after the last event seen."""
+        last = after
+        while True:
+            headers = {"Last-Event-ID": last} if last else {}
+            async with self.throttle:  # a (re)connection counts as a request
+                pass
+            try:
+                async with self.http.stream("GET", f"/v1/jobs/{job}/events", headers=headers,
+                                            timeout=httpx.Timeout(30.0, read=60.0)) as r:
+                    if r.status_code != 200:
+                        await r.aread()
+                        _result(r)
+                    event, data, eid = "message", "", None
+                    async for line in r.aiter_lines():
+                        if line.startswith("event: "):
+                            event = line[7:]
+                        elif line.startswith("data: "):
+                            data += line[6:]
+                        elif line.startswith("id: "):
+                            eid = line[4:]
+                        elif line == "" and data:
+                            out = {"event": event, "id": eid, **json.loads(data)}
+                            last = eid or last
+                            yield out
+                            if event == "result":
+                                return
+                            event, data, eid = "message", "", None
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout):
+                await asyncio.sleep(0.5)  # reconnect after the last event seen
+
+    async def wait(self, job: str, timeout_s: float = 600.0) -> dict[str, Any]:
+        """The job once it finished (its events, then GET)."""
+        async def follow() -> dict[str, Any]:
+            async with aclosing(self.events(job)) as events:
+                async for ev in events:
+                    if ev["event"] == "result":
+                        return {k: v for k, v in ev.items() if k not in ("event", "id")}
+            return await self.get_job(job)
+        return await asyncio.wait_for(follow(), timeout_s)
+
+
+class Client:
+    """The synchronous client: the async one on an event loop of its own (a thread)."""
+
+    def __init__(self, base_url: str, api_key: str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="setflow-client", daemon=True)
+        self._thread.start()
+        self._async = self._run(_make(base_url, api_key, kwargs))
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self._async.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+    def __getattr__(self, name: str) -> Any:
+        """Every AsyncClient method, synchronously (events: a plain iterator)."""
+        fn = getattr(self._async, name)
+        if name == "events":
+            return lambda *a, **k: self._iterate(fn(*a, **k))
+        if not callable(fn):
+            return fn
+        return lambda *a, **k: self._run(fn(*a, **k))
+
+    def _iterate(self, agen: AsyncGenerator[dict[str, Any], None]) -> Iterator[dict[str, Any]]:
+        async def step() -> dict[str, Any]:
+            return await agen.__anext__()
+
+        try:
+            while True:
+                try:
+                    yield self._run(step())
+                except StopAsyncIteration:
+                    return
+        finally:  # the caller stopped early (or the stream ended): close it on its own loop
+            self._run(agen.aclose())
+
+
+async def _make(base_url: str, api_key: str, kwargs: dict[str, Any]) -> AsyncClient:
+    return AsyncClient(base_url, api_key, **kwargs)  # built on the loop that will use it
+
+
+def _result(r: httpx.Response) -> Any:
+    if r.status_code == 204:
+        return None
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    if r.is_success:
+        return body
+    err = body.get("error", {}) if isinstance(body, dict) else {}
+    retry = r.headers.get("retry-after")
+    raise ApiError(r.status_code, err.get("code", "http_error"), err.get("message", r.text[:200]),
+                   float(retry) if retry else None)

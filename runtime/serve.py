@@ -1,0 +1,70 @@
+"""`setflow serve`: the API under uvicorn.  With no REDIS_URL the embedded Redis is started (or
+joined) first, as `setflow worker` does, so `setflow serve` and `setflow worker` on one machine
+share it.  `ApiServer` runs the same app on a thread (the demo and the tests)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from runtime.api.app import create_app
+from runtime.embedded import EmbeddedRedis
+from runtime.settings import Settings
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ApiServer:
+    """The API on a background thread: start() returns once it accepts connections."""
+
+    def __init__(self, settings: Settings, host: str | None = None, port: int | None = None) -> None:
+        self.host = host or settings.api_host
+        port = settings.api_port if port is None else port
+        self.port = port or free_port(self.host)
+        self.app = create_app(settings)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
+                                                   lifespan="on", timeout_graceful_shutdown=2))
+        self.thread = threading.Thread(target=self.server.run, name="setflow-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> ApiServer:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not start on {self.url}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def serve(host: str | None, port: int | None) -> int:
+    s = Settings()
+    server = None
+    if not s.redis_url:
+        server = EmbeddedRedis(s.data_dir / "redis")
+        s = s.model_copy(update={"redis_url": server.start()})
+    if not s.api_keys:
+        print("setflow serve: no API keys configured (SETFLOW_API_KEYS='{\"KEY\": \"TENANT\"}'): "
+              "every request but /healthz, /metrics and the page is refused", flush=True)
+    try:
+        app = create_app(s)
+        print(f"setflow API on http://{host or s.api_host}:{port or s.api_port} (docs: /docs)", flush=True)
+        uvicorn.run(app, host=host or s.api_host, port=port or s.api_port, log_level="info")
+    finally:
+        if server is not None and server.owned:
+            server.stop()
+    return 0

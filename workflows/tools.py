@@ -1,0 +1,88 @@
+"""The agent's tools: a calculator and a metric lookup over a sample dataset.
+
+A call is the text the model wrote between `<call>` and `</call>`, e.g.
+`metric("churn", "EMEA", "2026-Q3")` or `calc("(3.1-2.5)/2.5*100")`.  Its arguments are checked
+by a pydantic model per tool; whatever goes wrong (a call that does not parse, a bad argument, an
+unknown metric, a division by zero) comes back as the result text `error: ...`, which the model
+reads like any other result: a tool never raises into the agent loop.
+
+The tools' semantics (number formatting, the dataset's values) are model.corpus.agent's, the
+ones the model was trained on, so a result here reads exactly as in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from model.corpus import agent as corpus
+from model.corpus.narrative import METRIC, PERIODS, REGIONS
+
+
+def _one_of(known: tuple[str, ...], what: str) -> Callable[[str], str]:
+    def check(v: str) -> str:
+        if v not in known:
+            raise ValueError(f"unknown {what} {v!r}; known: {', '.join(known)}")
+        return v
+    return check
+
+
+class CalcArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    expr: str = Field(min_length=1, max_length=corpus.MAX_EXPR)
+
+
+class MetricArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metric: Annotated[str, AfterValidator(_one_of(tuple(METRIC), "metric"))]
+    region: Annotated[str, AfterValidator(_one_of(REGIONS, "region"))]
+    period: Annotated[str, AfterValidator(_one_of(PERIODS, "period"))]
+
+
+@dataclass(frozen=True)
+class Tool:
+    args: type[BaseModel]
+    run: Callable[[BaseModel, corpus.Dataset], str]
+
+
+def _calc(a: BaseModel, _data: corpus.Dataset) -> str:
+    assert isinstance(a, CalcArgs)
+    return corpus.calc(a.expr)
+
+
+def _metric(a: BaseModel, data: corpus.Dataset) -> str:
+    assert isinstance(a, MetricArgs)
+    return data.lookup(a.metric, a.region, a.period)
+
+
+#: tool name -> its argument model (fields in call order) and its function
+TOOLS: dict[str, Tool] = {"calc": Tool(CalcArgs, _calc), "metric": Tool(MetricArgs, _metric)}
+
+
+@dataclass
+class ToolResult:
+    call: str  # the call's text as the model wrote it
+    tool: str | None  # the tool it named, if it parsed
+    result: str  # what goes back to the model: the value, or "error: ..."
+    ok: bool
+
+
+def run_call(call: str, data: corpus.Dataset) -> ToolResult:
+    """Run one call; never raises (errors are results)."""
+    try:
+        name, args = corpus.parse_call(call)
+    except corpus.ToolError as e:
+        return ToolResult(call, None, f"error: {e}", False)
+    tool = TOOLS[name]
+    try:
+        parsed = tool.args.model_validate(dict(zip(tool.args.model_fields, args, strict=True)))
+    except (ValidationError, ValueError) as e:
+        reasons = "; ".join(err["msg"] for err in e.errors()) if isinstance(e, ValidationError) else str(e)
+        return ToolResult(call, name, f"error: bad arguments to {name}: {reasons}", False)
+    try:
+        return ToolResult(call, name, tool.run(parsed, data), True)
+    except corpus.ToolError as e:
+        return ToolResult(call, name, f"error: {e}", False)
