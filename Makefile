@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 # torch 2.13.0's CPU wheel lies in /opt/wheels on these machines; pip also finds it there via its config.
 FIND    := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,9 +17,16 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/setflow demo
+	$(BIN)/setflow demo $(DEMO_ARGS)
 
-test: $(STAMP)
+# the browser test drives Debian's Chromium (no browser download): installed here when absent
+# and apt-get can (root); else that one test skips and says why
+browser:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "make: /usr/bin/chromium is absent and could not be installed: the browser test will skip"
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -176,4 +176,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as `python -m runtime.cli`: through the imported module, so that the CliError the
+    # subcommands raise (imported from runtime.cli) is the one main() catches
+    from runtime.cli import main as _main
+
+    sys.exit(_main())

@@ -175,6 +175,7 @@ class Client:
             self._run(self._async.close())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+            self._loop.close()
 
     def __getattr__(self, name: str) -> Any:
         """Every AsyncClient method, synchronously (events: a plain iterator)."""

@@ -6,6 +6,7 @@ each turn's resume path and timing, the web page's address; then everything stop
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from runtime.embedded import EmbeddedRedis
 from runtime.routing import Routing
 from runtime.serve import ApiServer
 from runtime.settings import Settings
+from workers.local import ALIASES
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_KEY = "setflow-demo-key"  # the demo's own tenant key (SETFLOW_API_KEYS overrides it)
@@ -57,10 +59,15 @@ class Stack:
         self.logs = settings.data_dir / "logs"
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-        env.update(REDIS_URL=str(self.s.redis_url), SETFLOW_DATA_DIR=str(self.s.data_dir), PYTHONPATH=str(ROOT))
-        if self.s.database_url:
-            env["DATABASE_URL"] = self.s.database_url
+        """The workers' environment: this stack's settings (every field given, the Redis URL
+        and the data folder) as the variables Settings reads."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SETFLOW_") and k not in ALIASES.values()}
+        for name in self.s.model_fields_set | {"redis_url", "data_dir"}:
+            value = getattr(self.s, name)
+            if value is not None:
+                env[ALIASES.get(name, f"SETFLOW_{name.upper()}")] = json.dumps(value) if isinstance(value, dict) \
+                    else str(value)
+        env["PYTHONPATH"] = str(ROOT)
         return env
 
     def start(self, timeout_s: float = 120.0) -> Stack:

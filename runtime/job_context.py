@@ -64,9 +64,10 @@ class JobContext:
             raise Cancelled(f"job {self.job.id} was cancelled (seen at {self.channel.seen_at})")
 
     def report(self, **progress: Any) -> None:
-        """Workflow progress (sections done, ...): to the stream now (best effort), to SQL with
-        the next step."""
+        """Workflow progress (sections done, ...): to SQL (what GET and the jobs list show, also
+        after the last step) and to the stream (best effort)."""
         self.progress.update(progress)
+        self.jobs.step_done(self.job.id, self.owner, int(self.progress.get("steps", 0)), self.progress)
         self._publish({"type": "progress", **progress})
 
     def turn(self, session: str, input_ids: list[int], params: DecodeParams, text: str = "",

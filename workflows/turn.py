@@ -60,5 +60,5 @@ def infill(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
     fill = iter(r.tokens)
     filled = [next(fill) if t == mask else t for t in ids]
     return {"session": r.session, "text": tok.decode(filled, skip_special=True),
-            "holes": tok.decode(r.tokens, skip_special=True), "tokens": r.tokens, "worker": ctx.worker,
+            "holes": tok.decode(r.tokens, skip_special=True), "hole_tokens": r.tokens, "worker": ctx.worker,
             **summary(ctx, r)}

@@ -3,11 +3,13 @@ errors as JSON with stable codes: errors.py; API keys: auth.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope
+from starlette.types import Send as AsgiSend
 
 from runtime.api import errors, jobs, ops, page, sessions
 from runtime.api.services import Services
@@ -44,13 +46,54 @@ def create_app(settings: Settings, client: redis.Redis | None = None, send: Send
     app.state.services = svc
     errors.install(app)
 
-    @app.middleware("http")
-    async def bounded(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > settings.max_body_bytes):
-            return errors.body("too_large", f"a request body is at most {settings.max_body_bytes} bytes", 413)
-        return await call_next(request)
+    app.add_middleware(Bounded, limit=settings.max_body_bytes)
 
     for r in (sessions.router, jobs.router, ops.router, page.router):
         app.include_router(r)
     return app
+
+
+class Bounded:
+    """413 for a request body past `limit` bytes: by its Content-Length when it has one, else
+    (a chunked body) counted as it arrives, before the app sees any of it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        size = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), None)
+        if size is not None:
+            if not size.isdigit() or int(size) > self.limit:
+                await self._refuse(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was complete: nobody to answer
+            chunks.append(message.get("body", b""))
+            total += len(chunks[-1])
+            if total > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            more = bool(message.get("more_body", False))
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
+        await errors.body("too_large", f"a request body is at most {self.limit} bytes", 413)(scope, receive, send)

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException
 
 from runtime.api.auth import Unauthorized
 from runtime.errors import SetflowError
@@ -21,6 +22,9 @@ log = logging.getLogger("setflow.api")
 
 STATUS = {"bad_input": 422, "not_found": 404, "busy": 409, "rate_limited": 429, "over_budget": 409,
           "stale_write": 409, "lease_lost": 409, "corrupt_state": 500, "cancelled": 409, "claim_lost": 409}
+
+HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
+              415: "unsupported_media_type", 422: "bad_input", 429: "rate_limited"}
 
 
 def body(code: str, message: str, status: int, **extra: Any) -> JSONResponse:
@@ -45,6 +49,16 @@ def install(app: FastAPI) -> None:
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
         reasons = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         return body("bad_input", reasons or "invalid request", 422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, e: HTTPException) -> JSONResponse:
+        # the framework's own refusals (no such route or method, a body that is not even text)
+        # in the same shape as ours; a body that cannot be read is bad input like any other
+        status = 422 if e.status_code == 400 else e.status_code
+        code = HTTP_CODES.get(status, "http_error")
+        r = body(code, str(e.detail), status)
+        r.headers.update(e.headers or {})
+        return r
 
     @app.exception_handler(redis.RedisError)
     async def _redis(_: Request, e: redis.RedisError) -> JSONResponse:

@@ -1,0 +1,191 @@
+"""The API end to end: a real worker process, a real Redis, SQLite, the API over HTTP (uvicorn
+on a thread), driven by runtime/client.py.  Narrative, agent with tool calls, report with its
+progress events in order, fork, infill, cancel, delete; what a session's page says about where
+it is cached; health and metrics; `setflow submit`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from model import shipped
+from model.corpus import agent as agent_corpus
+from model.corpus import narrative as corpus
+from model.decode import DecodeParams
+from runtime.client import ApiError, Client
+from runtime.demo import DATA, REPORT, Stack
+from runtime.settings import Settings
+from workflows.narrative import narrate
+
+pytestmark = pytest.mark.slow
+KEY = "key-e2e-acme-01"
+ROOT = Path(__file__).resolve().parents[3]
+PAYLOAD = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
+           "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},
+                       {"key": "churn", "value": "2.4", "prev": "2.6"}]}
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    prefix = f"sfe2e-{uuid.uuid4().hex[:10]}"
+    s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("e2e"),
+                 api_keys={KEY: "acme"}, api_port=0, tenant_burst=1000, tenant_rate_per_s=1000.0)
+    st = Stack(s).start()
+    try:
+        yield st
+    finally:
+        st.stop()
+        r = redis.Redis.from_url(redis_url)
+        keys = list(r.scan_iter(f"{prefix}*", count=1000))
+        if keys:
+            r.delete(*keys)
+        r.close()
+
+
+@pytest.fixture(scope="module")
+def c(stack: Stack) -> Iterator[Client]:
+    with Client(stack.api.url, KEY) as client:
+        yield client
+
+
+def _ok(job: dict[str, Any]) -> dict[str, Any]:
+    assert job["status"] == "succeeded", job
+    return job["result"]  # type: ignore[no-any-return]
+
+
+def test_a_narrative_is_the_text_the_model_writes_in_process(c: Client) -> None:
+    job = c.create_job("narrative", {"payload": PAYLOAD})
+    assert job["status"] == "queued" and job["session"]  # a job without a session gets a new one
+    r = _ok(c.wait(job["id"], 120))
+    model, tok = shipped.load()
+    p = corpus.Payload("Northwind", "2026-Q3", "formal", [corpus.Metric("revenue", "1240", "1105", "1300"),
+                                                          corpus.Metric("churn", "2.4", "2.6")])
+    ref = narrate(model, tok, p, DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=256))
+    assert r["text"] == ref.text  # the worker's greedy decode is the in-process one
+    assert r["facts_ok"] == r["facts_total"] > 0 and r["path"] == "new"
+
+
+def test_an_agent_calls_its_tools_and_resumes_from_the_cached_state(c: Client) -> None:
+    q = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+    r = _ok(c.wait(c.create_job("agent", {"question": q, "dataset_seed": 7})["id"], 120))
+    data = agent_corpus.Dataset(7)
+    v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
+    assert [x["call"] for x in r["calls"]][:2] == ['metric("revenue", "EMEA", "2026-Q2")',
+                                                   'metric("revenue", "EMEA", "2026-Q3")']
+    assert [x["result"] for x in r["calls"]][:2] == [v1, v2] and all(x["ok"] for x in r["calls"])
+    assert r["finished"] and r["answer"] is not None and agent_corpus.calc(f"({v2}-{v1})/{v1}*100") in r["answer"]
+    paths = [t["path"] for t in r["turns"]]
+    assert len(paths) == len(r["calls"]) + 1 and paths[0] == "new" and set(paths[1:]) == {"warm"}
+    # the transcript in SQL: each result appended by prefill, then the model's next segment
+    s = c.get_session(r["session"])
+    assert [t["path"] for t in s["turns"]] == paths
+    assert s["turns"][1]["input"].startswith("<result>") and s["turns"][1]["output"].startswith("<call>")
+
+
+def test_a_report_streams_its_progress_in_order_and_returns_markdown_and_html(c: Client) -> None:
+    job = c.create_job("report", REPORT)
+    events = list(c.events(job["id"]))
+    kinds = [e["event"] for e in events]
+    assert kinds[-1] == "result" and events[-1]["status"] == "succeeded"
+    statuses = [e["status"] for e in events if e["event"] == "status"]
+    assert statuses[0] == "queued" and statuses[-1] == "succeeded" and "running" in statuses
+    sections = [e["section"] for e in events if e["event"] == "progress" and "section" in e]
+    assert sections == sorted(sections) and sections[0] == 0 and sections[-1] == 4  # 3 sections + key figures
+    assert set(range(5)) <= set(sections)
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and all(len(e["positions"]) == len(e["tokens"]) == len(e["pieces"]) for e in steps)
+    assert any(len(e["positions"]) > 1 for e in steps)  # sets, not one token per step
+    r = events[-1]["result"]
+    for title in ("Revenue", "Customer health", "Platform performance", "Key figures"):
+        assert f"## {title}" in r["markdown"] and f"<h2>{title}</h2>" in r["html"]
+    assert r["figures"]["exact"] and r["figures"]["path"] == "warm"  # the infill turn, on the cached session
+    assert sum(x["facts_ok"] for x in r["sections"]) == sum(x["facts_total"] for x in r["sections"])
+
+
+def test_fork_keeps_the_parent_and_continues_from_its_turn(c: Client) -> None:
+    sid = c.create_session()["id"]
+    for text in ("tenant: Acme\n", "revenue: up\n", "churn: down\n"):
+        _ok(c.wait(c.turn(sid, text=text, params={"max_new_tokens": 8})["id"], 60))
+    fork = c.fork(sid, 1)["id"]
+    again = c.fork(sid, 1)["id"]
+    a = _ok(c.wait(c.turn(fork, text="latency: flat\n", params={"max_new_tokens": 8})["id"], 60))
+    b = _ok(c.wait(c.turn(again, text="latency: flat\n", params={"max_new_tokens": 8})["id"], 60))
+    assert a["tokens"] == b["tokens"] and a["turn"] == 2 and a["path"] == "recompute"  # rebuilt from SQL
+    parent, child = c.get_session(sid), c.get_session(fork)
+    assert len(parent["turns"]) == 3 and len(child["turns"]) == 3
+    assert [t["input"] for t in child["turns"][:2]] == [t["input"] for t in parent["turns"][:2]]
+    with pytest.raises(ApiError) as e:
+        c.fork(sid, 3)
+    assert e.value.status == 422 and e.value.code == "bad_input"
+
+
+def test_infill_fills_each_hole_in_place(c: Client) -> None:
+    sid = c.create_session()["id"]
+    text = ("[BOS]tenant: Northwind | period: 2026-Q3 | style: formal\nrevenue: up, 1240 k USD, prev 1105\n"
+            "fill: Revenue: " + "<hole>" * 4 + " k USD (<hole>; previous " + "<hole>" * 4 + ").[EOS]")
+    r = _ok(c.wait(c.infill(sid, text)["id"], 60))
+    assert len(r["hole_tokens"]) == r["tokens"] == 9 and "<hole>" not in r["text"]
+    assert r["text"].endswith("Revenue: 1240 k USD (up; previous 1105).")
+    s = c.get_session(sid)
+    assert s["turns"][0]["output"].replace(" ", "") == "1240up1105"
+
+
+def test_cancel_stops_a_running_report_and_keeps_the_session_usable(c: Client) -> None:
+    job = c.create_job("report", REPORT)
+    for ev in c.events(job["id"]):
+        if ev["event"] == "progress" and ev.get("section") == 1:
+            c.cancel(job["id"])
+        if ev["event"] == "result":
+            assert ev["status"] == "cancelled" and ev["error"]["code"] == "cancelled"
+    s = c.get_session(job["session"])
+    assert 1 <= len(s["turns"]) < 4 and s["unfinished_jobs"] == 0
+    _ok(c.wait(c.turn(job["session"], text="churn: down\n", params={"max_new_tokens": 4})["id"], 60))
+    again = c.cancel(job["id"])  # a finished job is returned unchanged
+    assert again["status"] == "cancelled"
+
+
+def test_a_session_says_where_it_is_cached_and_can_be_deleted(c: Client, stack: Stack) -> None:
+    sid = c.create_session()["id"]
+    _ok(c.wait(c.turn(sid, text="tenant: Acme\n", params={"max_new_tokens": 8})["id"], 60))
+    s = c.get_session(sid)
+    kv = s["kv"]
+    assert kv["redis_turns"] == 1 and kv["redis_bytes"] > 0 and kv["slots"] > 0
+    assert kv["last_worker"] == "demo-0" and kv["last_worker_alive"]
+    c.delete_session(sid)
+    with pytest.raises(ApiError) as e:
+        c.get_session(sid)
+    assert e.value.status == 404 and e.value.code == "not_found"
+    r = redis.Redis.from_url(str(stack.s.redis_url))
+    assert not r.exists(f"{stack.s.key_prefix}:m:{sid}")  # its Redis state went with it
+    r.close()
+
+
+def test_health_and_metrics(c: Client, stack: Stack) -> None:
+    _ok(c.wait(c.create_job("narrative", {"payload": PAYLOAD})["id"], 60))
+    h = httpx.get(f"{stack.api.url}/healthz").json()
+    assert h == {"status": "ok", "redis": True, "database": True, "workers": ["demo-0"]}
+    m = httpx.get(f"{stack.api.url}/metrics").text
+    assert 'setflow_turns_total{path="new"}' in m and 'setflow_load_seconds_bucket{le="+Inf",path="warm"}' in m
+    assert 'setflow_jobs{kind="narrative",status="succeeded"}' in m and 'setflow_kv_bytes{tenant="acme"}' in m
+    assert f'setflow_queue_depth{{queue="{stack.s.key_prefix}.interactive"}} 0.0' in m
+
+
+def test_setflow_submit_follows_a_job_and_prints_its_result(stack: Stack, tmp_path: Path) -> None:
+    spec = tmp_path / "narrative.json"
+    spec.write_text(json.dumps({"payload": PAYLOAD}))
+    out = subprocess.run([sys.executable, "-m", "runtime.cli", "submit", "narrative", str(spec), "--url", stack.api.url,
+                          "--key", KEY], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Revenue" in out.stdout and "1240" in out.stdout and "queued" in out.stderr
+    bad = subprocess.run([sys.executable, "-m", "runtime.cli", "submit", "narrative", '{"payload": {}}', "--url",
+                          stack.api.url, "--key", KEY], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "bad_input" in bad.stderr and "payload.tenant" in bad.stderr
