@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/quality.py
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/documents.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

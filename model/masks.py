@@ -9,8 +9,9 @@ order (clean queries also see themselves), and a [MASK] query sees nothing noisy
   no query sees a key of an earlier document.  The model is trained on single documents (each
   example starts with BOS at position 0), where this rule changes nothing; in a session that
   holds several (report sections, a new question), it keeps each one as it was in training
-  (RoPE is relative, so a document at position 600 reads as one at 0).  Measured: without it,
-  later report sections copied the earlier ones' metrics (0 of 12 correct; docs/BENCHMARKS.md).
+  (RoPE is relative, so a document at position 600 reads as one at 0).  Measured by
+  bench/documents.py: later report sections in one session, 60/60 fully correct with it, 0/60
+  without (they copied the earlier sections' metrics).
 Knows nothing about models; `within_documents` is told which token is BOS.
 """
 

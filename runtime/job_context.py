@@ -85,7 +85,7 @@ class JobContext:
                     break
                 # pieces: each token's text, so a watcher (the web page) can show it at its position
                 self.tick({"type": "step", "turn": step, "step": ev.step, "positions": ev.positions,
-                           "tokens": ev.tokens, "pieces": [self.tokenizer.decode([t]) for t in ev.tokens],
+                           "tokens": ev.tokens, "pieces": [self.tokenizer.decode([t], skip_special=True) for t in ev.tokens],
                            "cut": ev.cut, "nfe": ev.nfe})
         if result is None:
             raise AssertionError("Engine.turn ends with its TurnResult")
