@@ -2,10 +2,12 @@
 and a worker process (runtime/demo.py Stack) on the test Redis.  A narrative job started from the
 page: its step events place tokens at their positions on the canvas (several per step: set
 decoding), the result arrives over SSE, the jobs table shows it succeeded; then a report job.
-Screenshot: docs/web-page.png (and the test's tmp dir)."""
+Screenshot: .cache/screenshots/web-page.png (and the test's tmp dir); docs/web-page.png with
+SETFLOW_UPDATE_SCREENSHOT=1."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -94,8 +96,13 @@ def test_page_runs_a_narrative_and_a_report(stack: Stack, tmp_path: Path) -> Non
             page.wait_for_timeout(2000)  # the new-token highlight fades (0.6 s, then a 1.2 s transition)
             shot = page.screenshot(full_page=True)
             (tmp_path / "web-page.png").write_bytes(shot)
-            (ROOT / "docs").mkdir(exist_ok=True)
-            (ROOT / "docs" / "web-page.png").write_bytes(shot)
+            # every run keeps its screenshot under .cache/ (ignored by git); the one in docs/ is
+            # refreshed on request: SETFLOW_UPDATE_SCREENSHOT=1 make test
+            out = ROOT / ".cache" / "screenshots"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "web-page.png").write_bytes(shot)
+            if os.environ.get("SETFLOW_UPDATE_SCREENSHOT") == "1":
+                (ROOT / "docs" / "web-page.png").write_bytes(shot)
 
             # 2) a report: its markdown ends with the key figures
             _run(page, "#run-report")
