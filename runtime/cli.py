@@ -139,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
                         "submit KIND SPEC.json|- [--session ID]")
     sm.add_argument("kind", choices=["narrative", "agent", "report", "turn", "infill"])
     sm.add_argument("spec", help="the job's spec: a JSON file, '-' for stdin, or inline JSON")
-    sm.add_argument("--session", default=None, help="run on this session (turn and infill need one)")
+    sm.add_argument("--session", default=None, help="run on this session (default: a new one)")
     sm.add_argument("--priority", default="interactive", choices=["interactive", "batch"])
     sm.add_argument("--url", default=None, help="the API (default: SETFLOW_API_URL or http://127.0.0.1:8000)")
     sm.add_argument("--key", default=None, help="API key (default: SETFLOW_API_KEY)")

@@ -43,7 +43,7 @@ class ForkRequest(BaseModel):
 
 class JobRequest(BaseModel):
     """A job: `kind` names its workflow, `spec` its input (see the spec schemas).  Without a
-    `session` it runs on a new one (returned in the job); `turn` and `infill` need one."""
+    `session` it runs on a new one (returned in the job)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["narrative", "agent", "report", "turn", "infill"]
