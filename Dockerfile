@@ -22,15 +22,10 @@ ENV PYTHONUNBUFFERED=1 \
 RUN pip install --index-url "$TORCH_INDEX" "torch==2.13.0"
 
 COPY . /src
-# pyproject.toml declares no package data for model/, so `pip install .` leaves the shipped
-# checkpoint (model/shipped/*.json, *.safetensors) behind: copy it next to the installed
-# model/shipped.py, where model.shipped.SHIPPED looks. (Run from / so `import model` is the
-# installed package, not /src/model.)
+# the package carries the shipped checkpoint and the web page (pyproject's package data); the
+# check loads the model from the installed package (run from /, not /src)
 RUN pip install /src \
  && cd / \
- && dest="$(python -c 'import model, os; print(os.path.join(os.path.dirname(model.__file__), "shipped"))')" \
- && mkdir -p "$dest" \
- && cp /src/model/shipped/config.json /src/model/shipped/tokenizer.json /src/model/shipped/model.safetensors "$dest"/ \
  && python -c 'from model import shipped; shipped.load()' \
  && rm -rf /src
 
