@@ -22,7 +22,7 @@ from runtime.client import Client
 from runtime.db import database_url
 from runtime.embedded import EmbeddedRedis
 from runtime.routing import Routing
-from runtime.serve import ApiServer
+from runtime.serve import ApiServer, port_free
 from runtime.settings import Settings
 from workers.local import ALIASES
 
@@ -55,6 +55,9 @@ class Stack:
         self.key = next(iter(settings.api_keys))
         self.names = [f"demo-{i}" for i in range(workers)]
         self.procs: list[subprocess.Popen[bytes]] = []
+        if port is None and settings.api_port and not port_free(settings.api_host, settings.api_port):
+            print(f"setflow demo: port {settings.api_port} is taken; the API takes a free one", flush=True)
+            port = 0
         self.api = ApiServer(settings, port=port)
         self.logs = settings.data_dir / "logs"
 

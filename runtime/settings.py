@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 2**20
+PLACEHOLDER_KEYS = {"change-me", "changeme", "change-me-please", "password", "secret", "api-key", "your-key"}
 
 
 class Settings(BaseSettings):
@@ -56,6 +57,8 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"  #: where `setflow serve` listens
     api_port: int = Field(default=8000, ge=0, le=65535)  #: 0: any free port
     max_body_bytes: int = 1 * MiB  #: a request body's largest size (413 beyond)
+    max_streams_per_tenant: int = 16  #: event streams one tenant may hold open per API process (429 beyond)
+    metrics_token: str | None = None  #: when set, /metrics needs `Authorization: Bearer <it>`
     api_url: str = "http://127.0.0.1:8000"  #: where `setflow submit` finds the API
     api_key: str | None = None  #: the key `setflow submit` sends
 
@@ -70,7 +73,8 @@ class Settings(BaseSettings):
                      "tenant_budget_bytes", "max_input_tokens", "torch_threads", "job_lease_s", "job_max_attempts",
                      "job_retry_s", "job_requeue_after_s", "task_soft_time_limit_s", "task_time_limit_s",
                      "visibility_timeout_s", "worker_heartbeat_s", "reaper_interval_s", "affinity_ttl_s",
-                     "events_maxlen", "events_ttl_s", "tenant_rate_per_s", "tenant_burst", "max_body_bytes")
+                     "events_maxlen", "events_ttl_s", "tenant_rate_per_s", "tenant_burst", "max_body_bytes",
+                     "max_streams_per_tenant")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:
@@ -83,6 +87,8 @@ class Settings(BaseSettings):
         for key, tenant in v.items():
             if len(key) < 8 or not 1 <= len(tenant) <= 128:
                 raise ValueError("an API key is at least 8 characters and its tenant 1..128")
+            if key.lower() in PLACEHOLDER_KEYS:
+                raise ValueError(f"{key!r} is a placeholder, not an API key: choose a secret one")
         return v
 
     @field_validator("device")

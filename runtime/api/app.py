@@ -40,7 +40,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, send: Send
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        svc.close()
+        await svc.aclose()
 
     app = FastAPI(title="setflow", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.services = svc

@@ -3,18 +3,21 @@ cancel, and the job's events as server-sent events."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import redis
+from anyio.to_thread import run_sync
 from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
 from runtime.api.auth import services, tenant
 from runtime.api.models import ErrorResponse, JobList, JobRequest, JobView
 from runtime.api.services import Services
+from runtime.errors import BadInput, RateLimited
 from runtime.jobs import JOB_ID
 from runtime.records import STATUSES, TERMINAL
 
@@ -57,15 +60,22 @@ def cancel_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
 
 @router.get("/{job_id}/events", responses={**ERRORS, 200: {"content": {"text/event-stream": {}},
                                                            "description": "server-sent events"}})
-def job_events(job_id: JobId, who: Tenant, svc: Svc,
-               last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
-               after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> StreamingResponse:
+async def job_events(job_id: JobId, who: Tenant, svc: Svc,
+                     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
+                     after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> StreamingResponse:
     """The job's events, from its start (or after `Last-Event-ID` / `after`), as server-sent
     events: `status` (queued, running, succeeded, ...), `step` (each committed set: its
     positions, token ids and their text), `progress`, and last `result` (the job as GET
-    returns it), after which the stream ends."""
-    svc.jobs.get(job_id, who)  # 404 before the stream starts
-    return StreamingResponse(_stream(svc, job_id, last_event_id or after or "0"), media_type="text/event-stream",
+    returns it), after which the stream ends.  A tenant holds at most max_streams_per_tenant
+    streams at once per API process (429 beyond)."""
+    start = last_event_id or after or "0"
+    if start != "0" and any(int(x) >= 2**64 for x in start.split("-")):
+        raise BadInput(f"an event id is two numbers below 2**64, got {start!r}")
+    await run_sync(svc.jobs.get, job_id, who)  # 404 before the stream starts
+    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
+        raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
+                          retry_after_s=KEEPALIVE_S)
+    return StreamingResponse(_stream(svc, who, job_id, start), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
@@ -74,27 +84,37 @@ def _sse(event: str, data: object, eid: str | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
 
 
-def _stream(svc: Services, job_id: str, after: str) -> Iterator[str]:
-    """Events are best effort (Redis); SQL is the truth: it is read every second too, so the
-    stream ends with the job even if its final event was lost."""
+async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIterator[str]:
+    """On the event loop, holding no thread while it waits (an async Redis XREAD, up to a
+    second at a time).  Events are best effort (Redis); SQL is the truth: it is read every
+    second too (a short call on a worker thread), so the stream ends with the job even if its
+    final event was lost."""
+    key = svc.keys.events(job_id)
     start = quiet = checked = time.monotonic()
-    yield "retry: 1000\n\n"
-    while time.monotonic() - start < MAX_STREAM_S:
-        ended = False
-        try:
-            for eid, ev in svc.dispatcher.events.read(job_id, after, block_ms=1000):
-                after, quiet = eid, time.monotonic()
-                yield _sse(str(ev.get("type", "message")), ev, eid)
-                ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
-        except redis.RedisError:
-            time.sleep(0.5)
-        now = time.monotonic()
-        if ended or now - checked >= 1.0:
-            checked = now
-            job = svc.jobs.get(job_id)
-            if job.status in TERMINAL:
-                yield _sse("result", JobView.of(job).model_dump(mode="json"))
-                return
-        if now - quiet >= KEEPALIVE_S:
-            quiet = now
-            yield ": keep-alive\n\n"
+    svc.streams[who] = svc.streams.get(who, 0) + 1  # counted while it runs (a stream never started holds nothing)
+    try:
+        yield "retry: 1000\n\n"
+        while time.monotonic() - start < MAX_STREAM_S:
+            ended = False
+            try:
+                got: Any = await svc.aclient.xread({key: after}, count=1000, block=1000)
+                for _key, entries in got or []:
+                    for eid, fields in entries:
+                        ev = json.loads(fields[b"data"])
+                        after, quiet = eid.decode(), time.monotonic()
+                        yield _sse(str(ev.get("type", "message")), ev, after)
+                        ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+            except redis.RedisError:
+                await asyncio.sleep(0.5)
+            now = time.monotonic()
+            if ended or now - checked >= 1.0:
+                checked = now
+                job = await run_sync(svc.jobs.get, job_id)
+                if job.status in TERMINAL:
+                    yield _sse("result", JobView.of(job).model_dump(mode="json"))
+                    return
+            if now - quiet >= KEEPALIVE_S:
+                quiet = now
+                yield ": keep-alive\n\n"
+    finally:
+        svc.streams[who] -= 1

@@ -4,10 +4,12 @@ engine and its stores, the dispatcher (which sends jobs to Celery by task name),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 from sqlalchemy import Engine
 
 import model
@@ -37,6 +39,8 @@ class Services:
     metrics: TurnMetrics
     tokenizer: Tokenizer
     keys: Keys
+    aclient: aioredis.Redis  # the event streams wait on it without holding a thread
+    streams: dict[str, int] = field(default_factory=dict)  # tenant -> event streams open (this process)
 
     @classmethod
     def build(cls, settings: Settings, client: redis.Redis, send: Send | None = None) -> Services:
@@ -49,8 +53,34 @@ class Services:
         jobs = Jobs(sql, settings)
         return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
-                   Tokenizer.from_file(TOKENIZER), Keys(settings.key_prefix))
+                   Tokenizer.from_file(TOKENIZER), Keys(settings.key_prefix),
+                   aioredis.Redis(connection_pool=aioredis.ConnectionPool(
+                       connection_class=_async_class(client), **_pool_kwargs(client))))
+
+    async def aclose(self) -> None:
+        """At the app's shutdown, on its event loop (the async client's connections belong to it)."""
+        await self.aclient.aclose()
+        await self.aclient.connection_pool.disconnect()  # a pool given to a client is not closed with it
+        self.close()
 
     def close(self) -> None:
+        """The synchronous side; idempotent."""
         self.sql.dispose()
         self.client.close()
+
+
+def _pool_kwargs(client: redis.Redis) -> dict[str, Any]:
+    """The sync client's connection settings (host and port, or a unix socket), for its async twin."""
+    kw = dict(client.connection_pool.connection_kwargs)
+    kw.pop("retry", None)
+    kw["socket_timeout"] = None  # XREAD BLOCK waits up to a second by itself
+    return kw
+
+
+def _async_class(client: redis.Redis) -> type[aioredis.connection.AbstractConnection]:
+    sync_class = client.connection_pool.connection_class
+    if issubclass(sync_class, redis.UnixDomainSocketConnection):
+        return aioredis.UnixDomainSocketConnection
+    if issubclass(sync_class, redis.SSLConnection):
+        return aioredis.SSLConnection
+    return aioredis.Connection
