@@ -2,8 +2,8 @@
 
     python bench/documents.py [--quick] [--sessions N]
 
-Each session writes a report's sections as turns of one session (each section's prompt starts
-with [BOS], as workflows/report.py does), greedy, with the report setting (prefix, W = 8,
+Each session writes a report's sections as turns of one session (each section's input starts
+with [BOS] and ends with its heading, as workflows/report.py writes them: runtime/plans.py), greedy, with the report setting (prefix, W = 8,
 tau = 0.99).  Side by side in one run, on the same held-out payloads: the model as shipped
 (a [BOS] starts a document: no attention across it, model/masks.py within_documents) and the
 same decode with that rule switched off (every section reads all the earlier ones).  Reported:
@@ -30,12 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import model.decode as decode_mod  # noqa: E402
 from model import shipped  # noqa: E402
-from model.config import BOS_ID  # noqa: E402
 from model.corpus import narrative as nar  # noqa: E402
 from model.corpus import report  # noqa: E402
 from model.decode import DecodeParams, begin_turn, commit_pending, decode  # noqa: E402
 from model.kv_cache import KVCache  # noqa: E402
-from workflows.report import section_payload  # noqa: E402
+from runtime.plans import section_input, section_payload  # noqa: E402
 
 PARAMS = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
 SEED = 90_000  # held out: training draws its payloads from other seeds
@@ -59,13 +58,14 @@ def session(m: Any, tok: Any, p: nar.Payload) -> list[bool]:
     out = []
     for metric in p.metrics[:3]:
         sec = report.Section(report.TITLES[metric.key][0], section_payload(p, [metric.key]))
-        state = begin_turn(m, cache, state, [BOS_ID, *tok.encode(sec.prompt_text())], PARAMS)
+        ids, _ = section_input(tok, sec.title, sec.payload)  # as the report job writes it: heading given
+        state = begin_turn(m, cache, state, ids, PARAMS)
         start = state.start
         for _ in decode(m, cache, state, PARAMS):
             pass
         commit_pending(m, cache, state)
-        text = tok.decode([t for t in state.tokens[start:] if t != m.cfg.mask_id], skip_special=True).strip()
-        out.append(report.check_section(sec, text).fully_correct)
+        body = tok.decode([t for t in state.tokens[start:] if t != m.cfg.mask_id], skip_special=True).strip()
+        out.append(report.check_section(sec, f"## {sec.title}\n{body}").fully_correct)
     return out
 
 

@@ -90,7 +90,9 @@ def within_documents(mask: Tensor, key_pos: Tensor, key_tok: Tensor, query_pos: 
     a step-by-step decode and one causal prefill of its ledger must give a token the same
     start, model/decode.py invariant I5).  Returns the narrowed mask."""
     is_bos = key_tok == bos_id  # (S,)
-    if not bool((is_bos & (key_pos > 0)).any()):  # one document from position 0 (or none): nothing to narrow
+    # one document from position 0 (or none): nothing to narrow.  Asked on the CPU only: on a GPU
+    # the answer would cost a device sync per forward, more than the masking it saves
+    if mask.device.type == "cpu" and not bool((is_bos & (key_pos > 0)).any()):
         return mask
     seen = mask & is_bos[None, :] & (key_pos[None, :] <= query_pos[:, None])  # (T, S) BOS keys q sees
     start = torch.where(seen, key_pos[None, :], torch.full_like(key_pos, -1)[None, :]).amax(dim=1)  # (T,)

@@ -19,11 +19,13 @@ Retry-After (up to `retries` times) before it is raised.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import threading
+import time
 from contextlib import aclosing
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 from asyncio_throttle import Throttler  # type: ignore[attr-defined]
@@ -109,10 +111,13 @@ class AsyncClient:
     async def cancel(self, job: str) -> dict[str, Any]:
         return await self.request("POST", f"/v1/jobs/{job}/cancel")  # type: ignore[no-any-return]
 
-    async def events(self, job: str, after: str | None = None) -> AsyncGenerator[dict[str, Any], None]:
+    async def events(self, job: str, after: str | None = None, reconnect_s: float = 120.0
+                     ) -> AsyncGenerator[dict[str, Any], None]:
         """The job's events as dicts with "event" (status, step, progress, result) and "id";
-        ends after the result.  A dropped connection resumes after the last event seen."""
-        last = after
+        ends after the result.  A dropped connection, an API restarting (503, refused
+        connections) or a stream limit (429) is retried after the last event seen, for up to
+        reconnect_s without an event; other errors raise ApiError."""
+        last, quiet_since = after, time.monotonic()
         while True:
             headers = {"Last-Event-ID": last} if last else {}
             async with self.throttle:  # a (re)connection counts as a request
@@ -124,22 +129,28 @@ class AsyncClient:
                         await r.aread()
                         _result(r)
                     event, data, eid = "message", "", None
-                    async for line in r.aiter_lines():
-                        if line.startswith("event: "):
-                            event = line[7:]
-                        elif line.startswith("data: "):
-                            data += line[6:]
-                        elif line.startswith("id: "):
-                            eid = line[4:]
-                        elif line == "" and data:
-                            out = {"event": event, "id": eid, **json.loads(data)}
-                            last = eid or last
-                            yield out
-                            if event == "result":
-                                return
-                            event, data, eid = "message", "", None
-            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout):
-                await asyncio.sleep(0.5)  # reconnect after the last event seen
+                    async with aclosing(cast(AsyncGenerator[str, None], r.aiter_lines())) as lines:
+                        async for line in lines:
+                            if line.startswith("event: "):
+                                event = line[7:]
+                            elif line.startswith("data: "):
+                                data += line[6:]
+                            elif line.startswith("id: "):
+                                eid = line[4:]
+                            elif line == "" and data:
+                                out = {"event": event, "id": eid, **json.loads(data)}
+                                last, quiet_since = eid or last, time.monotonic()
+                                yield out
+                                if event == "result":
+                                    return
+                                event, data, eid = "message", "", None
+            except (httpx.TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and e.status not in (429, 502, 503, 504):
+                    raise
+                if time.monotonic() - quiet_since > reconnect_s:
+                    raise
+                wait = e.retry_after_s if isinstance(e, ApiError) and e.retry_after_s else 0.5
+                await asyncio.sleep(min(wait, 5.0))  # then reconnect after the last event seen
 
     async def wait(self, job: str, timeout_s: float = 600.0) -> dict[str, Any]:
         """The job once it finished (its events, then GET)."""
@@ -173,6 +184,7 @@ class Client:
     def close(self) -> None:
         if self._loop.is_running():
             self._run(self._async.close())
+            self._run(self._loop.shutdown_asyncgens())  # any event stream left open
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
             self._loop.close()
@@ -192,12 +204,20 @@ class Client:
 
         try:
             while True:
+                fut = asyncio.run_coroutine_threadsafe(step(), self._loop)
                 try:
-                    yield self._run(step())
+                    yield fut.result()
                 except StopAsyncIteration:
                     return
+                except BaseException:  # Ctrl-C (or a timeout) here: stop the step on its loop first
+                    fut.cancel()
+                    concurrent.futures.wait([fut], timeout=5)
+                    raise
         finally:  # the caller stopped early (or the stream ended): close it on its own loop
-            self._run(agen.aclose())
+            try:
+                self._run(agen.aclose())
+            except RuntimeError:
+                pass  # still running (a step that would not stop): the loop's shutdown closes it
 
 
 async def _make(base_url: str, api_key: str, kwargs: dict[str, Any]) -> AsyncClient:

@@ -16,8 +16,8 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, updat
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.errors import BadInput, ClaimLost, NotFound, StaleWrite
-from runtime.records import JobRecord, SessionRecord, TurnRecord
+from runtime.errors import BadInput, Busy, ClaimLost, NotFound, StaleWrite
+from runtime.records import TERMINAL, JobRecord, SessionRecord, TurnRecord
 from runtime.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -132,15 +132,24 @@ class Records:
             raise BadInput(f"session {new_id!r} exists already") from e
         return child
 
-    def delete_session(self, session_id: str, tenant: str) -> None:
+    def delete_session(self, session_id: str, tenant: str, idle_only: bool = False) -> list[str]:
         """Delete the session, its turns and its jobs (the foreign keys cascade: PostgreSQL
-        always, SQLite with PRAGMA foreign_keys on, which make_engine sets).  NotFound for an
-        unknown or another tenant's session.  Its Redis state is SessionStore.drop's."""
+        always, SQLite with PRAGMA foreign_keys on, which make_engine sets); returns the deleted
+        jobs' ids.  NotFound for an unknown or another tenant's session.  idle_only: Busy when a
+        job of it is queued or running, checked in the same transaction, with the session's row
+        locked against a submission at the same moment (Jobs.create locks it too; SQLite's
+        writers are serialised anyway).  Its Redis state is SessionStore.drop's."""
         with self._write.begin() as db:
-            _owned(db, session_id, tenant)
+            owner = db.get(SessionRecord, session_id, with_for_update=True)
+            if owner is None or owner.tenant != tenant:
+                raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
+            jobs = db.execute(select(JobRecord.id, JobRecord.status).where(JobRecord.session_id == session_id)).all()
+            if idle_only and any(status not in TERMINAL for _, status in jobs):
+                raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
             # a bulk DELETE, not db.delete(): the ORM would first set the turns' session_id to
             # NULL (the relationship has no delete cascade), which the schema refuses
             db.execute(delete(SessionRecord).where(SessionRecord.id == session_id))
+        return [job_id for job_id, _ in jobs]
 
     def _exists(self, session_id: str) -> bool:
         with self._sessions() as db:
@@ -209,6 +218,14 @@ class Records:
             _owned(db, session_id, tenant)
             return list(db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id)
                                    .order_by(TurnRecord.index)))
+
+    def length(self, session_id: str, tenant: str) -> int:
+        """Positions the session holds: its next turn starts here (every position below it is
+        in exactly one turn's ledger; a stop's cut drops the positions past it)."""
+        with self._sessions() as db:
+            _owned(db, session_id, tenant)
+            return sum(len(ledger) for ledger in db.scalars(select(TurnRecord.ledger).where(
+                TurnRecord.session_id == session_id)))
 
     def ledger(self, session_id: str, tenant: str) -> list[tuple[int, int]]:
         """The session's whole commit-order ledger: what a recompute prefills, in order."""

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -42,24 +44,27 @@ QUESTIONS = ("By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in
 
 
 class Stack:
-    """The embedded Redis (unless REDIS_URL), the worker processes and the API thread."""
+    """The embedded Redis (unless REDIS_URL), the API on a thread and worker processes.
+    start() brings them up in that order; stop() takes down whatever is up (also after a start
+    that failed halfway), and is not interrupted by a second Ctrl-C."""
 
     def __init__(self, settings: Settings, workers: int = 1, port: int | None = None) -> None:
-        self.redis_server: EmbeddedRedis | None = None
-        if not settings.redis_url:
-            self.redis_server = EmbeddedRedis(settings.data_dir / "redis")
-            settings = settings.model_copy(update={"redis_url": self.redis_server.start()})
         if not settings.api_keys:
             settings = settings.model_copy(update={"api_keys": {DEMO_KEY: "demo"}})
         self.s = settings
         self.key = next(iter(settings.api_keys))
         self.names = [f"demo-{i}" for i in range(workers)]
+        self.port = port
+        self.redis_server: EmbeddedRedis | None = None
         self.procs: list[subprocess.Popen[bytes]] = []
-        if port is None and settings.api_port and not port_free(settings.api_host, settings.api_port):
-            print(f"setflow demo: port {settings.api_port} is taken; the API takes a free one", flush=True)
-            port = 0
-        self.api = ApiServer(settings, port=port)
+        self._api: ApiServer | None = None
         self.logs = settings.data_dir / "logs"
+
+    @property
+    def api(self) -> ApiServer:
+        if self._api is None:
+            raise RuntimeError("the stack is not started")
+        return self._api
 
     def env(self) -> dict[str, str]:
         """The workers' environment: this stack's settings (every field given, the Redis URL
@@ -74,8 +79,24 @@ class Stack:
         return env
 
     def start(self, timeout_s: float = 120.0) -> Stack:
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout_s: float) -> None:
+        if not self.s.redis_url:
+            self.redis_server = EmbeddedRedis(self.s.data_dir / "redis")
+            self.s = self.s.model_copy(update={"redis_url": self.redis_server.start()})
+        port = self.port
+        if port is None and self.s.api_port and not port_free(self.s.api_host, self.s.api_port):
+            print(f"setflow demo: port {self.s.api_port} is taken; the API takes a free one", flush=True)
+            port = 0
+        self._api = ApiServer(self.s, port=port)
+        self._api.start()  # migrates the database before any worker opens it
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.api.start()  # migrates the database before any worker opens it
         for name in self.names:
             with open(self.logs / f"{name}.log", "ab") as log:
                 self.procs.append(subprocess.Popen(
@@ -92,22 +113,41 @@ class Stack:
                     time.sleep(0.1)
         finally:
             client.close()
-        return self
 
     def stop(self) -> None:
-        """Warm shutdown: SIGTERM to each worker (it finishes its job in flight), the API, Redis."""
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
+        """Warm shutdown: SIGTERM to each worker (it finishes its job in flight; SIGKILL after
+        30 s), then the API, then the embedded Redis if this stack started it."""
+        with _no_interrupts():
+            for p in self.procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)
+            for p in self.procs:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            self.procs = []
             try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        self.api.stop()
-        if self.redis_server is not None and self.redis_server.owned:
-            self.redis_server.stop()
+                if self._api is not None:
+                    self._api.stop()
+            finally:
+                if self.redis_server is not None and self.redis_server.owned:
+                    self.redis_server.stop()
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """SIGINT ignored meanwhile (from the main thread; elsewhere there is none to ignore)."""
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _follow(c: Client, job_id: str, label: str) -> dict[str, Any]:
@@ -132,11 +172,14 @@ def _turns(result: dict[str, Any]) -> str:
 
 
 def run_demo(serve: bool = False, port: int | None = None) -> int:
-    s = Settings()
-    stack = Stack(s, port=port)
+    stack = Stack(Settings(), port=port)
     t0 = time.perf_counter()
     print("setflow demo: starting the embedded Redis, the API and a worker ...", flush=True)
-    stack.start()
+    try:
+        stack.start()
+    except RuntimeError as e:
+        print(f"setflow demo: could not start: {e}", file=sys.stderr)
+        return 1
     where = stack.s.redis_url
     print(f"   Redis {where}\n   database {database_url(stack.s)}\n   API {stack.api.url} "
           f"(OpenAPI at {stack.api.url}/docs); worker {', '.join(stack.names)}; up in "
@@ -158,7 +201,9 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
                   f"session {r['session']}\n")
 
             print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
-                  "   runs each tool and appends its result, and decoding resumes from the cached state.\n", flush=True)
+                  "   runs each tool and appends its result, and decoding resumes from the cached state.  The tools\n"
+                  "   read the sample metric store (model/corpus/agent.py Dataset, seed 2026), not the report's data.\n",
+                  flush=True)
             session = None
             for q in QUESTIONS:
                 job = c.create_job("agent", {"question": q}, session=session)
@@ -172,7 +217,7 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
                 for call in res["calls"]:
                     print(f"     tool {call['call']} -> {call['result']}")
                 print(f"   A: {res['answer']}\n   turns (how the session was resumed, and the timing):\n{_turns(res)}\n")
-        print(f"3) The web page (jobs, and decoding as it happens): {stack.api.url}/?key={stack.key}\n", flush=True)
+        print(f"3) The web page (jobs, and decoding as it happens): {stack.api.url}/#key={stack.key}\n", flush=True)
         if serve:
             print("   serving until Ctrl-C ...", flush=True)
             try:

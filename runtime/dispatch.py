@@ -32,7 +32,7 @@ Send = Callable[[str, str], None]  # (job id, queue)
 log = logging.getLogger("setflow.dispatch")
 
 
-def _check_size(spec: dict[str, Any], max_tokens: int) -> None:
+def check_size(spec: dict[str, Any], max_tokens: int) -> None:
     """Bounded input: at most max_input_tokens ids, or a text that cannot encode to more
     (a token covers at least one character... or one byte of it)."""
     ids, text = spec.get("input_ids"), spec.get("text")
@@ -61,7 +61,7 @@ class Dispatcher:
         opens = session is None and open_session
         check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
-        _check_size(spec, self.s.max_input_tokens)
+        check_size(spec, self.s.max_input_tokens)
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)

@@ -68,6 +68,7 @@ class _Warm:
     cache: KVCache
     state: DecodeState
     turns: int  # the session's turn count it holds (SQL's count is the truth)
+    ident: tuple[str, str]  # (tenant, created_at) of the session it was: an id deleted and used again is another
 
 
 class Engine:
@@ -161,7 +162,8 @@ class Engine:
             t0 = time.perf_counter()
             turns = self.records.turn_count(session, tenant)
             manifest = self.store.read(session)
-            cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer)
+            ident = (rec.tenant, str(rec.created_at))
+            cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer, ident)
             costs["load_s"] = time.perf_counter() - t0
             n0 = cache.length
             p0 = len(state.tokens) if state is not None else 0  # the input's first position
@@ -183,7 +185,7 @@ class Engine:
                         state = begin_turn(self.model, cache, state, input_ids, params)
                 except DecodeError:  # refused before anything changed: a warm session stays warm
                     if path == "warm" and state is not None:
-                        self._keep_warm(session, _Warm(cache, state, turns))
+                        self._keep_warm(session, _Warm(cache, state, turns, ident))
                     raise
                 start = state.start
                 for ev in decode(self.model, cache, state, params):
@@ -228,7 +230,7 @@ class Engine:
                            written if behind_ok else base.slots, latest.behind if behind_ok else [])
             except (SetflowError, redis.RedisError) as e:
                 events.append(f"redis save failed ({e}): the next turn here is warm, elsewhere recomputed")
-            self._keep_warm(session, _Warm(cache, state, turns + 1))
+            self._keep_warm(session, _Warm(cache, state, turns + 1, ident))
             if wb is not None and wb.error is not None:
                 events.append(f"write-behind stopped ({wb.error}): the turn was written at its end")
             costs["store_s"] = time.perf_counter() - t4
@@ -252,13 +254,13 @@ class Engine:
 
     # ---- loading ----------------------------------------------------------------------------
 
-    def _load(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str
+    def _load(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str, ident: tuple[str, str]
               ) -> tuple[KVCache, DecodeState | None, str, dict[str, float], list[str]]:
         costs: dict[str, float] = {}
         events: list[str] = []
         w = self.warm.get(session)
         self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
-        if w is not None and w.turns == turns:  # SQL is the truth: no other holder has added a turn
+        if w is not None and w.turns == turns and w.ident == ident:  # SQL is the truth: no other holder added a turn
             return w.cache, w.state, "warm", costs, events
         if turns == 0:
             return self._empty(), None, "new", costs, events

@@ -65,7 +65,11 @@ class JobContext:
 
     def report(self, **progress: Any) -> None:
         """Workflow progress (sections done, ...): to SQL (what GET and the jobs list show, also
-        after the last step) and to the stream (best effort)."""
+        after the last step) and to the stream (best effort).  A counter never goes back: a
+        redelivered job replays its committed steps, and says nothing new until it passes them."""
+        old = {k: v for k, v in self.progress.items() if k in progress}
+        if any(isinstance(v, int) and isinstance(old.get(k), int) and v < old[k] for k, v in progress.items()):
+            return
         self.progress.update(progress)
         self.jobs.step_done(self.job.id, self.owner, int(self.progress.get("steps", 0)), self.progress)
         self._publish({"type": "progress", **progress})

@@ -79,7 +79,7 @@ class Jobs:
                         db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
                         db.flush()
                     if session is not None:
-                        owner = db.get(SessionRecord, session)
+                        owner = db.get(SessionRecord, session, with_for_update=True)  # vs a delete (Records.delete_session)
                         if owner is None or owner.tenant != tenant:
                             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
                         seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session))

@@ -4,7 +4,7 @@ Per resume path ("new", "warm", "restore", "recompute", "done"): turns, and a hi
 seconds spent loading the session (the resume itself) and of the turn's whole time; per tenant:
 turns.  One pipelined HINCRBY/HINCRBYFLOAT round trip per turn (best effort: a metric never
 fails a turn).  The API exposes them with KV bytes per tenant and queue depths
-(runtime/api/metrics.py).
+(runtime/api/ops.py).
 
     {p}:metrics   hash   turns|{path}, turns_tenant|{tenant}, {kind}_sum|{path},
                          {kind}_bucket|{path}|{le}   (kind: load, turn; le: BUCKETS, "+Inf")

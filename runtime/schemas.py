@@ -5,7 +5,7 @@ must not trust a stored payload).  No torch here: the API process imports this."
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -13,6 +13,18 @@ from model.corpus import narrative as corpus  # plain Python: the payload's voca
 from runtime.errors import BadInput
 
 HOLE = "<hole>"  # one masked token in an infill text
+TOKEN_ID = Annotated[int, Field(ge=0, lt=2**16)]  # the worker checks the model's own vocabulary too
+SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a control token, not to characters
+
+
+def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
+    """Free text must not smuggle control tokens into the model's input ([MASK] would become a
+    hole, [BOS] a new document): refused, naming the token."""
+    for special in SPECIAL:
+        if special in v and special not in allowed:
+            raise ValueError(f"{special} is a control token, not text" + (
+                f" (write a hole as {HOLE})" if special == "[MASK]" else ""))
+    return v
 _NUMBER = re.compile(r"^\d{1,9}(\.\d{1,3})?$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .&'/-]{0,39}$")  # tenant, region, segment names: one line, no '|'
 
@@ -23,11 +35,12 @@ class ParamsSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policy: Literal["set", "prefix", "block", "ar"] = "set"
     window: int = Field(default=4, ge=1, le=256)
-    tau: float | None = Field(default=0.9, gt=0.0, le=1.0)
+    tau: float | None = Field(default=0.9, ge=0.0, le=1.0)
     max_new_tokens: int = Field(default=64, ge=0, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=10.0)
-    seed: int = 0
-    stop: list[list[int]] = Field(default_factory=list, max_length=16)
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    stop: list[Annotated[list[TOKEN_ID], Field(min_length=1, max_length=32)]] = Field(default_factory=list,
+                                                                                   max_length=16)
     ignore_eos: bool = False
 
 
@@ -41,9 +54,14 @@ class TurnSpec(BaseModel):
     """One turn on a session: input as token ids or as text (the worker tokenizes it)."""
 
     model_config = ConfigDict(extra="forbid")
-    input_ids: list[int] | None = Field(default=None, min_length=1)
+    input_ids: list[TOKEN_ID] | None = Field(default=None, min_length=1)
     text: str | None = Field(default=None, min_length=1)
     params: ParamsSpec = Field(default_factory=lambda: ParamsSpec())
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return None if v is None else _plain(v, allowed=("[BOS]", "[EOS]"))  # a new document may start
 
     @model_validator(mode="after")
     def _one_input(self) -> TurnSpec:
@@ -65,7 +83,7 @@ class InfillSpec(BaseModel):
     def _has_hole(cls, v: str) -> str:
         if HOLE not in v:
             raise ValueError(f"an infill text marks at least one hole as {HOLE}")
-        return v
+        return _plain(v, allowed=("[BOS]", "[EOS]"))
 
 
 # ---- the dashboard payload (narratives and reports) -------------------------------------------
@@ -146,11 +164,22 @@ class AgentSpec(BaseModel):
     max_calls: int = Field(default=6, ge=0, le=8)
     params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=96)
 
+    _plain_question = field_validator("question")(classmethod(lambda cls, v: _plain(v)))
+
 
 class SectionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(min_length=1, max_length=60, pattern=r"^[^\x00-\x1f<>]+$")
     metrics: list[Literal[tuple(corpus.METRIC)]] = Field(min_length=1, max_length=2)  # type: ignore[valid-type]
+
+    _plain_title = field_validator("title")(classmethod(lambda cls, v: _plain(v)))
+
+    @field_validator("metrics")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("each metric at most once per section")
+        return v
 
 
 class ReportSpec(BaseModel):

@@ -70,10 +70,14 @@ def serve(host: str | None, port: int | None) -> int:
     if not s.api_keys:
         print("setflow serve: no API keys configured (SETFLOW_API_KEYS='{\"KEY\": \"TENANT\"}'): "
               "every request but /healthz, /metrics and the page is refused", flush=True)
+    host = host or s.api_host
+    port = s.api_port if port is None else port
+    if port == 0:
+        port = free_port(host)
     try:
         app = create_app(s)
-        print(f"setflow API on http://{host or s.api_host}:{port or s.api_port} (docs: /docs)", flush=True)
-        uvicorn.run(app, host=host or s.api_host, port=port or s.api_port, log_level="info")
+        print(f"setflow API on http://{host}:{port} (docs: /docs)", flush=True)
+        uvicorn.run(app, host=host, port=port, log_level="info")
     finally:
         if server is not None and server.owned:
             server.stop()

@@ -17,7 +17,7 @@ from typing import Any
 
 from model.config import BOS_ID
 from model.corpus import agent as tools
-from model.decode import DecodeParams, DecodeState, begin_turn, decode
+from model.decode import DecodeError, DecodeParams, DecodeState, begin_turn, decode
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
@@ -65,6 +65,8 @@ def run(model: SetDLM, tok: Tokenizer, question: str, data: tools.Dataset, param
         if not new or new[-1] != end_call:  # EOS, or the segment's token limit
             out.finished = bool(new) and new[-1] == model.cfg.eos_id
             break
+        if len(out.calls) == max_calls:  # the call limit: this call is not run
+            break
         call = text.rsplit(tools.CALL, 1)[-1].removesuffix(tools.END_CALL)
         result = tools.run_call(call, data)
         out.calls.append(call.strip())
@@ -95,7 +97,13 @@ def job(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
     turns: list[dict[str, Any]] = []
     finished, reason = False, "length"
     while True:
-        r = ctx.turn(session, ids, seg, text=text_in)
+        try:
+            r = ctx.turn(session, ids, seg, text=text_in)
+        except DecodeError as e:
+            if e.code != "context_overflow" or not turns:
+                raise
+            reason = "context"  # the session is full: the answer so far, not a failed job
+            break
         turns.append(summary(ctx, r))
         text = tok.decode(r.tokens, skip_special=True)
         pieces.append(text)

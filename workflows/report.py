@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import html
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from model.config import BOS_ID
-from model.corpus import mixture
-from model.corpus.narrative import Payload
-from model.corpus.report import HOLE, Section, Template, check_section, template
+from model.corpus.report import Section, Template, check_section, infill_tokens
 from model.decode import DecodeParams, begin_infill, decode
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.job_context import JobContext
+from runtime.plans import check_fits, report_template, section_input, section_payload
 from runtime.schemas import ReportSpec, check_spec
 from workflows.turn import decode_params, session_of, summary
 
@@ -42,7 +40,7 @@ class FillResult:
 @torch.no_grad()
 def fill(model: SetDLM, tok: Tokenizer, template: Template, params: DecodeParams) -> FillResult:
     t0 = time.perf_counter()
-    ids, hole = mixture.infill_tokens(tok, template)
+    ids, hole = infill_tokens(tok, template)
     w = next(model.parameters())
     cache = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
     state = begin_infill(model, cache, [model.cfg.mask_id if h else x for x, h in zip(ids, hole)])
@@ -54,44 +52,37 @@ def fill(model: SetDLM, tok: Tokenizer, template: Template, params: DecodeParams
 # ---- the report job ---------------------------------------------------------------------------
 
 
-def section_payload(data: Payload, keys: list[str]) -> Payload:
-    """The data one section is written from: its metrics (in outline order), and the breakdown
-    when it breaks one of them down (as in training, where a section has at most two metrics)."""
-    by_key = {m.key: m for m in data.metrics}
-    b = data.breakdown if data.breakdown is not None and data.breakdown.metric in keys else None
-    return Payload(data.tenant, data.period, data.style, [by_key[k] for k in keys], b)
-
-
 def job(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
     """Each outline item is a section, written as a turn of the job's session (the earlier
-    sections stay in its cache); then the key-figures template is filled by infill, a turn too.
-    Progress after each section: {"section": i, "sections": n, "title": ...}."""
+    sections stay in its cache; each is a document of its own, model/masks.py); then the
+    key-figures template is filled by infill, a turn too.  The whole plan is checked against
+    the model's context before the first section.  Progress after each section: {"section":
+    sections done, "sections": n, "title": the last one done}."""
     s = check_spec("report", spec, ctx.job.session_id)
     assert isinstance(s, ReportSpec)
-    session, tok, mask = session_of(ctx), ctx.tokenizer, ctx.engine.model.cfg.mask_id
+    session, tok, cfg = session_of(ctx), ctx.tokenizer, ctx.engine.model.cfg
+    check_fits("report", s, tok, ctx.engine.records.length(session, ctx.job.tenant), cfg.max_seq_len)
     data = s.data.to_payload()
     n = len(s.outline) + int(s.summary)
-    ctx.report(section=0, sections=n, title=s.outline[0].title)
+    ctx.report(section=0, sections=n, title=None)
     sections: list[dict[str, Any]] = []
     for i, item in enumerate(s.outline):
-        sec = Section(item.title, section_payload(data, list(item.metrics)))
-        r = ctx.turn(session, [BOS_ID, *tok.encode(sec.prompt_text())], decode_params(s.params),
-                     text=sec.prompt_text())
-        text = tok.decode(r.tokens, skip_special=True).strip()
-        c = check_section(sec, text)
+        payload = section_payload(data, list(item.metrics))
+        ids, text_in = section_input(tok, item.title, payload)
+        r = ctx.turn(session, ids, decode_params(s.params), text=text_in)
+        text = f"## {item.title}\n" + tok.decode(r.tokens, skip_special=True).strip()
+        c = check_section(Section(item.title, payload), text)
         sections.append({"title": item.title, "markdown": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
                          "problems": c.problems, **summary(ctx, r)})
         ctx.report(section=i + 1, sections=n, title=item.title)
     figures = None
     if s.summary:
-        t = template(replace(data, breakdown=None))
-        ids, hole = mixture.infill_tokens(tok, t)
-        r = ctx.turn(session, [mask if h else x for x, h in zip(ids, hole)], decode_params(s.infill_params),
-                     text=t.context_text() + t.text(hole=HOLE), infill=True)
+        masked, answers, text_in = report_template(tok, data, cfg.mask_id)
+        r = ctx.turn(session, masked, decode_params(s.infill_params), text=text_in, infill=True)
         fill = iter(r.tokens)
-        filled = [next(fill) if h else x for x, h in zip(ids, hole)]
+        filled = [next(fill) if x == cfg.mask_id else x for x in masked]
         body = tok.decode(filled, skip_special=True).split("fill: ", 1)[-1].strip()
-        figures = {"markdown": body, "exact": filled == ids, **summary(ctx, r)}
+        figures = {"markdown": body, "exact": filled == answers, **summary(ctx, r)}
         ctx.report(section=n, sections=n, title="Key figures")
     md = [f"# {s.title}", f"*{data.tenant}, {data.period}*", *(x["markdown"] for x in sections)]
     if figures is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 from model.config import BOS_ID, EOS_ID
 from model.corpus import agent, narrative, report
+from model.corpus.report import infill_tokens  # noqa: F401 - where it was first (bench/quality.py, tests)
 from model.tokenizer import Tokenizer
 from model.train import CONTEXT, GIVEN, TARGET, Example
 
@@ -58,18 +59,6 @@ def section_example(tok: Tokenizer, rng: random.Random) -> Example:
     prompt = [BOS_ID, *_ids(tok, s.prompt_text())]
     target = [*_ids(tok, text), EOS_ID]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
-
-
-def infill_tokens(tok: Tokenizer, t: report.Template) -> tuple[list[int], list[bool]]:
-    """[BOS] context template [EOS] and which tokens are holes.  Pieces are encoded one by
-    one, so a hole is a whole number of tokens (the same split in training and at inference)."""
-    ids = [BOS_ID, *_ids(tok, t.context_text())]
-    hole = [False] * len(ids)
-    for text, is_hole in t.pieces:
-        piece = _ids(tok, text)
-        ids += piece
-        hole += [is_hole] * len(piece)
-    return ids + [EOS_ID], hole + [False]
 
 
 def infill_example(tok: Tokenizer, rng: random.Random) -> Example:

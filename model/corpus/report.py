@@ -23,9 +23,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from model.config import BOS_ID, EOS_ID
 from model.corpus import narrative as nar
 from model.corpus.narrative import Payload, comparison, direction
+
+if TYPE_CHECKING:
+    from model.tokenizer import Tokenizer
 
 SECTION, END_SECTION, HOLE = "<section>", "</section>", "<hole>"
 TITLES = {
@@ -118,3 +123,15 @@ def template(p: Payload) -> Template:
             pieces += [(f"; target {m.target}, ", False), (cmp, True)]
         pieces.append((").", False))
     return Template(p, pieces)
+
+
+def infill_tokens(tok: Tokenizer, t: Template) -> tuple[list[int], list[bool]]:
+    """[BOS] context template [EOS] and which tokens are holes.  Pieces are encoded one by
+    one, so a hole is a whole number of tokens (the same split in training and at inference)."""
+    ids = [BOS_ID, *tok.encode(t.context_text())]
+    hole = [False] * len(ids)
+    for text, is_hole in t.pieces:
+        piece = tok.encode(text)
+        ids += piece
+        hole += [is_hole] * len(piece)
+    return ids + [EOS_ID], hole + [False]

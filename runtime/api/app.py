@@ -67,7 +67,9 @@ class Bounded:
             return
         size = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), None)
         if size is not None:
-            if not size.isdigit() or int(size) > self.limit:
+            if not size.isdigit():
+                await errors.body("bad_input", "Content-Length is not a number", 422)(scope, receive, send)
+            elif int(size) > self.limit:
                 await self._refuse(scope, receive, send)
             else:
                 await self.app(scope, receive, send)

@@ -32,7 +32,9 @@ MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with La
 
 @router.post("", status_code=202, response_model=JobView, responses=ERRORS)
 def create_job(req: JobRequest, who: Tenant, svc: Svc) -> JobView:
-    """Queue a job; without a session it runs on a new one (the job names it)."""
+    """Queue a job; without a session it runs on a new one (the job names it).  A job that
+    cannot fit the session's context (the model's max_seq_len) is refused with 422."""
+    svc.check_fits(req.kind, req.spec, req.session, who)
     return JobView.of(svc.dispatcher.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True))
 
 

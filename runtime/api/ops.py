@@ -1,14 +1,16 @@
 """Operations: /healthz (Redis, the database, the live workers) and /metrics (Prometheus: turns
 and their resume paths with timing histograms, jobs by kind and status, queue depths, KV bytes
-in Redis per tenant).  Neither needs an API key: they carry no session content."""
+in Redis per tenant).  Neither needs an API key: they carry no session content; /metrics names
+tenants, so a deployment may require a token of its own for it (SETFLOW_METRICS_TOKEN)."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from typing import Annotated, Any
 
 import redis
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -16,8 +18,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from runtime.api.auth import services
-from runtime.api.models import Health
+from runtime.api.auth import Unauthorized, services
+from runtime.api.models import ErrorResponse, Health
 from runtime.api.services import Services
 from runtime.routing import consumed_by, shared_queue
 
@@ -89,8 +91,14 @@ class _Collector(Collector):
         yield kv
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-def metrics(svc: Svc) -> Response:
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}},
+                                                           401: {"model": ErrorResponse}})
+def metrics(svc: Svc, authorization: Annotated[str | None, Header()] = None) -> Response:
+    """Prometheus text.  Per-tenant series name tenants: set SETFLOW_METRICS_TOKEN to require
+    `Authorization: Bearer <it>` (or keep /metrics on an internal network)."""
+    token = svc.settings.metrics_token
+    if token is not None and not hmac.compare_digest((authorization or "").encode(), f"Bearer {token}".encode()):
+        raise Unauthorized("/metrics needs the metrics token: `Authorization: Bearer <SETFLOW_METRICS_TOKEN>`")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(svc))
     return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")

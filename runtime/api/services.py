@@ -4,7 +4,9 @@ engine and its stores, the dispatcher (which sends jobs to Celery by task name),
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +17,19 @@ from sqlalchemy import Engine
 import model
 from model.tokenizer import Tokenizer
 from runtime.db import Records, make_engine
-from runtime.dispatch import Dispatcher, Send
+from runtime.dispatch import Dispatcher, Send, check_size
 from runtime.jobs import Jobs
 from runtime.keys import Keys
 from runtime.metrics import TurnMetrics
+from runtime.plans import check_fits
 from runtime.ratelimit import RateLimiter
+from runtime.errors import BadInput
+from runtime.schemas import check_spec
 from runtime.settings import Settings
 from runtime.store import SessionStore
 
-TOKENIZER = Path(model.__file__).resolve().parent / "shipped" / "tokenizer.json"  # model.shipped imports torch
+SHIPPED = Path(model.__file__).resolve().parent / "shipped"  # model.shipped imports torch: the files are read here
+TOKENIZER = SHIPPED / "tokenizer.json"
 
 
 @dataclass
@@ -62,6 +68,25 @@ class Services:
         await self.aclient.aclose()
         await self.aclient.connection_pool.disconnect()  # a pool given to a client is not closed with it
         self.close()
+
+    @cached_property
+    def model_config(self) -> dict[str, Any]:
+        """The shipped model's config (what the workers run): its context, vocabulary, mask id."""
+        return dict(json.loads((SHIPPED / "config.json").read_text()))
+
+    def check_fits(self, kind: str, spec: dict[str, Any], session: str | None, tenant: str) -> None:
+        """BadInput (before any state changes) when the job cannot fit the session's context;
+        NotFound for another tenant's session."""
+        model = check_spec(kind, spec, session or "new")
+        check_size(spec, self.settings.max_input_tokens)
+        vocab, mask = int(self.model_config["vocab_size"]), int(self.model_config["mask_id"])
+        ids = list(getattr(model, "input_ids", None) or [])
+        params = getattr(model, "params", None)
+        ids += [t for seq in (params.stop if params is not None else []) for t in seq]
+        if any(t >= vocab or t == mask for t in ids):
+            raise BadInput(f"token ids must be in [0, {vocab}) and not the mask id {mask} (holes: infill)")
+        used = self.records.length(session, tenant) if session is not None else 0
+        check_fits(kind, model, self.tokenizer, used, int(self.model_config["max_seq_len"]))
 
     def close(self) -> None:
         """The synchronous side; idempotent."""

@@ -4,7 +4,10 @@ fork at a turn, delete.  A turn and an infill are jobs (202 with the job; follow
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
+
+import redis
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 
@@ -15,6 +18,7 @@ from runtime.api.services import Services
 from runtime.errors import BadInput, Busy
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+log = logging.getLogger("setflow.api")
 Tenant = Annotated[str, Depends(tenant)]
 Svc = Annotated[Services, Depends(services)]
 SessionId = Annotated[str, Path(pattern=ID)]
@@ -61,6 +65,7 @@ def post_turn(session_id: SessionId, req: TurnRequest, who: Tenant, svc: Svc) ->
     """Queue a turn: the input (text or token ids) is appended and decoded with the given
     parameters; the session's jobs run one at a time, in submission order."""
     spec = req.model_dump(exclude={"priority"}, exclude_none=True)
+    svc.check_fits("turn", spec, session_id, who)
     return JobView.of(svc.dispatcher.submit("turn", who, spec, session_id, req.priority))
 
 
@@ -68,6 +73,7 @@ def post_turn(session_id: SessionId, req: TurnRequest, who: Tenant, svc: Svc) ->
 def post_infill(session_id: SessionId, req: InfillRequest, who: Tenant, svc: Svc) -> JobView:
     """Queue an infill: the text is appended with each `<hole>` decoded in place."""
     spec = req.model_dump(exclude={"priority"}, exclude_none=True)
+    svc.check_fits("infill", spec, session_id, who)
     return JobView.of(svc.dispatcher.submit("infill", who, spec, session_id, req.priority))
 
 
@@ -86,12 +92,27 @@ def fork_session(session_id: SessionId, req: ForkRequest, who: Tenant, svc: Svc)
 
 @router.delete("/{session_id}", status_code=204, responses=ERRORS)
 def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
-    """Delete the session: its turns, its jobs and its Redis state.  409 while a job of it is
-    queued or running (cancel those first)."""
+    """Delete the session: its turns, its jobs (their event streams too) and its Redis state.
+    409 while a job of it is queued or running (cancel those first), or while a turn holds it.
+    Under the session's lease, so no turn runs meanwhile; the SQL delete checks for unfinished
+    jobs in its own transaction, so a submission at the same moment either comes first (409) or
+    finds no session (404)."""
     svc.records.get_session(session_id, who)
     if svc.jobs.unfinished(session_id):
         raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
     svc.limiter.take(who)
-    svc.store.drop(session_id, who)
-    svc.records.delete_session(session_id, who)
+    lease = svc.store.acquire(session_id)  # Busy while a turn runs
+    try:
+        jobs = svc.records.delete_session(session_id, who, idle_only=True)
+        try:  # the session is gone (SQL is the truth): its Redis state is nobody's now
+            svc.store.drop(session_id, who, lease)
+            keys = [svc.keys.affinity(session_id)] + [k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))]
+            svc.client.delete(*keys)
+        except redis.RedisError:
+            log.warning("session %s deleted; its Redis state was not (it expires by itself)", session_id)
+    finally:
+        try:
+            svc.store.release(lease)
+        except redis.RedisError:
+            pass  # the lease expires by itself
     return Response(status_code=204)

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, inspect, text
 
 from runtime.db import JobStep, Records, make_engine, upgrade
-from runtime.errors import BadInput, NotFound, StaleWrite
+from runtime.errors import BadInput, Busy, NotFound, StaleWrite
 from runtime.jobs import Jobs
 from runtime.settings import Settings
 
@@ -143,3 +143,16 @@ def test_delete_session_deletes_its_turns_and_jobs_by_cascade(db_engine: Engine)
         db.delete_session(sid, "acme")  # once only
     assert db.turn_count(other, "acme") == 3 and _rows(db_engine, "jobs", other) == 1, "other sessions stay"
     assert db.turn_count(fork, "acme") == 2, "a fork owns its copies"
+
+
+def test_an_idle_only_delete_is_refused_while_a_job_of_the_session_is_unfinished(db_engine: Engine) -> None:
+    db, jobs = Records(db_engine), Jobs(db_engine, Settings())
+    sid = db.create_session("acme", "").id
+    job, _ = jobs.create("turn", "acme", {"text": "x"}, sid)
+    with pytest.raises(Busy):  # checked in the delete's own transaction (the API's race with a submit)
+        db.delete_session(sid, "acme", idle_only=True)
+    assert _rows(db_engine, "jobs", sid) == 1 and db.turn_count(sid, "acme") == 0
+    jobs.cancel(job.id, "acme")
+    assert db.delete_session(sid, "acme", idle_only=True) == [job.id]
+    with pytest.raises(NotFound):  # a submission after the delete finds no session
+        jobs.create("turn", "acme", {"text": "x"}, sid)

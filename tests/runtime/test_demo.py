@@ -32,6 +32,6 @@ def test_the_demo_runs_the_product_end_to_end_and_stops_cleanly(
     paths = re.findall(r"turn (\d+): (\w+) +load", out)
     assert paths[0] == ("0", "new") and all(p == "warm" for _, p in paths[1:])  # one worker keeps it warm
     assert len({q for q in re.findall(r"   Q: (.*)", out)}) == 2 and out.count("   A: ") == 2
-    assert re.search(r"web page .*: http://127\.0\.0\.1:\d+/\?key=setflow-demo-key", out)
+    assert re.search(r"web page .*: http://127\.0\.0\.1:\d+/#key=setflow-demo-key", out)
     assert out.rstrip().endswith("setflow demo: stopped (worker, API, Redis).")
     assert not EmbeddedRedis(data / "redis").alive()  # the bundled Redis is stopped too

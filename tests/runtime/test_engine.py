@@ -466,3 +466,21 @@ def test_delete_removes_a_session_from_redis_and_sql(engine: Engine, loaded: tup
         engine.delete(sid, "acme")
     engine.warm.clear()
     assert engine.run_turn(keep, "acme", second, PARAMS, prefer="restore").path == "restore", "others stay"
+
+
+def test_a_deleted_session_id_used_again_is_not_served_from_another_engines_warm_state(
+        engine: Engine, loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, db_settings: Settings) -> None:
+    model, tok = loaded
+    first, _ = _inputs(tok)
+    params = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=8)
+    engine.open("acme", "reused-id")
+    engine.run_turn("reused-id", "acme", first, params)  # warm in `engine`
+    other = Engine(model, SessionStore(client, db_settings), engine.records, db_settings)
+    other.delete("reused-id", "acme")  # by another process: `engine` still holds it warm
+    other.open("globex", "reused-id")
+    other.run_turn("reused-id", "globex", tok.encode("company: Initech\n"), params)  # one turn, as acme's had
+    r = engine.run_turn("reused-id", "globex", first, params)
+    assert r.path != "warm" and r.turn == 1  # globex's session, from Redis or SQL: not acme's cache
+    ref = other.open("globex")
+    other.run_turn(ref, "globex", tok.encode("company: Initech\n"), params)
+    assert r.tokens == other.run_turn(ref, "globex", first, params).tokens

@@ -47,21 +47,34 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
         return JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
 
     def workflow(ctx: JobContext, sid: str) -> list[Any]:
-        return [ctx.turn(sid, ids, PARAMS) for ids in inputs]
+        out = []
+        ctx.report(section=0, sections=2)
+        for i, ids in enumerate(inputs):
+            out.append(ctx.turn(sid, ids, PARAMS))
+            ctx.report(section=i + 1, sections=2)
+        return out
 
     sid = records.create_session("acme", "").id
     job, _ = jobs.create("turn", "acme", {"text": "x"}, sid)
     first = ctx_for(job.id)
+    first.report(section=0, sections=2)
     done_first = first.turn(sid, inputs[0], PARAMS)  # step 0 committed ...
+    first.report(section=1, sections=2)
     first.close()  # ... then the worker dies: no finish, no more heartbeats
     time.sleep(0.4)
     [expired] = jobs.expired()
     assert jobs.requeue(expired)
     second = ctx_for(job.id)
+    seen: list[int] = []
+    publish = second.events.publish
+    second.events.publish = lambda j, ev: (seen.append(ev["section"]) if "section" in ev else None,  # type: ignore
+                                           publish(j, ev))[-1]
     try:
         r = workflow(second, sid)
     finally:
         second.close()
+    assert seen == sorted(seen) and seen[0] == 1 and seen[-1] == 2  # the replay never says less than was said
+    assert jobs.get(job.id).progress["section"] == 2
     assert [x.path for x in r] == ["done", "warm"]
     assert r[0].tokens == done_first.tokens and r[0].turn == 0 and r[1].turn == 1
     rows = records.turns(sid, "acme")

@@ -34,29 +34,26 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     prefix = f"sfpage-{uuid.uuid4().hex[:10]}"
     s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("page"),
                  api_keys={KEY: "acme"}, api_port=0)
-    with pytest.MonkeyPatch.context() as mp:
-        # Stack.env() hands the workers REDIS_URL and SETFLOW_DATA_DIR only: the prefix goes by
-        # the environment they inherit, so that API and workers share keys and queues
-        mp.setenv("SETFLOW_KEY_PREFIX", prefix)
-        st = Stack(s, workers=1, port=0)
-        try:
-            st.start()
-            yield st
-        finally:
-            st.stop()
-            r = redis.Redis.from_url(redis_url)
-            keys = list(r.scan_iter(f"{prefix}*", count=1000))
-            if keys:
-                r.delete(*keys)
-            r.close()
+    st = Stack(s, workers=1, port=0)  # its workers get its settings (the prefix too): Stack.env()
+    try:
+        st.start()
+        yield st
+    finally:
+        st.stop()
+        r = redis.Redis.from_url(redis_url)
+        keys = list(r.scan_iter(f"{prefix}*", count=1000))
+        if keys:
+            r.delete(*keys)
+        r.close()
 
 
 def _run(page: Any, button: str) -> str:
     """Click a run button, wait for the job's result on the page; the job's id."""
+    kind = button.removeprefix("#run-")
     page.click(button)
-    page.wait_for_selector("#notice:has-text('queued')", timeout=10_000)
+    page.wait_for_selector(f"#notice:has-text('queued {kind} job')", timeout=10_000)
     job_id = page.text_content("#notice").rsplit(" ", 1)[-1]
-    page.wait_for_selector("#status[data-status=succeeded]", timeout=TIMEOUT_MS)
+    page.wait_for_selector(f"#status[data-job='{job_id}'][data-status=succeeded]", timeout=TIMEOUT_MS)
     return job_id
 
 
@@ -74,7 +71,7 @@ def test_page_runs_a_narrative_and_a_report(stack: Stack, tmp_path: Path) -> Non
             page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
             page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
             page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
-            page.goto(f"{stack.api.url}/?key={KEY}")
+            page.goto(f"{stack.api.url}/#key={KEY}")
             assert page.input_value("#key") == KEY
 
             # 1) a narrative: tokens placed at their positions, a set per step, the text at the end

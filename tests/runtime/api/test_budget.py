@@ -1,0 +1,36 @@
+"""A job that cannot fit the model's context (what the session holds plus what the job appends)
+is a 422 at submission, before any state changes: not a job that fails at its fourth section."""
+
+from __future__ import annotations
+
+import copy
+
+from tests.runtime.api.conftest import ACME, REPORT, Api
+
+
+def _report(sections: int, max_new_tokens: int) -> dict[str, object]:
+    spec = copy.deepcopy(REPORT)
+    keys = [m["key"] for m in spec["data"]["metrics"]]
+    spec["outline"] = [{"title": f"Part {i}", "metrics": [keys[i % len(keys)]]} for i in range(sections)]
+    spec["params"] = {"policy": "prefix", "window": 8, "tau": 0.99, "max_new_tokens": max_new_tokens}
+    return spec
+
+
+def test_a_report_that_cannot_fit_is_refused_before_it_runs(api: Api) -> None:
+    ok = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(3, 200)})
+    assert ok.status_code == 202, ok.text
+    before = api.snapshot(rate_limits=True)
+    r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 200)})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "bad_input"
+    assert "context_overflow" in r.json()["error"]["message"] and "of 1024 left" in r.json()["error"]["message"]
+    assert api.snapshot(rate_limits=True) == before  # no job, no session, no token
+
+
+def test_a_turn_counts_what_its_session_holds_already(api: Api) -> None:
+    sid = api.seed_session("acme", turns=2)
+    used = api.svc.records.length(sid, "acme")
+    fits = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used - 8}}
+    assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=fits).status_code == 202
+    too_long = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used}}
+    r = api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=too_long)
+    assert r.status_code == 422 and f"has {1024 - used} of 1024 left" in r.json()["error"]["message"]

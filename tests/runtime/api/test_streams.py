@@ -1,0 +1,68 @@
+"""Event streams over real HTTP (uvicorn on a thread; no worker, so the job stays queued and its
+stream stays open): many open streams hold no worker threads, so other requests and other
+tenants are served meanwhile; a tenant's open streams are capped (429), and the cap is given
+back when a stream closes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from runtime.serve import ApiServer
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings
+
+OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust
+
+
+@pytest.fixture
+def server(redis_url: str, tmp_path: Path) -> Iterator[ApiServer]:
+    s = api_settings(redis_url, tmp_path, max_streams_per_tenant=OPEN + 2, api_port=0)
+    srv = ApiServer(s).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        r = redis.Redis.from_url(redis_url)
+        stale = list(r.scan_iter(f"{s.key_prefix}:*", count=1000))
+        if stale:
+            r.delete(*stale)
+        r.close()
+
+
+def test_open_streams_hold_no_threads_and_are_capped_per_tenant(server: ApiServer) -> None:
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(10.0)) as c, AsyncExitStack() as streams:
+            job = (await c.post("/v1/jobs", headers=ACME, json={"kind": "narrative", "spec": NARRATIVE})).json()
+            url = f"/v1/jobs/{job['id']}/events"
+            readers = []  # kept: a reader collected early closes its response
+            for _ in range(OPEN):  # each open, its first bytes read: the stream is running
+                r = await streams.enter_async_context(c.stream("GET", url, headers=ACME))
+                assert r.status_code == 200
+                readers.append(r.aiter_text())
+                assert (await anext(readers[-1])).startswith("retry:")
+            # every stream waits on its job; the API still answers, both tenants
+            assert (await c.get("/healthz")).status_code == 200
+            assert (await c.get("/v1/jobs", headers=GLOBEX)).json() == {"jobs": []}
+            assert (await c.get(f"/v1/jobs/{job['id']}", headers=ACME)).json()["status"] == "queued"
+            # the cap: two more, then 429
+            for _ in range(2):
+                r = await streams.enter_async_context(c.stream("GET", url, headers=ACME))
+                assert r.status_code == 200
+                readers.append(r.aiter_text())
+                await anext(readers[-1])
+            r = await c.get(url, headers=ACME)
+            assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited" and r.headers["retry-after"]
+            await streams.aclose()  # the client goes away: each stream ends and gives its place back
+            for _ in range(50):
+                async with c.stream("GET", url, headers=ACME) as r:
+                    if r.status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+            raise AssertionError("closed streams did not give their places back")
+    asyncio.run(go())
