@@ -4,6 +4,8 @@ Every operation checks its input first and raises a named error without writing 
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import re
 import secrets
 from datetime import UTC, datetime
@@ -219,13 +221,14 @@ class Records:
             return list(db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id)
                                    .order_by(TurnRecord.index)))
 
-    def length(self, session_id: str, tenant: str) -> int:
+    def length(self, session_id: str, tenant: str, except_jobs: Collection[str] = ()) -> int:
         """Positions the session holds: its next turn starts here (every position below it is
-        in exactly one turn's ledger; a stop's cut drops the positions past it)."""
+        in exactly one turn's ledger; a stop's cut drops the positions past it).  except_jobs:
+        not counting the turns those jobs wrote (a job's plan counts them already)."""
         with self._sessions() as db:
             _owned(db, session_id, tenant)
-            return sum(len(ledger) for ledger in db.scalars(select(TurnRecord.ledger).where(
-                TurnRecord.session_id == session_id)))
+            rows = db.execute(select(TurnRecord.ledger, TurnRecord.job_id).where(TurnRecord.session_id == session_id))
+            return sum(len(ledger) for ledger, job in rows if job is None or job not in except_jobs)
 
     def ledger(self, session_id: str, tenant: str) -> list[tuple[int, int]]:
         """The session's whole commit-order ledger: what a recompute prefills, in order."""

@@ -120,6 +120,12 @@ class Jobs:
         with self._db() as db:
             return list(db.scalars(q.order_by(JobRecord.created_at.desc(), JobRecord.id).limit(limit)))
 
+    def unfinished_jobs(self, session: str) -> list[JobRecord]:
+        """The session's jobs not yet finished, in submission order."""
+        with self._db() as db:
+            return list(db.scalars(select(JobRecord).where(
+                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).order_by(JobRecord.seq)))
+
     def unfinished(self, session: str) -> int:
         """The session's jobs not yet finished (queued or running)."""
         with self._db() as db:

@@ -77,7 +77,8 @@ def serve(host: str | None, port: int | None) -> int:
     try:
         app = create_app(s)
         print(f"setflow API on http://{host}:{port} (docs: /docs)", flush=True)
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        # open event streams end within 5 s of SIGTERM/SIGINT (clients resume with Last-Event-ID)
+        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
     finally:
         if server is not None and server.owned:
             server.stop()

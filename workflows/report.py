@@ -61,7 +61,9 @@ def job(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
     s = check_spec("report", spec, ctx.job.session_id)
     assert isinstance(s, ReportSpec)
     session, tok, cfg = session_of(ctx), ctx.tokenizer, ctx.engine.model.cfg
-    check_fits("report", s, tok, ctx.engine.records.length(session, ctx.job.tenant), cfg.max_seq_len)
+    # the session without this job's own turns (a rerun has written some already): the plan counts them
+    check_fits("report", s, tok, ctx.engine.records.length(session, ctx.job.tenant, except_jobs={ctx.job.id}),
+               cfg.max_seq_len)
     data = s.data.to_payload()
     n = len(s.outline) + int(s.summary)
     ctx.report(section=0, sections=n, title=None)

@@ -94,12 +94,13 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
     key = svc.keys.events(job_id)
     start = quiet = checked = time.monotonic()
     svc.streams[who] = svc.streams.get(who, 0) + 1  # counted while it runs (a stream never started holds nothing)
+    r = svc.aclient()
     try:
         yield "retry: 1000\n\n"
         while time.monotonic() - start < MAX_STREAM_S:
             ended = False
             try:
-                got: Any = await svc.aclient.xread({key: after}, count=1000, block=1000)
+                got: Any = await r.xread({key: after}, count=1000, block=1000)
                 for _key, entries in got or []:
                     for eid, fields in entries:
                         ev = json.loads(fields[b"data"])
@@ -120,3 +121,4 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
                 yield ": keep-alive\n\n"
     finally:
         svc.streams[who] -= 1
+        await r.aclose()

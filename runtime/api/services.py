@@ -21,7 +21,7 @@ from runtime.dispatch import Dispatcher, Send, check_size
 from runtime.jobs import Jobs
 from runtime.keys import Keys
 from runtime.metrics import TurnMetrics
-from runtime.plans import check_fits
+from runtime.plans import check_fits, positions
 from runtime.ratelimit import RateLimiter
 from runtime.errors import BadInput
 from runtime.schemas import check_spec
@@ -45,7 +45,6 @@ class Services:
     metrics: TurnMetrics
     tokenizer: Tokenizer
     keys: Keys
-    aclient: aioredis.Redis  # the event streams wait on it without holding a thread
     streams: dict[str, int] = field(default_factory=dict)  # tenant -> event streams open (this process)
 
     @classmethod
@@ -59,14 +58,19 @@ class Services:
         jobs = Jobs(sql, settings)
         return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
-                   Tokenizer.from_file(TOKENIZER), Keys(settings.key_prefix),
-                   aioredis.Redis(connection_pool=aioredis.ConnectionPool(
-                       connection_class=_async_class(client), **_pool_kwargs(client))))
+                   Tokenizer.from_file(TOKENIZER), Keys(settings.key_prefix))
+
+    def aclient(self) -> aioredis.Redis:
+        """An async Redis client for one event stream (it waits on it without holding a
+        thread), closed by the stream: its connection belongs to the loop that runs the stream,
+        whichever that is (uvicorn's; a test's).  A connection per open stream, and those are
+        capped per tenant.  A finite socket timeout: a half-open connection fails the read
+        (retried) instead of hanging the stream."""
+        url = self.settings.redis_url or _url(self.client)
+        return aioredis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
     async def aclose(self) -> None:
-        """At the app's shutdown, on its event loop (the async client's connections belong to it)."""
-        await self.aclient.aclose()
-        await self.aclient.connection_pool.disconnect()  # a pool given to a client is not closed with it
+        """At the app's shutdown."""
         self.close()
 
     @cached_property
@@ -85,7 +89,15 @@ class Services:
         ids += [t for seq in (params.stop if params is not None else []) for t in seq]
         if any(t >= vocab or t == mask for t in ids):
             raise BadInput(f"token ids must be in [0, {vocab}) and not the mask id {mask} (holes: infill)")
-        used = self.records.length(session, tenant) if session is not None else 0
+        used = 0
+        if session is not None:  # what it holds, and what the jobs queued or running on it will add
+            ahead = self.jobs.unfinished_jobs(session)
+            used = self.records.length(session, tenant, except_jobs={j.id for j in ahead})
+            for j in ahead:
+                try:
+                    used += positions(j.kind, check_spec(j.kind, j.spec, session), self.tokenizer)
+                except BadInput:
+                    pass  # a stored spec that no longer checks: its job fails without writing
         check_fits(kind, model, self.tokenizer, used, int(self.model_config["max_seq_len"]))
 
     def close(self) -> None:
@@ -94,18 +106,9 @@ class Services:
         self.client.close()
 
 
-def _pool_kwargs(client: redis.Redis) -> dict[str, Any]:
-    """The sync client's connection settings (host and port, or a unix socket), for its async twin."""
-    kw = dict(client.connection_pool.connection_kwargs)
-    kw.pop("retry", None)
-    kw["socket_timeout"] = None  # XREAD BLOCK waits up to a second by itself
-    return kw
-
-
-def _async_class(client: redis.Redis) -> type[aioredis.connection.AbstractConnection]:
-    sync_class = client.connection_pool.connection_class
-    if issubclass(sync_class, redis.UnixDomainSocketConnection):
-        return aioredis.UnixDomainSocketConnection
-    if issubclass(sync_class, redis.SSLConnection):
-        return aioredis.SSLConnection
-    return aioredis.Connection
+def _url(client: redis.Redis) -> str:
+    """A URL for the sync client's server (when the settings name none: a client handed in)."""
+    kw = client.connection_pool.connection_kwargs
+    if "path" in kw:
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"

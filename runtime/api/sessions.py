@@ -15,7 +15,7 @@ from runtime.api.auth import services, tenant
 from runtime.api.models import (ID, ErrorResponse, ForkRequest, InfillRequest, JobView, SessionCreated, SessionList,
                                 SessionView, TurnRequest, TurnView, CacheView)
 from runtime.api.services import Services
-from runtime.errors import BadInput, Busy
+from runtime.errors import BadInput, Busy, SetflowError
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 log = logging.getLogger("setflow.api")
@@ -108,8 +108,8 @@ def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
             svc.store.drop(session_id, who, lease)
             keys = [svc.keys.affinity(session_id)] + [k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))]
             svc.client.delete(*keys)
-        except redis.RedisError:
-            log.warning("session %s deleted; its Redis state was not (it expires by itself)", session_id)
+        except (redis.RedisError, SetflowError) as e:  # the delete stands: SQL is the truth
+            log.warning("session %s deleted; its Redis state was not (%s; it expires by itself)", session_id, e)
     finally:
         try:
             svc.store.release(lease)

@@ -29,8 +29,15 @@ def test_a_report_that_cannot_fit_is_refused_before_it_runs(api: Api) -> None:
 def test_a_turn_counts_what_its_session_holds_already(api: Api) -> None:
     sid = api.seed_session("acme", turns=2)
     used = api.svc.records.length(sid, "acme")
-    fits = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used - 8}}
-    assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=fits).status_code == 202
     too_long = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used}}
     r = api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=too_long)
     assert r.status_code == 422 and f"has {1024 - used} of 1024 left" in r.json()["error"]["message"]
+    fits = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used - 8}}
+    assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=fits).status_code == 202
+
+
+def test_jobs_queued_on_the_session_count_too(api: Api) -> None:
+    sid = api.seed_session("acme", turns=1)
+    half = {"text": "revenue: up\n", "params": {"max_new_tokens": (1024 - api.svc.records.length(sid, "acme")) // 2}}
+    assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=half).status_code == 202  # queued
+    assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=half).status_code == 422  # it would not fit

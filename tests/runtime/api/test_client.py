@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import httpx
@@ -55,4 +56,26 @@ def test_the_sync_client_runs_on_its_own_loop_and_closes_it(api: Api) -> None:
     sid = c.create_session()["id"]
     assert c.get_session(sid)["turns"] == []
     c.close()
-    assert threading.active_count() == before and c._loop.is_closed()
+    assert c._loop.is_closed() and not c._thread.is_alive()
+    for _ in range(100):  # the worker thread that ran the sync routes on its loop ends by itself
+        if threading.active_count() <= before:
+            break
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+
+
+def test_event_streams_work_from_several_event_loops(api: Api) -> None:
+    """The app's async Redis client belongs to one loop: each loop gets its own."""
+    job = api.http.post("/v1/jobs", headers={"Authorization": "Bearer key-acme-0001"},
+                        json={"kind": "narrative", "spec": NARRATIVE}).json()
+    api.http.post(f"/v1/jobs/{job['id']}/cancel", headers={"Authorization": "Bearer key-acme-0001"})
+    with Client("http://api", "key-acme-0001", transport=httpx.ASGITransport(app=api.app)) as c:
+        assert [e["event"] for e in c.events(job["id"])][-1] == "result"  # on the client's own loop
+    r = api.http.get(f"/v1/jobs/{job['id']}/events", headers={"Authorization": "Bearer key-acme-0001"})
+    assert r.status_code == 200 and "event: result" in r.text  # on the TestClient's loop
+    assert asyncio.run(_events(api, job["id"]))[-1] == "result"  # and on a third
+
+
+async def _events(api: Api, job: str) -> list[str]:
+    async with AsyncClient("http://api", "key-acme-0001", transport=httpx.ASGITransport(app=api.app)) as c:
+        return [e["event"] async for e in c.events(job)]
