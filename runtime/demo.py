@@ -98,14 +98,20 @@ class Stack:
         self._api.start()  # migrates the database before any worker opens it
         self.logs.mkdir(parents=True, exist_ok=True)
         for name in self.names:
-            with open(self.logs / f"{name}.log", "ab") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name],
-                    env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            self._launch(name)
+        self._wait_alive(self.names, self.procs, timeout_s)
+
+    def _launch(self, name: str) -> None:
+        with open(self.logs / f"{name}.log", "ab") as log:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name],
+                env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _wait_alive(self, names: list[str], procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
         client = redis.Redis.from_url(str(self.s.redis_url))
         routing, deadline = Routing(client, self.s), time.monotonic() + timeout_s
         try:
-            for name, p in zip(self.names, self.procs):
+            for name, p in zip(names, procs):
                 while not routing.alive(name):
                     if p.poll() is not None or time.monotonic() > deadline:
                         tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
@@ -113,6 +119,18 @@ class Stack:
                     time.sleep(0.1)
         finally:
             client.close()
+
+    def replace_worker(self, timeout_s: float = 120.0) -> tuple[str, str]:
+        """Stop the first worker (a warm shutdown) and start a new one: what a deploy or a
+        crash does to a session's warm state.  Returns (old name, new name)."""
+        old, p = self.names.pop(0), self.procs.pop(0)
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(30)
+        new = f"demo-{len(self.names) + int(old.rsplit('-', 1)[1]) + 1}"
+        self.names.append(new)
+        self._launch(new)
+        self._wait_alive([new], [self.procs[-1]], timeout_s)
+        return old, new
 
     def stop(self) -> None:
         """Warm shutdown: SIGTERM to each worker (it finishes its job in flight; SIGKILL after
@@ -205,7 +223,11 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
                   "   read the sample metric store (model/corpus/agent.py Dataset, seed 2026), not the report's data.\n",
                   flush=True)
             session = None
-            for q in QUESTIONS:
+            for i, q in enumerate(QUESTIONS):
+                if i:  # the session's worker goes away: the next one resumes it from Redis (or SQL)
+                    old, new = stack.replace_worker()
+                    print(f"   (worker {old} stopped, {new} started: nothing of the session is warm there)\n",
+                          flush=True)
                 job = c.create_job("agent", {"question": q}, session=session)
                 session = job["session"]
                 a = c.wait(job["id"], 300)

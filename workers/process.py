@@ -10,6 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+import redis
 import torch
 
 from model import shipped
@@ -57,5 +58,9 @@ def runtime() -> Runtime:
         sql = make_engine(s)
         jobs = Jobs(sql, s)
         engine = Engine(model, SessionStore(client, s), Records(sql), s)
+        try:  # the restore-or-recompute cost model, measured now rather than inside a first turn's load
+            engine.rates()
+        except redis.RedisError:
+            pass  # Redis is away: measured at the first turn that needs it
         _runtime = Runtime(s, worker_name(s), engine, tok, jobs, Dispatcher(client, jobs, sender(app)))
     return _runtime
