@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/documents.py
+	$(BIN)/python bench/api.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
