@@ -73,7 +73,7 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
             ex = s
         else:
             ex = report.make_template(rng)
-            n = len(mixture.infill_tokens(tok, ex)[0])
+            n = len(report.infill_tokens(tok, ex)[0])
         if n <= MAX_LEN:
             return ex
     raise RuntimeError(f"no {task} example of at most {MAX_LEN} tokens in 100 draws")

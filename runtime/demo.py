@@ -6,13 +6,11 @@ each turn's resume path and timing, the web page's address; then everything stop
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,9 +24,8 @@ from runtime.embedded import EmbeddedRedis
 from runtime.routing import Routing
 from runtime.serve import ApiServer, port_free
 from runtime.settings import Settings
-from workers.local import ALIASES
+from workers.local import spawn_worker, worker_env
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO_KEY = "setflow-demo-key"  # the demo's own tenant key (SETFLOW_API_KEYS overrides it)
 DATA = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
         "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},
@@ -66,18 +63,6 @@ class Stack:
             raise RuntimeError("the stack is not started")
         return self._api
 
-    def env(self) -> dict[str, str]:
-        """The workers' environment: this stack's settings (every field given, the Redis URL
-        and the data folder) as the variables Settings reads."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SETFLOW_") and k not in ALIASES.values()}
-        for name in self.s.model_fields_set | {"redis_url", "data_dir"}:
-            value = getattr(self.s, name)
-            if value is not None:
-                env[ALIASES.get(name, f"SETFLOW_{name.upper()}")] = json.dumps(value) if isinstance(value, dict) \
-                    else str(value)
-        env["PYTHONPATH"] = str(ROOT)
-        return env
-
     def start(self, timeout_s: float = 120.0) -> Stack:
         try:
             self._start(timeout_s)
@@ -102,10 +87,7 @@ class Stack:
         self._wait_alive(self.names, self.procs, timeout_s)
 
     def _launch(self, name: str) -> None:
-        with open(self.logs / f"{name}.log", "ab") as log:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name],
-                env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(spawn_worker(name, worker_env(self.s), self.logs))
 
     def _wait_alive(self, names: list[str], procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
         client = redis.Redis.from_url(str(self.s.redis_url))

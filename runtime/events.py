@@ -64,17 +64,21 @@ class JobEvents:
     def read(self, job: str, after: str = "0", block_ms: int | None = None, count: int = 1000
              ) -> list[tuple[str, dict[str, Any]]]:
         """Events after stream id `after` (oldest first), waiting up to block_ms for one."""
-        got: Any = self.r.xread({self.k.events(job): after}, count=count, block=block_ms)
-        out = []
-        for _key, entries in got or []:
-            for eid, fields in entries:
-                out.append((_text(eid), json.loads(fields[b"data"] if b"data" in fields else fields["data"])))
-        return out
+        return entries(self.r.xread({self.k.events(job): after}, count=count, block=block_ms))
 
     def dead_letter(self, task_id: str, payload: Any, code: str, message: str) -> None:
         self.r.xadd(self.k.dead, {"data": json.dumps({"task_id": task_id, "payload": repr(payload)[:500],
                                                       "code": code, "message": message, "at": time.time()})},
                     maxlen=self.s.events_maxlen, approximate=True)
+
+
+def entries(got: Any) -> list[tuple[str, dict[str, Any]]]:
+    """An XREAD reply (sync or async client) as (event id, event), oldest first."""
+    out = []
+    for _key, items in got or []:
+        for eid, fields in items:
+            out.append((_text(eid), json.loads(fields[b"data"] if b"data" in fields else fields["data"])))
+    return out
 
 
 def _text(x: Any) -> str:

@@ -60,6 +60,11 @@ class Routing:
     def alive(self, worker: str) -> bool:
         return bool(self.r.exists(self.k.alive(worker)))
 
+    def live_workers(self) -> list[str]:
+        """Every worker whose heartbeat key is up, by name."""
+        pattern = self.k.alive("*")
+        return sorted(_text(k)[len(pattern) - 1:] for k in self.r.scan_iter(pattern, count=1000))
+
     def touch(self, session: str, worker: str) -> None:
         self.r.set(self.k.affinity(session), worker, ex=self.s.affinity_ttl_s)
 

@@ -8,6 +8,7 @@ is a kill -9 of a whole worker (its main process and its pool process).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,19 +50,11 @@ class LocalCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SETFLOW_")}
-        for k, v in self.values.items():
-            env[ALIASES.get(k, f"SETFLOW_{k.upper()}")] = str(v)
-        env["PYTHONPATH"] = str(ROOT)
-        return env
+        return worker_env(self.settings)
 
     def start(self, *names: str) -> None:
         for name in names:
-            with open(self.logs / f"{name}.log", "ab") as log:  # the worker keeps its own handle
-                self.procs[name] = subprocess.Popen(
-                    [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name,
-                     "--loglevel", "info"],
-                    env=self.env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs[name] = spawn_worker(name, self.env(), self.logs, "info")
 
     def ready(self, *names: str, timeout_s: float = 60.0) -> None:
         """Alive (heartbeat) and warm: each has run a small turn from its own queue (its engine
@@ -108,3 +101,25 @@ class LocalCluster:
             self.client.delete(*keys)
         self.client.close()
         self.sql.dispose()
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """A worker process's environment: these settings (every field given, from arguments or
+    the environment, and the Redis URL and data folder) as the variables Settings reads, and
+    nothing of this process's own SETFLOW_* or URL variables besides."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SETFLOW_") and k not in ALIASES.values()}
+    for name in settings.model_fields_set | {"redis_url", "data_dir"}:
+        value = getattr(settings, name)
+        if value is not None:
+            env[ALIASES.get(name, f"SETFLOW_{name.upper()}")] = json.dumps(value) if isinstance(value, dict) else str(value)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def spawn_worker(name: str, env: dict[str, str], logs: Path, loglevel: str | None = None) -> subprocess.Popen[bytes]:
+    """`setflow worker --processes 1 --name NAME` in its own process group, its output in
+    logs/NAME.log (the worker keeps its own handle)."""
+    args = [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name]
+    with open(logs / f"{name}.log", "ab") as log:
+        return subprocess.Popen(args + (["--loglevel", loglevel] if loglevel else []), env=env, cwd=ROOT,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

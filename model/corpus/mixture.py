@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from model.config import BOS_ID, EOS_ID
 from model.corpus import agent, narrative, report
-from model.corpus.report import infill_tokens  # noqa: F401 - where it was first (bench/quality.py, tests)
+from model.corpus.report import infill_tokens
 from model.tokenizer import Tokenizer
 from model.train import CONTEXT, GIVEN, TARGET, Example
 

@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 import redis
 from anyio.to_thread import run_sync
@@ -15,9 +15,10 @@ from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
 from runtime.api.auth import services, tenant
-from runtime.api.models import ErrorResponse, JobList, JobRequest, JobView
+from runtime.api.models import ERRORS, JobList, JobRequest, JobView
 from runtime.api.services import Services
 from runtime.errors import BadInput, RateLimited
+from runtime.events import entries
 from runtime.jobs import JOB_ID
 from runtime.records import STATUSES, TERMINAL
 
@@ -25,7 +26,6 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 Tenant = Annotated[str, Depends(tenant)]
 Svc = Annotated[Services, Depends(services)]
 JobId = Annotated[str, Path(pattern=f"^{JOB_ID.pattern}$")]
-ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 404, 409, 422, 429)}
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with Last-Event-ID
 
@@ -100,13 +100,10 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
         while time.monotonic() - start < MAX_STREAM_S:
             ended = False
             try:
-                got: Any = await r.xread({key: after}, count=1000, block=1000)
-                for _key, entries in got or []:
-                    for eid, fields in entries:
-                        ev = json.loads(fields[b"data"])
-                        after, quiet = eid.decode(), time.monotonic()
-                        yield _sse(str(ev.get("type", "message")), ev, after)
-                        ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+                for eid, ev in entries(await r.xread({key: after}, count=1000, block=1000)):
+                    after, quiet = eid, time.monotonic()
+                    yield _sse(str(ev.get("type", "message")), ev, after)
+                    ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
             except redis.RedisError:
                 await asyncio.sleep(0.5)
             now = time.monotonic()

@@ -25,6 +25,10 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+#: the error answers every session and job route may give (OpenAPI)
+ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 404, 409, 422, 429)}
+
+
 class TurnRequest(TurnSpec):
     """A turn: the input as text or token ids, and the decode parameters (policy, W, tau, max
     tokens, stop sequences)."""

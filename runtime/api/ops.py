@@ -27,18 +27,12 @@ router = APIRouter(tags=["operations"])
 Svc = Annotated[Services, Depends(services)]
 
 
-def live_workers(svc: Services) -> list[str]:
-    pattern = svc.keys.alive("*")
-    cut = len(pattern) - 1
-    return sorted(_text(k)[cut:] for k in svc.client.scan_iter(pattern, count=1000))
-
-
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
 def health(svc: Svc) -> Any:
     """200 when Redis and the database answer; the live workers are listed (none is not an
     error: jobs wait in their queues)."""
     try:
-        ok_redis, workers = bool(svc.client.ping()), live_workers(svc)
+        ok_redis, workers = bool(svc.client.ping()), svc.dispatcher.routing.live_workers()
     except redis.RedisError:
         ok_redis, workers = False, []
     try:
@@ -78,7 +72,7 @@ class _Collector(Collector):
         yield jobs
         depth = GaugeMetricFamily("setflow_queue_depth", "Messages waiting in a Celery queue", labels=["queue"])
         queues = {shared_queue(svc.settings, "interactive"), shared_queue(svc.settings, "batch")}
-        for w in live_workers(svc):
+        for w in svc.dispatcher.routing.live_workers():
             queues.update(consumed_by(svc.settings, w))
         for q in sorted(queues):
             depth.add_metric([q], svc.client.llen(svc.keys.broker + q))

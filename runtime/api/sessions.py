@@ -5,14 +5,14 @@ fork at a turn, delete.  A turn and an infill are jobs (202 with the job; follow
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 import redis
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 
 from runtime.api.auth import services, tenant
-from runtime.api.models import (ID, ErrorResponse, ForkRequest, InfillRequest, JobView, SessionCreated, SessionList,
+from runtime.api.models import (ERRORS, ID, ForkRequest, InfillRequest, JobView, SessionCreated, SessionList,
                                 SessionView, TurnRequest, TurnView, CacheView)
 from runtime.api.services import Services
 from runtime.errors import BadInput, Busy, SetflowError
@@ -22,7 +22,6 @@ log = logging.getLogger("setflow.api")
 Tenant = Annotated[str, Depends(tenant)]
 Svc = Annotated[Services, Depends(services)]
 SessionId = Annotated[str, Path(pattern=ID)]
-ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 404, 409, 422, 429)}
 
 
 @router.post("", status_code=201, response_model=SessionCreated, responses=ERRORS)

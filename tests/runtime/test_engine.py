@@ -18,7 +18,7 @@ import torch
 from sqlalchemy import Engine as SqlEngine
 
 from model import shipped
-from model.corpus import mixture, narrative, report
+from model.corpus import narrative, report
 from model.decode import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
@@ -320,7 +320,7 @@ def test_a_rejected_request_keeps_a_warm_session_warm(engine: Engine, loaded: tu
 
 def _holed(model: SetDLM, tok: Tokenizer) -> tuple[list[int], list[int]]:
     """A report template with mask_id at its holes, and the holes' offsets."""
-    ids, hole = mixture.infill_tokens(tok, report.make_template(random.Random(0)))
+    ids, hole = report.infill_tokens(tok, report.make_template(random.Random(0)))
     return [model.cfg.mask_id if h else x for x, h in zip(ids, hole)], [i for i, h in enumerate(hole) if h]
 
 

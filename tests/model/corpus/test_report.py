@@ -2,7 +2,7 @@
 
 import random
 
-from model.corpus import mixture, report
+from model.corpus import report
 from model.tokenizer import Tokenizer
 
 
@@ -27,7 +27,7 @@ def test_templates_fill_back_to_a_correct_text() -> None:
 def test_infill_holes_are_whole_tokens(tok: Tokenizer) -> None:
     for i in range(50):
         t = report.make_template(random.Random(i))
-        ids, hole = mixture.infill_tokens(tok, t)
+        ids, hole = report.infill_tokens(tok, t)
         runs, cur = [], []
         for x, h in zip(ids, hole):
             if h:

@@ -112,6 +112,15 @@ class Api:
         return rec.id
 
 
+def delete_keys(redis_url: str, pattern: str) -> None:
+    """What a test left in Redis: the keys matching pattern (a prefix's, the broker's included)."""
+    r = redis.Redis.from_url(redis_url)
+    stale = list(r.scan_iter(pattern, count=1000))
+    if stale:
+        r.delete(*stale)
+    r.close()
+
+
 def api_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {"redis_url": redis_url, "database_url": None, "broker_url": None,
                               "key_prefix": f"sfapi-{uuid.uuid4().hex[:12]}", "data_dir": data_dir,

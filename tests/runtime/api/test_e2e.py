@@ -25,6 +25,7 @@ from runtime.client import ApiError, Client
 from runtime.demo import DATA, REPORT, Stack
 from runtime.settings import Settings
 from workflows.narrative import narrate
+from tests.runtime.api.conftest import delete_keys
 
 pytestmark = pytest.mark.slow
 KEY = "key-e2e-acme-01"
@@ -44,11 +45,7 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield st
     finally:
         st.stop()
-        r = redis.Redis.from_url(redis_url)
-        keys = list(r.scan_iter(f"{prefix}*", count=1000))
-        if keys:
-            r.delete(*keys)
-        r.close()
+        delete_keys(redis_url, f"{prefix}*")
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from runtime.demo import Stack
 from runtime.settings import Settings
+from tests.runtime.api.conftest import delete_keys
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -34,17 +34,13 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     prefix = f"sfpage-{uuid.uuid4().hex[:10]}"
     s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("page"),
                  api_keys={KEY: "acme"}, api_port=0)
-    st = Stack(s, workers=1, port=0)  # its workers get its settings (the prefix too): Stack.env()
+    st = Stack(s, workers=1, port=0)  # its workers get its settings, the prefix too (worker_env)
     try:
         st.start()
         yield st
     finally:
         st.stop()
-        r = redis.Redis.from_url(redis_url)
-        keys = list(r.scan_iter(f"{prefix}*", count=1000))
-        if keys:
-            r.delete(*keys)
-        r.close()
+        delete_keys(redis_url, f"{prefix}*")
 
 
 def _run(page: Any, button: str) -> str:

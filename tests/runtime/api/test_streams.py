@@ -12,10 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from runtime.serve import ApiServer
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings, delete_keys
 
 OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust
 
@@ -28,11 +27,7 @@ def server(redis_url: str, tmp_path: Path) -> Iterator[ApiServer]:
         yield srv
     finally:
         srv.stop()
-        r = redis.Redis.from_url(redis_url)
-        stale = list(r.scan_iter(f"{s.key_prefix}:*", count=1000))
-        if stale:
-            r.delete(*stale)
-        r.close()
+        delete_keys(redis_url, f"{s.key_prefix}:*")
 
 
 def test_open_streams_hold_no_threads_and_are_capped_per_tenant(server: ApiServer) -> None:
