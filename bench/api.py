@@ -1,9 +1,9 @@
 """Narratives through the HTTP API, against the same jobs submitted to the same workers without
-it (runtime/dispatch.py, what the API calls).
+it (runtime/jobs/dispatch.py, what the API calls).
 
     python bench/api.py [--quick] [--jobs N] [--concurrency C]
 
-One stack (runtime/demo.py Stack: the embedded Redis unless REDIS_URL, a SQLite file, the API on
+One stack (app/demo.py Stack: the embedded Redis unless REDIS_URL, a SQLite file, the API on
 a thread, two worker processes of one torch thread each), then two phases:
 
 1. overhead: narrative jobs one at a time, each payload twice: through HTTP (the sync client:
@@ -36,10 +36,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.corpus import narrative  # noqa: E402
-from runtime.client import AsyncClient, Client  # noqa: E402
-from runtime.demo import Stack  # noqa: E402
-from runtime.dispatch import Dispatcher  # noqa: E402
-from runtime.jobs import Jobs  # noqa: E402
+from app.client import AsyncClient, Client  # noqa: E402
+from app.demo import Stack  # noqa: E402
+from runtime.jobs.dispatch import Dispatcher  # noqa: E402
+from runtime.jobs.rows import Jobs  # noqa: E402
 from runtime.db import make_engine  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
 from workers.celery_app import make_app, sender  # noqa: E402

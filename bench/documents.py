@@ -3,7 +3,7 @@
     python bench/documents.py [--quick] [--sessions N]
 
 Each session writes a report's sections as turns of one session (each section's input starts
-with [BOS] and ends with its heading, as workflows/report.py writes them: runtime/plans.py), greedy, with the report setting (prefix, W = 8,
+with [BOS] and ends with its heading, as workflows/report.py writes them: runtime/jobs/plans.py), greedy, with the report setting (prefix, W = 8,
 tau = 0.99).  Side by side in one run, on the same held-out payloads: the model as shipped
 (a [BOS] starts a document: no attention across it, model/masks.py within_documents) and the
 same decode with that rule switched off (every section reads all the earlier ones).  Reported:
@@ -32,9 +32,10 @@ import model.decode as decode_mod  # noqa: E402
 from model import shipped  # noqa: E402
 from model.corpus import narrative as nar  # noqa: E402
 from model.corpus import report  # noqa: E402
-from model.decode import DecodeParams, begin_turn, commit_pending, decode  # noqa: E402
+from model.params import DecodeParams  # noqa: E402
+from model.decode import begin_turn, commit_pending, decode
 from model.kv_cache import KVCache  # noqa: E402
-from runtime.plans import section_input, section_payload  # noqa: E402
+from runtime.jobs.plans import section_input, section_payload  # noqa: E402
 
 PARAMS = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
 SEED = 90_000  # held out: training draws its payloads from other seeds

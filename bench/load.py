@@ -37,11 +37,11 @@ import torch
 
 from model import shipped
 from model.corpus import narrative
-from model.decode import DecodeParams
+from model.params import DecodeParams
 from runtime.embedded import connect
-from runtime.engine import Engine
+from runtime.sessions.engine import Engine
 from runtime.settings import Settings
-from runtime.store import SessionStore
+from runtime.sessions.store import SessionStore
 from workers.local import LocalCluster
 from workflows.narrative import prompt_ids
 

@@ -29,7 +29,8 @@ import torch
 from model import checkpoint, shipped
 from model.config import BOS_ID
 from model.corpus import agent, mixture, narrative, report
-from model.decode import DecodeParams, generate
+from model.params import DecodeParams
+from model.decode import generate
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from workflows import agent as agent_loop

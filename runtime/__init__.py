@@ -1,1 +1,3 @@
-"""setflow runtime: sessions, storage, database, API, CLI (grows with the next issues)."""
+"""setflow's runtime, in rooms: sessions/ (a session's state: Redis store, SQL records, the
+engine), jobs/ (a job's life: rows, dispatch, routing, events, the job context), api/ (HTTP);
+beside them the shared leaves (settings, errors, keys, db, tables, embedded)."""

@@ -12,6 +12,8 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── RateLimited         code "rate_limited"   a tenant submits faster than its rate (retry_after_s)
     ├── Cancelled           code "cancelled"      a job was cancelled while it ran
     └── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
+
+    CliError                                      bad command-line input: `setflow` prints it, exits 2
 """
 
 from __future__ import annotations
@@ -67,3 +69,7 @@ class Cancelled(SetflowError):
 
 class ClaimLost(SetflowError):
     code = "claim_lost"
+
+
+class CliError(Exception):
+    """Bad command-line input: the `setflow` console script prints it as one line and exits 2."""

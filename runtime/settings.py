@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     tenant_budget_bytes: int = 2048 * MiB  #: KV bytes one tenant's sessions may hold in Redis
     max_input_tokens: int = 4096  #: one turn's input, in tokens
 
-    # ---- workers and jobs (workers/, runtime/jobs.py) ---------------------------------------
+    # ---- workers and jobs (workers/, runtime/jobs/rows.py) ---------------------------------------
     #: the Celery broker; None = the KV Redis (production may give a separate noeviction database)
     broker_url: str | None = Field(default=None, validation_alias="BROKER_URL")
     worker_name: str | None = None  #: this worker's name (its own queue); `setflow worker` sets it

@@ -26,7 +26,7 @@ from redis.retry import Retry
 from runtime.db import make_engine, upgrade
 from runtime.embedded import EmbeddedRedis
 from runtime.settings import Settings
-from runtime.store import SessionStore
+from runtime.sessions.store import SessionStore
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from model.config import ModelConfig
-from model.decode import DecodeParams, DecodeState
+from model.params import DecodeParams, DecodeState
 from model.kv_cache import KVCache
 from model.masks import step_mask, within_documents
 from model.transformer import SetDLM

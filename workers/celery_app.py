@@ -18,8 +18,8 @@ from __future__ import annotations
 from celery import Celery
 
 from runtime.keys import Keys
-from runtime.dispatch import Send
-from runtime.routing import shared_queue
+from runtime.jobs.dispatch import Send
+from runtime.jobs.routing import shared_queue
 from runtime.settings import Settings
 
 TASK = "setflow.run_job"

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 
-from runtime.cli import CliError
+from runtime.errors import CliError
 from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
 from runtime.settings import Settings
@@ -51,7 +51,7 @@ def launch(name: str | None, processes: int | None, loglevel: str) -> int:
 
 def _one(s: Settings, name: str, loglevel: str) -> int:
     os.environ["SETFLOW_WORKER_NAME"] = name  # read by Settings in the pool process and the watcher
-    from runtime.routing import consumed_by
+    from runtime.jobs.routing import consumed_by
     from workers.celery_app import app
 
     app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(consumed_by(s, name)), "-c", "1",
@@ -66,7 +66,7 @@ def _many(name: str, n: int, gpus: int, loglevel: str) -> int:
         env = dict(os.environ)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
-        procs.append(subprocess.Popen([sys.executable, "-m", "runtime.cli", "worker", "--processes", "1",
+        procs.append(subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--processes", "1",
                                        "--name", f"{name}-{i}", "--loglevel", loglevel], env=env))
     print(f"setflow: {n} worker processes ({name}-0 .. {name}-{n - 1}); Ctrl-C or SIGTERM stops them", flush=True)
 

@@ -1,6 +1,6 @@
 """A local cluster of worker processes: what tests, benchmarks and demos start on one machine.
 
-Each worker is started as `setflow worker` starts one (`python -m runtime.cli worker
+Each worker is started as `setflow worker` starts one (`python -m app.cli worker
 --processes 1 --name NAME`) in its own process group, with the cluster's settings passed as
 SETFLOW_* variables; the client side (submit, wait, cancel) uses the same settings.  `kill`
 is a kill -9 of a whole worker (its main process and its pool process).
@@ -19,11 +19,13 @@ from typing import Any
 
 import redis
 
-from runtime.db import Records, make_engine
-from runtime.dispatch import Dispatcher
-from runtime.jobs import Jobs
-from runtime.records import JobRecord
-from runtime.routing import own_queue
+from runtime.sessions.records import Records
+
+from runtime.db import make_engine
+from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.rows import Jobs
+from runtime.tables import JobRecord
+from runtime.jobs.routing import own_queue
 from runtime.settings import Settings
 from workers.celery_app import TASK, make_app, sender
 
@@ -119,7 +121,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
 def spawn_worker(name: str, env: dict[str, str], logs: Path, loglevel: str | None = None) -> subprocess.Popen[bytes]:
     """`setflow worker --processes 1 --name NAME` in its own process group, its output in
     logs/NAME.log (the worker keeps its own handle)."""
-    args = [sys.executable, "-m", "runtime.cli", "worker", "--processes", "1", "--name", name]
+    args = [sys.executable, "-m", "app.cli", "worker", "--processes", "1", "--name", name]
     with open(logs / f"{name}.log", "ab") as log:
         return subprocess.Popen(args + (["--loglevel", loglevel] if loglevel else []), env=env, cwd=ROOT,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

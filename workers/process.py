@@ -15,13 +15,14 @@ import torch
 
 from model import shipped
 from model.tokenizer import Tokenizer
-from runtime.db import Records, make_engine
-from runtime.dispatch import Dispatcher
+from runtime.sessions.records import Records
+from runtime.db import make_engine
+from runtime.jobs.dispatch import Dispatcher
 from runtime.embedded import client as redis_client
-from runtime.engine import Engine
-from runtime.jobs import Jobs
+from runtime.sessions.engine import Engine
+from runtime.jobs.rows import Jobs
 from runtime.settings import Settings
-from runtime.store import SessionStore
+from runtime.sessions.store import SessionStore
 from workers.celery_app import app, sender
 
 

@@ -29,10 +29,10 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
-from model.decode import DecodeError
+from model.params import DecodeError
 from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, SetflowError, StaleWrite
-from runtime.job_context import JobContext
-from runtime.jobs import JOB_ID
+from runtime.jobs.context import JobContext
+from runtime.jobs.rows import JOB_ID
 from workers.process import Runtime
 from workflows import WORKFLOWS
 

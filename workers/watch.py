@@ -13,10 +13,10 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown
 
 from runtime.db import make_engine
-from runtime.dispatch import Dispatcher
+from runtime.jobs.dispatch import Dispatcher
 from runtime.embedded import client as redis_client
-from runtime.jobs import Jobs
-from runtime.routing import Routing
+from runtime.jobs.rows import Jobs
+from runtime.jobs.routing import Routing
 from runtime.settings import Settings
 from workers.celery_app import app, sender
 

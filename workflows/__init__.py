@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runtime.job_context import JobContext
+from runtime.jobs.context import JobContext
 from workflows import agent, narrative, report, turn
 
 Workflow = Callable[[JobContext, dict[str, Any]], dict[str, Any]]

@@ -17,12 +17,13 @@ from typing import Any
 
 from model.config import BOS_ID
 from model.corpus import agent as tools
-from model.decode import DecodeError, DecodeParams, DecodeState, begin_turn, decode
+from model.params import DecodeError, DecodeParams, DecodeState
+from model.decode import begin_turn, decode
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.job_context import JobContext
-from runtime.schemas import AgentSpec, check_spec
+from runtime.jobs.context import JobContext
+from runtime.jobs.specs import AgentSpec, check_spec
 from workflows import tools as tool_calls
 from workflows.turn import decode_params, session_of, summary
 

@@ -11,11 +11,12 @@ from typing import Any
 
 from model.config import BOS_ID
 from model.corpus import narrative as corpus
-from model.decode import DecodeParams, generate
+from model.params import DecodeParams
+from model.decode import generate
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.job_context import JobContext
-from runtime.schemas import NarrativeSpec, check_spec
+from runtime.jobs.context import JobContext
+from runtime.jobs.specs import NarrativeSpec, check_spec
 from workflows.turn import decode_params, session_of, summary
 
 

@@ -14,13 +14,14 @@ from typing import Any
 import torch
 
 from model.corpus.report import Section, Template, check_section, infill_tokens
-from model.decode import DecodeParams, begin_infill, decode
+from model.params import DecodeParams
+from model.decode import begin_infill, decode
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.job_context import JobContext
-from runtime.plans import check_fits, report_template, section_input, section_payload
-from runtime.schemas import ReportSpec, check_spec
+from runtime.jobs.context import JobContext
+from runtime.jobs.plans import check_fits, report_template, section_input, section_payload
+from runtime.jobs.specs import ReportSpec, check_spec
 from workflows.turn import decode_params, session_of, summary
 
 

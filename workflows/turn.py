@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.decode import DecodeError, DecodeParams
-from runtime.engine import TurnResult
+from model.params import DecodeError, DecodeParams
+from runtime.sessions.turn import TurnResult
 from runtime.errors import BadInput
-from runtime.job_context import JobContext
-from runtime.schemas import HOLE, InfillSpec, ParamsSpec, TurnSpec, check_spec
+from runtime.jobs.context import JobContext
+from runtime.jobs.specs import HOLE, InfillSpec, ParamsSpec, TurnSpec, check_spec
 
 
 def decode_params(p: ParamsSpec) -> DecodeParams:

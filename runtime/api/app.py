@@ -11,9 +11,10 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.types import Send as AsgiSend
 
-from runtime.api import errors, jobs, ops, page, sessions
+from runtime.api import errors
+from runtime.api.routes import jobs, ops, page, sessions
 from runtime.api.services import Services
-from runtime.dispatch import Send
+from runtime.jobs.dispatch import Send
 from runtime.settings import Settings
 
 DESCRIPTION = """\

@@ -1,5 +1,5 @@
 """The API's request and response bodies (pydantic): what OpenAPI documents.  Job specs are
-runtime/schemas.py's, shared with the workers."""
+runtime/jobs/specs.py's, shared with the workers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.records import JobRecord
-from runtime.schemas import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
+from runtime.tables import JobRecord
+from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
 
 Priority = Literal["interactive", "batch"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"

@@ -16,17 +16,18 @@ from sqlalchemy import Engine
 
 import model
 from model.tokenizer import Tokenizer
-from runtime.db import Records, make_engine
-from runtime.dispatch import Dispatcher, Send, check_size
-from runtime.jobs import Jobs
+from runtime.sessions.records import Records
+from runtime.db import make_engine
+from runtime.jobs.dispatch import Dispatcher, Send, check_size
+from runtime.jobs.rows import Jobs
 from runtime.keys import Keys
-from runtime.metrics import TurnMetrics
-from runtime.plans import check_fits, positions
-from runtime.ratelimit import RateLimiter
+from runtime.jobs.metrics import TurnMetrics
+from runtime.jobs.plans import check_fits, positions
+from runtime.jobs.ratelimit import RateLimiter
 from runtime.errors import BadInput
-from runtime.schemas import check_spec
+from runtime.jobs.specs import check_spec
 from runtime.settings import Settings
-from runtime.store import SessionStore
+from runtime.sessions.store import SessionStore
 
 SHIPPED = Path(model.__file__).resolve().parent / "shipped"  # model.shipped imports torch: the files are read here
 TOKENIZER = SHIPPED / "tokenizer.json"

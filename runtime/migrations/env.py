@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from runtime.records import Base
+from runtime.tables import Base
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runtime.cli import _bench_main
+from app.cli import _bench_main
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from runtime.cli import _bench_main
+from app.cli import _bench_main
 
 
 def test_a_quick_run_keeps_later_sections_correct_with_document_boundaries(

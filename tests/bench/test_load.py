@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runtime.cli import _bench_main
+from app.cli import _bench_main
 
 
 def test_a_tiny_run_reports_the_contract(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

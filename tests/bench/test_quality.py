@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import _bench_main
+from app.cli import _bench_main
 
 
 def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runtime.cli import _bench_main
+from app.cli import _bench_main
 
 
 def test_a_quick_run_reports_every_path_and_the_commit_overhead(capsys: pytest.CaptureFixture[str],

@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from model import checkpoint
-from model.decode import DecodeParams, DecodeState, decode
+from model.params import DecodeParams, DecodeState
+from model.decode import decode
 from model.kv_cache import KVCache
 
 

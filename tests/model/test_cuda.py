@@ -4,7 +4,9 @@ versions of these checks always run in test_decode.py."""
 import pytest
 import torch
 
-from model.decode import DecodeParams, active_positions, begin_turn, step
+from model.params import DecodeParams
+
+from model.decode import active_positions, begin_turn, step
 from model.kv_cache import KVCache
 from tests.fakes import PROMPT, random_model, uncached_logits
 

@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from model.config import ModelConfig
-from model.decode import (DecodeError, DecodeParams, DecodeState, active_positions, begin_infill,
-                          begin_infill_turn, begin_turn, choose, commit_pending, decode, generate, prefill, step,
-                          truncate)
+from model.decode import (active_positions, begin_infill, begin_infill_turn, begin_turn, choose, commit_pending, decode, generate, prefill, step, truncate)
+from model.params import DecodeError, DecodeParams, DecodeState
 from model.kv_cache import KVCache
 from model.masks import step_mask
 from model.transformer import SetDLM

@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from model import checkpoint
-from model.decode import DecodeParams, DecodeState, begin_turn, decode
+from model.params import DecodeParams, DecodeState
+from model.decode import begin_turn, decode
 from model.kv_cache import KVCache
 from model.transformer import SetDLM
 from tests.fakes import PROMPT

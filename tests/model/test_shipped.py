@@ -14,7 +14,7 @@ import pytest
 from model import checkpoint, shipped
 from model.config import ModelConfig
 from model.corpus import agent, narrative, report
-from model.decode import DecodeParams
+from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from workflows import agent as agent_loop

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, inspect, text
 
-from runtime.db import JobStep, Records, make_engine, upgrade
+from runtime.sessions.records import JobStep, Records
+
+from runtime.db import make_engine, upgrade
 from runtime.errors import BadInput, Busy, NotFound, StaleWrite
-from runtime.jobs import Jobs
+from runtime.jobs.rows import Jobs
 from runtime.settings import Settings
 
 def test_migrations_create_the_tables_and_are_idempotent(db_engine: Engine) -> None:

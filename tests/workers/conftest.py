@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from model import shipped
-from model.decode import DecodeParams
+from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.engine import Engine
-from runtime.store import SessionStore
+from runtime.sessions.engine import Engine
+from runtime.sessions.store import SessionStore
 from workers.local import LocalCluster
 
 #: what the workers and the test's client share (as SETFLOW_* variables for the workers)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from runtime.cli import main
+from app.cli import main
 from runtime.settings import Settings
 from workers.celery_app import broker_url, make_app
 from workers.queue_order import InteractiveFirst

@@ -13,7 +13,7 @@ import pytest
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.embedded import EmbeddedRedis
-from runtime.records import JobRecord
+from runtime.tables import JobRecord
 from tests.workers.conftest import make_cluster, reference
 from workers.local import LocalCluster
 from tests.workers.test_tasks import inputs

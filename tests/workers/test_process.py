@@ -37,7 +37,7 @@ def test_setflow_worker_starts_processes_and_stops_them_on_sigterm(redis_url: st
     c = make_cluster(redis_url, tmp_path, worker_heartbeat_s=5.0)  # keys live 15 s: only a goodbye removes them
     launcher = None
     try:
-        launcher = subprocess.Popen([sys.executable, "-m", "runtime.cli", "worker", "--processes", "2", "--name", "box"],
+        launcher = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--processes", "2", "--name", "box"],
                                     env=c.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not (c.dispatcher.routing.alive("box-0") and c.dispatcher.routing.alive("box-1")):

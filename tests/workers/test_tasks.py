@@ -12,7 +12,7 @@ from typing import Any
 from model.corpus import narrative
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.routing import own_queue
+from runtime.jobs.routing import own_queue
 from tests.workers.conftest import reference
 from workers.local import LocalCluster
 from workflows.narrative import prompt_ids

@@ -13,15 +13,16 @@ import pytest
 import redis
 
 from model import shipped
-from runtime.db import Records, make_engine
-from runtime.demo import REPORT
-from runtime.engine import Engine
-from runtime.events import JobEvents
-from runtime.job_context import JobContext
-from runtime.jobs import Jobs
-from runtime.routing import Routing
+from runtime.sessions.records import Records
+from runtime.db import make_engine
+from app.demo import REPORT
+from runtime.sessions.engine import Engine
+from runtime.jobs.events import JobEvents
+from runtime.jobs.context import JobContext
+from runtime.jobs.rows import Jobs
+from runtime.jobs.routing import Routing
 from runtime.settings import Settings
-from runtime.store import SessionStore
+from runtime.sessions.store import SessionStore
 from workflows.report import job as report_job
 
 

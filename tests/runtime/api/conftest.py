@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from runtime.api.app import create_app
 from runtime.api.services import Services
 from runtime.keys import Keys
-from runtime.records import JobRecord, SessionRecord, TurnRecord
+from runtime.tables import JobRecord, SessionRecord, TurnRecord
 from runtime.settings import Settings
 from workers.celery_app import make_app, sender
 
@@ -31,7 +31,7 @@ API_KEYS = {"key-acme-0001": "acme", "key-globex-01": "globex"}
 ACME = {"Authorization": "Bearer key-acme-0001"}
 GLOBEX = {"Authorization": "Bearer key-globex-01"}
 
-# ---- sample specs (valid for runtime/schemas.py) ------------------------------------------------
+# ---- sample specs (valid for runtime/jobs/specs.py) ------------------------------------------------
 DATA: dict[str, Any] = {
     "tenant": "Northwind", "period": "2026-Q3", "style": "formal",
     "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},

@@ -1,5 +1,5 @@
 """The API end to end: a real worker process, a real Redis, SQLite, the API over HTTP (uvicorn
-on a thread), driven by runtime/client.py.  Narrative, agent with tool calls, report with its
+on a thread), driven by app/client.py.  Narrative, agent with tool calls, report with its
 progress events in order, fork, infill, cancel, delete; what a session's page says about where
 it is cached; health and metrics; `setflow submit`."""
 
@@ -20,9 +20,9 @@ import redis
 from model import shipped
 from model.corpus import agent as agent_corpus
 from model.corpus import narrative as corpus
-from model.decode import DecodeParams
-from runtime.client import ApiError, Client
-from runtime.demo import DATA, REPORT, Stack
+from model.params import DecodeParams
+from app.client import ApiError, Client
+from app.demo import DATA, REPORT, Stack
 from runtime.settings import Settings
 from workflows.narrative import narrate
 from tests.runtime.api.conftest import delete_keys
@@ -179,10 +179,10 @@ def test_health_and_metrics(c: Client, stack: Stack) -> None:
 def test_setflow_submit_follows_a_job_and_prints_its_result(stack: Stack, tmp_path: Path) -> None:
     spec = tmp_path / "narrative.json"
     spec.write_text(json.dumps({"payload": PAYLOAD}))
-    out = subprocess.run([sys.executable, "-m", "runtime.cli", "submit", "narrative", str(spec), "--url", stack.api.url,
+    out = subprocess.run([sys.executable, "-m", "app.cli", "submit", "narrative", str(spec), "--url", stack.api.url,
                           "--key", KEY], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "Revenue" in out.stdout and "1240" in out.stdout and "queued" in out.stderr
-    bad = subprocess.run([sys.executable, "-m", "runtime.cli", "submit", "narrative", '{"payload": {}}', "--url",
+    bad = subprocess.run([sys.executable, "-m", "app.cli", "submit", "narrative", '{"payload": {}}', "--url",
                           stack.api.url, "--key", KEY], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "bad_input" in bad.stderr and "payload.tenant" in bad.stderr

@@ -1,5 +1,5 @@
 """The web page in a real browser (headless Chromium) against a real stack: the API on a thread
-and a worker process (runtime/demo.py Stack) on the test Redis.  A narrative job started from the
+and a worker process (app/demo.py Stack) on the test Redis.  A narrative job started from the
 page: its step events place tokens at their positions on the canvas (several per step: set
 decoding), the result arrives over SSE, the jobs table shows it succeeded; then a report job.
 Screenshot: .cache/screenshots/web-page.png (and the test's tmp dir); docs/web-page.png with
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runtime.demo import Stack
+from app.demo import Stack
 from runtime.settings import Settings
 from tests.runtime.api.conftest import delete_keys
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.serve import ApiServer
+from app.serve import ApiServer
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings, delete_keys
 
 OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust

@@ -1,0 +1,177 @@
+"""The `setflow` console script: `demo [--serve]`, `serve`, `worker`, `submit KIND SPEC`, `tour`,
+`bench decode|quality|resume|load [args...]`, `train --preset P --out DIR`.
+
+Imports torch and the model only inside the subcommands, so `setflow --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import CliError
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"  # not a package: found via the checkout
+
+
+def _bench_main(name: str) -> Callable[..., dict[str, Any]]:
+    path = BENCH_DIR / f"{name}.py"
+    if not path.is_file():
+        raise CliError(f"{path} not found: the benchmarks run from a source checkout")
+    spec = importlib.util.spec_from_file_location(f"setflow_bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module.main  # type: ignore[no-any-return]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(serve=args.serve, port=args.port)
+
+
+def cmd_tour(args: argparse.Namespace) -> int:
+    from app.tour import run_tour  # imports torch and the model
+
+    run_tour()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.serve import serve
+
+    return serve(args.host, args.port)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from app.submit import submit
+
+    return submit(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    _bench_main(args.name)(args.args, prog=f"setflow bench {args.name}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from model.config import PRESETS, ModelConfig
+
+    if args.steps is not None and args.steps < 1:
+        raise CliError(f"--steps must be >= 1, got {args.steps}")
+    if args.preset not in PRESETS or args.preset == "test":
+        raise CliError(f"unknown or untrainable preset {args.preset!r}; trainable: toy, small")
+    cfg = ModelConfig.from_name(args.preset)
+
+    # imports torch: only once the input is known good
+    from model import checkpoint
+    from model.train import TrainConfig, train
+
+    if (args.out / "trainer.json").exists() and checkpoint.load_config(args.out) != cfg:
+        raise CliError(f"{args.out} holds a checkpoint of another model config; cannot resume it as {args.preset!r}")
+
+    make_batches: Callable[[int, int, int], Any]
+    if args.preset == "toy":
+        from model.corpus import toy
+        recipe: dict[str, Any] = dict(steps=250, **toy.RECIPE)
+        tokenizer_json = None
+        make_batches = toy.batches
+    else:  # the shipped model: the three use-case corpora, and a tokenizer learnt from them
+        from model.corpus import mixture
+        from model.tokenizer import Tokenizer
+        recipe = dict(mixture.RECIPE)
+        saved = args.out / checkpoint.TOKENIZER
+        # a resumed run keeps the tokenizer its weights were trained with
+        tok = Tokenizer.from_file(saved) if (args.out / "trainer.json").exists() and saved.exists() \
+            else mixture.train_tokenizer()
+        if tok.vocab_size > cfg.vocab_size:
+            raise CliError(f"the corpora's tokenizer has {tok.vocab_size} tokens > the preset's {cfg.vocab_size}")
+        tokenizer_json = tok.to_str()
+
+        def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
+            return mixture.batches(tok, seed, batch_size, seq_len)
+    if args.steps is not None:
+        recipe["steps"] = args.steps
+    tc = TrainConfig(seed=args.seed, **recipe)
+    print(f"training {args.preset}: {tc.steps} steps of {tc.batch_size} examples "
+          f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
+    try:
+        _, losses = train(cfg, make_batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out,
+                          tokenizer_json=tokenizer_json)
+    except ValueError as e:  # e.g. args.out holds a checkpoint of another config
+        raise CliError(str(e)) from e
+    tail = losses[-tc.log_every:]
+    print(f"{args.preset}: step {len(losses)}, mean loss of the last {len(tail)} steps "
+          f"{sum(tail) / max(len(tail), 1):.4f}; checkpoint in {args.out}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.launch import launch  # imports Celery (and torch only to count GPUs)
+
+    return launch(args.name, args.processes, args.loglevel)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="setflow", description="A runtime for a set-diffusion language model.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = sub.add_parser("demo", help="the product end to end: embedded Redis + SQLite, the API, a worker; a report "
+                          "job with progress, a two-question agent session, the web page")
+    demo.add_argument("--serve", action="store_true", help="keep the API and the worker running (Ctrl-C stops)")
+    demo.add_argument("--port", type=int, default=None, help="the API's port (default: SETFLOW_API_PORT, 8000)")
+    demo.set_defaults(func=cmd_demo)
+    tour = sub.add_parser("tour", help="the shipped model in this process: a narrative (AR vs set decoding), an "
+                          "agent, a template, a session resumed from Redis")
+    tour.set_defaults(func=cmd_tour)
+    sv = sub.add_parser("serve", help="run the HTTP API (uvicorn); the embedded Redis when no REDIS_URL is set")
+    sv.add_argument("--host", default=None, help="listen address (default: SETFLOW_API_HOST, 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=None, help="port (default: SETFLOW_API_PORT, 8000)")
+    sv.set_defaults(func=cmd_serve)
+    sm = sub.add_parser("submit", help="submit a job to the API and follow it with a progress bar: "
+                        "submit KIND SPEC.json|- [--session ID]")
+    sm.add_argument("kind", choices=["narrative", "agent", "report", "turn", "infill"])
+    sm.add_argument("spec", help="the job's spec: a JSON file, '-' for stdin, or inline JSON")
+    sm.add_argument("--session", default=None, help="run on this session (default: a new one)")
+    sm.add_argument("--priority", default="interactive", choices=["interactive", "batch"])
+    sm.add_argument("--url", default=None, help="the API (default: SETFLOW_API_URL or http://127.0.0.1:8000)")
+    sm.add_argument("--key", default=None, help="API key (default: SETFLOW_API_KEY)")
+    sm.add_argument("--no-wait", action="store_true", help="print the queued job and return")
+    sm.set_defaults(func=cmd_submit)
+    wk = sub.add_parser("worker", help="start Celery worker processes (one engine each) on this machine")
+    wk.add_argument("--name", default=None, help="worker name, its own queue's name (default: host-pid); with "
+                    "several processes, NAME-0, NAME-1, ...")
+    wk.add_argument("--processes", type=int, default=None,
+                    help="worker processes (default: one per GPU, else one per torch_threads cores)")
+    wk.add_argument("--loglevel", default="warning", help="Celery log level (default: warning)")
+    wk.set_defaults(func=cmd_worker)
+    bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality|resume|load|documents|api [--quick] ...")
+    bench.add_argument("name", choices=["decode", "quality", "resume", "load", "documents", "api"])
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed on to bench/<name>.py")
+    bench.set_defaults(func=cmd_bench)
+    tr = sub.add_parser("train", help="train a preset: toy (arithmetic progressions) or small (the shipped "
+                        "model, on the narrative/agent/report corpora); resumes from --out")
+    tr.add_argument("--preset", default="toy", help="model preset: toy or small (default: toy)")
+    tr.add_argument("--steps", type=int, default=None, help="total optimiser steps (default: the preset's recipe)")
+    tr.add_argument("--out", type=Path, required=True, help="checkpoint folder; resumed when it holds a trainer state")
+    tr.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default 0)")
+    tr.set_defaults(func=cmd_train)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as e:
+        print(f"setflow: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""`setflow demo` (`make demo`): the product end to end on this machine, with no server
+installed: the embedded Redis and a SQLite file, the API, one worker process; a report job over
+a sample dataset with a progress bar (the report printed), a two-question agent session with
+each turn's resume path and timing, the web page's address; then everything stopped cleanly
+(`--serve` keeps it running until Ctrl-C)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from tqdm import tqdm
+
+from app.client import Client
+from runtime.db import database_url
+from runtime.embedded import EmbeddedRedis
+from runtime.jobs.routing import Routing
+from app.serve import ApiServer, port_free
+from runtime.settings import Settings
+from workers.local import spawn_worker, worker_env
+
+DEMO_KEY = "setflow-demo-key"  # the demo's own tenant key (SETFLOW_API_KEYS overrides it)
+DATA = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
+        "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},
+                    {"key": "churn", "value": "2.4", "prev": "2.6", "target": "2.5"},
+                    {"key": "latency", "value": "182", "prev": "190"}],
+        "breakdown": {"kind": "region", "metric": "revenue",
+                      "rows": [["EMEA", "512", "468"], ["APAC", "301", "318"], ["AMER", "427", "319"]]}}
+REPORT = {"title": "Northwind quarterly review", "data": DATA,
+          "outline": [{"title": "Revenue", "metrics": ["revenue"]}, {"title": "Customer health", "metrics": ["churn"]},
+                      {"title": "Platform performance", "metrics": ["latency"]}]}
+QUESTIONS = ("By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?",
+             "What was the churn in APAC in 2026-Q3?")
+
+
+class Stack:
+    """The embedded Redis (unless REDIS_URL), the API on a thread and worker processes.
+    start() brings them up in that order; stop() takes down whatever is up (also after a start
+    that failed halfway), and is not interrupted by a second Ctrl-C."""
+
+    def __init__(self, settings: Settings, workers: int = 1, port: int | None = None) -> None:
+        if not settings.api_keys:
+            settings = settings.model_copy(update={"api_keys": {DEMO_KEY: "demo"}})
+        self.s = settings
+        self.key = next(iter(settings.api_keys))
+        self.names = [f"demo-{i}" for i in range(workers)]
+        self.port = port
+        self.redis_server: EmbeddedRedis | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._api: ApiServer | None = None
+        self.logs = settings.data_dir / "logs"
+
+    @property
+    def api(self) -> ApiServer:
+        if self._api is None:
+            raise RuntimeError("the stack is not started")
+        return self._api
+
+    def start(self, timeout_s: float = 120.0) -> Stack:
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout_s: float) -> None:
+        if not self.s.redis_url:
+            self.redis_server = EmbeddedRedis(self.s.data_dir / "redis")
+            self.s = self.s.model_copy(update={"redis_url": self.redis_server.start()})
+        port = self.port
+        if port is None and self.s.api_port and not port_free(self.s.api_host, self.s.api_port):
+            print(f"setflow demo: port {self.s.api_port} is taken; the API takes a free one", flush=True)
+            port = 0
+        self._api = ApiServer(self.s, port=port)
+        self._api.start()  # migrates the database before any worker opens it
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for name in self.names:
+            self._launch(name)
+        self._wait_alive(self.names, self.procs, timeout_s)
+
+    def _launch(self, name: str) -> None:
+        self.procs.append(spawn_worker(name, worker_env(self.s), self.logs))
+
+    def _wait_alive(self, names: list[str], procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+        client = redis.Redis.from_url(str(self.s.redis_url))
+        routing, deadline = Routing(client, self.s), time.monotonic() + timeout_s
+        try:
+            for name, p in zip(names, procs):
+                while not routing.alive(name):
+                    if p.poll() is not None or time.monotonic() > deadline:
+                        tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                        raise RuntimeError(f"worker {name} did not start:\n{tail}")
+                    time.sleep(0.1)
+        finally:
+            client.close()
+
+    def replace_worker(self, timeout_s: float = 120.0) -> tuple[str, str]:
+        """Stop the first worker (a warm shutdown) and start a new one: what a deploy or a
+        crash does to a session's warm state.  Returns (old name, new name)."""
+        old, p = self.names.pop(0), self.procs.pop(0)
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(30)
+        new = f"demo-{len(self.names) + int(old.rsplit('-', 1)[1]) + 1}"
+        self.names.append(new)
+        self._launch(new)
+        self._wait_alive([new], [self.procs[-1]], timeout_s)
+        return old, new
+
+    def stop(self) -> None:
+        """Warm shutdown: SIGTERM to each worker (it finishes its job in flight; SIGKILL after
+        30 s), then the API, then the embedded Redis if this stack started it."""
+        with _no_interrupts():
+            for p in self.procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)
+            for p in self.procs:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            self.procs = []
+            try:
+                if self._api is not None:
+                    self._api.stop()
+            finally:
+                if self.redis_server is not None and self.redis_server.owned:
+                    self.redis_server.stop()
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """SIGINT ignored meanwhile (from the main thread; elsewhere there is none to ignore)."""
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _follow(c: Client, job_id: str, label: str) -> dict[str, Any]:
+    """The job's events with a progress bar (sections), then the finished job."""
+    bar = tqdm(total=1, desc=label, unit="section", leave=True, file=sys.stdout, ncols=80)
+    done: dict[str, Any] = {}
+    for ev in c.events(job_id):
+        if ev["event"] == "progress" and ev.get("sections") and (ev["section"], ev["sections"]) != (bar.n, bar.total):
+            bar.total = ev["sections"]
+            bar.n = ev["section"]
+            bar.set_postfix_str(str(ev.get("title", ""))[:24], refresh=False)
+            bar.refresh()
+        elif ev["event"] == "result":
+            done = {k: v for k, v in ev.items() if k not in ("event", "id")}
+    bar.close()
+    return done
+
+
+def _turns(result: dict[str, Any]) -> str:
+    return "\n".join(f"     turn {t['turn']}: {t['path']:<9} load {t['load_ms']:7.1f} ms, "
+                     f"decode {t['decode_ms']:7.1f} ms, {t['tokens']} tokens" for t in result["turns"])
+
+
+def run_demo(serve: bool = False, port: int | None = None) -> int:
+    stack = Stack(Settings(), port=port)
+    t0 = time.perf_counter()
+    print("setflow demo: starting the embedded Redis, the API and a worker ...", flush=True)
+    try:
+        stack.start()
+    except RuntimeError as e:
+        print(f"setflow demo: could not start: {e}", file=sys.stderr)
+        return 1
+    where = stack.s.redis_url
+    print(f"   Redis {where}\n   database {database_url(stack.s)}\n   API {stack.api.url} "
+          f"(OpenAPI at {stack.api.url}/docs); worker {', '.join(stack.names)}; up in "
+          f"{time.perf_counter() - t0:.1f} s\n", flush=True)
+    try:
+        with Client(stack.api.url, stack.key) as c:
+            print("1) A report over the sample dataset: a section per outline item, each a turn of one session,\n"
+                  "   then the key figures filled by infill.\n", flush=True)
+            job = c.create_job("report", REPORT)
+            done = _follow(c, job["id"], "   report")
+            if done["status"] != "succeeded":
+                print(f"   the report job {done['status']}: {done.get('error')}")
+                return 1
+            r = done["result"]
+            print("\n   " + r["markdown"].strip().replace("\n", "\n   ") + "\n")
+            facts = sum(x["facts_ok"] for x in r["sections"]), sum(x["facts_total"] for x in r["sections"])
+            exact = r["figures"]["exact"] if r.get("figures") else None
+            print(f"   facts read back from the sections: {facts[0]}/{facts[1]}; key figures filled exactly: {exact}; "
+                  f"session {r['session']}\n")
+
+            print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
+                  "   runs each tool and appends its result, and decoding resumes from the cached state.  The tools\n"
+                  "   read the sample metric store (model/corpus/agent.py Dataset, seed 2026), not the report's data.\n",
+                  flush=True)
+            session = None
+            for i, q in enumerate(QUESTIONS):
+                if i:  # the session's worker goes away: the next one resumes it from Redis (or SQL)
+                    old, new = stack.replace_worker()
+                    print(f"   (worker {old} stopped, {new} started: nothing of the session is warm there)\n",
+                          flush=True)
+                job = c.create_job("agent", {"question": q}, session=session)
+                session = job["session"]
+                a = c.wait(job["id"], 300)
+                if a["status"] != "succeeded":
+                    print(f"   the agent job {a['status']}: {a.get('error')}")
+                    return 1
+                res = a["result"]
+                print(f"   Q: {q}")
+                for call in res["calls"]:
+                    print(f"     tool {call['call']} -> {call['result']}")
+                print(f"   A: {res['answer']}\n   turns (how the session was resumed, and the timing):\n{_turns(res)}\n")
+        print(f"3) The web page (jobs, and decoding as it happens): {stack.api.url}/#key={stack.key}\n", flush=True)
+        if serve:
+            print("   serving until Ctrl-C ...", flush=True)
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+        return 0
+    finally:
+        stack.stop()
+        print("setflow demo: stopped (worker, API, Redis).", flush=True)

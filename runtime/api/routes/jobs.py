@@ -1,0 +1,121 @@
+"""/v1/jobs: create (narrative, agent, report; also turn and infill on a session), get, list,
+cancel, and the job's events as server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import redis
+from anyio.to_thread import run_sync
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import StreamingResponse
+
+from runtime.api.auth import services, tenant
+from runtime.api.models import ERRORS, JobList, JobRequest, JobView
+from runtime.api.services import Services
+from runtime.errors import BadInput, RateLimited
+from runtime.jobs.events import entries
+from runtime.jobs.rows import JOB_ID
+from runtime.tables import STATUSES, TERMINAL
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+Tenant = Annotated[str, Depends(tenant)]
+Svc = Annotated[Services, Depends(services)]
+JobId = Annotated[str, Path(pattern=f"^{JOB_ID.pattern}$")]
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with Last-Event-ID
+
+
+@router.post("", status_code=202, response_model=JobView, responses=ERRORS)
+def create_job(req: JobRequest, who: Tenant, svc: Svc) -> JobView:
+    """Queue a job; without a session it runs on a new one (the job names it).  A job that
+    cannot fit the session's context (the model's max_seq_len) is refused with 422."""
+    svc.check_fits(req.kind, req.spec, req.session, who)
+    return JobView.of(svc.dispatcher.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True))
+
+
+@router.get("", response_model=JobList, responses=ERRORS)
+def list_jobs(who: Tenant, svc: Svc,
+              status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
+              kind: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None,
+              session: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = None,
+              limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobList:
+    """The tenant's jobs, newest first."""
+    return JobList(jobs=[JobView.of(j) for j in svc.jobs.listing(who, status, kind, session, limit)])
+
+
+@router.get("/{job_id}", response_model=JobView, responses=ERRORS)
+def get_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
+    return JobView.of(svc.jobs.get(job_id, who))
+
+
+@router.post("/{job_id}/cancel", response_model=JobView, responses=ERRORS)
+def cancel_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
+    """Cancel: a queued job ends at once; a running one stops at its next decode step (the
+    turn it was decoding is not written).  A finished job is returned unchanged."""
+    return JobView.of(svc.dispatcher.cancel(job_id, who))
+
+
+@router.get("/{job_id}/events", responses={**ERRORS, 200: {"content": {"text/event-stream": {}},
+                                                           "description": "server-sent events"}})
+async def job_events(job_id: JobId, who: Tenant, svc: Svc,
+                     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
+                     after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> StreamingResponse:
+    """The job's events, from its start (or after `Last-Event-ID` / `after`), as server-sent
+    events: `status` (queued, running, succeeded, ...), `step` (each committed set: its
+    positions, token ids and their text), `progress`, and last `result` (the job as GET
+    returns it), after which the stream ends.  A tenant holds at most max_streams_per_tenant
+    streams at once per API process (429 beyond)."""
+    start = last_event_id or after or "0"
+    if start != "0" and any(int(x) >= 2**64 for x in start.split("-")):
+        raise BadInput(f"an event id is two numbers below 2**64, got {start!r}")
+    await run_sync(svc.jobs.get, job_id, who)  # 404 before the stream starts
+    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
+        raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
+                          retry_after_s=KEEPALIVE_S)
+    return StreamingResponse(_stream(svc, who, job_id, start), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(event: str, data: object, eid: str | None = None) -> str:
+    head = f"id: {eid}\n" if eid else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+
+
+async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIterator[str]:
+    """On the event loop, holding no thread while it waits (an async Redis XREAD, up to a
+    second at a time).  Events are best effort (Redis); SQL is the truth: it is read every
+    second too (a short call on a worker thread), so the stream ends with the job even if its
+    final event was lost."""
+    key = svc.keys.events(job_id)
+    start = quiet = checked = time.monotonic()
+    svc.streams[who] = svc.streams.get(who, 0) + 1  # counted while it runs (a stream never started holds nothing)
+    r = svc.aclient()
+    try:
+        yield "retry: 1000\n\n"
+        while time.monotonic() - start < MAX_STREAM_S:
+            ended = False
+            try:
+                for eid, ev in entries(await r.xread({key: after}, count=1000, block=1000)):
+                    after, quiet = eid, time.monotonic()
+                    yield _sse(str(ev.get("type", "message")), ev, after)
+                    ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+            except redis.RedisError:
+                await asyncio.sleep(0.5)
+            now = time.monotonic()
+            if ended or now - checked >= 1.0:
+                checked = now
+                job = await run_sync(svc.jobs.get, job_id)
+                if job.status in TERMINAL:
+                    yield _sse("result", JobView.of(job).model_dump(mode="json"))
+                    return
+            if now - quiet >= KEEPALIVE_S:
+                quiet = now
+                yield ": keep-alive\n\n"
+    finally:
+        svc.streams[who] -= 1
+        await r.aclose()

@@ -1,0 +1,117 @@
+"""What a workflow gets to run a job: the job, the engine, and `turn`, which keeps the job's step
+counter so that a redelivered job resumes at its first step not yet committed.
+
+Each turn a job writes is tagged (job id, step) in SQL, uniquely: a step whose turn is already
+there (the worker died after writing it, before the job row moved on) is returned as written,
+never decoded and appended again.  Every decode step checks for cancellation and queues its step
+event, without I/O (runtime/jobs/channel.py does the Redis side on its own thread); the job's SQL
+lease is renewed every third of its length.  A cancelled turn is abandoned before its commit:
+the session stays at its last turn.  close() when the attempt ends.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from typing import Any
+
+import redis
+
+from model.params import DecodeParams
+from model.tokenizer import Tokenizer
+from runtime.sessions.records import JobStep
+from runtime.sessions.engine import Engine
+from runtime.sessions.turn import TurnResult
+from runtime.errors import Cancelled, ClaimLost
+from runtime.jobs.events import JobEvents
+from runtime.jobs.channel import JobChannel
+from runtime.jobs.rows import Jobs
+from runtime.jobs.metrics import TurnMetrics
+from runtime.tables import JobRecord
+from runtime.jobs.routing import Routing
+
+
+class JobContext:
+    def __init__(self, job: JobRecord, owner: str, worker: str, engine: Engine, tokenizer: Tokenizer,
+                 jobs: Jobs, events: JobEvents, routing: Routing) -> None:
+        self.job = job
+        self.owner = owner
+        self.worker = worker
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.jobs = jobs
+        self.events = events
+        self.routing = routing
+        self.metrics = TurnMetrics(events.r, jobs.s)
+        # steps are counted from 0 on every attempt: a step already written (by an earlier
+        # attempt) is found by (job, step) and returned as written, so a workflow replays its
+        # committed steps without decoding them and resumes at its first uncommitted one
+        self.step = 0
+        self.progress: dict[str, Any] = dict(job.progress or {})
+        self.channel = JobChannel(events, job.id, beat=lambda: jobs.heartbeat(job.id, owner),
+                                  beat_every_s=jobs.s.job_lease_s / 3)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def tick(self, event: dict[str, Any] | None = None) -> None:
+        """Once per decode step, no I/O: queue `event` for the stream; stop if the job was
+        cancelled or is no longer ours (the channel's thread renews the lease and listens)."""
+        if event is not None:
+            self.channel.push({**event, "t": time.time()})  # when the step ended
+        if self.channel.lost.is_set():
+            raise ClaimLost(f"job {self.job.id}: the lease was lost (requeued to another worker)")
+        if self.channel.cancelled.is_set():
+            raise Cancelled(f"job {self.job.id} was cancelled (seen at {self.channel.seen_at})")
+
+    def report(self, **progress: Any) -> None:
+        """Workflow progress (sections done, ...): to SQL (what GET and the jobs list show, also
+        after the last step) and to the stream (best effort).  A counter never goes back: a
+        redelivered job replays its committed steps, and says nothing new until it passes them."""
+        old = {k: v for k, v in self.progress.items() if k in progress}
+        if any(isinstance(v, int) and isinstance(old.get(k), int) and v < old[k] for k, v in progress.items()):
+            return
+        self.progress.update(progress)
+        self.jobs.step_done(self.job.id, self.owner, int(self.progress.get("steps", 0)), self.progress)
+        self._publish({"type": "progress", **progress})
+
+    def turn(self, session: str, input_ids: list[int], params: DecodeParams, text: str = "",
+             infill: bool = False) -> TurnResult:
+        """One engine turn as this job's next step; the step is committed (SQL) when it returns.
+        infill: input_ids holds mask ids at holes, decoded in place (Engine.turn)."""
+        step = self.step
+        self.tick()  # cancelled before it started: nothing to undo
+        result: TurnResult | None = None
+        with closing(self.engine.turn(session, self.job.tenant, input_ids, params, text=text,
+                                      job=JobStep(self.job.id, step, self.owner), infill=infill)) as events:
+            for ev in events:
+                if isinstance(ev, TurnResult):
+                    result = ev
+                    break
+                # pieces: each token's text, so a watcher (the web page) can show it at its position
+                self.tick({"type": "step", "turn": step, "step": ev.step, "positions": ev.positions,
+                           "tokens": ev.tokens, "pieces": [self.tokenizer.decode([t], skip_special=True) for t in ev.tokens],
+                           "cut": ev.cut, "nfe": ev.nfe})
+        if result is None:
+            raise AssertionError("Engine.turn ends with its TurnResult")
+        self.step = step + 1
+        if result.path != "done":
+            self.progress["tokens"] = self.progress.get("tokens", 0) + len(result.tokens)
+        self.progress["steps"] = max(self.step, int(self.progress.get("steps", 0)))
+        self.jobs.step_done(self.job.id, self.owner, self.progress["steps"], self.progress)
+        try:  # the step is committed: what follows only helps routing, watchers and metrics
+            self.routing.touch(session, self.worker)
+            if result.path != "done":
+                self.metrics.record(self.job.tenant, result.path, result.costs.get("load_s", 0.0),
+                                    sum(v for k, v in result.costs.items() if not k.endswith("_est_s")))
+            self.channel.flush()  # this turn's step events before its progress event
+        except redis.RedisError:
+            pass
+        self._publish({"type": "progress", **self.progress})
+        return result
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        try:
+            self.events.publish(self.job.id, event)
+        except redis.RedisError:
+            pass  # events are for watchers; the job's state is in SQL

@@ -1,0 +1,162 @@
+"""Submitting, routing, cancelling and reaping jobs: what the API (and tests, benchmarks) call.
+
+    submit: check the spec -> take a rate-limit token -> SQL job row (queued) -> status event
+            -> send the job id to its queue (unless an earlier job of its session is unfinished:
+               the one finishing sends it, so a session's jobs run in submission order)
+    reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
+            send again queued jobs that sat on a dead worker's queue or were never delivered
+
+Tasks are sent by name through `send(job_id, queue)` (workers/celery_app.py provides one over
+Celery), so this module imports no Celery, no torch, and no workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from runtime.errors import BadInput, NotFound
+from runtime.jobs.events import JobEvents
+from runtime.jobs.rows import Jobs
+from runtime.keys import Keys
+from runtime.jobs.ratelimit import RateLimiter
+from runtime.tables import TERMINAL, JobRecord
+from runtime.jobs.routing import Routing
+from runtime.jobs.specs import check_spec
+
+Send = Callable[[str, str], None]  # (job id, queue)
+log = logging.getLogger("setflow.dispatch")
+
+
+def check_size(spec: dict[str, Any], max_tokens: int) -> None:
+    """Bounded input: at most max_input_tokens ids, or a text that cannot encode to more
+    (a token covers at least one character... or one byte of it)."""
+    ids, text = spec.get("input_ids"), spec.get("text")
+    if isinstance(ids, list) and len(ids) > max_tokens:
+        raise BadInput(f"input is {len(ids)} tokens; at most {max_tokens}")
+    if isinstance(text, str) and len(text) > 4 * max_tokens:
+        raise BadInput(f"input text is {len(text)} characters; at most {4 * max_tokens}")
+
+
+class Dispatcher:
+    def __init__(self, client: redis.Redis, jobs: Jobs, send: Send) -> None:
+        self.r = client
+        self.jobs = jobs
+        self.s = jobs.s
+        self.k = Keys(self.s.key_prefix)
+        self.routing = Routing(client, self.s)
+        self.events = JobEvents(client, self.s)
+        self.limiter = RateLimiter(client, self.s)
+        self.send = send
+
+    def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
+               priority: str = "interactive", open_session: bool = False) -> JobRecord:
+        """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
+        written the job is accepted: a failed send is left to the reaper (next pass).
+        open_session: a job submitted without a session runs on a new one (Jobs.create)."""
+        opens = session is None and open_session
+        check_spec(kind, spec, "new" if opens else session)
+        self.jobs.check(tenant, priority)
+        check_size(spec, self.s.max_input_tokens)
+        if session is not None:
+            self.jobs.check_session(session, tenant)
+        self.limiter.take(tenant)
+        queue = self.routing.route(session, priority)
+        job, blocked = self.jobs.create(kind, tenant, spec, session, priority, queue, open_session=opens)
+        self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
+        if blocked:
+            # the job before it sends it when it ends; but that one may have ended while this
+            # row was being written (PostgreSQL's READ COMMITTED lets both miss the other)
+            nxt = self.jobs.next_queued(session) if session is not None else None
+            if nxt is None or nxt.id != job.id:
+                return job
+        try:
+            self.send(job.id, queue)
+            if blocked:
+                self.jobs.mark_dispatched(job.id, queue)
+        except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
+            log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
+            self.jobs.mark_dispatched(job.id, queue, sent=False)
+        return job
+
+    def send_job(self, job: JobRecord, shared: bool = False) -> str:
+        queue = self.routing.shared(job.priority) if shared else self.routing.route(job.session_id, job.priority)
+        self.jobs.mark_dispatched(job.id, queue)  # before the send: a fast worker must not see it unsent
+        self.send(job.id, queue)
+        return queue
+
+    def dispatch_next(self, session: str | None) -> JobRecord | None:
+        """Send the session's next queued job, if its turn has come."""
+        nxt = self.jobs.next_queued(session) if session is not None else None
+        if nxt is not None:
+            self.send_job(nxt)
+        return nxt
+
+    def cancel(self, job_id: str, tenant: str) -> JobRecord:
+        job, ended = self.jobs.cancel(job_id, tenant)
+        if job.status == "running":
+            self.events.request_cancel(job.id)  # the holder stops at its next step
+        elif ended:  # it was queued: nobody runs it now, and the session's next job may go
+            self._event(job.id, {"type": "status", "status": "cancelled", "error": job.error})
+            self.dispatch_next(job.session_id)
+        return job
+
+    def _event(self, job_id: str, event: dict[str, Any]) -> None:
+        try:
+            self.events.publish(job_id, event)
+        except redis.RedisError:
+            log.warning("job %s: event not published: %s", job_id, event)
+
+    def wait(self, job_id: str, timeout_s: float) -> JobRecord:
+        """The job once finished, or as it is at the timeout.  Woken by its final status event;
+        SQL is read too (before, and after every quiet second), since events are best effort."""
+        deadline, after, checked = time.monotonic() + timeout_s, "0", 0.0
+        while True:
+            now = time.monotonic()
+            if now - checked >= 1.0 or now >= deadline:  # not at every batch of step events
+                job, checked = self.jobs.get(job_id), now
+                if job.status in TERMINAL or now >= deadline:
+                    return job
+            left = deadline - now
+            try:
+                for eid, ev in self.events.read(job_id, after, block_ms=max(1, int(min(left, 1.0) * 1000))):
+                    after = eid
+                    if ev.get("type") == "status" and ev.get("status") in TERMINAL:
+                        return self.jobs.get(job_id)
+            except redis.RedisError:
+                time.sleep(min(0.2, max(0.0, left)))
+
+    # ---- the reaper -------------------------------------------------------------------------
+
+    def reap(self) -> dict[str, int]:
+        """One pass; several workers run it, one at a time (a Redis lock for the interval)."""
+        if not self.r.set(self.k.reaper, 1, nx=True, px=max(1, int(self.s.reaper_interval_s * 900))):
+            return {}
+        out = {"requeued": 0, "gave_up": 0, "resent": 0}
+        for job in self.jobs.expired():
+            if self.jobs.requeue(job):
+                out["requeued"] += 1
+                if not self.jobs.blocked(job):
+                    self.send_job(job, shared=True)  # its worker may still look alive for a few beats
+                self._event(job.id, {"type": "status", "status": "queued",
+                                     "reason": f"worker {job.worker} lost its lease"})
+            else:
+                try:
+                    final = self.jobs.get(job.id)
+                except NotFound:
+                    continue
+                if final.status == "failed":
+                    out["gave_up"] += 1
+                    self._event(job.id, {"type": "status", "status": "failed", "error": final.error})
+                    self.dispatch_next(job.session_id)
+        dead = [q for q in self.jobs.queued_queues()
+                if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
+        for job in self.jobs.stale(dead):
+            if not self.jobs.blocked(job):
+                out["resent"] += 1
+                self.send_job(job, shared=True)
+        return out

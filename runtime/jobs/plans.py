@@ -1,0 +1,75 @@
+"""What a job will append to its session, in tokens, known before it runs (no torch): the
+report's section prompts and its key-figures template, a narrative's prompt, a turn's input.
+The worker decodes exactly these inputs; the API checks, before it accepts a job, that they fit
+the model's context after what the session holds already (a report refused at its fourth
+section, after three turns of work, is a 422 at submission instead).
+
+Each report section's input ends with its heading, "## {title}\\n" (the first line of the
+section as the model was trained to write it): the title is the user's, verbatim, and the
+model writes the body."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from model.config import BOS_ID
+from model.corpus import narrative as corpus
+from model.corpus.report import HOLE, Section, infill_tokens, template
+from model.tokenizer import Tokenizer
+from runtime.errors import BadInput
+from runtime.jobs.specs import HOLE as HOLE_MARK
+from runtime.jobs.specs import InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
+
+assert HOLE == HOLE_MARK
+
+
+def section_payload(data: corpus.Payload, keys: list[str]) -> corpus.Payload:
+    """The data one section is written from: its metrics (in outline order), and the breakdown
+    when it breaks one of them down (as in training, where a section has at most two metrics)."""
+    by_key = {m.key: m for m in data.metrics}
+    b = data.breakdown if data.breakdown is not None and data.breakdown.metric in keys else None
+    return corpus.Payload(data.tenant, data.period, data.style, [by_key[k] for k in keys], b)
+
+
+def section_input(tok: Tokenizer, title: str, payload: corpus.Payload) -> tuple[list[int], str]:
+    """[BOS] <section>title / payload</section> ## title\\n: ids and text."""
+    sec = Section(title, payload)
+    head = f"## {title}\n"
+    return [BOS_ID, *tok.encode(sec.prompt_text()), *tok.encode(head)], sec.prompt_text() + head
+
+
+def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int
+                    ) -> tuple[list[int], list[int], str]:
+    """The key figures: (the template's ids with mask_id at the holes, the same filled with the
+    answers the data fixes, its text with <hole> markers)."""
+    t = template(replace(data, breakdown=None))
+    ids, hole = infill_tokens(tok, t)
+    return [mask_id if h else x for x, h in zip(ids, hole)], ids, t.context_text() + t.text(hole=HOLE)
+
+
+def positions(kind: str, spec: object, tok: Tokenizer) -> int:
+    """Positions the job appends to its session at most (inputs + tokens it may decode); 0 for
+    kinds whose length depends on what the model writes (an agent's tool results: the agent
+    ends early, with reason "context", where its session is full)."""
+    if isinstance(spec, ReportSpec):
+        data = spec.data.to_payload()
+        n = sum(len(section_input(tok, s.title, section_payload(data, list(s.metrics)))[0])
+                + spec.params.max_new_tokens for s in spec.outline)
+        return n + (len(report_template(tok, data, 0)[0]) if spec.summary else 0)
+    if isinstance(spec, NarrativeSpec):
+        return 1 + len(tok.encode(corpus.prompt_text(spec.payload.to_payload()))) + spec.params.max_new_tokens
+    if isinstance(spec, TurnSpec):
+        n = len(spec.input_ids) if spec.input_ids is not None else len(tok.encode(spec.text or ""))
+        return n + spec.params.max_new_tokens
+    if isinstance(spec, InfillSpec):
+        return len(tok.encode(spec.text))
+    return 0
+
+
+def check_fits(kind: str, spec: object, tok: Tokenizer, used: int, max_seq_len: int) -> None:
+    """BadInput when the job cannot fit: `used` positions of the session are taken already."""
+    need = positions(kind, spec, tok)
+    if used + need > max_seq_len:
+        raise BadInput(f"context_overflow: this {kind} needs up to {need} positions and the session has "
+                       f"{max_seq_len - used} of {max_seq_len} left (fewer sections, shorter inputs or a smaller "
+                       f"max_new_tokens, or a new session)")

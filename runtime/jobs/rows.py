@@ -1,0 +1,290 @@
+"""Jobs in SQL: their lifecycle, claimed and finished under a fencing token.
+
+    create -> queued --claim--> running --finish--> succeeded | failed | cancelled
+                 ^                 |
+                 +---- requeue ----+   (the reaper: the running job's lease expired)
+
+A claim is an optimistic UPDATE conditioned on the row being as it was read (status and
+attempts), so two deliveries of one job never both run it: the loser sees a running job under a
+live lease, or a finished one, and does nothing.  Every later write of the holder (heartbeat,
+step, finish) is conditioned on its claim token (`owner`): a holder whose job was requeued after
+its lease expired can no longer change the row (ClaimLost), only the new holder can.
+
+Jobs on one session run one at a time, in submission order (`seq`): a job is `blocked` while an
+earlier job of its session has not finished; the one finishing sends the next (runtime/jobs/dispatch.py).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import sessionmaker
+
+from runtime.db import writer
+from runtime.errors import BadInput, ClaimLost, NotFound
+from runtime.tables import TERMINAL, JobRecord, SessionRecord
+from runtime.settings import Settings
+
+PRIORITIES = ("interactive", "batch")
+JOB_ID = re.compile(r"[0-9a-f]{24}")
+
+
+@dataclass
+class Claim:
+    job: JobRecord
+    owner: str | None  # the claim token; None: not claimed, see reason
+    reason: str = ""  # "claimed", "finished", "running elsewhere", "waiting", "gave up"
+
+
+class Jobs:
+    """One short transaction per call."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.s = settings
+        self._db = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+
+    # ---- submission -------------------------------------------------------------------------
+
+    @staticmethod
+    def check(tenant: str, priority: str) -> None:
+        if priority not in PRIORITIES:
+            raise BadInput(f"priority must be one of {PRIORITIES}, got {priority!r}")
+        if not isinstance(tenant, str) or not tenant or len(tenant) > 128:
+            raise BadInput("tenant must be 1..128 characters")
+
+    def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
+               priority: str = "interactive", queue: str = "", open_session: bool = False) -> tuple[JobRecord, bool]:
+        """A queued job, and whether it is blocked (an earlier job of its session is
+        unfinished: that one's end sends it).  A session's jobs get consecutive seq numbers in
+        submission order.  queue: where it is about to be sent, recorded as sent now unless it
+        is blocked (then recorded as never sent: the reaper sends it if nobody else does).
+        open_session (with session None): the job runs on a new session, written in the same
+        transaction (a refused job leaves no session behind)."""
+        self.check(tenant, priority)
+        for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
+            try:
+                with self._write.begin() as db:
+                    seq = 0
+                    if session is None and open_session:
+                        session = secrets.token_hex(16)
+                        db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
+                        db.flush()
+                    if session is not None:
+                        owner = db.get(SessionRecord, session, with_for_update=True)  # vs a delete (Records.delete_session)
+                        if owner is None or owner.tenant != tenant:
+                            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+                        seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session))
+                                  or 0) + 1
+                    blocked = session is not None and db.scalar(select(JobRecord.id).where(
+                        JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
+                    sent = bool(queue) and not blocked
+                    job = JobRecord(id=secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
+                                    priority=priority, spec=spec, status="queued", attempts=0, lease_until=0.0,
+                                    queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0, step=0,
+                                    progress={}, cancel_requested=False)
+                    db.add(job)
+                return job, blocked
+            except IntegrityError:
+                continue
+        raise BadInput(f"session {session}: too many concurrent submissions")
+
+    def get(self, job_id: str, tenant: str | None = None) -> JobRecord:
+        """NotFound for an unknown job and for another tenant's."""
+        if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+            raise NotFound(f"no job {job_id!r}")
+        with self._db() as db:
+            job = db.get(JobRecord, job_id)
+        if job is None or (tenant is not None and job.tenant != tenant):
+            raise NotFound(f"no job {job_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
+        return job
+
+    def listing(self, tenant: str, status: str | None = None, kind: str | None = None, session: str | None = None,
+             limit: int = 50) -> list[JobRecord]:
+        """The tenant's jobs, newest first."""
+        q = select(JobRecord).where(JobRecord.tenant == tenant)
+        if status is not None:
+            q = q.where(JobRecord.status == status)
+        if kind is not None:
+            q = q.where(JobRecord.kind == kind)
+        if session is not None:
+            q = q.where(JobRecord.session_id == session)
+        with self._db() as db:
+            return list(db.scalars(q.order_by(JobRecord.created_at.desc(), JobRecord.id).limit(limit)))
+
+    def unfinished_jobs(self, session: str) -> list[JobRecord]:
+        """The session's jobs not yet finished, in submission order."""
+        with self._db() as db:
+            return list(db.scalars(select(JobRecord).where(
+                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).order_by(JobRecord.seq)))
+
+    def unfinished(self, session: str) -> int:
+        """The session's jobs not yet finished (queued or running)."""
+        with self._db() as db:
+            return int(db.scalar(select(func.count()).select_from(JobRecord).where(
+                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL))) or 0)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(kind, status) -> jobs, over every tenant (the metrics)."""
+        with self._db() as db:
+            rows = db.execute(select(JobRecord.kind, JobRecord.status, func.count()).group_by(
+                JobRecord.kind, JobRecord.status)).all()
+        return {(k, s): int(n) for k, s, n in rows}
+
+    def check_session(self, session: str, tenant: str) -> None:
+        with self._db() as db:
+            owner = db.get(SessionRecord, session)
+        if owner is None or owner.tenant != tenant:
+            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+
+    def mark_dispatched(self, job_id: str, queue: str, sent: bool = True) -> None:
+        """Where the job was sent; sent=False: the send failed (the reaper sends it at its next pass)."""
+        with self._write.begin() as db:
+            db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
+                       .values(queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0))
+
+    # ---- ordering ---------------------------------------------------------------------------
+
+    def blocked(self, job: JobRecord) -> bool:
+        """An earlier job of the same session has not finished."""
+        if job.session_id is None:
+            return False
+        with self._db() as db:
+            return db.scalar(select(JobRecord.id).where(
+                JobRecord.session_id == job.session_id, JobRecord.seq < job.seq,
+                JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
+
+    def next_queued(self, session: str) -> JobRecord | None:
+        """The session's next job to run: its earliest unfinished one, when that one is queued."""
+        with self._db() as db:
+            job = db.scalar(select(JobRecord).where(JobRecord.session_id == session,
+                                                    JobRecord.status.not_in(TERMINAL))
+                            .order_by(JobRecord.seq).limit(1))
+        return job if job is not None and job.status == "queued" else None
+
+    # ---- the holder -------------------------------------------------------------------------
+
+    def claim(self, job_id: str, worker: str) -> Claim:
+        now = time.time()
+        job = self.get(job_id)
+        if job.status in TERMINAL:
+            return Claim(job, None, "finished")
+        if job.status == "running" and job.lease_until >= now:
+            return Claim(job, None, "running elsewhere")
+        if self.blocked(job):
+            return Claim(job, None, "waiting")
+        if job.attempts >= self.s.job_max_attempts:
+            if self._give_up(job):
+                return Claim(self.get(job_id), None, "gave up")
+            return Claim(self.get(job_id), None, "running elsewhere")  # its holder renewed meanwhile
+        owner = secrets.token_hex(16)
+        with self._write.begin() as db:
+            n = _rows(db.execute(update(JobRecord).where(
+                JobRecord.id == job_id, JobRecord.status == job.status, JobRecord.attempts == job.attempts,
+                JobRecord.owner.is_(None) if job.owner is None else JobRecord.owner == job.owner,
+                # a holder that renewed its lease since we read it keeps the job
+                *([JobRecord.lease_until < now] if job.status == "running" else []),
+            ).values(status="running", owner=owner, worker=worker, attempts=job.attempts + 1,
+                     lease_until=now + self.s.job_lease_s,
+                     started_at=job.started_at or datetime.now(UTC))))
+        if n != 1:  # another delivery claimed it between our read and our write
+            return Claim(self.get(job_id), None, "running elsewhere")
+        return Claim(self.get(job_id), owner, "claimed")
+
+    def heartbeat(self, job_id: str, owner: str) -> bool:
+        """Extend the holder's lease; ClaimLost when the job is no longer this holder's.
+        Returns whether a cancellation was requested (the Redis flag's durable twin)."""
+        self._own(job_id, owner, lease_until=time.time() + self.s.job_lease_s)
+        with self._db() as db:
+            return bool(db.scalar(select(JobRecord.cancel_requested).where(JobRecord.id == job_id)) or False)
+
+    def step_done(self, job_id: str, owner: str, step: int, progress: dict[str, Any]) -> None:
+        self._own(job_id, owner, step=step, progress=progress, lease_until=time.time() + self.s.job_lease_s)
+
+    def finish(self, job_id: str, owner: str, status: str, result: dict[str, Any] | None = None,
+               error: dict[str, Any] | None = None) -> None:
+        if status not in TERMINAL:
+            raise ValueError(f"finish with a terminal status, not {status!r}")
+        self._own(job_id, owner, status=status, result=result, error=error, owner=None, lease_until=0.0,
+                  finished_at=datetime.now(UTC))
+
+    def _own(self, job_id: str, holder: str, **values: Any) -> None:
+        with self._write.begin() as db:
+            n = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.owner == holder,
+                                                   JobRecord.status == "running").values(**values)))
+        if n != 1:
+            raise ClaimLost(f"job {job_id}: no longer held by this worker (lease expired, requeued or cancelled)")
+
+    # ---- cancellation -----------------------------------------------------------------------
+
+    def cancel(self, job_id: str, tenant: str) -> tuple[JobRecord, bool]:
+        """A queued job is cancelled here (returns it with True: this call ended it); a running
+        one is marked, and its holder stops at its next step.  A finished job stays as it is."""
+        self.get(job_id, tenant)
+        with self._write.begin() as db:
+            ended = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
+                                     .values(status="cancelled", cancel_requested=True, owner=None,
+                                             finished_at=datetime.now(UTC),
+                                             error={"code": "cancelled", "message": "cancelled while queued"})))
+            db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "running")
+                       .values(cancel_requested=True))
+        return self.get(job_id), ended == 1
+
+    # ---- the reaper's queries ---------------------------------------------------------------
+
+    def expired(self, limit: int = 100) -> list[JobRecord]:
+        """Running jobs whose holder stopped renewing its lease (its worker died or hung)."""
+        with self._db() as db:
+            return list(db.scalars(select(JobRecord).where(JobRecord.status == "running",
+                                                           JobRecord.lease_until < time.time()).limit(limit)))
+
+    def requeue(self, job: JobRecord) -> bool:
+        """Back to queued, if it is still the expired claim the reaper read."""
+        if job.attempts >= self.s.job_max_attempts:
+            self._give_up(job)
+            return False
+        with self._write.begin() as db:
+            n = _rows(db.execute(update(JobRecord).where(
+                JobRecord.id == job.id, JobRecord.status == "running", JobRecord.owner == job.owner,
+                JobRecord.lease_until < time.time()).values(status="queued", owner=None)))
+        return n == 1
+
+    def stale(self, dead_queues: list[str], limit: int = 100) -> list[JobRecord]:
+        """Queued jobs that may never be delivered: sent long ago, or sent to a dead worker's queue."""
+        old = time.time() - self.s.job_requeue_after_s
+        conds = [JobRecord.dispatched_at < old]
+        if dead_queues:
+            conds.append(JobRecord.queue.in_(dead_queues))
+        with self._db() as db:
+            return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", or_(*conds)))
+                                   .order_by(JobRecord.created_at).limit(limit)))
+
+    def queued_queues(self) -> list[str]:
+        with self._db() as db:
+            return [q for q in db.scalars(select(JobRecord.queue).where(JobRecord.status == "queued").distinct()) if q]
+
+    def _give_up(self, job: JobRecord) -> bool:
+        """Fail a job whose attempts are spent: only as it was read (queued, or running under
+        an expired lease), never under a holder that renewed its lease meanwhile.  True: failed."""
+        live = or_(JobRecord.status == "queued", JobRecord.lease_until < time.time())
+        with self._write.begin() as db:
+            return 1 == _rows(db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
+                                               JobRecord.attempts == job.attempts, live,
+                                               JobRecord.owner.is_(None) if job.owner is None
+                                               else JobRecord.owner == job.owner)
+                       .values(status="failed", owner=None, finished_at=datetime.now(UTC),
+                               error={"code": "worker_lost",
+                                      "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"})))
+
+
+def _rows(result: Any) -> int:
+    """Rows an UPDATE matched (a CursorResult's rowcount)."""
+    return int(result.rowcount)

@@ -1,0 +1,228 @@
+"""Pydantic models of what crosses a process boundary: job specs as submitted (checked by the
+submitter, so bad input is refused before any state changes, and again by the worker, which
+must not trust a stored payload).  No torch here: the API process imports this."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from model.corpus import narrative as corpus  # plain Python: the payload's vocabulary, no torch
+from runtime.errors import BadInput
+
+HOLE = "<hole>"  # one masked token in an infill text
+TOKEN_ID = Annotated[int, Field(ge=0, lt=2**16)]  # the worker checks the model's own vocabulary too
+SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a control token, not to characters
+
+
+def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
+    """Free text must not smuggle control tokens into the model's input ([MASK] would become a
+    hole, [BOS] a new document): refused, naming the token."""
+    for special in SPECIAL:
+        if special in v and special not in allowed:
+            raise ValueError(f"{special} is a control token, not text" + (
+                f" (write a hole as {HOLE})" if special == "[MASK]" else ""))
+    return v
+_NUMBER = re.compile(r"^\d{1,9}(\.\d{1,3})?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .&'/-]{0,39}$")  # tenant, region, segment names: one line, no '|'
+
+
+class ParamsSpec(BaseModel):
+    """model.params.DecodeParams, as JSON (the worker builds the real one from it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    policy: Literal["set", "prefix", "block", "ar"] = "set"
+    window: int = Field(default=4, ge=1, le=256)
+    tau: float | None = Field(default=0.9, ge=0.0, le=1.0)
+    max_new_tokens: int = Field(default=64, ge=0, le=4096)
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    stop: list[Annotated[list[TOKEN_ID], Field(min_length=1, max_length=32)]] = Field(default_factory=list,
+                                                                                   max_length=16)
+    ignore_eos: bool = False
+
+
+def _defaults(**values: Any) -> Any:
+    """A ParamsSpec default for a workflow: the setting benchmarked best for its task
+    (docs/BENCHMARKS.md, the quality section)."""
+    return Field(default_factory=lambda: ParamsSpec(**values))
+
+
+class TurnSpec(BaseModel):
+    """One turn on a session: input as token ids or as text (the worker tokenizes it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_ids: list[TOKEN_ID] | None = Field(default=None, min_length=1)
+    text: str | None = Field(default=None, min_length=1)
+    params: ParamsSpec = Field(default_factory=lambda: ParamsSpec())
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return None if v is None else _plain(v, allowed=("[BOS]", "[EOS]"))  # a new document may start
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TurnSpec:
+        if (self.input_ids is None) == (self.text is None):
+            raise ValueError("give exactly one of input_ids and text")
+        return self
+
+
+class InfillSpec(BaseModel):
+    """A template whose `<hole>` markers (one per token) are decoded in place, appended to the
+    session: the text around the holes is context on both sides; positions never shift."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=16384)
+    params: ParamsSpec = _defaults(policy="set", window=8, tau=0.7)
+
+    @field_validator("text")
+    @classmethod
+    def _has_hole(cls, v: str) -> str:
+        if HOLE not in v:
+            raise ValueError(f"an infill text marks at least one hole as {HOLE}")
+        return _plain(v, allowed=("[BOS]", "[EOS]"))
+
+
+# ---- the dashboard payload (narratives and reports) -------------------------------------------
+
+def _number(v: str | None) -> str | None:
+    if v is not None and not _NUMBER.match(v):
+        raise ValueError(f"a number as text, like 1240 or 2.4, got {v!r}")
+    return v
+
+
+class MetricSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: Literal[tuple(corpus.METRIC)]  # type: ignore[valid-type]
+    value: str
+    prev: str
+    target: str | None = None
+
+    _numbers = field_validator("value", "prev", "target")(classmethod(lambda cls, v: _number(v)))
+
+
+class BreakdownSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["region", "segment"]
+    metric: Literal[tuple(corpus.METRIC)]  # type: ignore[valid-type]
+    rows: list[tuple[str, str, str]] = Field(min_length=1, max_length=4)  # (name, value, prev)
+
+    @field_validator("rows")
+    @classmethod
+    def _rows(cls, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        for name, value, prev in rows:
+            if not _NAME.match(name):
+                raise ValueError(f"a row name is 1-40 letters, digits, spaces or .&'/-, got {name!r}")
+            _number(value), _number(prev)
+        return rows
+
+
+class PayloadSpec(BaseModel):
+    """A dashboard's numbers: what a narrative or a report section is written from."""
+
+    model_config = ConfigDict(extra="forbid")
+    tenant: str = Field(pattern=_NAME.pattern)
+    period: str = Field(pattern=r"^[A-Za-z0-9-]{1,16}$")
+    style: Literal["brief", "formal", "casual"] = "formal"
+    metrics: list[MetricSpec] = Field(min_length=1, max_length=4)
+    breakdown: BreakdownSpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PayloadSpec:
+        keys = [m.key for m in self.metrics]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each metric at most once")
+        if self.breakdown is not None and self.breakdown.metric not in keys:
+            raise ValueError(f"the breakdown's metric {self.breakdown.metric!r} is not among the metrics")
+        return self
+
+    def to_payload(self) -> corpus.Payload:
+        b = self.breakdown
+        return corpus.Payload(self.tenant, self.period, self.style,
+                              [corpus.Metric(m.key, m.value, m.prev, m.target) for m in self.metrics],
+                              corpus.Breakdown(b.kind, b.metric, [(r[0], r[1], r[2]) for r in b.rows]) if b else None)
+
+
+class NarrativeSpec(BaseModel):
+    """One dashboard narrative from a metrics payload."""
+
+    model_config = ConfigDict(extra="forbid")
+    payload: PayloadSpec
+    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=256)
+
+
+class AgentSpec(BaseModel):
+    """A question answered with tools (a calculator, a metric lookup over the sample dataset
+    `dataset_seed` names); each decoding segment (up to a tool call, or the answer) is a turn."""
+
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f<>]+$")
+    dataset_seed: int = Field(default=2026, ge=0, lt=2**31)
+    max_calls: int = Field(default=6, ge=0, le=8)
+    params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=96)
+
+    _plain_question = field_validator("question")(classmethod(lambda cls, v: _plain(v)))
+
+
+class SectionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=60, pattern=r"^[^\x00-\x1f<>]+$")
+    metrics: list[Literal[tuple(corpus.METRIC)]] = Field(min_length=1, max_length=2)  # type: ignore[valid-type]
+
+    _plain_title = field_validator("title")(classmethod(lambda cls, v: _plain(v)))
+
+    @field_validator("metrics")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("each metric at most once per section")
+        return v
+
+
+class ReportSpec(BaseModel):
+    """A report over one dataset: a section per outline item (each a turn of one session, so
+    the earlier sections stay in its cache), then, if `summary`, a key-figures template whose
+    numbers and words are filled by infill."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f<>]+$")
+    data: PayloadSpec
+    outline: list[SectionSpec] = Field(min_length=1, max_length=6)
+    summary: bool = True
+    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
+    infill_params: ParamsSpec = _defaults(policy="set", window=8, tau=0.7)
+
+    @model_validator(mode="after")
+    def _known_metrics(self) -> ReportSpec:
+        have = {m.key for m in self.data.metrics}
+        for s in self.outline:
+            missing = [k for k in s.metrics if k not in have]
+            if missing:
+                raise ValueError(f"section {s.title!r} uses metrics not in data: {missing}")
+        return self
+
+
+#: job kind -> its spec model, and whether it runs on a session (the API opens one for a job
+#: submitted without: each job's turns are a session, which can be read, forked and resumed)
+SPECS: dict[str, tuple[type[BaseModel], bool]] = {
+    "turn": (TurnSpec, True), "infill": (InfillSpec, True), "narrative": (NarrativeSpec, True),
+    "agent": (AgentSpec, True), "report": (ReportSpec, True)}
+
+
+def check_spec(kind: str, spec: Any, session: str | None) -> BaseModel:
+    """The spec as its model; BadInput (with pydantic's reasons) when it is not one."""
+    if kind not in SPECS:
+        raise BadInput(f"unknown job kind {kind!r}; known: {sorted(SPECS)}")
+    model, needs_session = SPECS[kind]
+    if needs_session and session is None:
+        raise BadInput(f"a {kind!r} job runs on a session: give its id")
+    if not isinstance(spec, dict):
+        raise BadInput(f"a job spec is a JSON object, got {type(spec).__name__}")
+    try:
+        return model.model_validate(spec)
+    except ValidationError as e:
+        reasons = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'spec'}: {err['msg']}" for err in e.errors())
+        raise BadInput(f"bad {kind} spec: {reasons}") from None

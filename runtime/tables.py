@@ -1,0 +1,96 @@
+"""The durable records (SQLAlchemy 2.0): sessions, their turns, and jobs.
+
+A turn keeps what a user was given (its text and token ids) and the commit-order ledger needed
+to rebuild the session's KV cache exactly: the (position, token) pairs in the order their K/V
+entered the cache (prompt prefills, then each committed set, by position inside a set).  The
+cache of a session is the concatenation of its turns' ledgers; recomputing it is one causal
+prefill of that ledger (model/decode.py's invariant I5).
+
+A turn written by a job carries (job_id, job_step), unique: the database itself refuses a second
+turn for the same step of the same job, so a redelivered or duplicated task never appends twice.
+
+A job is one unit of queued work (a turn, a report, a narrative): its lifecycle is in
+runtime/jobs/rows.py.  Statuses: queued -> running -> succeeded | failed | cancelled; a running job
+whose lease expired (its worker died) goes back to queued.  Jobs on one session run one at a
+time in submission order (`seq`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRecord(Base):
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    model_fingerprint: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
+    turns: Mapped[list[TurnRecord]] = relationship(back_populates="session", order_by="TurnRecord.index")
+
+
+class TurnRecord(Base):
+    __tablename__ = "turns"
+    __table_args__ = (UniqueConstraint("session_id", "index", name="uq_turn_index"),
+                      Index("uq_turn_job_step", "job_id", "job_step", unique=True))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)  # 0, 1, ... within the session
+    role: Mapped[str] = mapped_column(String(16))  # "user", "assistant", "tool"
+    text: Mapped[str] = mapped_column(Text)
+    token_ids: Mapped[list[int]] = mapped_column(JSON)
+    ledger: Mapped[list[list[int]]] = mapped_column(JSON)  # [[position, token], ...] in commit order
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # decode params, path taken, costs
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    job_id: Mapped[str | None] = mapped_column(String(32), default=None)  # the job that wrote it, if any
+    job_step: Mapped[int | None] = mapped_column(Integer, default=None)  # that job's step counter
+    session: Mapped[SessionRecord] = relationship(back_populates="turns")
+
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class JobRecord(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("session_id", "seq", name="uq_job_seq"),
+                      Index("ix_job_status_lease", "status", "lease_until"))
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))  # the workflow: "turn", ...
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), default=None,
+                                                   index=True)
+    seq: Mapped[int] = mapped_column(Integer, default=0)  # submission order within the session (1, 2, ...)
+    priority: Mapped[str] = mapped_column(String(16))  # "interactive" or "batch"
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the workflow's input, as submitted
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (deliveries that started it)
+    owner: Mapped[str | None] = mapped_column(String(64), default=None)  # the current claim's token
+    worker: Mapped[str | None] = mapped_column(String(128), default=None)  # the worker that holds or held it
+    lease_until: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds
+    queue: Mapped[str] = mapped_column(String(200), default="")  # where it was last sent
+    dispatched_at: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds of the last send
+    step: Mapped[int] = mapped_column(Integer, default=0)  # steps committed (turns written), for resuming
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # {"code": ..., "message": ...}
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)

@@ -1,0 +1,47 @@
+"""The `setflow` command: instant help without torch, one-line errors, resumable training."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_importing_the_cli_does_not_import_torch() -> None:
+    code = "import sys, app.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "--preset", "huge", "--steps", "2", "--out", "x"], "unknown or untrainable preset 'huge'"),
+    (["train", "--preset", "test", "--steps", "2", "--out", "x"], "untrainable preset 'test'"),
+    (["train", "--steps", "0", "--out", "x"], "--steps must be >= 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("setflow: error:") and needle in err and "\n" not in err
+
+
+def test_train_writes_a_checkpoint_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ckpt"
+    assert main(["train", "--preset", "toy", "--steps", "2", "--out", str(out)]) == 0
+    assert (out / "model.safetensors").exists() and (out / "trainer.json").exists()
+    assert main(["train", "--preset", "toy", "--steps", "3", "--out", str(out)]) == 0
+    assert "step 3" in capsys.readouterr().out
+    assert main(["train", "--preset", "small", "--steps", "3", "--out", str(out)]) == 2, "another config"
+    assert "another model config" in capsys.readouterr().err
+
+
+def test_train_small_learns_its_tokenizer_from_the_corpora_and_resumes(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "small"
+    assert main(["train", "--preset", "small", "--steps", "1", "--out", str(out)]) == 0
+    tokenizer = (out / "tokenizer.json").read_text()
+    assert tokenizer == (ROOT / "model" / "shipped" / "tokenizer.json").read_text()
+    assert main(["train", "--preset", "small", "--steps", "2", "--out", str(out)]) == 0
+    assert "step 2" in capsys.readouterr().out and (out / "tokenizer.json").read_text() == tokenizer

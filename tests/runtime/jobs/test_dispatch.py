@@ -1,0 +1,178 @@
+"""runtime/jobs/dispatch.py, ratelimit.py, routing.py and schemas.py on a real Redis and a real
+database.  The transport is a list here (what would be sent, to which queue); the real Celery
+path is tested in tests/workers/."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from runtime.sessions.records import Records
+
+from runtime.db import make_engine
+from runtime.jobs.dispatch import Dispatcher
+from runtime.errors import BadInput, NotFound, RateLimited
+from runtime.jobs.rows import Jobs
+from runtime.jobs.ratelimit import RateLimiter
+from runtime.jobs.routing import Routing, consumed_by
+from runtime.settings import Settings
+
+SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
+
+
+class Sent(list[tuple[str, str]]):
+    def __call__(self, job_id: str, queue: str) -> None:
+        self.append((job_id, queue))
+
+
+@pytest.fixture
+def env(client: redis.Redis, settings: Settings, tmp_path: Path) -> tuple[Dispatcher, Sent, str]:
+    s = settings.model_copy(update={"data_dir": tmp_path, "tenant_burst": 5, "tenant_rate_per_s": 10.0,
+                                    "worker_heartbeat_s": 0.2, "job_lease_s": 0.05, "reaper_interval_s": 0.01})
+    sql = make_engine(s)
+    sent = Sent()
+    d = Dispatcher(client, Jobs(sql, s), sent)
+    return d, sent, Records(sql).create_session("acme", "").id
+
+
+def test_submit_routes_by_affinity_and_liveness(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+    p = d.s.key_prefix
+    j1 = d.submit("turn", "acme", SPEC, sid)
+    assert sent == [(j1.id, f"{p}.interactive")]  # no last worker yet: the shared queue
+    d.routing.touch(sid, "w1")
+    d.jobs.cancel(j1.id, "acme")
+    d.submit("turn", "acme", SPEC, sid)
+    assert sent[-1][1] == f"{p}.interactive"  # w1 is not alive
+    d.routing.beat("w1")
+    j3 = d.submit("turn", "acme", SPEC, sid)
+    assert j3.id not in [j for j, _ in sent]  # j2 is unfinished: j3 waits for it
+    d.jobs.cancel(sent[-1][0], "acme")
+    d.dispatch_next(sid)
+    assert sent[-1] == (j3.id, f"{p}.w.w1")  # w1 is alive and was the session's last worker
+    assert d.jobs.get(j3.id).queue == f"{p}.w.w1"
+    assert consumed_by(d.s, "w1") == [f"{p}.w.w1", f"{p}.interactive", f"{p}.batch"]
+    d.routing.gone("w1")
+    assert d.routing.route(sid, "batch") == f"{p}.batch"
+
+
+def test_bad_submissions_change_nothing(env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    d, sent, sid = env
+    bad = [("nope", SPEC, sid), ("turn", SPEC, None), ("turn", {"text": "a", "input_ids": [1]}, sid),
+           ("turn", {"text": "a", "params": {"window": 0}}, sid), ("turn", {"text": "a", "extra": 1}, sid),
+           ("turn", ["not", "a", "dict"], sid)]
+    for kind, spec, session in bad:
+        with pytest.raises(BadInput) as e:
+            d.submit(kind, "acme", spec, session)  # type: ignore[arg-type]
+        assert e.value.code == "bad_input"
+    with pytest.raises(NotFound):
+        d.submit("turn", "other", SPEC, sid)
+    assert sent == [] and d.jobs.next_queued(sid) is None
+    assert not client.exists(d.k.bucket("acme"))  # no rate-limit token taken either
+
+
+def test_rate_limit_is_shared_and_says_when(env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    d, sent, sid = env
+    other = RateLimiter(client, d.s)  # a second API process
+    for i in range(5):
+        (d.limiter if i % 2 else other).take("acme")
+    with pytest.raises(RateLimited) as e:
+        d.submit("turn", "acme", SPEC, sid)
+    assert e.value.code == "rate_limited" and 0 < e.value.retry_after_s <= 0.1 + 1e-9
+    assert sent == []  # refused: no job row, nothing sent
+    other.take("globex")  # tenants have their own buckets
+    time.sleep(e.value.retry_after_s + 0.02)
+    d.submit("turn", "acme", SPEC, sid)
+    assert len(sent) == 1
+
+
+def test_reaper_requeues_expired_and_resends_stranded(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+    job = d.submit("turn", "acme", SPEC, sid)
+    claim = d.jobs.claim(job.id, "w1")
+    assert claim.owner is not None
+    time.sleep(0.1)  # the holder died: its 0.05 s lease runs out
+    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0}
+    assert d.jobs.get(job.id).status == "queued" and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
+    # a queued job sent to a worker that died before taking it goes back to the shared queue
+    d.jobs.mark_dispatched(job.id, f"{d.s.key_prefix}.w.gone")
+    time.sleep(0.02)
+    assert d.reap()["resent"] == 1 and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
+    events = [e["status"] for _, e in d.events.read(job.id) if e["type"] == "status"]
+    assert events == ["queued", "queued"]
+
+
+def test_cancel_queued_job_publishes_and_unblocks(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+    a = d.submit("turn", "acme", SPEC, sid)
+    b = d.submit("turn", "acme", SPEC, sid)
+    assert [j for j, _ in sent] == [a.id]
+    assert d.cancel(a.id, "acme").status == "cancelled"
+    assert [j for j, _ in sent] == [a.id, b.id]  # b's turn has come
+    assert d.wait(a.id, 1.0).status == "cancelled"
+
+
+def test_routing_liveness_expires(client: redis.Redis, settings: Settings) -> None:
+    r = Routing(client, settings.model_copy(update={"worker_heartbeat_s": 0.05}))
+    r.beat("w9")
+    assert r.alive("w9")
+    time.sleep(0.2)  # three missed beats
+    assert not r.alive("w9")
+    assert r.worker_of(r.own("w9")) == "w9" and r.worker_of(r.shared("batch")) is None
+
+
+def test_cancelling_a_requeued_job_publishes_and_unblocks(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+    a = d.submit("turn", "acme", SPEC, sid)
+    b = d.submit("turn", "acme", SPEC, sid)
+    assert d.jobs.claim(a.id, "w1").owner is not None
+    time.sleep(0.1)  # its worker died
+    d.reap()
+    requeued = d.jobs.get(a.id)
+    assert requeued.status == "queued" and requeued.started_at is not None
+    assert d.cancel(a.id, "acme").status == "cancelled"
+    assert sent[-1] == (b.id, f"{d.s.key_prefix}.interactive")  # b's turn has come
+    assert d.wait(a.id, 1.0).status == "cancelled"
+    before = list(sent)
+    d.cancel(a.id, "acme")  # cancelling again changes nothing, sends nothing
+    assert sent == before
+
+
+def test_a_failed_send_is_accepted_and_sent_by_the_reaper(env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, sid = env
+
+    def broker_down(job_id: str, queue: str) -> None:
+        raise ConnectionError("broker away")
+
+    d.send = broker_down
+    job = d.submit("turn", "acme", SPEC, sid)  # accepted: the row is written
+    assert d.jobs.get(job.id).dispatched_at == 0.0
+    d.send = sent
+    assert d.reap()["resent"] == 1 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
+
+
+def test_bad_priority_or_oversized_input_spends_no_token(env: tuple[Dispatcher, Sent, str],
+                                                         client: redis.Redis) -> None:
+    d, sent, sid = env
+    for kwargs in [{"priority": "urgent"}, {"spec": {"input_ids": [5] * (d.s.max_input_tokens + 1)}},
+                   {"spec": {"text": "x" * (4 * d.s.max_input_tokens + 1)}}]:
+        with pytest.raises(BadInput):
+            d.submit("turn", "acme", kwargs.get("spec", SPEC), sid, priority=kwargs.get("priority", "interactive"))
+    assert not client.exists(d.k.bucket("acme")) and sent == []
+
+
+def test_wait_reads_sql_when_the_final_event_is_lost(env: tuple[Dispatcher, Sent, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    d, sent, sid = env
+    job = d.submit("turn", "acme", SPEC, sid)
+    claim = d.jobs.claim(job.id, "w1")
+    d.jobs.finish(job.id, claim.owner or "", "succeeded", result={"ok": 1})  # no status event published
+
+    def no_events(*args: object, **kwargs: object) -> None:
+        raise AssertionError("waited for an event that will never come")
+
+    monkeypatch.setattr(d.events, "read", no_events)
+    assert d.wait(job.id, 30).status == "succeeded"  # from SQL, not after the timeout

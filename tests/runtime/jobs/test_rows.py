@@ -1,0 +1,151 @@
+"""runtime/jobs/rows.py on a real database (SQLite file; PostgreSQL where one answers): claims are
+exclusive and fenced, a session's jobs run in submission order, expired claims are requeued,
+and a job whose worker keeps dying gives up."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import Engine
+
+from runtime.sessions.records import JobStep, Records
+from runtime.errors import BadInput, ClaimLost, NotFound
+from runtime.jobs.rows import Jobs
+from runtime.settings import Settings
+
+SPEC = {"text": "hello"}
+
+
+@pytest.fixture
+def jobs(db_engine: Engine) -> Jobs:
+    return Jobs(db_engine, Settings(job_lease_s=60, job_max_attempts=2))
+
+
+@pytest.fixture
+def session(db_engine: Engine) -> str:
+    return Records(db_engine).create_session("acme", "").id
+
+
+def test_claim_is_exclusive_and_fenced(jobs: Jobs, session: str) -> None:
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    first = jobs.claim(job.id, "w1")
+    second = jobs.claim(job.id, "w2")
+    assert first.owner and first.reason == "claimed" and first.job.status == "running" and first.job.attempts == 1
+    assert second.owner is None and second.reason == "running elsewhere"
+    with pytest.raises(ClaimLost):
+        jobs.step_done(job.id, "not-the-owner", 1, {})
+    jobs.step_done(job.id, first.owner, 1, {"steps": 1})
+    jobs.finish(job.id, first.owner, "succeeded", result={"ok": True})
+    done = jobs.get(job.id, "acme")
+    assert (done.status, done.step, done.result, done.owner) == ("succeeded", 1, {"ok": True}, None)
+    assert jobs.claim(job.id, "w2").reason == "finished"
+    with pytest.raises(ClaimLost):  # a finished job takes no more writes from its old holder
+        jobs.finish(job.id, first.owner, "failed")
+
+
+def test_session_jobs_run_in_submission_order(jobs: Jobs, session: str) -> None:
+    a, _ = jobs.create("turn", "acme", SPEC, session)
+    b, _ = jobs.create("turn", "acme", SPEC, session)
+    assert (a.seq, b.seq) == (1, 2)
+    assert not jobs.blocked(a) and jobs.blocked(b)
+    assert jobs.claim(b.id, "w1").reason == "waiting"  # b stays queued until a is done
+    assert jobs.get(b.id).status == "queued"
+    claim = jobs.claim(a.id, "w1")
+    assert jobs.next_queued(session) is None  # a is running: nothing to send yet
+    assert claim.owner is not None
+    jobs.finish(a.id, claim.owner, "failed", error={"code": "x", "message": "y"})  # any end unblocks b
+    nxt = jobs.next_queued(session)
+    assert nxt is not None and nxt.id == b.id and not jobs.blocked(b)
+
+
+def test_cancel_queued_and_running(jobs: Jobs, session: str) -> None:
+    a, _ = jobs.create("turn", "acme", SPEC, session)
+    b, _ = jobs.create("turn", "acme", SPEC, session)
+    claim = jobs.claim(a.id, "w1")
+    assert claim.owner is not None
+    cancelled, ended = jobs.cancel(b.id, "acme")
+    assert cancelled.status == "cancelled" and ended
+    assert jobs.cancel(b.id, "acme")[1] is False  # ended once only
+    running, ended = jobs.cancel(a.id, "acme")
+    assert running.status == "running" and running.cancel_requested and not ended
+    assert jobs.heartbeat(a.id, claim.owner) is True  # the holder learns it at its next heartbeat
+    with pytest.raises(NotFound):
+        jobs.cancel(a.id, "other-tenant")
+
+
+def test_expired_claim_is_requeued_then_gives_up(db_engine: Engine, session: str) -> None:
+    jobs = Jobs(db_engine, Settings(job_lease_s=0.05, job_max_attempts=2))
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    c1 = jobs.claim(job.id, "w1")
+    time.sleep(0.1)
+    [expired] = jobs.expired()
+    assert expired.id == job.id and jobs.requeue(expired)
+    assert jobs.get(job.id).status == "queued"
+    with pytest.raises(ClaimLost):  # the old holder, back from the dead, can change nothing
+        jobs.heartbeat(job.id, c1.owner or "")
+    c2 = jobs.claim(job.id, "w2")
+    assert c2.owner and c2.job.attempts == 2
+    time.sleep(0.1)
+    [expired] = jobs.expired()
+    assert not jobs.requeue(expired)  # attempts exhausted
+    failed = jobs.get(job.id)
+    assert failed.status == "failed" and failed.error and failed.error["code"] == "worker_lost"
+
+
+def test_bad_input_writes_nothing(jobs: Jobs, session: str) -> None:
+    with pytest.raises(BadInput):
+        jobs.create("turn", "acme", SPEC, session, priority="urgent")
+    with pytest.raises(NotFound):
+        jobs.create("turn", "other-tenant", SPEC, session)
+    with pytest.raises(NotFound):
+        jobs.get("not-a-job-id")
+    assert jobs.next_queued(session) is None
+
+
+def test_stale_queued_jobs(jobs: Jobs, session: str) -> None:
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    jobs.mark_dispatched(job.id, "sf.w.dead")
+    assert [j.id for j in jobs.stale(["sf.w.dead"])] == [job.id]
+    assert jobs.stale([]) == []  # sent just now, to a live queue
+    assert jobs.queued_queues() == ["sf.w.dead"]
+
+
+def test_a_claim_never_takes_a_lease_renewed_since_it_was_read(db_engine: Engine, session: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = Jobs(db_engine, Settings(job_lease_s=0.05, job_max_attempts=2))
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    holder = jobs.claim(job.id, "w1")
+    time.sleep(0.1)
+    stale = jobs.get(job.id)  # expired, as a second delivery reads it ...
+    jobs.s = Settings(job_lease_s=60, job_max_attempts=2)
+    jobs.heartbeat(job.id, holder.owner or "")  # ... then the holder renews before the takeover
+    monkeypatch.setattr(jobs, "get", lambda job_id, tenant=None: stale)
+    assert jobs.claim(job.id, "w2").owner is None
+    assert not jobs.requeue(stale)  # nor does the reaper requeue it
+    jobs.s = Settings(job_lease_s=60, job_max_attempts=1)  # its one attempt is spent, as read ...
+    assert jobs.claim(job.id, "w2").reason == "running elsewhere"  # ... but it is alive: no give-up
+    assert not jobs.requeue(stale)
+    monkeypatch.undo()
+    now = jobs.get(job.id)
+    assert (now.status, now.owner, now.worker) == ("running", holder.owner, "w1")
+
+
+def test_a_turn_is_written_only_while_its_job_is_held(db_engine: Engine, session: str) -> None:
+    jobs = Jobs(db_engine, Settings(job_lease_s=0.05))
+    records = Records(db_engine)
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    late = jobs.claim(job.id, "w1")
+    time.sleep(0.1)
+    [expired] = jobs.expired()
+    assert jobs.requeue(expired)  # the reaper gave the job away; its old holder decodes on ...
+    jobs.cancel(job.id, "acme")  # ... and the user cancels it meanwhile
+    with pytest.raises(ClaimLost):
+        records.append_turn(session, "acme", "assistant", "", [1, 2], [(0, 1), (1, 2)],
+                            index=0, job=JobStep(job.id, 0, late.owner or ""))
+    assert records.turns(session, "acme") == []  # nothing written
+    again, _ = jobs.create("turn", "acme", SPEC, session)
+    holder = jobs.claim(again.id, "w2")
+    records.append_turn(session, "acme", "assistant", "", [1, 2], [(0, 1), (1, 2)], index=0,
+                        job=JobStep(again.id, 0, holder.owner or ""))
+    assert jobs.get(again.id).step == 1  # the step counter moved with the turn, in one transaction

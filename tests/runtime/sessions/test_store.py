@@ -1,0 +1,244 @@
+"""runtime/sessions/store.py against a real Redis server: segments, the manifest's compare-and-set, the
+lease.  Every refusal leaves the stored state as it was."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+import redis
+
+from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
+from runtime.sessions.segments import SegmentMeta, decode, split
+from runtime.settings import Settings
+from runtime.sessions.store import Manifest, SessionStore
+
+FP = "6cfff3ff2058a6b3"
+META = SegmentMeta(FP, "float32", n_layers=4, n_kv_heads=2, head_dim=32, start=0, end=600)
+
+
+def _kv() -> bytes:
+    return bytes(i * 7 % 256 for i in range(META.end * META.slot_bytes))
+
+
+def _first(store: SessionStore, session: str = "s1") -> tuple[Manifest, list[str]]:
+    ids = store.put_segments(split(META, _kv(), store.s.segment_bytes))
+    return Manifest(session, "acme", FP, segments=ids, slots=META.end, state={"cursor": 600}), ids
+
+
+def test_segments_and_manifest_round_trip(store: SessionStore) -> None:
+    m, ids = _first(store)
+    assert len(ids) == 2  # 600 slots x 1 KiB: more than one 1 MiB segment
+    lease = store.acquire("s1")
+    stored = store.commit(m, lease)
+    assert stored.gen == 1
+    back = store.read("s1")
+    assert back == stored
+    blobs = store.get_segments(back.segments)
+    assert b"".join(bytes(decode(b, FP)[1]) for b in blobs) == _kv()
+
+
+def test_a_stale_or_duplicate_writer_is_refused_and_changes_nothing(store: SessionStore) -> None:
+    m, _ = _first(store)
+    lease = store.acquire("s1")
+    v1 = store.commit(m, lease)
+    with pytest.raises(StaleWrite, match="expected generation 0, the store holds 1"):
+        store.commit(m, lease)  # the same write delivered twice
+    v2 = store.commit(replace(v1, state={"cursor": 700}), lease)
+    with pytest.raises(StaleWrite):
+        store.commit(replace(v1, state={"cursor": 650}), lease)  # a writer that read generation 1
+    assert store.read("s1") == v2 and v2.gen == 2 and v2.state == {"cursor": 700}
+
+
+def test_only_the_lease_holder_commits(store: SessionStore, client: redis.Redis, settings: Settings) -> None:
+    m, _ = _first(store)
+    lease = store.acquire("s1")
+    store.release(lease)
+    with pytest.raises(LeaseLost):
+        store.commit(m, lease)
+    other = store.acquire("s1")
+    with pytest.raises(LeaseLost):
+        store.commit(m, replace(other, token="not-the-token"))
+    assert store.read("s1") is None
+    with pytest.raises(BadInput):
+        store.commit(m, store.acquire("s2"))
+
+
+def test_a_manifest_never_names_a_missing_segment(store: SessionStore) -> None:
+    m, ids = _first(store)
+    lease = store.acquire("s1")
+    with pytest.raises(CorruptState, match="missing segment"):
+        store.commit(replace(m, segments=ids + ["no-such-segment"]), lease)
+    assert store.read("s1") is None
+
+
+def test_lease_is_exclusive_until_released(store: SessionStore) -> None:
+    a = store.acquire("s1")
+    t0 = time.monotonic()
+    with pytest.raises(Busy, match="s1"):
+        store.acquire("s1", wait_ms=50)
+    assert time.monotonic() - t0 >= 0.05
+    store.acquire("s2", wait_ms=0)  # another session is free
+    assert store.release(a)
+    b = store.acquire("s1", wait_ms=0)
+    assert b.token != a.token
+    assert not store.release(a), "a released lease cannot release its successor"
+
+
+def test_lease_expires_and_the_old_holder_cannot_renew(client: redis.Redis, settings: Settings) -> None:
+    store = SessionStore(client, settings.model_copy(update={"lease_ms": 100}))
+    a = store.acquire("s1")
+    store.renew(a)
+    time.sleep(0.15)
+    b = store.acquire("s1", wait_ms=0)
+    with pytest.raises(LeaseLost):
+        store.renew(a)
+    store.renew(b)
+
+
+def test_a_waiting_turn_gets_the_lease_when_the_holder_releases(store: SessionStore) -> None:
+    import threading
+    a = store.acquire("s1")
+    threading.Timer(0.05, store.release, args=(a,)).start()
+    b = store.acquire("s1", wait_ms=2000)
+    assert b.token != a.token
+
+
+def test_committed_state_carries_the_session_ttl(store: SessionStore, client: redis.Redis) -> None:
+    m, ids = _first(store)
+    store.commit(m, store.acquire("s1"))
+    ttl = client.pttl(store.k.manifest("s1"))
+    assert 0.9 * store.s.session_ttl_s * 1000 < ttl <= store.s.session_ttl_s * 1000
+    assert all(client.pttl(store.k.segment(i)) > 0 for i in ids)
+
+
+def test_oversized_segments_are_refused(store: SessionStore) -> None:
+    with pytest.raises(BadInput, match="segment_bytes"):
+        store.put_segments([b"x" * (store.s.segment_bytes + 1)])
+
+
+# ---- budgets, eviction, forks, garbage ------------------------------------------------------
+
+def _session(store: SessionStore, session: str, slots: int, tenant: str = "acme") -> Manifest:
+    meta = META.with_slots(0, slots)
+    ids = store.put_segments(split(meta, _kv()[:slots * meta.slot_bytes], store.s.segment_bytes))
+    lease = store.acquire(session)
+    m = store.commit(Manifest(session, tenant, FP, segments=ids, slots=slots), lease)
+    store.release(lease)
+    return m
+
+
+def test_commit_measures_bytes_and_refuses_a_session_over_its_budget(client: redis.Redis, settings: Settings) -> None:
+    store = SessionStore(client, settings.model_copy(update={"session_budget_bytes": 300 * META.slot_bytes}))
+    m = _session(store, "small", 100)
+    assert m.nbytes == store.read("small").nbytes > 100 * META.slot_bytes  # headers included
+    meta = META.with_slots(0, 400)
+    ids = store.put_segments(split(meta, bytes(400 * meta.slot_bytes), store.s.segment_bytes))
+    with pytest.raises(OverBudget, match="session budget"):
+        store.commit(Manifest("big", "acme", FP, segments=ids, slots=400), store.acquire("big"))
+    assert store.read("big") is None and store.read("small") == m
+
+
+def test_tenant_budget_evicts_the_least_recently_used_idle_session_never_a_leased_one(
+        client: redis.Redis, settings: Settings) -> None:
+    slot_cost = META.slot_bytes + 100  # a segment's header, generously
+    store = SessionStore(client, settings.model_copy(update={"tenant_budget_bytes": 3 * 100 * slot_cost}))
+    _session(store, "oldest", 100)
+    time.sleep(0.002)
+    _session(store, "older", 100)
+    time.sleep(0.002)
+    held = store.acquire("older")  # busy: never evicted
+    _session(store, "other-tenant", 100, tenant="globex")
+    _session(store, "newest", 100)
+    _session(store, "fourth", 100)  # over the tenant budget: evicts "oldest", not the leased "older"
+    assert store.read("oldest") is None
+    assert all(store.read(s) is not None for s in ("older", "newest", "fourth", "other-tenant"))
+    with pytest.raises(OverBudget, match="no idle session is left"):
+        store2 = SessionStore(client, settings.model_copy(update={"tenant_budget_bytes": 50 * slot_cost}))
+        _session(store2, "huge", 100)
+    store.release(held)
+
+
+def test_an_evicted_session_is_refused_while_leased_and_dropped_when_idle(store: SessionStore) -> None:
+    _session(store, "s1", 50)
+    lease = store.acquire("s1")
+    assert not store.evict("s1", "acme")
+    store.release(lease)
+    assert store.evict("s1", "acme") and store.read("s1") is None
+
+
+def test_fork_shares_bytes_and_diverges_independently(store: SessionStore) -> None:
+    parent = _session(store, "parent", 600)  # two segments (512 slots of 2 KiB fit in 1 MiB)
+    first_end = decode(store.get_segments(parent.segments[:1])[0], FP)[0].end
+    edge = store.fork(parent, "edge", first_end, store.acquire("edge"))  # at a segment boundary
+    assert edge.segments == parent.segments[:1], "whole segments are shared, not copied"
+    mid = store.fork(parent, "mid", 300, store.acquire("mid"))  # inside the first segment
+    assert mid.slots == 300 and len(mid.segments) == 1 and mid.segments[0] not in parent.segments
+    assert _kv_of(store, mid) == _kv_of(store, parent)[:300 * META.slot_bytes]
+    # the parent moves on (drops its second segment); the forks do not see it
+    lease = store.acquire("parent")
+    store.commit(replace(parent, segments=parent.segments[:1], slots=first_end, state={"moved": True}), lease)
+    assert store.read("mid") == mid and store.read("edge") == edge
+    with pytest.raises(BadInput, match="fork slot"):
+        store.fork(parent, "bad", 601, store.acquire("bad"))
+
+
+def _kv_of(store: SessionStore, m: Manifest) -> bytes:
+    return b"".join(bytes(decode(b, FP)[1]) for b in store.get_segments(m.segments))
+
+
+def test_gc_keeps_what_a_live_manifest_or_a_fork_names(store: SessionStore, client: redis.Redis) -> None:
+    parent = _session(store, "parent", 600)
+    shared = parent.segments[0]
+    child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, store.acquire("child"))
+    assert child.segments == [shared]
+    orphan = store.put_segments([b"\x00" * 100])[0]  # written, never named
+    assert store.gc() == 0, "inside the writer's grace period nothing unnamed is deleted"
+    assert store.evict("parent", "acme")
+    deleted = store.gc(grace_ms=0)
+    assert deleted == 2  # the orphan and the parent's second segment
+    assert client.exists(store.k.segment(shared)) and not client.exists(store.k.segment(orphan))
+    assert _kv_of(store, child)  # the fork still reads its bytes
+
+
+def test_drop_deletes_a_session_and_its_own_segments_and_keeps_a_forks(store: SessionStore,
+                                                                       client: redis.Redis) -> None:
+    parent = _session(store, "parent", 600)  # two segments
+    shared = parent.segments[0]
+    forking = store.acquire("child")
+    child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, forking)
+    store.release(forking)
+    _session(store, "other", 50)
+    assert store.drop("parent", "acme") == 1, "the parent's own second segment; the shared one stays"
+    assert store.read("parent") is None
+    assert client.zscore(store.k.used, "parent") is None
+    assert client.hget(store.k.tenant_bytes("acme"), "parent") is None
+    assert not client.exists(store.k.segment(parent.segments[1])) and client.exists(store.k.segment(shared))
+    assert not client.exists(store.k.lease("parent")), "the lease it took is given back"
+    assert store.read("child") == child and _kv_of(store, child), "the fork still reads its bytes"
+    assert store.read("other") is not None and client.hget(store.k.tenant_bytes("acme"), "other") is not None
+    assert store.drop("parent", "acme") == 0, "dropping again: nothing stored, nothing to do"
+    # the fork, dropped under a lease its caller holds: now the shared segment goes too
+    lease = store.acquire("child")
+    assert store.drop("child", "acme", lease) == 1 and not client.exists(store.k.segment(shared))
+    assert client.get(store.k.lease("child")) is not None, "the caller's lease stays the caller's"
+    store.release(lease)
+
+
+def test_drop_is_refused_while_a_turn_holds_the_session_or_for_another_tenant(store: SessionStore,
+                                                                              client: redis.Redis) -> None:
+    m = _session(store, "s1", 50)
+    held = store.acquire("s1")
+    with pytest.raises(Busy):
+        store.drop("s1", "acme")
+    with pytest.raises(LeaseLost):
+        store.drop("s1", "acme", replace(held, token="not-the-token"))
+    with pytest.raises(BadInput):
+        store.drop("s1", "acme", store.acquire("s2"))
+    store.release(held)
+    with pytest.raises(NotFound):
+        store.drop("s1", "globex")
+    assert store.read("s1") == m and all(client.exists(store.k.segment(i)) for i in m.segments)
+    assert client.hget(store.k.tenant_bytes("acme"), "s1") is not None and client.zscore(store.k.used, "s1")
+    assert not client.exists(store.k.lease("s1")), "a refused drop gives its lease back"
