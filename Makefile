@@ -26,7 +26,9 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "make: /usr/bin/chromium is absent and could not be installed: the browser test will skip"
 
+# ruff first (seconds): a lint error fails the run before the suite starts
 test: $(STAMP) browser
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -23,8 +23,8 @@ import concurrent.futures
 import json
 import threading
 import time
+from collections.abc import AsyncGenerator, Coroutine, Iterator
 from contextlib import aclosing
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar, cast
 
 import httpx

@@ -19,10 +19,11 @@ import redis
 from tqdm import tqdm
 
 from app.client import Client
+from app.serve import ApiServer, port_free
 from runtime.db import database_url
 from runtime.embedded import EmbeddedRedis
+from runtime.jobs import models
 from runtime.jobs.routing import Routing
-from app.serve import ApiServer, port_free
 from runtime.settings import Settings
 from workers.local import spawn_worker, worker_env
 
@@ -94,7 +95,8 @@ class Stack:
         routing, deadline = Routing(client, self.s), time.monotonic() + timeout_s
         try:
             for name, p in zip(names, procs):
-                while not routing.alive(name):
+                # alive, and its model's card published: what the API checks submissions against
+                while not routing.alive(name) or models.read(client, self.s) is None:
                     if p.poll() is not None or time.monotonic() > deadline:
                         tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
                         raise RuntimeError(f"worker {name} did not start:\n{tail}")
@@ -202,7 +204,8 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
 
             print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
                   "   runs each tool and appends its result, and decoding resumes from the cached state.  The tools\n"
-                  "   read the sample metric store (model/corpus/agent.py Dataset, seed 2026), not the report's data.\n",
+                  "   read the sample metric store (model/corpus/agent.py Dataset, seed 2026), not the report's "
+                  "data.\n",
                   flush=True)
             session = None
             for i, q in enumerate(QUESTIONS):
@@ -220,7 +223,8 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
                 print(f"   Q: {q}")
                 for call in res["calls"]:
                     print(f"     tool {call['call']} -> {call['result']}")
-                print(f"   A: {res['answer']}\n   turns (how the session was resumed, and the timing):\n{_turns(res)}\n")
+                print(f"   A: {res['answer']}\n   turns (how the session was resumed, and the timing):\n"
+                      f"{_turns(res)}\n")
         print(f"3) The web page (jobs, and decoding as it happens): {stack.api.url}/#key={stack.key}\n", flush=True)
         if serve:
             print("   serving until Ctrl-C ...", flush=True)

@@ -1,6 +1,7 @@
 """`setflow serve`: the API under uvicorn.  With no REDIS_URL the embedded Redis is started (or
 joined) first, as `setflow worker` does, so `setflow serve` and `setflow worker` on one machine
-share it.  `ApiServer` runs the same app on a thread (the demo and the tests)."""
+share it.  `ApiServer` runs the same app on a thread (the demo and the tests).  Both hand the app
+its sender over Celery (the API itself imports no worker code)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,25 @@ import threading
 import time
 
 import uvicorn
+from celery import Celery
+from fastapi import FastAPI
 
 from runtime.api.app import create_app
 from runtime.embedded import EmbeddedRedis
 from runtime.settings import Settings
+from workers.celery_app import make_app, sender
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def api_app(settings: Settings) -> tuple[FastAPI, Celery]:
+    """The API with its sender over Celery, and that Celery app (closed by the caller at the end)."""
+    celery = make_app(settings)
+    return create_app(settings, send=sender(celery)), celery
 
 
 def port_free(host: str, port: int) -> bool:
@@ -38,7 +48,7 @@ class ApiServer:
         self.host = host or settings.api_host
         port = settings.api_port if port is None else port
         self.port = port or free_port(self.host)
-        self.app = create_app(settings)
+        self.app, self.celery = api_app(settings)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
                                                    lifespan="on", timeout_graceful_shutdown=2))
         self.thread = threading.Thread(target=self.server.run, name="setflow-api", daemon=True)
@@ -59,6 +69,7 @@ class ApiServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+        self.celery.close()
 
 
 def serve(host: str | None, port: int | None) -> int:
@@ -74,12 +85,15 @@ def serve(host: str | None, port: int | None) -> int:
     port = s.api_port if port is None else port
     if port == 0:
         port = free_port(host)
+    celery = None
     try:
-        app = create_app(s)
+        app, celery = api_app(s)
         print(f"setflow API on http://{host}:{port} (docs: /docs)", flush=True)
         # open event streams end within 5 s of SIGTERM/SIGINT (clients resume with Last-Event-ID)
         uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
     finally:
+        if celery is not None:
+            celery.close()
         if server is not None and server.owned:
             server.stop()
     return 0

@@ -11,8 +11,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from runtime.errors import CliError
 from app.client import ApiError, Client
+from runtime.errors import CliError
 from runtime.settings import Settings
 
 

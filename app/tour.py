@@ -2,16 +2,21 @@
 
 A dashboard narrative decoded three ways (AR: one token per forward; set: the sliding window of
 the most confident tokens; prefix: the confident run from the leftmost mask) with the forward
-passes of each side by side; an agent question
-answered through tool calls; a report template filled by infill; a session whose second turn a
-fresh engine restores from Redis (the embedded server and a SQLite file unless REDIS_URL /
-DATABASE_URL say otherwise).  Every output is checked.
+passes of each side by side; an agent question answered through tool calls; a report template
+filled by infill (these three: the jobs' own workflows, each on a session in this process,
+runtime/sessions/local.py); a session whose second turn a fresh engine restores from Redis (the
+embedded server and a SQLite file unless REDIS_URL / DATABASE_URL say otherwise).  Every output
+is checked.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
+from dataclasses import asdict
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -20,16 +25,19 @@ from model.corpus import agent, narrative, report
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.sessions.records import Records
 from runtime.db import database_url, make_engine
 from runtime.embedded import connect
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec
 from runtime.sessions.engine import Engine
-from runtime.settings import Settings
+from runtime.sessions.local import LocalTurns
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
-from workflows import agent as agent_loop
-from workflows.narrative import narrate
+from runtime.settings import Settings
+from workflows import agent as agent_flow
+from workflows import narrative as narrative_flow
+from workflows import report as report_flow
 from workflows.narrative import prompt_ids as narrate_prompt
-from workflows.report import fill
+from workflows.turn import decode_params
 
 PAYLOAD = narrative.Payload(
     "Northwind", "2026-Q3", "formal",
@@ -37,15 +45,22 @@ PAYLOAD = narrative.Payload(
      narrative.Metric("latency", "182", "182")],
     narrative.Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
-AR = DecodeParams(policy="ar", max_new_tokens=200)
-SET = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200)
-PREFIX = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
+AR = ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200)
+SET = ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=200)
+PREFIX = ParamsSpec(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
 SIDES = (("AR     (W=1)", AR), (f"set    (W={SET.window}, tau={SET.tau})", SET),
          (f"prefix (W={PREFIX.window}, tau={PREFIX.tau})", PREFIX))
 
 
 def _verdict(ok: bool) -> str:
     return "correct" if ok else "NOT correct"
+
+
+def _local(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Tokenizer) -> tuple[dict[str, Any], float]:
+    """job's result on a new session in this process, and its seconds."""
+    t0 = time.perf_counter()
+    r = job(LocalTurns(model, tok))
+    return r, time.perf_counter() - t0
 
 
 def run_tour() -> None:
@@ -55,46 +70,62 @@ def run_tour() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"setflow tour: the shipped set-diffusion model ({model.cfg.name} preset, {n_params / 1e6:.1f}M parameters, "
           f"set size d={model.cfg.set_size}), loaded from {shipped.SHIPPED} in {time.perf_counter() - t0:.1f} s.\n")
-
     print("1) A dashboard narrative.  Payload:\n")
-    print("   " + PAYLOAD.to_text().rstrip().replace("\n", "\n   ") + "\n")
-    runs = {}
-    for name, params in SIDES:
-        r = narrate(model, tok, PAYLOAD, params)
-        runs[name] = r
-        c = narrative.check(PAYLOAD, r.text)
-        print(f"   {name}: {r.nfe - 1} forward passes for {r.generated} tokens "
-              f"({(r.nfe - 1) / r.generated:.2f} per token), {r.seconds * 1000:.0f} ms; "
-              f"facts {c.facts_ok}/{c.facts_total}: {_verdict(c.fully_correct)}")
-    ar = runs[SIDES[0][0]]
-    print(f"\n   {ar.text}\n")
-    for name, r in list(runs.items())[1:]:
-        same = "the same text" if r.text == ar.text else "a different text"
-        print(f"   {name.split()[0]} wrote {same} with {(r.nfe - 1) / max(ar.nfe - 1, 1):.0%} of AR's forward passes.")
-    print()
-
+    _narratives(model, tok)
     print(f"2) An agent with tools.  Q: {QUESTION}\n")
-    data = agent.Dataset(2026)
-    r2 = agent_loop.run(model, tok, QUESTION, data, DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=96))
-    v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
-    expected = agent.calc(f"({v2}-{v1})/{v1}*100")
-    ok = agent.check(agent.Task(QUESTION, [], expected, ""), r2.text).answer_ok
-    print("   " + r2.text.strip().replace("\n", "\n   "))
-    print(f"\n   {len(r2.calls)} tool calls run by the runtime; {r2.nfe - 1} forward passes for {r2.generated} "
-          f"tokens; the answer is {_verdict(ok)} (expected {expected}).\n")
-
+    _agent(model, tok)
     print("3) A report template filled by infill (holes marked _):\n")
-    t = report.make_template(random.Random("demo"))
-    print("   " + t.text(hole="_"))
-    r3 = fill(model, tok, t, SET)
-    filled = tok.decode(r3.tokens, skip_special=True).split("fill: ", 1)[1]
-    print(f"   {filled}\n   {sum(r3.hole)} hole tokens in {r3.nfe - 1} forward passes: "
-          f"{_verdict(r3.exact)}\n")
+    _infill(model, tok)
     print("4) A session that resumes from Redis, as on another worker (embedded Redis + SQLite by default):\n")
     _session_demo(model, tok)
     print("More: `setflow bench quality [--quick]` (the model's accuracy and speed on held-out examples),\n"
           "`setflow bench decode [--quick]` (the decoding policies, cached vs uncached),\n"
           "`setflow bench resume [--quick]` (warm vs Redis vs SQL), docs/BENCHMARKS.md.")
+
+
+def _narratives(model: SetDLM, tok: Tokenizer) -> None:
+    """The narrative workflow with each decoding side by side: forwards, time, facts."""
+    print("   " + PAYLOAD.to_text().rstrip().replace("\n", "\n   ") + "\n")
+    payload = PayloadSpec.model_validate(asdict(PAYLOAD))
+    runs = {}
+    for name, params in SIDES:
+        spec = NarrativeSpec(payload=payload, params=params)
+        r, seconds = _local(partial(narrative_flow.run, spec=spec), model, tok)
+        runs[name], fwd = r, r["nfe"] - 1  # every forward but the prompt's prefill
+        c = narrative.check(PAYLOAD, r["text"])
+        print(f"   {name}: {fwd} forward passes for {r['tokens']} tokens ({fwd / r['tokens']:.2f} per token), "
+              f"{seconds * 1000:.0f} ms; facts {c.facts_ok}/{c.facts_total}: {_verdict(c.fully_correct)}")
+    ar = runs[SIDES[0][0]]
+    print(f"\n   {ar['text']}\n")
+    for name, r in list(runs.items())[1:]:
+        same = "the same text" if r["text"] == ar["text"] else "a different text"
+        ratio = (r["nfe"] - 1) / max(ar["nfe"] - 1, 1)
+        print(f"   {name.split()[0]} wrote {same} with {ratio:.0%} of AR's forward passes.")
+    print()
+
+
+def _agent(model: SetDLM, tok: Tokenizer) -> None:
+    """The agent workflow on QUESTION; its answer checked against the tools' own numbers."""
+    data = agent.Dataset(2026)
+    spec = AgentSpec(question=QUESTION, dataset_seed=data.seed,
+                     params=ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=96))
+    r, _ = _local(partial(agent_flow.run, spec=spec), model, tok)
+    v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
+    expected = agent.calc(f"({v2}-{v1})/{v1}*100")
+    ok = agent.check(agent.Task(QUESTION, [], expected, ""), r["text"]).answer_ok
+    print("   " + r["text"].strip().replace("\n", "\n   "))
+    fwd, written = sum(t["nfe"] for t in r["turns"]) - 1, sum(t["tokens"] for t in r["turns"])
+    print(f"\n   {len(r['calls'])} tool calls run by the runtime; {fwd} forward passes for {written} tokens; "
+          f"the answer is {_verdict(ok)} (expected {expected}).\n")
+
+
+def _infill(model: SetDLM, tok: Tokenizer) -> None:
+    """A key-figures template filled as a report fills it (workflows/report.figures)."""
+    t = report.make_template(random.Random("demo"))
+    print("   " + t.text(hole="_"))
+    r, _ = _local(partial(report_flow.figures, data=t.payload, params=decode_params(SET)), model, tok)
+    print(f"   {r['markdown']}\n   {r['tokens']} hole tokens in {r['nfe'] - 1} forward passes: "
+          f"{_verdict(r['exact'])}\n")
 
 
 def _session_demo(model: SetDLM, tok: Tokenizer) -> None:

@@ -35,16 +35,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.corpus import narrative  # noqa: E402
+import redis  # noqa: E402
+
 from app.client import AsyncClient, Client  # noqa: E402
 from app.demo import Stack  # noqa: E402
+from model.corpus import narrative  # noqa: E402
+from runtime.db import make_engine  # noqa: E402
 from runtime.jobs.dispatch import Dispatcher  # noqa: E402
 from runtime.jobs.rows import Jobs  # noqa: E402
-from runtime.db import make_engine  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
 from workers.celery_app import make_app, sender  # noqa: E402
-
-import redis  # noqa: E402
 
 KEY = "bench-api-key-0001"
 SEED = 70_000  # held out

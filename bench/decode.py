@@ -23,8 +23,8 @@ import torch
 from model import checkpoint
 from model.config import ModelConfig
 from model.corpus import toy
-from model.params import DecodeParams
 from model.decode import generate
+from model.params import DecodeParams
 from model.train import TrainConfig, train
 from model.transformer import SetDLM
 

@@ -2,11 +2,12 @@
 
     python bench/documents.py [--quick] [--sessions N]
 
-Each session writes a report's sections as turns of one session (each section's input starts
-with [BOS] and ends with its heading, as workflows/report.py writes them: runtime/jobs/plans.py), greedy, with the report setting (prefix, W = 8,
-tau = 0.99).  Side by side in one run, on the same held-out payloads: the model as shipped
-(a [BOS] starts a document: no attention across it, model/masks.py within_documents) and the
-same decode with that rule switched off (every section reads all the earlier ones).  Reported:
+Each session writes a report's sections as turns of one session in this process, with the
+report workflow's own step (workflows/report.section: each section's input starts with [BOS] and
+ends with its heading), greedy, with the report setting (prefix, W = 8, tau = 0.99).  Side by
+side in one run, on the same held-out payloads: the model as shipped (a [BOS] starts a document:
+no attention across it, model/masks.py within_documents) and the same decode with that rule
+switched off (every section reads all the earlier ones).  Reported:
 the fraction of sections fully correct (model/corpus/report.check_section: heading, every
 number, direction and comparison), for the first section of a session and for the later ones.
 Ends with one JSON line.
@@ -33,9 +34,9 @@ from model import shipped  # noqa: E402
 from model.corpus import narrative as nar  # noqa: E402
 from model.corpus import report  # noqa: E402
 from model.params import DecodeParams  # noqa: E402
-from model.decode import begin_turn, commit_pending, decode
-from model.kv_cache import KVCache  # noqa: E402
-from runtime.jobs.plans import section_input, section_payload  # noqa: E402
+from runtime.jobs.plans import section_payload  # noqa: E402
+from runtime.sessions.local import LocalTurns  # noqa: E402
+from workflows.report import section  # noqa: E402
 
 PARAMS = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
 SEED = 90_000  # held out: training draws its payloads from other seeds
@@ -53,20 +54,14 @@ def documents(on: bool) -> Iterator[None]:
 
 
 def session(m: Any, tok: Any, p: nar.Payload) -> list[bool]:
-    """One report session: a section per metric (up to 3); whether each is fully correct."""
-    cache = KVCache.for_model(m.cfg)
-    state = None
+    """One report session: a section per metric (up to 3), as the report job writes them;
+    whether each is fully correct."""
+    turns = LocalTurns(m, tok)
     out = []
     for metric in p.metrics[:3]:
         sec = report.Section(report.TITLES[metric.key][0], section_payload(p, [metric.key]))
-        ids, _ = section_input(tok, sec.title, sec.payload)  # as the report job writes it: heading given
-        state = begin_turn(m, cache, state, ids, PARAMS)
-        start = state.start
-        for _ in decode(m, cache, state, PARAMS):
-            pass
-        commit_pending(m, cache, state)
-        body = tok.decode([t for t in state.tokens[start:] if t != m.cfg.mask_id], skip_special=True).strip()
-        out.append(report.check_section(sec, f"## {sec.title}\n{body}").fully_correct)
+        done, _ = section(turns, sec.title, sec.payload, PARAMS)  # its input ends with the heading
+        out.append(report.check_section(sec, done["markdown"]).fully_correct)
     return out
 
 

@@ -40,8 +40,8 @@ from model.corpus import narrative
 from model.params import DecodeParams
 from runtime.embedded import connect
 from runtime.sessions.engine import Engine
-from runtime.settings import Settings
 from runtime.sessions.store import SessionStore
+from runtime.settings import Settings
 from workers.local import LocalCluster
 from workflows.narrative import prompt_ids
 

@@ -6,9 +6,12 @@ Tasks (examples drawn with another seed than training's, at most the training le
   agent      question -> tool calls (run for real) -> answer; fully correct = the right final number
   section    outline line + data -> report section (heading and paragraph), checked like a narrative
   infill     report template: the holes (numbers, trend and target words) filled in place; exact match
-Per row: fully_correct, facts_correct (narrative, section), tool_call_ok (agent), forward passes
-per generated token (every forward but the prompt's prefill: a tool result's prefill counts) and
-tokens/s.  Prints a table, then one JSON line {"bench": "quality", "rows": [...], ...}.
+Each example runs the job's own workflow (workflows/) on a new session in this process
+(runtime/sessions/local.py), which decodes a turn as the engine does.  Per row: fully_correct,
+facts_correct (narrative, section), tool_call_ok (agent), forward passes per generated token
+(every forward but the prompt's prefill: a tool result's prefill counts, and so does each turn's
+commit of its last set, which the runtime does so that a session can be saved) and tokens/s.
+Prints a table, then one JSON line {"bench": "quality", "rows": [...], ...}.
 
     python bench/quality.py [--quick] [--n N] [--checkpoint DIR] [--threads N]
 """
@@ -21,21 +24,23 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from model import checkpoint, shipped
-from model.config import BOS_ID
 from model.corpus import agent, mixture, narrative, report
-from model.params import DecodeParams
-from model.decode import generate
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from workflows import agent as agent_loop
-from workflows.narrative import narrate
-from workflows.report import fill
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, TurnSpec
+from runtime.sessions.local import LocalTurns
+from workflows import agent as agent_flow
+from workflows import narrative as narrative_flow
+from workflows import report as report_flow
+from workflows import turn as turn_flow
+from workflows.turn import decode_params
 
 EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "quality/<seed>/<task>/<i>"
 MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
@@ -49,6 +54,7 @@ QUICK_SETTINGS = (("ar", 1, None), ("set", 4, 0.9), ("prefix", 8, 0.99))
 N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100}
 N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4}
 MAX_NEW = {"narrative": 200, "section": 200}  # masks opened per generation (no cost: only W are fed)
+AGENT_SEGMENT = 96  # masks opened per agent segment (a call, or the answer)
 
 
 class Outcome(dict[str, Any]):
@@ -80,35 +86,47 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
     raise RuntimeError(f"no {task} example of at most {MAX_LEN} tokens in 100 draws")
 
 
-def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: DecodeParams) -> Outcome:
-    r = narrate(model, tok, p, params)
-    c = narrative.check(p, r.text)
-    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=r.generated,
-                   nfe=r.nfe - 1, seconds=r.seconds)
+def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
+    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(p)), params=params)
+    r, seconds = _timed(lambda turns: narrative_flow.run(turns, spec), model, tok)
+    c = narrative.check(p, r["text"])
+    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=r["tokens"],
+                   nfe=r["nfe"] - 1, seconds=seconds)
 
 
-def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: DecodeParams) -> Outcome:
-    t0 = time.perf_counter()
-    out, _, state = generate(model, [BOS_ID, *tok.encode(s.prompt_text())], params)
-    new = [t for t in out if t != model.cfg.mask_id]
-    c = report.check_section(s, tok.decode(new, skip_special=True))
-    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=len(new),
-                   nfe=state.nfe - 1, seconds=time.perf_counter() - t0)
+def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: ParamsSpec) -> Outcome:
+    """The section as the model was trained to write it, heading included: one turn."""
+    spec = TurnSpec(input_ids=[model.cfg.bos_id, *tok.encode(s.prompt_text())], params=params)
+    r, seconds = _timed(lambda turns: turn_flow.run(turns, spec), model, tok)
+    c = report.check_section(s, r["text"])
+    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=len(r["tokens"]),
+                   nfe=r["nfe"] - 1, seconds=seconds)
 
 
-def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset], params: DecodeParams) -> Outcome:
+def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset], params: ParamsSpec) -> Outcome:
     task, data = ex
-    r = agent_loop.run(model, tok, task.question, data, params)
-    c = agent.check(task, r.text)
-    return Outcome(ok=c.answer_ok, tool_ok=c.tool_call_ok, generated=r.generated, nfe=r.nfe - 1, seconds=r.seconds)
+    spec = AgentSpec(question=task.question, dataset_seed=data.seed, params=params)
+    r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok)
+    c = agent.check(task, r["text"])
+    return Outcome(ok=c.answer_ok, tool_ok=c.tool_call_ok, generated=sum(t["tokens"] for t in r["turns"]),
+                   nfe=sum(t["nfe"] for t in r["turns"]) - 1, seconds=seconds)
 
 
-def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: DecodeParams) -> Outcome:
-    r = fill(model, tok, t, params)
-    return Outcome(ok=r.exact, generated=sum(r.hole), nfe=r.nfe - 1, seconds=r.seconds)
+def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: ParamsSpec) -> Outcome:
+    """The template's key figures, as a report fills them: one infill turn."""
+    r, seconds = _timed(lambda turns: report_flow.figures(turns, t.payload, decode_params(params)), model, tok)
+    return Outcome(ok=r["exact"], generated=r["tokens"], nfe=r["nfe"] - 1, seconds=seconds)
 
 
-RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, DecodeParams], Outcome]] = {
+def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Tokenizer) -> tuple[dict[str, Any], float]:
+    """job's result on a new session in this process, and its seconds.  A turn's nfe counts its
+    forwards: its input's prefill, its steps, and the commit of its last set."""
+    t0 = time.perf_counter()
+    r = job(LocalTurns(model, tok))
+    return r, time.perf_counter() - t0
+
+
+RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, ParamsSpec], Outcome]] = {
     "narrative": run_narrative, "agent": run_agent, "section": run_section, "infill": run_infill}
 
 
@@ -164,7 +182,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--quick", action="store_true", help="a few examples per task, AR and one set setting: < 1 min")
     ap.add_argument("--n", type=int, default=None, help="examples per task (default: 200/200/100/100, quick 8/8/4/4)")
     ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
-    ap.add_argument("--checkpoint", type=Path, default=shipped.SHIPPED, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--checkpoint", type=Path, default=shipped.SHIPPED,
+                    help="checkpoint folder (default: the shipped model)")
     ap.add_argument("--seed", type=int, default=EVAL_SEED, help="held-out example seed (default 1)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
     ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
@@ -188,7 +207,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     for task in tasks:
         examples = [held_out(task, i, args.seed, tok) for i in range(sizes[task])]
         for policy, W, tau in settings:
-            params = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=MAX_NEW.get(task, agent_loop.SEGMENT_TOKENS))
+            params = ParamsSpec.model_validate({"policy": policy, "window": W, "tau": tau,
+                                            "max_new_tokens": MAX_NEW.get(task, AGENT_SEGMENT)})
             outs = [RUNNERS[task](model, tok, ex, params) for ex in examples]
             rows.append(row(task, policy, W, tau, outs))
             print(table_line(rows[-1]), flush=True)

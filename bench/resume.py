@@ -30,14 +30,14 @@ import torch
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.transformer import SetDLM
-from runtime.sessions import kv
-from runtime.sessions.records import Records
 from runtime.db import make_engine
 from runtime.embedded import connect
+from runtime.sessions import kv
 from runtime.sessions.engine import Engine
+from runtime.sessions.records import Records
+from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult
 from runtime.settings import Settings
-from runtime.sessions.store import SessionStore
 
 PRESETS = {  # the shipped shape (context widened to hold the longest history) and a wider one
     "small": ModelConfig.from_name("small", max_seq_len=4608),

@@ -20,9 +20,10 @@ import torch
 from torch import Tensor
 
 from model.kv_cache import KVCache
-from model.params import DecodeError, DecodeParams, DecodeState
 from model.masks import step_mask, within_documents
+from model.params import DecodeError, DecodeParams, DecodeState
 from model.transformer import SetDLM
+
 
 @dataclass
 class StepEvent:

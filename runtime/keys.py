@@ -12,6 +12,9 @@
     {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
     {p}:reaper          string the reaper's lock (one reaper at a time across workers)
     {p}:dead            stream task messages that named no job (malformed payload, unknown id)
+    {p}:model           string the fingerprint of the model a worker loaded last (the current card)
+    {p}:model:{fp}      hash   that model's card: fingerprint, config (JSON), tokenizer (JSON);
+                               no TTL: a card never changes (the fingerprint names the weights)
     {p}:celery:*        the Celery broker's own keys (queues, unacked), under kombu's global prefix
 """
 
@@ -66,6 +69,13 @@ class Keys:
     @property
     def dead(self) -> str:
         return f"{self.prefix}:dead"
+
+    @property
+    def model(self) -> str:
+        return f"{self.prefix}:model"
+
+    def model_card(self, fingerprint: str) -> str:
+        return f"{self.prefix}:model:{fingerprint}"
 
     @property
     def broker(self) -> str:

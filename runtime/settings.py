@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = 3600  #: an unacked message goes back to its queue after this
     worker_heartbeat_s: float = 2.0  #: a worker says it is alive this often (dead after 3 misses)
     reaper_interval_s: float = 5.0  #: how often a worker looks for jobs whose lease expired
+    #: how often the reaper also deletes K/V segments no manifest names (a scan of the keyspace:
+    #: kept well apart from the reaper's own passes)
+    gc_interval_s: float = 60.0
     affinity_ttl_s: int = 3600  #: a session's last worker is remembered this long
     events_maxlen: int = 10_000  #: step events kept per job (the stream is trimmed beyond)
     events_ttl_s: int = 24 * 3600  #: a job's event stream expires this long after its last event
@@ -72,7 +75,7 @@ class Settings(BaseSettings):
     @field_validator("session_ttl_s", "lease_ms", "lease_wait_ms", "session_budget_bytes",
                      "tenant_budget_bytes", "max_input_tokens", "torch_threads", "job_lease_s", "job_max_attempts",
                      "job_retry_s", "job_requeue_after_s", "task_soft_time_limit_s", "task_time_limit_s",
-                     "visibility_timeout_s", "worker_heartbeat_s", "reaper_interval_s", "affinity_ttl_s",
+                     "visibility_timeout_s", "worker_heartbeat_s", "reaper_interval_s", "gc_interval_s", "affinity_ttl_s",
                      "events_maxlen", "events_ttl_s", "tenant_rate_per_s", "tenant_burst", "max_body_bytes",
                      "max_streams_per_tenant")
     @classmethod

@@ -10,23 +10,23 @@ dropped afterwards)."""
 from __future__ import annotations
 
 import tempfile
-from contextlib import contextmanager
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import torch
 import redis
 import sqlalchemy as sa
-from sqlalchemy import Engine, create_engine
+import torch
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from sqlalchemy import Engine, create_engine
 
 from runtime.db import make_engine, upgrade
 from runtime.embedded import EmbeddedRedis
-from runtime.settings import Settings
 from runtime.sessions.store import SessionStore
+from runtime.settings import Settings
 
 torch.set_num_threads(1)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from celery import Celery
 
-from runtime.keys import Keys
 from runtime.jobs.dispatch import Send
 from runtime.jobs.routing import shared_queue
+from runtime.keys import Keys
 from runtime.settings import Settings
 
 TASK = "setflow.run_job"

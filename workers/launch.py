@@ -15,9 +15,9 @@ import socket
 import subprocess
 import sys
 
-from runtime.errors import CliError
 from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
+from runtime.errors import CliError
 from runtime.settings import Settings
 
 

@@ -19,14 +19,13 @@ from typing import Any
 
 import redis
 
-from runtime.sessions.records import Records
-
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
-from runtime.jobs.rows import Jobs
-from runtime.tables import JobRecord
 from runtime.jobs.routing import own_queue
+from runtime.jobs.rows import Jobs
+from runtime.sessions.records import Records
 from runtime.settings import Settings
+from runtime.tables import JobRecord
 from workers.celery_app import TASK, make_app, sender
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,13 +1,16 @@
 """One worker process's runtime, built once in the pool process (when it is forked, else on its
 first job) and kept for the process's life:
 the model on its device (CUDA with bf16 when present, else CPU with capped torch threads), the
-engine with its warm sessions, and clients of Redis and the database.  Celery's prefork pool
-forks before the first job, so nothing here (torch above all) is loaded in the parent."""
+engine with its warm sessions, and clients of Redis and the database.  Once built, its model's
+card (fingerprint, config, tokenizer) is published for the API (runtime/jobs/models.py).
+Celery's prefork pool forks before the first job, so nothing here (torch above all) is loaded in
+the parent."""
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 from dataclasses import dataclass
 
 import redis
@@ -15,14 +18,15 @@ import torch
 
 from model import shipped
 from model.tokenizer import Tokenizer
-from runtime.sessions.records import Records
 from runtime.db import make_engine
-from runtime.jobs.dispatch import Dispatcher
 from runtime.embedded import client as redis_client
-from runtime.sessions.engine import Engine
+from runtime.jobs import models
+from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
-from runtime.settings import Settings
+from runtime.sessions.engine import Engine
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
+from runtime.settings import Settings
 from workers.celery_app import app, sender
 
 
@@ -63,5 +67,9 @@ def runtime() -> Runtime:
             engine.rates()
         except redis.RedisError:
             pass  # Redis is away: measured at the first turn that needs it
+        # what the API checks submissions against (vocabulary, context) and decodes text with: now,
+        # and again whenever Redis lost it (away at the start, or restarted empty)
+        models.keep_published(client, s, models.ModelCard(engine.fp, model.cfg, tok.to_str()),
+                              every_s=s.worker_heartbeat_s, stop=threading.Event())
         _runtime = Runtime(s, worker_name(s), engine, tok, jobs, Dispatcher(client, jobs, sender(app)))
     return _runtime

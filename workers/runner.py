@@ -1,5 +1,6 @@
-"""Running one job, start to end: claim it, run its workflow, record the outcome, send the next
-job of its session.  Called by the Celery task (workers/tasks.py), and nothing else here knows
+"""Running one job, start to end: claim it, parse its spec into the kind's model, run its
+workflow over the job's turns (runtime/jobs/context.py), record the outcome, send the next job
+of its session.  Called by the Celery task (workers/tasks.py), and nothing else here knows
 Celery.
 
 Outcomes of a delivery:
@@ -33,6 +34,7 @@ from model.params import DecodeError
 from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, SetflowError, StaleWrite
 from runtime.jobs.context import JobContext
 from runtime.jobs.rows import JOB_ID
+from runtime.jobs.specs import check_spec
 from workers.process import Runtime
 from workflows import WORKFLOWS
 
@@ -132,7 +134,8 @@ def _attempts(rt: Runtime, job_id: str, owner: str
         ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
                          rt.dispatcher.routing)
         try:
-            return "succeeded", workflow(ctx, dict(job.spec)), None
+            spec = check_spec(job.kind, job.spec, job.session_id)  # parsed once; a stored payload is not trusted
+            return "succeeded", {**workflow(ctx, spec), "worker": rt.worker}, None
         except ClaimLost:
             return None, None, None
         except Cancelled as e:

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_process_init
 from celery.exceptions import Reject
+from celery.signals import worker_process_init
 
 from runtime.errors import NotFound
 from workers.celery_app import TASK, app

@@ -1,22 +1,25 @@
 """The worker's main process keeps two things going while it lives, each on a daemon thread:
 its heartbeat (the liveness key that affinity routing checks) and the reaper (requeue jobs
-whose lease expired, resend jobs stranded on a dead worker's queue or never sent).  Every worker runs the
-reaper; a Redis lock lets one pass run per interval.  Started on Celery's worker_ready, stopped
-(and the liveness key removed) on worker_shutdown."""
+whose lease expired, resend jobs stranded on a dead worker's queue or never sent, then delete
+K/V segments no session names).  Every worker runs the reaper; a Redis lock lets one pass run
+per interval.  Started on Celery's worker_ready, stopped (and the liveness key removed) on
+worker_shutdown."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
 
 from runtime.db import make_engine
-from runtime.jobs.dispatch import Dispatcher
 from runtime.embedded import client as redis_client
-from runtime.jobs.rows import Jobs
+from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.routing import Routing
+from runtime.jobs.rows import Jobs
+from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from workers.celery_app import app, sender
 
@@ -40,14 +43,35 @@ def _beat(settings: Settings, worker: str) -> None:
 
 def _reap(settings: Settings) -> None:
     # its own thread: a pass slowed by a locked database must not delay the heartbeat
-    dispatcher = Dispatcher(redis_client(settings), Jobs(make_engine(settings), settings), sender(app))
+    client = redis_client(settings)
+    dispatcher = Dispatcher(client, Jobs(make_engine(settings), settings), sender(app))
+    store = SessionStore(client, settings)
+    collected = time.monotonic()
     while not _stop.wait(settings.reaper_interval_s):
+        due = time.monotonic() - collected >= settings.gc_interval_s
+        if "segments_freed" in reap_pass(dispatcher, store, collect=due):
+            collected = time.monotonic()
+
+
+def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True) -> dict[str, int]:
+    """One reaper pass: the jobs (Dispatcher.reap), then, when `collect` (gc_interval_s has
+    passed) and this worker took the pass (the reaper's lock: one worker per interval), the K/V
+    segments no manifest names (SessionStore.gc).
+    Failures are logged, never fatal: Redis or the database away, the next pass tries again.
+    Returns what the pass did ({} when another worker holds the lock)."""
+    done: dict[str, int] = {}
+    try:
+        done = dispatcher.reap()
+        if any(done.values()):
+            log.warning("reaper: %s", done)
+    except Exception:  # noqa: BLE001 - Redis or the database away: keep trying, never die
+        log.warning("reaper pass failed", exc_info=True)
+    if done and collect:
         try:
-            done = dispatcher.reap()
-            if any(done.values()):
-                log.warning("reaper: %s", done)
-        except Exception:  # noqa: BLE001 - Redis or the database away: keep trying, never die
-            log.warning("reaper pass failed", exc_info=True)
+            done["segments_freed"] = store.gc()
+        except Exception:  # noqa: BLE001 - the same: garbage waits for the next pass
+            log.warning("segment gc failed", exc_info=True)
+    return done
 
 
 @worker_ready.connect

@@ -1,17 +1,18 @@
-"""Product logic as plain functions, no Celery: each job kind's workflow takes a JobContext and
-the job's spec and returns the job's result (JSON).  runtime/schemas.SPECS holds each kind's
-spec model (the API checks a submission against it, the worker again)."""
+"""Product logic as plain functions, no Celery, no torch: each job kind's workflow takes the
+session's turns (workflows/turn.Turns: a job's, or a session in this process) and the kind's
+spec, parsed already (runtime/jobs/specs.SPECS), and returns the job's result (JSON)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from runtime.jobs.context import JobContext
 from workflows import agent, narrative, report, turn
+from workflows.turn import Turns
 
-Workflow = Callable[[JobContext, dict[str, Any]], dict[str, Any]]
+#: a workflow: (the turns, the kind's spec model as runtime/jobs/specs.SPECS names it) -> result
+Workflow = Callable[[Turns, Any], dict[str, Any]]
 
-#: job kind -> workflow (runtime/schemas.SPECS holds each kind's spec model)
-WORKFLOWS: dict[str, Workflow] = {"turn": turn.run, "infill": turn.infill, "narrative": narrative.job,
-                                  "agent": agent.job, "report": report.job}
+#: job kind -> workflow
+WORKFLOWS: dict[str, Workflow] = {"turn": turn.run, "infill": turn.infill, "narrative": narrative.run,
+                                  "agent": agent.run, "report": report.run}

@@ -1,98 +1,67 @@
-"""Reports.  `fill` fills one report template by infill over a bare model (benchmarks, the model
-tour): the template's text (and its payload) is the context, its holes are masks decoded in
-place; positions never shift.  `job` is the `report` job kind: a section per outline item, each
-a turn of one session, then the key-figures template filled by infill in the same session; the
-report as Markdown and HTML, progress after each section."""
+"""The `report` job kind: a section per outline item, each a turn of one session (the earlier
+sections stay in its cache; each is a document of its own, model/masks.py), then the key-figures
+template filled by infill in the same session; the report as Markdown and HTML."""
 
 from __future__ import annotations
 
 import html
-import time
-from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from model.corpus.report import Section, Template, check_section, infill_tokens
+from model.corpus import narrative as corpus
+from model.corpus.report import Section, check_section
 from model.params import DecodeParams
-from model.decode import begin_infill, decode
-from model.kv_cache import KVCache
-from model.tokenizer import Tokenizer
-from model.transformer import SetDLM
-from runtime.jobs.context import JobContext
 from runtime.jobs.plans import check_fits, report_template, section_input, section_payload
-from runtime.jobs.specs import ReportSpec, check_spec
-from workflows.turn import decode_params, session_of, summary
+from runtime.jobs.specs import ReportSpec
+from workflows.turn import Turns, decode_params, fill, summary
 
 
-@dataclass
-class FillResult:
-    tokens: list[int]  # the filled sequence
-    reference: list[int]  # the template filled with its own answers
-    hole: list[bool]  # which positions were holes
-    nfe: int  # forward passes, the context's prefill included
-    seconds: float
-
-    @property
-    def exact(self) -> bool:
-        return self.tokens == self.reference
-
-
-@torch.no_grad()
-def fill(model: SetDLM, tok: Tokenizer, template: Template, params: DecodeParams) -> FillResult:
-    t0 = time.perf_counter()
-    ids, hole = infill_tokens(tok, template)
-    w = next(model.parameters())
-    cache = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
-    state = begin_infill(model, cache, [model.cfg.mask_id if h else x for x, h in zip(ids, hole)])
-    for _ev in decode(model, cache, state, params):
-        pass
-    return FillResult(state.tokens, ids, hole, state.nfe, time.perf_counter() - t0)
-
-
-# ---- the report job ---------------------------------------------------------------------------
-
-
-def job(ctx: JobContext, spec: dict[str, Any]) -> dict[str, Any]:
-    """Each outline item is a section, written as a turn of the job's session (the earlier
-    sections stay in its cache; each is a document of its own, model/masks.py); then the
-    key-figures template is filled by infill, a turn too.  The whole plan is checked against
-    the model's context before the first section.  Progress after each section: {"section":
-    sections done, "sections": n, "title": the last one done}."""
-    s = check_spec("report", spec, ctx.job.session_id)
-    assert isinstance(s, ReportSpec)
-    session, tok, cfg = session_of(ctx), ctx.tokenizer, ctx.engine.model.cfg
+def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
+    """The whole plan is checked against the model's context before the first section.
+    Progress after each section: {"section": sections done, "sections": n, "title": the last
+    one done}."""
     # the session without this job's own turns (a rerun has written some already): the plan counts them
-    check_fits("report", s, tok, ctx.engine.records.length(session, ctx.job.tenant, except_jobs={ctx.job.id}),
-               cfg.max_seq_len)
-    data = s.data.to_payload()
-    n = len(s.outline) + int(s.summary)
-    ctx.report(section=0, sections=n, title=None)
+    check_fits("report", spec, turns.tokenizer, turns.used(), turns.cfg.max_seq_len)
+    data = spec.data.to_payload()
+    n = len(spec.outline) + int(spec.summary)
+    turns.report(section=0, sections=n, title=None)
     sections: list[dict[str, Any]] = []
-    for i, item in enumerate(s.outline):
-        payload = section_payload(data, list(item.metrics))
-        ids, text_in = section_input(tok, item.title, payload)
-        r = ctx.turn(session, ids, decode_params(s.params), text=text_in)
-        text = f"## {item.title}\n" + tok.decode(r.tokens, skip_special=True).strip()
-        c = check_section(Section(item.title, payload), text)
-        sections.append({"title": item.title, "markdown": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
-                         "problems": c.problems, **summary(ctx, r)})
-        ctx.report(section=i + 1, sections=n, title=item.title)
-    figures = None
-    if s.summary:
-        masked, answers, text_in = report_template(tok, data, cfg.mask_id)
-        r = ctx.turn(session, masked, decode_params(s.infill_params), text=text_in, infill=True)
-        fill = iter(r.tokens)
-        filled = [next(fill) if x == cfg.mask_id else x for x in masked]
-        body = tok.decode(filled, skip_special=True).split("fill: ", 1)[-1].strip()
-        figures = {"markdown": body, "exact": filled == answers, **summary(ctx, r)}
-        ctx.report(section=n, sections=n, title="Key figures")
-    md = [f"# {s.title}", f"*{data.tenant}, {data.period}*", *(x["markdown"] for x in sections)]
-    if figures is not None:
-        md += ["## Key figures", figures["markdown"]]
+    session = ""
+    for i, item in enumerate(spec.outline):
+        done, session = section(turns, item.title, section_payload(data, list(item.metrics)),
+                                decode_params(spec.params))
+        sections.append(done)
+        turns.report(section=i + 1, sections=n, title=item.title)
+    figs = None
+    if spec.summary:
+        figs = figures(turns, data, decode_params(spec.infill_params))
+        turns.report(section=n, sections=n, title="Key figures")
+    md = [f"# {spec.title}", f"*{data.tenant}, {data.period}*", *(x["markdown"] for x in sections)]
+    if figs is not None:
+        md += ["## Key figures", figs["markdown"]]
     markdown = "\n\n".join(md) + "\n"
-    return {"session": session, "title": s.title, "markdown": markdown, "html": to_html(markdown),
-            "sections": sections, "figures": figures, "worker": ctx.worker}
+    return {"session": session, "title": spec.title, "markdown": markdown, "html": to_html(markdown),
+            "sections": sections, "figures": figs}
+
+
+def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodeParams
+            ) -> tuple[dict[str, Any], str]:
+    """One section as a turn: its input ends with the heading, the model writes the body; the
+    facts read back out of it.  Returns the section's result and the session's id."""
+    ids, text_in = section_input(turns.tokenizer, title, payload)
+    r = turns.turn(ids, params, text=text_in)
+    text = f"## {title}\n" + turns.tokenizer.decode(r.tokens, skip_special=True).strip()
+    c = check_section(Section(title, payload), text)
+    return {"title": title, "markdown": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
+            "problems": c.problems, **summary(r)}, r.session
+
+
+def figures(turns: Turns, data: corpus.Payload, params: DecodeParams) -> dict[str, Any]:
+    """The key-figures template of `data` (its breakdown left out) filled by infill; exact: every
+    hole holds the answer the data fixes."""
+    masked, answers, text_in = report_template(turns.tokenizer, data, turns.cfg.mask_id)
+    filled, r = fill(turns, masked, params, text=text_in)
+    body = turns.tokenizer.decode(filled, skip_special=True).split("fill: ", 1)[-1].strip()
+    return {"markdown": body, "exact": filled == answers, **summary(r)}
 
 
 def to_html(markdown: str) -> str:

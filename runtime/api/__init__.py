@@ -1,2 +1,2 @@
 """The HTTP API (FastAPI): sessions, jobs, their events (SSE), health, metrics, the web page.
-`create_app(settings)` builds it; `setflow serve` runs it under uvicorn."""
+`create_app(settings, send=...)` builds it; `setflow serve` runs it under uvicorn."""

@@ -1,5 +1,5 @@
-"""The FastAPI app: `create_app(settings)`.  Routes: sessions.py, jobs.py, ops.py, page.py;
-errors as JSON with stable codes: errors.py; API keys: auth.py."""
+"""The FastAPI app: `create_app(settings, send=...)`.  Routes: routes/{sessions,jobs,ops,page}.py,
+their parameters: deps.py; errors as JSON with stable codes: errors.py; API keys: auth.py."""
 
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ job; follow it with `GET /v1/jobs/{id}` or its server-sent events.
 """
 
 
-def create_app(settings: Settings, client: redis.Redis | None = None, send: Send | None = None) -> FastAPI:
+def create_app(settings: Settings, client: redis.Redis | None = None, *, send: Send) -> FastAPI:
     """client: the Redis client (default: from settings.redis_url, which must be set: `setflow
-    serve` starts the embedded server first when it is not); send: how jobs reach Celery."""
+    serve` starts the embedded server first when it is not); send: how a job id reaches its
+    queue (app/serve.py hands in Celery's: the API imports no worker code)."""
     if client is None:
         if settings.redis_url is None:
             raise ValueError("the API needs a redis_url (setflow serve starts the embedded Redis when none is set)")

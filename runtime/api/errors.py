@@ -1,6 +1,7 @@
 """Errors as HTTP: every error body is {"error": {"code", "message"[, "retry_after_s"]}} with a
-stable code (runtime/errors.py's, plus unauthorized and too_large).  Request validation is a 422
-that names each bad field; a rate limit is a 429 with Retry-After."""
+stable code (runtime/errors.py's, plus unauthorized, too_large, no_model and unavailable).
+Request validation is a 422 that names each bad field; a rate limit is a 429 with Retry-After;
+a store away or no model published yet is a 503 with Retry-After."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from runtime.errors import SetflowError
 log = logging.getLogger("setflow.api")
 
 STATUS = {"bad_input": 422, "not_found": 404, "busy": 409, "rate_limited": 429, "over_budget": 409,
-          "stale_write": 409, "lease_lost": 409, "corrupt_state": 500, "cancelled": 409, "claim_lost": 409}
+          "stale_write": 409, "lease_lost": 409, "corrupt_state": 500, "cancelled": 409, "claim_lost": 409,
+          "no_model": 503}
 
 HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
               415: "unsupported_media_type", 422: "bad_input", 429: "rate_limited"}

@@ -8,15 +8,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.tables import JobRecord
 from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
+from runtime.tables import JobRecord
 
 Priority = Literal["interactive", "batch"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 class ErrorBody(BaseModel):
-    code: str = Field(description="stable: bad_input, not_found, busy, rate_limited, unauthorized, too_large, ...")
+    code: str = Field(description="stable: bad_input, not_found, busy, rate_limited, unauthorized, too_large, "
+                                  "no_model, unavailable, ...")
     message: str
     retry_after_s: float | None = None
 
@@ -26,7 +27,7 @@ class ErrorResponse(BaseModel):
 
 
 #: the error answers every session and job route may give (OpenAPI)
-ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 404, 409, 422, 429)}
+ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorResponse} for s in (401, 404, 409, 422, 429, 503)}
 
 
 class TurnRequest(TurnSpec):
@@ -87,7 +88,8 @@ class TurnView(BaseModel):
     index: int
     role: str
     input: str = Field(description="the turn's input as its workflow rendered it")
-    output: str = Field(description="the text the model wrote")
+    output: str = Field(description="the text the model wrote (empty while no worker has published the "
+                                    "model: the API has no tokenizer until then)")
     tokens: int
     path: str | None = Field(description="how the session was resumed for it: new, warm, restore, recompute")
     job: str | None

@@ -1,36 +1,32 @@
 """What the API's routes use, built once per app from Settings: the Redis client, the SQL
-engine and its stores, the dispatcher (which sends jobs to Celery by task name), the tokenizer
-(to show a transcript's text; no torch in the API process)."""
+engine and its stores, the dispatcher (with the sender it is handed: the API imports no Celery),
+and the model cards workers publish (vocabulary, context, tokenizer: no model file, no torch)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from pydantic import BaseModel
 from sqlalchemy import Engine
 
-import model
 from model.tokenizer import Tokenizer
-from runtime.sessions.records import Records
 from runtime.db import make_engine
-from runtime.jobs.dispatch import Dispatcher, Send, check_size
-from runtime.jobs.rows import Jobs
-from runtime.keys import Keys
-from runtime.jobs.metrics import TurnMetrics
-from runtime.jobs.plans import check_fits, positions
-from runtime.jobs.ratelimit import RateLimiter
 from runtime.errors import BadInput
+from runtime.jobs.dispatch import Dispatcher, Send
+from runtime.jobs.metrics import TurnMetrics
+from runtime.jobs.models import Cards
+from runtime.jobs.plans import check_fits, check_ids, positions
+from runtime.jobs.ratelimit import RateLimiter
+from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import check_spec
-from runtime.settings import Settings
+from runtime.keys import Keys
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
-
-SHIPPED = Path(model.__file__).resolve().parent / "shipped"  # model.shipped imports torch: the files are read here
-TOKENIZER = SHIPPED / "tokenizer.json"
+from runtime.settings import Settings
+from runtime.tables import JobRecord
 
 
 @dataclass
@@ -44,22 +40,18 @@ class Services:
     store: SessionStore
     limiter: RateLimiter
     metrics: TurnMetrics
-    tokenizer: Tokenizer
+    cards: Cards
     keys: Keys
     streams: dict[str, int] = field(default_factory=dict)  # tenant -> event streams open (this process)
 
     @classmethod
-    def build(cls, settings: Settings, client: redis.Redis, send: Send | None = None) -> Services:
-        """send: how a job id reaches its queue (default: Celery's send_task by name)."""
-        if send is None:
-            from workers.celery_app import make_app, sender  # Celery, not torch
-
-            send = sender(make_app(settings))
+    def build(cls, settings: Settings, client: redis.Redis, send: Send) -> Services:
+        """send: how a job id reaches its queue (app/serve.py hands in Celery's send_task by name)."""
         sql = make_engine(settings)
         jobs = Jobs(sql, settings)
         return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
-                   Tokenizer.from_file(TOKENIZER), Keys(settings.key_prefix))
+                   Cards(client, settings), Keys(settings.key_prefix))
 
     def aclient(self) -> aioredis.Redis:
         """An async Redis client for one event stream (it waits on it without holding a
@@ -74,32 +66,37 @@ class Services:
         """At the app's shutdown."""
         self.close()
 
-    @cached_property
-    def model_config(self) -> dict[str, Any]:
-        """The shipped model's config (what the workers run): its context, vocabulary, mask id."""
-        return dict(json.loads((SHIPPED / "config.json").read_text()))
+    def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None, priority: str,
+               open_session: bool = False) -> JobRecord:
+        """Dispatcher.submit with the API's own check of the parsed spec (`fits`): nothing is
+        written for a job refused."""
+        return self.dispatcher.submit(kind, tenant, spec, session, priority, open_session,
+                                      admit=lambda parsed: self.fits(kind, parsed, session, tenant))
 
-    def check_fits(self, kind: str, spec: dict[str, Any], session: str | None, tenant: str) -> None:
-        """BadInput (before any state changes) when the job cannot fit the session's context;
-        NotFound for another tenant's session."""
-        model = check_spec(kind, spec, session or "new")
-        check_size(spec, self.settings.max_input_tokens)
-        vocab, mask = int(self.model_config["vocab_size"]), int(self.model_config["mask_id"])
-        ids = list(getattr(model, "input_ids", None) or [])
-        params = getattr(model, "params", None)
-        ids += [t for seq in (params.stop if params is not None else []) for t in seq]
-        if any(t >= vocab or t == mask for t in ids):
-            raise BadInput(f"token ids must be in [0, {vocab}) and not the mask id {mask} (holes: infill)")
+    def fits(self, kind: str, spec: BaseModel, session: str | None, tenant: str) -> None:
+        """BadInput when the job cannot fit the session's context or names a token id the model
+        has not; NotFound for another tenant's session; NoModel where no worker has published
+        its model (its vocabulary and context are not known)."""
+        card = self.cards.require()
+        check_ids(spec, card.config)
         used = 0
         if session is not None:  # what it holds, and what the jobs queued or running on it will add
             ahead = self.jobs.unfinished_jobs(session)
             used = self.records.length(session, tenant, except_jobs={j.id for j in ahead})
             for j in ahead:
                 try:
-                    used += positions(j.kind, check_spec(j.kind, j.spec, session), self.tokenizer)
+                    used += positions(j.kind, check_spec(j.kind, j.spec, session), card.tokenizer)
                 except BadInput:
                     pass  # a stored spec that no longer checks: its job fails without writing
-        check_fits(kind, model, self.tokenizer, used, int(self.model_config["max_seq_len"]))
+        check_fits(kind, spec, card.tokenizer, used, card.config.max_seq_len)
+
+    def tokenizer(self, fingerprint: str = "") -> Tokenizer | None:
+        """The tokenizer of the model a session was bound to (its fingerprint; "": none yet),
+        else the current model's; None where no worker has published one."""
+        card = self.cards.of(fingerprint) if fingerprint else None
+        if card is None:
+            card = self.cards.current()
+        return card.tokenizer if card is not None else None
 
     def close(self) -> None:
         """The synchronous side; idempotent."""

@@ -1,5 +1,6 @@
-"""What a workflow gets to run a job: the job, the engine, and `turn`, which keeps the job's step
-counter so that a redelivered job resumes at its first step not yet committed.
+"""What a workflow gets to run a job: the Turns seam (workflows/turn.py) over the job's session,
+whose `turn` keeps the job's step counter so that a redelivered job resumes at its first step
+not yet committed.
 
 Each turn a job writes is tagged (job id, step) in SQL, uniquely: a step whose turn is already
 there (the worker died after writing it, before the job row moved on) is returned as written,
@@ -17,21 +18,25 @@ from typing import Any
 
 import redis
 
+from model.config import ModelConfig
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
-from runtime.sessions.records import JobStep
-from runtime.sessions.engine import Engine
-from runtime.sessions.turn import TurnResult
-from runtime.errors import Cancelled, ClaimLost
-from runtime.jobs.events import JobEvents
+from runtime.errors import BadInput, Cancelled, ClaimLost
 from runtime.jobs.channel import JobChannel
-from runtime.jobs.rows import Jobs
+from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
-from runtime.tables import JobRecord
 from runtime.jobs.routing import Routing
+from runtime.jobs.rows import Jobs
+from runtime.sessions.engine import Engine
+from runtime.sessions.records import JobStep
+from runtime.sessions.turn import TurnResult
+from runtime.tables import JobRecord
 
 
 class JobContext:
+    """Turns (workflows/turn.py) over the job's session: turn, used, report; and the job's
+    cancellation, lease and step events around each turn."""
+
     def __init__(self, job: JobRecord, owner: str, worker: str, engine: Engine, tokenizer: Tokenizer,
                  jobs: Jobs, events: JobEvents, routing: Routing) -> None:
         self.job = job
@@ -39,6 +44,7 @@ class JobContext:
         self.worker = worker
         self.engine = engine
         self.tokenizer = tokenizer
+        self.cfg: ModelConfig = engine.model.cfg
         self.jobs = jobs
         self.events = events
         self.routing = routing
@@ -75,23 +81,32 @@ class JobContext:
         self.jobs.step_done(self.job.id, self.owner, int(self.progress.get("steps", 0)), self.progress)
         self._publish({"type": "progress", **progress})
 
-    def turn(self, session: str, input_ids: list[int], params: DecodeParams, text: str = "",
-             infill: bool = False) -> TurnResult:
-        """One engine turn as this job's next step; the step is committed (SQL) when it returns.
-        infill: input_ids holds mask ids at holes, decoded in place (Engine.turn)."""
-        step = self.step
+    def used(self) -> int:
+        """Positions the job's session holds without this job's own turns (a rerun has written
+        some already)."""
+        return self.engine.records.length(self._session(), self.job.tenant, except_jobs={self.job.id})
+
+    def _session(self) -> str:
+        if self.job.session_id is None:  # the spec check refuses such a job first
+            raise BadInput(f"a {self.job.kind!r} job runs on a session")
+        return self.job.session_id
+
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+        """One engine turn on the job's session as this job's next step; the step is committed
+        (SQL) when it returns.  infill: ids holds mask ids at holes, decoded in place (Engine.turn)."""
+        session, step = self._session(), self.step
         self.tick()  # cancelled before it started: nothing to undo
         result: TurnResult | None = None
-        with closing(self.engine.turn(session, self.job.tenant, input_ids, params, text=text,
+        with closing(self.engine.turn(session, self.job.tenant, ids, params, text=text,
                                       job=JobStep(self.job.id, step, self.owner), infill=infill)) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     result = ev
                     break
                 # pieces: each token's text, so a watcher (the web page) can show it at its position
+                pieces = [self.tokenizer.decode([t], skip_special=True) for t in ev.tokens]
                 self.tick({"type": "step", "turn": step, "step": ev.step, "positions": ev.positions,
-                           "tokens": ev.tokens, "pieces": [self.tokenizer.decode([t], skip_special=True) for t in ev.tokens],
-                           "cut": ev.cut, "nfe": ev.nfe})
+                           "tokens": ev.tokens, "pieces": pieces, "cut": ev.cut, "nfe": ev.nfe})
         if result is None:
             raise AssertionError("Engine.turn ends with its TurnResult")
         self.step = step + 1

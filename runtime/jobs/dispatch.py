@@ -1,6 +1,7 @@
 """Submitting, routing, cancelling and reaping jobs: what the API (and tests, benchmarks) call.
 
-    submit: check the spec -> take a rate-limit token -> SQL job row (queued) -> status event
+    submit: check the spec (once: parsed here, the caller's `admit` gets the parsed model)
+            -> take a rate-limit token -> SQL job row (queued) -> status event
             -> send the job id to its queue (unless an earlier job of its session is unfinished:
                the one finishing sends it, so a session's jobs run in submission order)
     reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
@@ -18,17 +19,19 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from pydantic import BaseModel
 
 from runtime.errors import BadInput, NotFound
 from runtime.jobs.events import JobEvents
-from runtime.jobs.rows import Jobs
-from runtime.keys import Keys
 from runtime.jobs.ratelimit import RateLimiter
-from runtime.tables import TERMINAL, JobRecord
 from runtime.jobs.routing import Routing
+from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import check_spec
+from runtime.keys import Keys
+from runtime.tables import TERMINAL, JobRecord
 
 Send = Callable[[str, str], None]  # (job id, queue)
+Admit = Callable[[BaseModel], None]  # the parsed spec -> raises where the caller refuses it (the API: context)
 log = logging.getLogger("setflow.dispatch")
 
 
@@ -54,14 +57,18 @@ class Dispatcher:
         self.send = send
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive", open_session: bool = False) -> JobRecord:
+               priority: str = "interactive", open_session: bool = False, admit: Admit | None = None) -> JobRecord:
         """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
         written the job is accepted: a failed send is left to the reaper (next pass).
-        open_session: a job submitted without a session runs on a new one (Jobs.create)."""
+        open_session: a job submitted without a session runs on a new one (Jobs.create).
+        admit: the caller's own check of the parsed spec, after the spec's and before the
+        session's and the rate limit's (the API's: does it fit the model's context?)."""
         opens = session is None and open_session
-        check_spec(kind, spec, "new" if opens else session)
+        parsed = check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
         check_size(spec, self.s.max_input_tokens)
+        if admit is not None:
+            admit(parsed)
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from model.config import BOS_ID
+from model.config import ModelConfig
 from model.corpus import narrative as corpus
 from model.corpus.report import HOLE, Section, infill_tokens, template
 from model.tokenizer import Tokenizer
@@ -35,7 +35,7 @@ def section_input(tok: Tokenizer, title: str, payload: corpus.Payload) -> tuple[
     """[BOS] <section>title / payload</section> ## title\\n: ids and text."""
     sec = Section(title, payload)
     head = f"## {title}\n"
-    return [BOS_ID, *tok.encode(sec.prompt_text()), *tok.encode(head)], sec.prompt_text() + head
+    return [tok.bos_id, *tok.encode(sec.prompt_text()), *tok.encode(head)], sec.prompt_text() + head
 
 
 def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int
@@ -64,6 +64,16 @@ def positions(kind: str, spec: object, tok: Tokenizer) -> int:
     if isinstance(spec, InfillSpec):
         return len(tok.encode(spec.text))
     return 0
+
+
+def check_ids(spec: object, cfg: ModelConfig) -> None:
+    """BadInput for a token id the model cannot take: the input's ids and the stop sequences'
+    must lie in its vocabulary, and none may be the mask id (a hole is an infill's)."""
+    ids = list(getattr(spec, "input_ids", None) or [])
+    params = getattr(spec, "params", None)
+    ids += [t for seq in (params.stop if params is not None else []) for t in seq]
+    if any(t >= cfg.vocab_size or t == cfg.mask_id for t in ids):
+        raise BadInput(f"token ids must be in [0, {cfg.vocab_size}) and not the mask id {cfg.mask_id} (holes: infill)")
 
 
 def check_fits(kind: str, spec: object, tok: Tokenizer, used: int, max_seq_len: int) -> None:

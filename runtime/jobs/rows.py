@@ -29,8 +29,8 @@ from sqlalchemy.orm import sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, ClaimLost, NotFound
-from runtime.tables import TERMINAL, JobRecord, SessionRecord
 from runtime.settings import Settings
+from runtime.tables import TERMINAL, JobRecord, SessionRecord
 
 PRIORITIES = ("interactive", "batch")
 JOB_ID = re.compile(r"[0-9a-f]{24}")

@@ -1,6 +1,6 @@
-"""Pydantic models of what crosses a process boundary: job specs as submitted (checked by the
-submitter, so bad input is refused before any state changes, and again by the worker, which
-must not trust a stored payload).  No torch here: the API process imports this."""
+"""Pydantic models of what crosses a process boundary: job specs as submitted (checked once on
+their way in, by Dispatcher.submit, so bad input is refused before any state changes; and by the
+worker, which must not trust a stored payload).  No torch here: the API process imports this."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from model.corpus import narrative as corpus  # plain Python: the payload's voca
 from runtime.errors import BadInput
 
 HOLE = "<hole>"  # one masked token in an infill text
-TOKEN_ID = Annotated[int, Field(ge=0, lt=2**16)]  # the worker checks the model's own vocabulary too
+TOKEN_ID = Annotated[int, Field(ge=0, lt=2**16)]  # the model's vocabulary: plans.check_ids, the worker
 SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a control token, not to characters
 
 

@@ -19,35 +19,39 @@ nothing and leaves no warm state behind.
 
 An infill turn (infill=True: the input holds mask_id at holes) is decoded in place after its
 context; its ledger is in commit order like any other, so every path above rebuilds it.  fork()
-copies a session's first turns into a new session (recomputed from SQL on its first turn);
-delete() removes a session from Redis and SQL.
+copies a session's first turns into a new session, sharing their K/V segments in Redis when the
+parent's manifest holds them (its first turn restores; else it recomputes from SQL); delete()
+removes a session from Redis and SQL (runtime/sessions/lifecycle.py, which the API runs too).
 
-Greedy decoding gives the same tokens on every path (tests/runtime/test_engine.py).
+The decoding itself is TurnDecode's (runtime/sessions/decoding.py, shared with the in-process
+runner); the way of its K/V to Redis is TurnWriter's (runtime/sessions/writer.py).
+Greedy decoding gives the same tokens on every path (tests/runtime/sessions/test_engine.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from contextlib import closing
 from collections.abc import Generator
-from dataclasses import dataclass, field, replace
-from typing import Any
-
-import redis
+from contextlib import closing
+from dataclasses import dataclass, field
 
 from model import checkpoint
-from model.decode import (StepEvent, begin_infill_turn, begin_turn, commit_pending, decode, prefill)
-from model.params import DecodeError, DecodeParams, DecodeState
+from model.decode import StepEvent, prefill
 from model.kv_cache import KVCache
+from model.params import DecodeError, DecodeParams, DecodeState
 from model.transformer import SetDLM
+from runtime.errors import BadInput, CorruptState
 from runtime.sessions import kv
+from runtime.sessions.decoding import TurnDecode, infill_holes
+from runtime.sessions.lifecycle import delete_session, fork_session
 from runtime.sessions.records import JobStep, Records
-from runtime.errors import BadInput, CorruptState, SetflowError
-from runtime.settings import Settings
-from runtime.sessions.store import Lease, Manifest, SessionStore
+from runtime.sessions.state import params_json, read_state, replayed
+from runtime.sessions.store import Manifest, SessionStore
 from runtime.sessions.turn import TurnResult
-from runtime.sessions.writebehind import WriteBehind
+from runtime.sessions.writer import TurnWriter
+from runtime.settings import Settings
+from runtime.tables import SessionRecord
 
 FP_LEN = 16  # the fingerprint prefix segments and records carry
 PATHS = ("auto", "restore", "recompute")
@@ -59,6 +63,21 @@ class _Warm:
     state: DecodeState
     turns: int  # the session's turn count it holds (SQL's count is the truth)
     ident: tuple[str, str]  # (tenant, created_at) of the session it was: an id deleted and used again is another
+
+
+@dataclass
+class _Loaded:
+    """Where a turn starts: the session's cache and decode state, and how they were had."""
+
+    cache: KVCache
+    state: DecodeState | None
+    path: str  # "new", "warm", "restore" or "recompute"
+    turns: int  # SQL's turn count: this turn's index
+    ident: tuple[str, str]
+    manifest: Manifest | None  # as read under the lease
+    reuse: bool = False  # the manifest's segments hold this very cache (TurnWriter starts from them)
+    costs: dict[str, float] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
 
 
 class Engine:
@@ -83,29 +102,16 @@ class Engine:
         return self.records.create_session(tenant, self.fp, session_id).id
 
     def fork(self, session: str, tenant: str, turn: int, new_id: str | None = None) -> str:
-        """A new session whose turns are copies of `session`'s turns 0..turn (runtime/db.py
-        Records.fork).  It has no Redis state: its first turn recomputes from SQL."""
-        return self.records.fork(session, tenant, turn, new_id).id
+        """A new session whose turns are copies of `session`'s turns 0..turn, sharing their K/V
+        segments in Redis when the parent's manifest holds them (lifecycle.fork_session)."""
+        return fork_session(self.store, self.records, session, tenant, turn, new_id).id
 
     def delete(self, session: str, tenant: str) -> None:
-        """Delete a session everywhere: its Redis state (manifest, segments no other session
-        names, byte accounts), its warm state here, then its SQL rows (turns and jobs by
-        cascade).  Under the session's lease, so no turn runs meanwhile (Busy while one does).
-        Redis first: a failure between the two leaves a whole session in SQL (its next turn
-        recomputes) and the delete can be retried; the other order could leave K/V bytes of a
-        deleted session in Redis until their TTL.  Other engines' warm copies are not reached:
-        their next turn on it finds no session (NotFound)."""
-        self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
-        lease = self.store.acquire(session)
-        try:
-            self.warm.pop(session, None)
-            self.store.drop(session, tenant, lease)
-            self.records.delete_session(session, tenant)
-        finally:
-            try:
-                self.store.release(lease)
-            except redis.RedisError:
-                pass  # the lease expires by itself
+        """Delete a session everywhere (lifecycle.delete_session: Redis, then SQL, under its
+        lease; Busy while a turn holds it), then its warm state here.  Other engines' warm
+        copies are not reached: their next turn on it finds no session (NotFound)."""
+        delete_session(self.store, self.records, session, tenant)
+        self.warm.pop(session, None)
 
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
                  prefer: str = "auto", text: str = "", job: JobStep | None = None,
@@ -130,130 +136,108 @@ class Engine:
         (begin_infill_turn; params.max_new_tokens is not used, no stop criteria); the result's
         tokens are the holes', in position order, and the SQL row holds the filled input, with
         the holes' offsets in meta["infill"]."""
+        rec = self._check(session, tenant, input_ids, prefer, infill)  # before anything is taken
+        with self.store.lease(session) as lease:
+            if (done := self._replay(session, tenant, input_ids, job)) is not None:
+                yield done
+                return
+            load = self._load(session, tenant, rec, prefer)
+            lease.keep()  # the load may have been long
+            t = time.perf_counter()
+            turn = self._begin(session, load, input_ids, params, infill)
+            with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
+                for ev in turn.steps():
+                    lease.keep()  # a long turn keeps its lease
+                    w.add(turn.cache, ev)
+                    yield ev
+            load.costs["decode_s"] = time.perf_counter() - t
+            lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
+            self._append(session, tenant, load, turn, params, text, job)
+            self._save(session, load, turn, w, params)
+            yield TurnResult(session, turn.tokens, load.path, load.costs, load.events, turn.nfe, load.turns)
+
+    # ---- a turn's parts ---------------------------------------------------------------------
+
+    def _check(self, session: str, tenant: str, input_ids: list[int], prefer: str, infill: bool) -> SessionRecord:
+        """The session (NotFound for unknown or another tenant's), checked against the request:
+        BadInput for anything this engine cannot run."""
         if prefer not in PATHS:
             raise BadInput(f"prefer must be one of {PATHS}, got {prefer!r}")
-        rec = self.records.get_session(session, tenant)  # NotFound for unknown or another tenant's
+        rec = self.records.get_session(session, tenant)
         if rec.model_fingerprint not in ("", self.fp):  # "": opened by the API, bound by its first turn
             raise BadInput(f"session {session} belongs to model {rec.model_fingerprint}, this engine runs {self.fp}")
         if not input_ids or len(input_ids) > self.s.max_input_tokens:
             raise BadInput(f"input must be 1..{self.s.max_input_tokens} tokens, got {len(input_ids)}")
-        holes = self._holes(input_ids) if infill else None  # BadInput before anything is taken
-        lease = self.store.acquire(session)
-        try:
-            # checked under the lease: a holder that wrote this step has released it by now
-            done = self.records.turn_by_job(session, tenant, job.job_id, job.step) if job is not None else None
-            if done is not None:  # the tokens it generated: after the input, or at an infill's holes
-                offsets = done.meta.get("infill")
-                gen_done = [done.token_ids[i] for i in offsets] if offsets is not None \
-                    else list(done.token_ids[len(input_ids):])
-                yield TurnResult(session, gen_done, "done",
-                                 events=[f"turn {done.index} was written by this job step already"], turn=done.index)
-                return
-            t0 = time.perf_counter()
-            turns = self.records.turn_count(session, tenant)
-            manifest = self.store.read(session)
-            ident = (rec.tenant, str(rec.created_at))
-            cache, state, path, costs, events = self._load(session, tenant, turns, manifest, prefer, ident)
-            costs["load_s"] = time.perf_counter() - t0
-            n0 = cache.length
-            p0 = len(state.tokens) if state is not None else 0  # the input's first position
-            # keep the stored segments when they are this cache's: restored from them, or warm
-            # with a manifest that holds this very turn count and cache length
-            reuse = path == "restore" or (path == "warm" and manifest is not None and manifest.fingerprint == self.fp
-                                          and manifest.state.get("turns") == turns and manifest.slots == n0)
-            base = self._base(session, tenant, manifest, reuse)
-            wb = WriteBehind(self.store, base, lease) if self.write_behind else None
-            written, top, cut = base.slots, -1, False  # slots handed to the writer, their highest position
-            t1 = time.perf_counter()
-            self.store.renew(lease)  # the load may have been long: the lease counts from here
-            renewed = time.monotonic()
-            try:
-                try:
-                    if holes is not None:
-                        state = begin_infill_turn(self.model, cache, state, input_ids, params)
-                    else:
-                        state = begin_turn(self.model, cache, state, input_ids, params)
-                except DecodeError:  # refused before anything changed: a warm session stays warm
-                    if path == "warm" and state is not None:
-                        self._keep_warm(session, _Warm(cache, state, turns, ident))
-                    raise
-                start = state.start
-                for ev in decode(self.model, cache, state, params):
-                    if time.monotonic() - renewed > self.s.lease_ms / 3000:  # a long turn keeps its lease
-                        self.store.renew(lease)
-                        renewed = time.monotonic()
-                    # a stop drops positions >= ev.cut and rolls the cache back to the first slot
-                    # holding one: slots handed over stay valid iff all their positions are below
-                    # it; else the turn's slots are all rewritten at its end
-                    cut = cut or (ev.cut is not None and top >= ev.cut)
-                    if wb is not None and not cut and cache.length - written >= self.write_behind:
-                        wb.submit(kv.to_segments(cache, written, cache.length, self.fp, self.s.segment_bytes))
-                        top = max(top, int(cache.pos[written:cache.length].max()))
-                        written = cache.length
-                    yield ev
-                commit_pending(self.model, cache, state)
-            finally:
-                latest = wb.close() if wb is not None else base
-            if holes is not None:  # every hole is decoded (no stop cuts an infill region)
-                generated = [state.tokens[p0 + i] for i in holes]
-                row = state.tokens[p0:]  # the input with its holes filled
-            else:
-                generated = [t for t in state.tokens[start:] if t != self.model.cfg.mask_id]
-                row = list(input_ids) + generated
-            costs["decode_s"] = time.perf_counter() - t1
-            t2 = time.perf_counter()
-            ledger = list(zip(cache.positions[n0:], cache.tokens[n0:]))
-            self.store.renew(lease)  # LeaseLost here: another holder may have moved on; write nothing
-            # at the index read under the lease: a late writer's row is refused (StaleWrite), never
-            # appended after another turn that did not see it
-            meta: dict[str, object] = {"path": path, "params": _params_json(params), "rng": state.rng,
-                                       "n_input": len(input_ids)}  # the row's input/output split
-            if holes is not None:
-                meta["infill"] = holes
-            self.records.append_turn(session, tenant, "assistant", text, row, ledger, meta=meta,
-                                     index=turns, job=job, fingerprint=self.fp)
-            costs["sql_s"] = time.perf_counter() - t2
-            t4 = time.perf_counter()
-            try:  # the turn is durable already; a failed save costs the next turn a recompute
-                behind_ok = wb is not None and wb.error is None and not cut
-                self._save(latest, cache, state, params, turns + 1, lease,
-                           written if behind_ok else base.slots, latest.behind if behind_ok else [])
-            except (SetflowError, redis.RedisError) as e:
-                events.append(f"redis save failed ({e}): the next turn here is warm, elsewhere recomputed")
-            self._keep_warm(session, _Warm(cache, state, turns + 1, ident))
-            if wb is not None and wb.error is not None:
-                events.append(f"write-behind stopped ({wb.error}): the turn was written at its end")
-            costs["store_s"] = time.perf_counter() - t4
-            yield TurnResult(session, generated, path, costs, events, state.nfe, turns)
-        finally:
-            try:
-                self.store.release(lease)
-            except redis.RedisError:
-                pass  # the lease expires by itself; the error that brought us here matters more
+        if infill:
+            infill_holes(self.model.cfg, input_ids)
+        return rec
 
-    def _holes(self, input_ids: list[int]) -> list[int]:
-        """An infill input's hole offsets (where it holds mask_id); BadInput without a hole or
-        with an id outside the vocabulary."""
-        cfg = self.model.cfg
-        if any(not isinstance(t, int) or not 0 <= t < cfg.vocab_size for t in input_ids):
-            raise BadInput(f"input ids must be token ids in 0..{cfg.vocab_size - 1} (mask_id {cfg.mask_id} at holes)")
-        holes = [i for i, t in enumerate(input_ids) if t == cfg.mask_id]
-        if not holes:
-            raise BadInput(f"an infill turn needs at least one hole (mask_id {cfg.mask_id})")
-        return holes
+    def _replay(self, session: str, tenant: str, input_ids: list[int], job: JobStep | None) -> TurnResult | None:
+        """The turn this job step wrote already, if it did (checked under the lease: a holder
+        that wrote this step has released it by now): the tokens it generated, after the input
+        or at an infill's holes."""
+        done = self.records.turn_by_job(session, tenant, job.job_id, job.step) if job is not None else None
+        if done is None:
+            return None
+        offsets = done.meta.get("infill")
+        tokens = [done.token_ids[i] for i in offsets] if offsets is not None else list(done.token_ids[len(input_ids):])
+        return TurnResult(session, tokens, "done", events=[f"turn {done.index} was written by this job step already"],
+                          turn=done.index)
+
+    def _begin(self, session: str, load: _Loaded, input_ids: list[int], params: DecodeParams,
+               infill: bool) -> TurnDecode:
+        try:
+            return TurnDecode(self.model, load.cache, load.state, input_ids, params, infill)
+        except DecodeError:  # refused before anything changed: a warm session stays warm
+            if load.path == "warm" and load.state is not None:
+                self._keep_warm(session, _Warm(load.cache, load.state, load.turns, load.ident))
+            raise
+
+    def _append(self, session: str, tenant: str, load: _Loaded, turn: TurnDecode, params: DecodeParams, text: str,
+                job: JobStep | None) -> None:
+        """The turn's SQL row, at the index read under the lease: a late writer's row is refused
+        (StaleWrite), never appended after another turn that did not see it."""
+        t = time.perf_counter()
+        meta: dict[str, object] = {"path": load.path, "params": params_json(params), "rng": turn.state.rng,
+                                   "n_input": len(turn.input)}  # the row's input/output split
+        if turn.holes is not None:
+            meta["infill"] = turn.holes
+        self.records.append_turn(session, tenant, "assistant", text, turn.row, turn.ledger, meta=meta,
+                                 index=load.turns, job=job, fingerprint=self.fp)
+        load.costs["sql_s"] = time.perf_counter() - t
+
+    def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> None:
+        """Redis after SQL (the turn is durable already: a failed save is an event, and costs the
+        next turn elsewhere a recompute), then the session stays warm here."""
+        t = time.perf_counter()
+        events = writer.save(turn.cache, turn.state, params_json(params), load.turns + 1)
+        self._keep_warm(session, _Warm(turn.cache, turn.state, load.turns + 1, load.ident))
+        load.events += events
+        load.costs["store_s"] = time.perf_counter() - t
 
     # ---- loading ----------------------------------------------------------------------------
 
-    def _load(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str, ident: tuple[str, str]
-              ) -> tuple[KVCache, DecodeState | None, str, dict[str, float], list[str]]:
+    def _load(self, session: str, tenant: str, rec: SessionRecord, prefer: str) -> _Loaded:
+        t = time.perf_counter()
+        turns = self.records.turn_count(session, tenant)
+        m = self.store.read(session)
+        load = self._pick(session, tenant, turns, m, prefer, (rec.tenant, str(rec.created_at)))
+        # keep the stored segments when they are this cache's: restored from them, or warm with
+        # a manifest that holds this very turn count and cache length
+        load.reuse = load.path == "restore" or (load.path == "warm" and m is not None and m.fingerprint == self.fp
+                                                and m.state.get("turns") == turns and m.slots == load.cache.length)
+        load.costs["load_s"] = time.perf_counter() - t
+        return load
+
+    def _pick(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str,
+              ident: tuple[str, str]) -> _Loaded:
+        w = self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
+        if w is not None and w.turns == turns and w.ident == ident:  # SQL is the truth: no other holder added a turn
+            return _Loaded(w.cache, w.state, "warm", turns, ident, m)
+        if turns == 0:
+            return _Loaded(self._empty(), None, "new", turns, ident, m)
         costs: dict[str, float] = {}
         events: list[str] = []
-        w = self.warm.get(session)
-        self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
-        if w is not None and w.turns == turns and w.ident == ident:  # SQL is the truth: no other holder added a turn
-            return w.cache, w.state, "warm", costs, events
-        if turns == 0:
-            return self._empty(), None, "new", costs, events
         fresh = m is not None and m.fingerprint == self.fp and int(m.state.get("turns", -1)) == turns
         if m is not None and not fresh:
             events.append("redis state is stale or of another model: recomputed from SQL")
@@ -265,11 +249,11 @@ class Engine:
             if (cheaper if prefer == "auto" else prefer) == "restore":
                 try:
                     cache, state = self._restore(m)
-                    return cache, state, "restore", costs, events
+                    return _Loaded(cache, state, "restore", turns, ident, m, costs=costs, events=events)
                 except CorruptState as e:
                     events.append(f"restore failed ({e.message}): recomputed from SQL")
         cache, state = self._recompute(session, tenant)
-        return cache, state, "recompute", costs, events
+        return _Loaded(cache, state, "recompute", turns, ident, m, costs=costs, events=events)
 
     def _empty(self) -> KVCache:
         w = next(self.model.parameters())
@@ -277,12 +261,7 @@ class Engine:
 
     def _restore(self, m: Manifest) -> tuple[KVCache, DecodeState]:
         w = next(self.model.parameters())
-        try:
-            led = m.state["ledger"]
-            state = DecodeState.from_json(m.state["decode"])
-            positions, tokens = list(led[0]), list(led[1])
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise CorruptState(f"manifest state unreadable: {e!r}") from e
+        state, positions, tokens = read_state(m.state)
         cache = kv.from_segments(self.store.get_segments(m.segments), self.fp, positions, tokens, w.device)
         if cache.k.dtype != w.dtype:
             raise CorruptState(f"segments hold {cache.k.dtype}, the model runs {w.dtype}")
@@ -297,34 +276,7 @@ class Engine:
             pos, tok = zip(*ledger)
             cache.reserve(len(ledger))
             prefill(self.model, cache, list(tok), list(pos))
-        seq = [0] * (max(p for p, _ in ledger) + 1 if ledger else 0)
-        for p, t in ledger:
-            seq[p] = t
-        state = DecodeState(tokens=seq, rng=turns[-1].meta.get("rng") if turns else None)
-        return cache, state
-
-    # ---- saving -----------------------------------------------------------------------------
-
-    def _base(self, session: str, tenant: str, m: Manifest | None, reuse: bool) -> Manifest:
-        """What this turn's writes start from: the stored manifest with its segments when the
-        turn started from them (warm or restored); else one that names none and is not
-        restorable (turns -1) until the turn commits, with the stored generation."""
-        if reuse and m is not None:
-            return replace(m, behind=[])
-        return Manifest(session, tenant, self.fp, m.gen if m is not None else 0, state={"turns": -1})
-
-    def _save(self, latest: Manifest, cache: KVCache, state: DecodeState, params: DecodeParams, turns: int,
-              lease: Lease, written: int, behind: list[str]) -> None:
-        """The turn's commit in Redis: the segments of slots [0, latest.slots) as they were,
-        then `behind` (slots up to `written`, written during the turn), then the rest."""
-        rest = self.store.put_segments(kv.to_segments(cache, written, cache.length, self.fp, self.s.segment_bytes)) \
-            if cache.length > written else []
-        # the decode state (sequence, cursor, pending set, RNG), the last turn's parameters, the
-        # slots' (position, token) ledger in commit order, and how many turns it holds
-        body = {"decode": state.to_json(), "params": _params_json(params), "ledger": [cache.positions, cache.tokens],
-                "turns": turns}
-        new = replace(latest, segments=latest.segments + behind + rest, slots=cache.length, state=body, behind=[])
-        self.store.commit(new, lease)
+        return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
 
     def _keep_warm(self, session: str, w: _Warm) -> None:
         self.warm[session] = w
@@ -352,9 +304,4 @@ class Engine:
             tps = n / max(time.perf_counter() - t, 1e-6)
             self._rates = {"redis_bytes_per_s": redis_bps, "prefill_tokens_per_s": tps}
         return self._rates
-
-
-def _params_json(p: DecodeParams) -> dict[str, Any]:
-    return {"policy": p.policy, "window": p.window, "tau": p.tau, "max_new_tokens": p.max_new_tokens,
-            "temperature": p.temperature, "seed": p.seed}
 

@@ -148,7 +148,8 @@ class Records:
                 if fingerprint and not owner.model_fingerprint:
                     owner.model_fingerprint = fingerprint
         except IntegrityError as e:  # two writers at the same index, or the same job step, at once
-            raise StaleWrite(f"session {session_id}: turn {index} (job step {job}) was written by another holder") from e
+            raise StaleWrite(f"session {session_id}: turn {index} (job step {job}) was written by another holder"
+                             ) from e
         return rec
 
     def turn_by_job(self, session_id: str, tenant: str, job_id: str, step: int) -> TurnRecord | None:

@@ -8,12 +8,14 @@
   (StaleWrite / LeaseLost), never applied, and a reader never follows a name to nothing;
 - lease: one holder decodes a session at a time (SET NX PX with a random token; renew and
   release only with that token); a second holder waits up to lease_wait_ms, then gets Busy.
+  `with store.lease(session) as lease:` takes it, lease.keep() renews it as time passes, and
+  the exit gives it back.
 
 - budgets: the commit script measures the bytes a manifest names; over the session budget it
   is refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant
   are evicted first (a leased session never is);
 - fork: a child manifest names the parent's segments (copy on write); gc() deletes segments no
-  manifest names once their writer's grace period is over;
+  manifest names once their writer's grace period is over (each pass of the workers' reaper);
 - drop: a deleted session's manifest, accounts and the segments no other manifest names go at
   once, under its lease.
 
@@ -25,14 +27,16 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 
-from runtime.sessions import segments
 from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.keys import Keys
+from runtime.sessions import segments
 from runtime.settings import Settings
 
 # KEYS: manifest, lease, used zset, tenant bytes hash, segment keys...
@@ -138,6 +142,30 @@ class Lease:
     token: str
 
 
+class Held:
+    """A lease held inside `with store.lease(session) as held:`.  keep() renews it once a third
+    of lease_ms has passed since the last renewal (cheap enough to call every step); renew()
+    renews it now.  Both raise LeaseLost when it expired or was taken over: the holder learns it
+    before it writes."""
+
+    def __init__(self, store: SessionStore, lease: Lease) -> None:
+        self.store = store
+        self.lease = lease
+        self._renewed = time.monotonic()
+
+    @property
+    def session(self) -> str:
+        return self.lease.session
+
+    def keep(self) -> None:
+        if time.monotonic() - self._renewed > self.store.s.lease_ms / 3000:
+            self.renew()
+
+    def renew(self) -> None:
+        self.store.renew(self.lease)
+        self._renewed = time.monotonic()
+
+
 class SessionStore:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.r = client
@@ -145,7 +173,7 @@ class SessionStore:
         self.k = Keys(settings.key_prefix)
         self._cas = client.register_script(_CAS)
         self._evict = client.register_script(_EVICT)
-        self._drop = client.register_script(_DROP)
+        self._drop_script = client.register_script(_DROP)
         self._gc_delete = client.register_script(_GC_DELETE)
         self._gc_forget = client.register_script(_GC_FORGET)
         self._renew = client.register_script(_RENEW)
@@ -246,10 +274,12 @@ class SessionStore:
         keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
         return bool(self._evict(keys=keys, args=[session, gen]))
 
-    def fork(self, parent: Manifest, child: str, slot: int, lease: Lease) -> Manifest:
+    def fork(self, parent: Manifest, child: str, slot: int, lease: Lease,
+             state: dict[str, Any] | None = None) -> Manifest:
         """A new session sharing the parent's K/V of slots [0, slot): the segments below slot are
         shared (copy on write: segments are immutable), the one that slot cuts is re-written
-        with its first part only.  `lease` is the child's; its state starts empty."""
+        with its first part only.  `lease` is the child's; `state` its manifest's state (what a
+        restore reads; default empty: nothing to restore)."""
         if not 0 < slot <= parent.slots:
             raise BadInput(f"fork slot {slot} outside (0, {parent.slots}]")
         ids: list[str] = []
@@ -262,7 +292,8 @@ class SessionStore:
                 cut = meta.with_slots(meta.start, slot)
                 ids += self.put_segments([segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes])])
             break
-        return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot), lease)
+        return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot,
+                                    state=dict(state or {})), lease)
 
     def drop(self, session: str, tenant: str, lease: Lease | None = None) -> int:
         """Delete a session's Redis state for good (the session itself is deleted): its manifest,
@@ -275,31 +306,28 @@ class SessionStore:
         check below is deleted under it: that child's restore then fails its checks and it is
         recomputed from SQL (costs time, not data).  Segments a crashed turn wrote but never
         named are gc()'s."""
-        own = lease is None
-        held = self.acquire(session) if lease is None else lease
-        if held.session != session:
-            raise BadInput(f"lease of {held.session} cannot drop {session}")
-        try:
-            m = self.read(session)
-            if m is not None and m.tenant != tenant:
-                raise NotFound(f"no session {session!r} for tenant {tenant!r}")
-            keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
-            status = _text(self._drop(keys=keys, args=[session, held.token, "" if m is None else str(m.gen)]))
-            if status == "lease":
-                raise LeaseLost(f"{session}: the lease expired or is held by another writer")
-            if status == "stale":  # only a writer under this lease moves it: not while we hold it
-                raise StaleWrite(f"{session}: the manifest changed while it was being dropped")
-            if m is None:
-                return 0
-            # the manifest is gone: what it named and no other manifest names is nobody's
-            doomed = set(m.segments + m.behind) - self._named()
-            return int(self.r.delete(*[self.k.segment(i) for i in doomed])) if doomed else 0
-        finally:
-            if own:
-                try:
-                    self.release(held)
-                except redis.RedisError:
-                    pass  # the lease expires by itself; the error that brought us here matters more
+        if lease is None:
+            with self.lease(session) as held:
+                return self._drop(session, tenant, held.lease)
+        return self._drop(session, tenant, lease)
+
+    def _drop(self, session: str, tenant: str, lease: Lease) -> int:
+        if lease.session != session:
+            raise BadInput(f"lease of {lease.session} cannot drop {session}")
+        m = self.read(session)
+        if m is not None and m.tenant != tenant:
+            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+        keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
+        status = _text(self._drop_script(keys=keys, args=[session, lease.token, "" if m is None else str(m.gen)]))
+        if status == "lease":
+            raise LeaseLost(f"{session}: the lease expired or is held by another writer")
+        if status == "stale":  # only a writer under this lease moves it: not while we hold it
+            raise StaleWrite(f"{session}: the manifest changed while it was being dropped")
+        if m is None:
+            return 0
+        # the manifest is gone: what it named and no other manifest names is nobody's
+        doomed = set(m.segments + m.behind) - self._named()
+        return int(self.r.delete(*[self.k.segment(i) for i in doomed])) if doomed else 0
 
     def _named(self) -> set[str]:
         """Every segment id a stored manifest names (committed or written behind)."""
@@ -331,6 +359,21 @@ class SessionStore:
         return dead
 
     # ---- lease ------------------------------------------------------------------------------
+
+    @contextmanager
+    def lease(self, session: str, wait_ms: int | None = None) -> Iterator[Held]:
+        """Hold the session's lease for the block: taken on entry (Busy after wait_ms, default
+        lease_wait_ms), renewed by the holder (Held.keep), given back on exit.  A Redis error
+        while giving it back is swallowed: the lease expires by itself, and the error that
+        ended the block, if any, matters more."""
+        held = Held(self, self.acquire(session, wait_ms))
+        try:
+            yield held
+        finally:
+            try:
+                self.release(held.lease)
+            except redis.RedisError:
+                pass
 
     def acquire(self, session: str, wait_ms: int | None = None) -> Lease:
         """Take the session's lease, waiting up to wait_ms (default lease_wait_ms) for a holder

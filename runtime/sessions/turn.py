@@ -13,5 +13,5 @@ class TurnResult:
     path: str  # "new", "warm", "restore" or "recompute"; "done": a job step's turn written before
     costs: dict[str, float] = field(default_factory=dict)  # seconds per part, and the estimates
     events: list[str] = field(default_factory=list)  # e.g. a failed restore and why
-    nfe: int = 0
+    nfe: int = 0  # forward passes of this turn (its prefill and its final commit included)
     turn: int = -1  # the turn's index in the session (its SQL row)

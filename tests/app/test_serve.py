@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_serve_starts_the_embedded_redis_serves_and_stops_cleanly(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SETFLOW_") and k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(SETFLOW_DATA_DIR=str(data), SETFLOW_API_KEYS=json.dumps({"key-serve-0001": "acme"}), PYTHONPATH=str(ROOT))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SETFLOW_") and k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(SETFLOW_DATA_DIR=str(data), SETFLOW_API_KEYS=json.dumps({"key-serve-0001": "acme"}),
+               PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", "0"], env=env, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

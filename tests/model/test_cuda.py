@@ -4,11 +4,10 @@ versions of these checks always run in test_decode.py."""
 import pytest
 import torch
 
-from model.params import DecodeParams
-
 from model.decode import active_positions, begin_turn, step
 from model.kv_cache import KVCache
-from tests.fakes import PROMPT, random_model, uncached_logits
+from model.params import DecodeParams
+from tests.fakes import PROMPT, assert_same_cache, random_model, round_trip, uncached_logits
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -27,10 +26,11 @@ def test_cached_equals_uncached_on_cuda(dtype: torch.dtype, atol: float) -> None
         torch.testing.assert_close(ev.logits.float(), ref.float(), atol=atol, rtol=0)
 
 
-def test_cache_bytes_round_trip_from_cuda() -> None:
-    model = random_model(0).to("cuda")
-    cache = KVCache.for_model(model.cfg, device="cuda")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cache_bytes_round_trip_from_cuda(dtype: torch.dtype) -> None:
+    model = random_model(0).to("cuda", dtype)
+    cache = KVCache.for_model(model.cfg, dtype=dtype, device="cuda")
     begin_turn(model, cache, None, PROMPT, DecodeParams(max_new_tokens=4))
-    blob = cache.to_bytes("fp", "bf16")
-    back = KVCache.from_bytes(blob, "fp", device="cuda")
-    assert back.k.device.type == "cuda" and back.positions == cache.positions
+    back = round_trip(cache, device="cuda")
+    assert back.k.device.type == "cuda"
+    assert_same_cache(cache, back)

@@ -7,12 +7,24 @@ import pytest
 import torch
 
 from model.config import ModelConfig
-from model.decode import (active_positions, begin_infill, begin_infill_turn, begin_turn, choose, commit_pending, decode, generate, prefill, step, truncate)
-from model.params import DecodeError, DecodeParams, DecodeState
+from model.decode import (
+    active_positions,
+    begin_infill,
+    begin_infill_turn,
+    begin_turn,
+    choose,
+    commit_pending,
+    decode,
+    generate,
+    prefill,
+    step,
+    truncate,
+)
 from model.kv_cache import KVCache
 from model.masks import step_mask
+from model.params import DecodeError, DecodeParams, DecodeState
 from model.transformer import SetDLM
-from tests.fakes import PROMPT, random_params, uncached_logits
+from tests.fakes import PROMPT, assert_same_cache, random_params, round_trip, uncached_logits
 
 ATOL = 1e-5
 
@@ -361,7 +373,7 @@ def test_a_refused_infill_turn_changes_nothing(model: SetDLM) -> None:
     cache = _fresh(model)
     state = begin_turn(model, cache, None, PROMPT, params)
     list(decode(model, cache, state, params))
-    before = (cache.to_bytes("x"), state.to_json())
+    before = (cache.fork(), state.to_json())
     for bad, code in (([30, 31], "params"),  # no hole
                       ([30, M, model.cfg.vocab_size], "params"),  # outside the vocabulary
                       ([30, M, -1], "params"),
@@ -369,7 +381,8 @@ def test_a_refused_infill_turn_changes_nothing(model: SetDLM) -> None:
         with pytest.raises(DecodeError) as e:
             begin_infill_turn(model, cache, state, bad, params)
         assert e.value.code == code, bad
-        assert (cache.to_bytes("x"), state.to_json()) == before, "a refused turn changes nothing"
+        assert_same_cache(before[0], cache)
+        assert state.to_json() == before[1], "a refused turn changes nothing"
     open_region = begin_turn(model, _fresh(model), None, PROMPT, params)
     with pytest.raises(DecodeError) as e:
         begin_infill_turn(model, cache, open_region, [M], params)
@@ -384,11 +397,12 @@ def test_I15_context_overflow_is_refused_without_changing_state(model: SetDLM) -
     params = DecodeParams(window=8, tau=0.0, max_new_tokens=L - len(PROMPT))
     _, cache, state = generate(model, PROMPT, params)  # exactly fills the context
     assert len(state.tokens) == L and cache.length + len(state.pending) == L
-    before = (cache.to_bytes("x"), state.to_json())
+    before = (cache.fork(), state.to_json())
     with pytest.raises(DecodeError) as e:
         begin_turn(model, cache, state, [5], DecodeParams(max_new_tokens=0))
     assert e.value.code == "context_overflow"
-    assert (cache.to_bytes("x"), state.to_json()) == before, "a refused turn changes nothing"
+    assert_same_cache(before[0], cache)
+    assert state.to_json() == before[1], "a refused turn changes nothing"
     assert cache.length <= L and len(set(cache.positions)) == cache.length
     assert all(state.tokens[p] == t for p, t in zip(cache.positions, cache.tokens))
 
@@ -440,7 +454,7 @@ def test_sampling_rng_carries_across_turns(model: SetDLM) -> None:
         list(decode(model, cache, state, params))
         rng_after_turn1 = state.rng
         if roundtrip:
-            cache, state = KVCache.from_bytes(cache.to_bytes("fp"), "fp"), DecodeState.from_json(state.to_json())
+            cache, state = round_trip(cache), DecodeState.from_json(state.to_json())
         state = begin_turn(model, cache, state, [5, 6], params)
         assert state.rng == rng_after_turn1, "no reseed on turn 2"
         list(decode(model, cache, state, params))

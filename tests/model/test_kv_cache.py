@@ -1,11 +1,16 @@
-"""KVCache: ledger bookkeeping, fork, and the checked byte format."""
+"""KVCache: ledger bookkeeping, fork, and its bytes in the one K/V format (runtime/sessions/kv.py
+segments: exact round trips, damage refused)."""
 
 import pytest
 import torch
 
-from model.kv_cache import KVCache, KVCacheFormatError
+from model.kv_cache import KVCache
+from runtime.errors import CorruptState
+from runtime.sessions import kv
+from runtime.sessions.segments import HEADER
+from tests.fakes import assert_same_cache
 
-FP = "f" * 64
+FP = "f" * 16
 
 
 def _filled(n: int = 9, seed: int = 0) -> KVCache:
@@ -39,67 +44,52 @@ def test_rollback_and_fork_are_independent() -> None:
         c.rollback(4)
 
 
-@pytest.mark.parametrize("n", [0, 1, 9])
-def test_round_trip_is_exact_and_byte_identical(n: int) -> None:
-    c = _filled(n) if n else KVCache.empty(2, 2, 4)
-    blob = c.to_bytes(FP)
-    d = KVCache.from_bytes(blob, FP)
-    assert d.length == n and d.positions == c.positions and d.tokens == c.tokens
-    assert torch.equal(d.k[:, :n], c.k[:, :n]) and torch.equal(d.v[:, :n], c.v[:, :n])
-    assert d.to_bytes(FP) == blob
+@pytest.mark.parametrize("n", [1, 9])
+def test_round_trip_through_segments_is_exact_and_byte_identical(n: int) -> None:
+    c = _filled(n)
+    blobs = kv.to_segments(c, 0, n, FP, 1 << 20)
+    d = kv.from_segments(blobs, FP, c.positions, c.tokens)
+    assert_same_cache(c, d)
+    assert kv.to_segments(d, 0, n, FP, 1 << 20) == blobs
+    assert kv.to_segments(c, 0, 0, FP, 1 << 20) == [], "no slots, no segments"
 
 
-def test_bf16_codec_halves_the_payload_and_rounds_to_bf16() -> None:
+def test_a_bf16_cache_round_trips_in_half_the_bytes() -> None:
     c = _filled(9)
-    b32, b16 = c.to_bytes(FP, "fp32"), c.to_bytes(FP, "bf16")
-    assert len(b16) < 0.6 * len(b32)
-    d = KVCache.from_bytes(b16, FP)
-    assert torch.equal(d.k[:, :9], c.k[:, :9].to(torch.bfloat16).float())
-    assert KVCache.from_bytes(b16, FP).to_bytes(FP, "bf16") == b16
+    h = KVCache(c.k.to(torch.bfloat16), c.v.to(torch.bfloat16), c.pos, c.tok, c.length)
+    b32, b16 = kv.to_segments(c, 0, 9, FP, 1 << 20), kv.to_segments(h, 0, 9, FP, 1 << 20)
+    assert sum(map(len, b16)) < 0.6 * sum(map(len, b32))
+    d = kv.from_segments(b16, FP, h.positions, h.tokens)
+    assert d.k.dtype == torch.bfloat16 and torch.equal(d.k[:, :9], c.k[:, :9].to(torch.bfloat16))
+    assert_same_cache(h, d)
 
 
-def test_every_single_byte_flip_is_detected() -> None:
-    blob = _filled(4).to_bytes(FP)
-    for i in range(len(blob)):
-        bad = bytearray(blob)
-        bad[i] ^= 0x5A
-        with pytest.raises(KVCacheFormatError):
-            KVCache.from_bytes(bytes(bad), FP)
-
-
-def test_every_truncation_is_detected() -> None:
-    blob = _filled(4).to_bytes(FP)
-    for n in range(len(blob)):
-        with pytest.raises(KVCacheFormatError):
-            KVCache.from_bytes(blob[:n], FP)
-    with pytest.raises(KVCacheFormatError):
-        KVCache.from_bytes(blob + b"\0", FP)
-
-
-def test_another_model_fingerprint_is_refused() -> None:
-    blob = _filled(4).to_bytes(FP)
-    with pytest.raises(KVCacheFormatError) as e:
-        KVCache.from_bytes(blob, "0" * 64)
-    assert e.value.code == "fingerprint"
-    assert KVCache.from_bytes(blob, None).length == 4  # the check is the caller's choice
-
-
-def test_unknown_codec_and_garbage_are_named_errors() -> None:
-    with pytest.raises(ValueError):
-        _filled(2).to_bytes(FP, "int3")
-    with pytest.raises(KVCacheFormatError) as e:
-        KVCache.from_bytes(b"not a cache at all, just bytes", FP)
-    assert e.value.code == "magic"
+def test_damage_and_another_model_are_refused() -> None:
+    """Every flipped byte and every truncation of a cache's segment (the format's own checks are
+    tests/runtime/sessions/test_segments.py's), a missing segment, a foreign fingerprint."""
+    c = _filled(4)
+    (blob,) = kv.to_segments(c, 0, 4, FP, 1 << 20)
+    damaged = [bytes(b ^ 0x5A if i == j else b for i, b in enumerate(blob)) for j in range(len(blob))]
+    for bad in damaged + [blob[:n] for n in range(len(blob))] + [blob + b"\0"]:
+        with pytest.raises(CorruptState):
+            kv.from_segments([bad], FP, c.positions, c.tokens)
+    with pytest.raises(CorruptState, match="of model"):
+        kv.from_segments([blob], "0" * 16, c.positions, c.tokens)
+    two = kv.to_segments(_filled(9), 0, 9, FP, HEADER.size + 4 * 2 * 2 * 2 * 4 * 4)  # 4 slots per segment
+    with pytest.raises(CorruptState, match="does not follow"):
+        kv.from_segments(two[1:], FP, list(range(5)), list(range(5)))
+    with pytest.raises(CorruptState, match="ledger"):
+        kv.from_segments([blob], FP, c.positions[:3], c.tokens[:3])
 
 
 def test_scratch_never_touches_valid_slots_and_commit_keeps_a_prefix() -> None:
     c = _filled(5)
-    before = c.to_bytes(FP)
+    before = c.fork()
     c.reserve(3)
     new = torch.full((3, 2, 4), 7.0)
     k_all, v_all = c.scratch(1, new, -new)
     assert k_all.shape == (8, 2, 4) and torch.equal(k_all[5:], new) and torch.equal(v_all[5:], -new)
-    assert c.to_bytes(FP) == before, "uncommitted scratch is invisible"
+    assert_same_cache(before, c)  # uncommitted scratch is invisible
     for i in range(2):  # a forward writes every layer's scratch before committing
         c.scratch(i, new, -new)
     c.commit([50, 51], [1, 2])  # keep the first 2 of the 3 scratch slots
@@ -108,9 +98,10 @@ def test_scratch_never_touches_valid_slots_and_commit_keeps_a_prefix() -> None:
         c.commit(list(range(100)), list(range(100)))
 
 
-def test_load_then_grow_does_not_alias_the_blob() -> None:
+def test_load_then_grow_does_not_alias_the_bytes() -> None:
     c = _filled(4)
-    blob = c.to_bytes(FP)
-    d = KVCache.from_bytes(blob, FP)
+    blobs = kv.to_segments(c, 0, 4, FP, 1 << 20)
+    d = kv.from_segments(blobs, FP, c.positions, c.tokens)
     d.append(torch.zeros(2, 3, 2, 4), torch.zeros(2, 3, 2, 4), [90, 91, 92], [1, 1, 1])
-    assert KVCache.from_bytes(blob, FP).to_bytes(FP) == blob and d.positions[:4] == c.positions
+    assert_same_cache(c, kv.from_segments(blobs, FP, c.positions, c.tokens))
+    assert d.positions[:4] == c.positions

@@ -7,19 +7,21 @@ it correctly.
 """
 
 import random
-from dataclasses import replace
+from dataclasses import asdict
 
 import pytest
 
 from model import checkpoint, shipped
 from model.config import ModelConfig
 from model.corpus import agent, narrative, report
-from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from workflows import agent as agent_loop
-from workflows.narrative import narrate
-from workflows.report import fill
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec
+from runtime.sessions.local import LocalTurns
+from workflows import agent as agent_flow
+from workflows import narrative as narrative_flow
+from workflows import report as report_flow
+from workflows.turn import decode_params
 
 PAYLOAD = narrative.Payload(
     "Globex", "2026-Q3", "brief",
@@ -32,9 +34,9 @@ TASK = agent.Task(QUESTION, [agent.call_text("metric", "revenue", "EMEA", "2026-
                              agent.call_text("metric", "revenue", "EMEA", "2026-Q3"),
                              agent.call_text("calc", f"({V2}-{V1})/{V1}*100")],
                   agent.calc(f"({V2}-{V1})/{V1}*100"), "")
-PARAMS = {"ar": DecodeParams(policy="ar", max_new_tokens=200),
-          "set": DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=200),
-          "prefix": DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)}
+PARAMS = {"ar": ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200),
+          "set": ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=200),
+          "prefix": ParamsSpec(policy="prefix", window=8, tau=0.99, max_new_tokens=200)}
 
 
 @pytest.fixture(scope="module")
@@ -52,26 +54,25 @@ def test_the_shipped_checkpoint_is_small_and_complete(loaded: tuple[SetDLM, Toke
 
 @pytest.mark.parametrize("policy", ["ar", "set", "prefix"])
 def test_a_fully_correct_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    model, tok = loaded
-    r = narrate(model, tok, PAYLOAD, PARAMS[policy])
-    c = narrative.check(PAYLOAD, r.text)
-    assert c.fully_correct and r.text.endswith("."), (c.problems, r.text)
+    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(PAYLOAD)), params=PARAMS[policy])
+    r = narrative_flow.run(LocalTurns(*loaded), spec)
+    c = narrative.check(PAYLOAD, r["text"])
+    assert c.fully_correct and r["text"].endswith("."), (c.problems, r["text"])
     if policy != "ar":  # parallel decoding: fewer forwards than tokens
-        assert r.nfe - 1 < r.generated
+        assert r["nfe"] - 1 < r["tokens"]
 
 
 @pytest.mark.parametrize("policy", ["ar", "set"])
 def test_a_correct_tool_call_and_answer(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    model, tok = loaded
-    r = agent_loop.run(model, tok, QUESTION, DATA, replace(PARAMS[policy], max_new_tokens=96))
-    c = agent.check(TASK, r.text)
-    assert r.finished and c.tool_call_ok and c.answer_ok, r.text
+    spec = AgentSpec(question=QUESTION, dataset_seed=DATA.seed,
+                     params=PARAMS[policy].model_copy(update={"max_new_tokens": 96}))
+    r = agent_flow.run(LocalTurns(*loaded), spec)
+    c = agent.check(TASK, r["text"])
+    assert r["finished"] and c.tool_call_ok and c.answer_ok, r["text"]
 
 
 @pytest.mark.parametrize("policy", ["ar", "set"])
 def test_a_template_filled_by_infill(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    model, tok = loaded
-    r = fill(model, tok, report.make_template(random.Random("smoke")), PARAMS[policy])
-    assert model.cfg.mask_id not in r.tokens
-    assert [x for x, h in zip(r.tokens, r.hole) if not h] == [x for x, h in zip(r.reference, r.hole) if not h]
-    assert r.exact, tok.decode(r.tokens)
+    t = report.make_template(random.Random("smoke"))
+    r = report_flow.figures(LocalTurns(*loaded), t.payload, decode_params(PARAMS[policy]))
+    assert r["exact"] and r["markdown"] == t.text(), r["markdown"]

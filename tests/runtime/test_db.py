@@ -1,4 +1,4 @@
-"""runtime/db.py and records.py on a real database: a SQLite file, and PostgreSQL where one
+"""runtime/db.py (engine, migrations) and runtime/sessions/records.py on a real database: a SQLite file, and PostgreSQL where one
 answers (the `db_engine` fixture, tests/runtime/conftest.py)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, inspect, text
 
-from runtime.sessions.records import JobStep, Records
-
 from runtime.db import make_engine, upgrade
 from runtime.errors import BadInput, Busy, NotFound, StaleWrite
 from runtime.jobs.rows import Jobs
+from runtime.sessions.records import JobStep, Records
 from runtime.settings import Settings
+
 
 def test_migrations_create_the_tables_and_are_idempotent(db_engine: Engine) -> None:
     upgrade(db_engine)  # again: nothing to do

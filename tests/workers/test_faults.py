@@ -15,8 +15,8 @@ from model.transformer import SetDLM
 from runtime.embedded import EmbeddedRedis
 from runtime.tables import JobRecord
 from tests.workers.conftest import make_cluster, reference
-from workers.local import LocalCluster
 from tests.workers.test_tasks import inputs
+from workers.local import LocalCluster
 
 LONG = {"text": "\nnarrative: ", "params": {"policy": "ar", "max_new_tokens": 320, "ignore_eos": True}}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from runtime.settings import Settings
-from workers.launch import default_processes
 from tests.workers.conftest import make_cluster
+from workers.launch import default_processes
 from workers.local import ROOT
 from workers.process import device
 

@@ -14,9 +14,9 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.routing import own_queue
 from tests.workers.conftest import reference
+from workers.celery_app import TASK
 from workers.local import LocalCluster
 from workflows.narrative import prompt_ids
-from workers.celery_app import TASK
 
 PAYLOAD = narrative.Payload("Globex", "2026-Q3", "brief", [narrative.Metric("revenue", "1240", "1105", "1300")])
 PARAMS = {"policy": "prefix", "window": 8, "tau": 0.99, "max_new_tokens": 64}

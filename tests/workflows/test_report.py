@@ -1,33 +1,66 @@
-"""workflows/report.py as a job, with the shipped model, a real Redis and a SQLite file: a
-report whose worker died after its first section is run again: that section is replayed as
-written, the rest decoded, and the report is the one an uninterrupted run writes (the context
-check at its start does not count the job's own sections against it)."""
+"""workflows/report.py over a session in this process (the shipped model): every section's facts
+read back, the key figures exact, progress after each section, a plan that does not fit refused
+before its first turn.  And as a job, with a real Redis and a SQLite file: a report whose worker
+died after its first section is run again: that section is replayed as written, the rest
+decoded, and the report is the one an uninterrupted run writes (the context check at its start
+does not count the job's own sections against it), and the one the in-process session writes."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from model import shipped
-from runtime.sessions.records import Records
-from runtime.db import make_engine
 from app.demo import REPORT
-from runtime.sessions.engine import Engine
-from runtime.jobs.events import JobEvents
+from model import shipped
+from runtime.db import make_engine
+from runtime.errors import BadInput
 from runtime.jobs.context import JobContext
-from runtime.jobs.rows import Jobs
+from runtime.jobs.events import JobEvents
 from runtime.jobs.routing import Routing
-from runtime.settings import Settings
+from runtime.jobs.rows import Jobs
+from runtime.jobs.specs import ReportSpec
+from runtime.sessions.engine import Engine
+from runtime.sessions.local import LocalTurns
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
-from workflows.report import job as report_job
+from runtime.settings import Settings
+from workflows import report
+
+SPEC = ReportSpec.model_validate(REPORT)
 
 
 class Died(Exception):
     pass
+
+
+def test_a_report_reads_back_every_section_and_fills_its_key_figures(session: Callable[[], LocalTurns]) -> None:
+    turns = session()
+    r = report.run(turns, SPEC)
+    titles = [s.title for s in SPEC.outline]
+    assert [x["title"] for x in r["sections"]] == titles
+    for x in r["sections"]:
+        assert x["facts_total"] > 0 and x["facts_ok"] == x["facts_total"] and x["problems"] == [], x["markdown"]
+        assert x["markdown"].startswith(f"## {x['title']}\n") and x["markdown"] in r["markdown"]
+    assert r["figures"]["exact"] and r["figures"]["markdown"] in r["markdown"]
+    assert r["markdown"].startswith(f"# {SPEC.title}\n") and "<h2>Key figures</h2>" in r["html"]
+    assert [x["path"] for x in r["sections"]] + [r["figures"]["path"]] == ["new", "warm", "warm", "warm"]
+    assert turns.progress == {"section": 4, "sections": 4, "title": "Key figures"}
+    # the session now holds most of the context: the same plan again does not fit, refused at once
+    used = turns.used()
+    with pytest.raises(BadInput, match="context_overflow"):
+        report.run(turns, SPEC)
+    assert turns.used() == used
+
+
+def test_a_report_without_a_summary_has_no_key_figures(session: Callable[[], LocalTurns]) -> None:
+    spec = SPEC.model_copy(update={"summary": False, "outline": SPEC.outline[:1]})
+    r = report.run(session(), spec)
+    assert r["figures"] is None and "Key figures" not in r["markdown"] and len(r["sections"]) == 1
 
 
 def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_report(
@@ -46,23 +79,23 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
     sid = records.create_session("acme", "").id
     job, _ = jobs.create("report", "acme", REPORT, sid)
     first = ctx_for(job.id)
-    report = first.report
+    progress_of_first = first.report
 
     def dies_after_section_1(**progress: Any) -> None:
-        report(**progress)
+        progress_of_first(**progress)
         if progress.get("section") == 1:
             raise Died  # the worker is gone: no finish, no more heartbeats
 
     first.report = dies_after_section_1  # type: ignore[method-assign]
     with pytest.raises(Died):
-        report_job(first, REPORT)
+        report.run(first, SPEC)
     first.close()
     time.sleep(0.4)
     [expired] = jobs.expired()
     assert jobs.requeue(expired)
     second = ctx_for(job.id)
     try:
-        r = report_job(second, REPORT)  # 1006 of 1024 positions: its own first section must not count twice
+        r = report.run(second, SPEC)  # 1006 of 1024 positions: its own first section must not count twice
     finally:
         second.close()
     assert [x["path"] for x in r["sections"]][0] == "done"
@@ -73,8 +106,9 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
     ref_job, _ = jobs.create("report", "acme", REPORT, ref_sid)
     third = ctx_for(ref_job.id)
     try:
-        ref = report_job(third, REPORT)
+        ref = report.run(third, SPEC)
     finally:
         third.close()
     assert r["markdown"] == ref["markdown"] and r["figures"]["exact"]
+    assert report.run(LocalTurns(model, tok), SPEC)["markdown"] == r["markdown"]  # the in-process session's
     sql.dispose()

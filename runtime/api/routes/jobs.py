@@ -11,21 +11,17 @@ from typing import Annotated
 
 import redis
 from anyio.to_thread import run_sync
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from runtime.api.auth import services, tenant
-from runtime.api.models import ERRORS, JobList, JobRequest, JobView
+from runtime.api.deps import JobId, Limit, Svc, Tenant
+from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
 from runtime.api.services import Services
 from runtime.errors import BadInput, RateLimited
 from runtime.jobs.events import entries
-from runtime.jobs.rows import JOB_ID
 from runtime.tables import STATUSES, TERMINAL
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-Tenant = Annotated[str, Depends(tenant)]
-Svc = Annotated[Services, Depends(services)]
-JobId = Annotated[str, Path(pattern=f"^{JOB_ID.pattern}$")]
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with Last-Event-ID
 
@@ -33,17 +29,17 @@ MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with La
 @router.post("", status_code=202, response_model=JobView, responses=ERRORS)
 def create_job(req: JobRequest, who: Tenant, svc: Svc) -> JobView:
     """Queue a job; without a session it runs on a new one (the job names it).  A job that
-    cannot fit the session's context (the model's max_seq_len) is refused with 422."""
-    svc.check_fits(req.kind, req.spec, req.session, who)
-    return JobView.of(svc.dispatcher.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True))
+    cannot fit the session's context (the model's max_seq_len) is refused with 422; one
+    submitted before any worker has published its model, with 503 no_model."""
+    return JobView.of(svc.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True))
 
 
 @router.get("", response_model=JobList, responses=ERRORS)
 def list_jobs(who: Tenant, svc: Svc,
               status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
               kind: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None,
-              session: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = None,
-              limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobList:
+              session: Annotated[str | None, Query(pattern=ID)] = None,
+              limit: Limit = 50) -> JobList:
     """The tenant's jobs, newest first."""
     return JobList(jobs=[JobView.of(j) for j in svc.jobs.listing(who, status, kind, session, limit)])
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import redis
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -18,13 +18,13 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from runtime.api.auth import Unauthorized, services
+from runtime.api.auth import Unauthorized
+from runtime.api.deps import Svc
 from runtime.api.models import ErrorResponse, Health
 from runtime.api.services import Services
 from runtime.jobs.routing import consumed_by, shared_queue
 
 router = APIRouter(tags=["operations"])
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})

@@ -1,6 +1,7 @@
 """The web page: a live view of the tenant's jobs with their progress, and of a job's decoding,
 where each committed set's tokens appear at their positions (the set-diffusion order made
-visible).  One static file; it talks to the API with the key typed in (or given as #key=..., a fragment: never sent to the server, never in its logs)."""
+visible).  One static file; it talks to the API with the key typed in (or given as #key=...,
+a fragment: never sent to the server, never in its logs)."""
 
 from __future__ import annotations
 

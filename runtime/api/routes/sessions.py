@@ -5,23 +5,28 @@ fork at a turn, delete.  A turn and an infill are jobs (202 with the job; follow
 from __future__ import annotations
 
 import logging
-from typing import Annotated
 
 import redis
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Depends, Path, Query, Response
-
-from runtime.api.auth import services, tenant
-from runtime.api.models import (ERRORS, ID, ForkRequest, InfillRequest, JobView, SessionCreated, SessionList,
-                                SessionView, TurnRequest, TurnView, CacheView)
-from runtime.api.services import Services
-from runtime.errors import BadInput, Busy, SetflowError
+from runtime.api.deps import Limit, SessionId, Svc, Tenant
+from runtime.api.models import (
+    ERRORS,
+    CacheView,
+    ForkRequest,
+    InfillRequest,
+    JobView,
+    SessionCreated,
+    SessionList,
+    SessionView,
+    TurnRequest,
+    TurnView,
+)
+from runtime.errors import BadInput, Busy
+from runtime.sessions import lifecycle
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 log = logging.getLogger("setflow.api")
-Tenant = Annotated[str, Depends(tenant)]
-Svc = Annotated[Services, Depends(services)]
-SessionId = Annotated[str, Path(pattern=ID)]
 
 
 @router.post("", status_code=201, response_model=SessionCreated, responses=ERRORS)
@@ -33,7 +38,7 @@ def create_session(who: Tenant, svc: Svc) -> SessionCreated:
 
 
 @router.get("", response_model=SessionList, responses=ERRORS)
-def list_sessions(who: Tenant, svc: Svc, limit: Annotated[int, Query(ge=1, le=200)] = 50) -> SessionList:
+def list_sessions(who: Tenant, svc: Svc, limit: Limit = 50) -> SessionList:
     return SessionList(sessions=[SessionCreated(id=s.id, created_at=s.created_at)
                                  for s in svc.records.list_sessions(who, limit)])
 
@@ -42,13 +47,15 @@ def list_sessions(who: Tenant, svc: Svc, limit: Annotated[int, Query(ge=1, le=20
 def get_session(session_id: SessionId, who: Tenant, svc: Svc) -> SessionView:
     rec = svc.records.get_session(session_id, who)  # NotFound for another tenant's
     turns = []
-    for t in svc.records.turns(session_id, who):
+    rows = svc.records.turns(session_id, who)
+    tok = svc.tokenizer(rec.model_fingerprint) if rows else None  # None: no model published (no output text)
+    for t in rows:
         meta = t.meta or {}
         holes = meta.get("infill")  # an infill turn: the output is what its holes were filled with
         out_ids = [t.token_ids[i] for i in holes] if holes else t.token_ids[int(meta.get("n_input", len(t.token_ids))):]
         turns.append(TurnView(index=t.index, role=t.role, input=t.text,
-                              output=svc.tokenizer.decode(out_ids, skip_special=True), tokens=len(t.token_ids),
-                              path=(t.meta or {}).get("path"), job=t.job_id, created_at=t.created_at))
+                              output=tok.decode(out_ids, skip_special=True) if tok is not None else "",
+                              tokens=len(t.token_ids), path=meta.get("path"), job=t.job_id, created_at=t.created_at))
     m = svc.store.read(session_id)
     last = svc.dispatcher.routing.last_worker(session_id)
     kv = CacheView(redis_turns=int(m.state.get("turns", -1)) if m is not None else None,
@@ -64,16 +71,14 @@ def post_turn(session_id: SessionId, req: TurnRequest, who: Tenant, svc: Svc) ->
     """Queue a turn: the input (text or token ids) is appended and decoded with the given
     parameters; the session's jobs run one at a time, in submission order."""
     spec = req.model_dump(exclude={"priority"}, exclude_none=True)
-    svc.check_fits("turn", spec, session_id, who)
-    return JobView.of(svc.dispatcher.submit("turn", who, spec, session_id, req.priority))
+    return JobView.of(svc.submit("turn", who, spec, session_id, req.priority))
 
 
 @router.post("/{session_id}/infill", status_code=202, response_model=JobView, responses=ERRORS)
 def post_infill(session_id: SessionId, req: InfillRequest, who: Tenant, svc: Svc) -> JobView:
     """Queue an infill: the text is appended with each `<hole>` decoded in place."""
     spec = req.model_dump(exclude={"priority"}, exclude_none=True)
-    svc.check_fits("infill", spec, session_id, who)
-    return JobView.of(svc.dispatcher.submit("infill", who, spec, session_id, req.priority))
+    return JobView.of(svc.submit("infill", who, spec, session_id, req.priority))
 
 
 @router.post("/{session_id}/fork", status_code=201, response_model=SessionCreated, responses=ERRORS)
@@ -85,7 +90,7 @@ def fork_session(session_id: SessionId, req: ForkRequest, who: Tenant, svc: Svc)
     if not 0 <= req.turn < n:
         raise BadInput(f"turn must be in [0, {n}) for session {session_id}, got {req.turn}")
     svc.limiter.take(who)
-    rec = svc.records.fork(session_id, who, req.turn)
+    rec = lifecycle.fork_session(svc.store, svc.records, session_id, who, req.turn)  # shares the parent's K/V in Redis
     return SessionCreated(id=rec.id, created_at=rec.created_at)
 
 
@@ -93,25 +98,18 @@ def fork_session(session_id: SessionId, req: ForkRequest, who: Tenant, svc: Svc)
 def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
     """Delete the session: its turns, its jobs (their event streams too) and its Redis state.
     409 while a job of it is queued or running (cancel those first), or while a turn holds it.
-    Under the session's lease, so no turn runs meanwhile; the SQL delete checks for unfinished
-    jobs in its own transaction, so a submission at the same moment either comes first (409) or
-    finds no session (404)."""
+    The session part is lifecycle.delete_session's, under the session's lease (no turn runs
+    meanwhile); its SQL delete checks for unfinished jobs in its own transaction, so a
+    submission at the same moment either comes first (409) or finds no session (404).  The
+    delete stands when Redis fails after it (SQL is the truth; what is left expires)."""
     svc.records.get_session(session_id, who)
     if svc.jobs.unfinished(session_id):
         raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
     svc.limiter.take(who)
-    lease = svc.store.acquire(session_id)  # Busy while a turn runs
-    try:
-        jobs = svc.records.delete_session(session_id, who, idle_only=True)
-        try:  # the session is gone (SQL is the truth): its Redis state is nobody's now
-            svc.store.drop(session_id, who, lease)
-            keys = [svc.keys.affinity(session_id)] + [k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))]
-            svc.client.delete(*keys)
-        except (redis.RedisError, SetflowError) as e:  # the delete stands: SQL is the truth
-            log.warning("session %s deleted; its Redis state was not (%s; it expires by itself)", session_id, e)
-    finally:
-        try:
-            svc.store.release(lease)
-        except redis.RedisError:
-            pass  # the lease expires by itself
+    jobs = lifecycle.delete_session(svc.store, svc.records, session_id, who, idle_only=True)  # Busy while a turn runs
+    try:  # the jobs' streams and the session's affinity are nobody's now
+        keys = [svc.keys.affinity(session_id)] + [k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))]
+        svc.client.delete(*keys)
+    except redis.RedisError as e:
+        log.warning("session %s deleted; its jobs' Redis keys were not (%s)", session_id, e)
     return Response(status_code=204)

@@ -1,7 +1,8 @@
 """The HTTP API without workers: `create_app` on the real Redis (a key prefix of its own) and a
 SQLite file under a temporary data_dir.  Jobs are sent to the real Celery broker queues under
-that prefix ({prefix}:celery:...); nobody consumes them, so every job stays queued.  Everything
-under the prefix is deleted afterwards.
+that prefix ({prefix}:celery:...); nobody consumes them, so every job stays queued.  No worker
+publishes its model's card either: the test does, the shipped model's, as a worker would
+(`shipped_card`).  Everything under the prefix is deleted afterwards.
 
 Also: the two tenants' keys, sample job specs, and `Api.snapshot()`: the state a rejected
 request must leave as it was (SQL rows and the Redis keys under the prefix)."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,14 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
+from model import checkpoint, shipped
 from runtime.api.app import create_app
 from runtime.api.services import Services
+from runtime.jobs import models
 from runtime.keys import Keys
-from runtime.tables import JobRecord, SessionRecord, TurnRecord
+from runtime.sessions.engine import FP_LEN
 from runtime.settings import Settings
+from runtime.tables import JobRecord, SessionRecord, TurnRecord
 from workers.celery_app import make_app, sender
 
 API_KEYS = {"key-acme-0001": "acme", "key-globex-01": "globex"}
@@ -46,6 +51,14 @@ REPORT: dict[str, Any] = {
     "outline": [{"title": "Revenue", "metrics": ["revenue"]}, {"title": "Customer health", "metrics": ["churn"]}]}
 TURN: dict[str, Any] = {"text": "Hello there.", "params": {"max_new_tokens": 8}}
 INFILL: dict[str, Any] = {"text": "Revenue rose to <hole><hole> this quarter."}
+
+
+@cache
+def shipped_card() -> models.ModelCard:
+    """The card a CPU worker publishes for the shipped model: the fingerprint its engine computes
+    (over the float32 weights: torch, which the tests may import and the API may not)."""
+    model, tok = shipped.load()
+    return models.ModelCard(checkpoint.fingerprint(model)[:FP_LEN], model.cfg, tok.to_str())
 
 
 class Api:
@@ -103,7 +116,7 @@ class Api:
     def seed_session(self, tenant: str = "acme", turns: int = 1) -> str:
         """A session with `turns` finished turns in SQL (no Redis state), as a worker writes them."""
         rec = self.svc.records.create_session(tenant, "")
-        tok = self.svc.tokenizer
+        tok = shipped_card().tokenizer
         for i in range(turns):
             ids = tok.encode(f"Question {i}?") + tok.encode(" An answer.")
             n_input = len(tok.encode(f"Question {i}?"))
@@ -129,9 +142,12 @@ def api_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
 
 
 @contextmanager
-def running_api(redis_url: str, data_dir: Path, **overrides: Any) -> Iterator[Api]:
+def running_api(redis_url: str, data_dir: Path, card: bool = True, **overrides: Any) -> Iterator[Api]:
+    """card: publish the shipped model's card first (as a worker would when it starts)."""
     s = api_settings(redis_url, data_dir, **overrides)
     mine = redis.Redis.from_url(redis_url)
+    if card:
+        models.publish(mine, s, shipped_card())
     celery = make_app(s)
     app = create_app(s, client=redis.Redis.from_url(redis_url, socket_timeout=10), send=sender(celery))
     try:
@@ -148,11 +164,12 @@ def running_api(redis_url: str, data_dir: Path, **overrides: Any) -> Iterator[Ap
 
 @pytest.fixture
 def make_api(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
-    """make_api(**settings overrides) -> Api; several per test share nothing but the Redis server."""
+    """make_api(card=True, **settings overrides) -> Api; several per test share nothing but the
+    Redis server.  card=False: no model card published (as before any worker started)."""
     with_stack: list[Any] = []
 
-    def make(**overrides: Any) -> Api:
-        cm = running_api(redis_url, tmp_path / f"d{len(with_stack)}", **overrides)
+    def make(card: bool = True, **overrides: Any) -> Api:
+        cm = running_api(redis_url, tmp_path / f"d{len(with_stack)}", card, **overrides)
         api = cm.__enter__()
         with_stack.append(cm)
         return api

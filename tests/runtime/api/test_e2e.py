@@ -17,15 +17,19 @@ import httpx
 import pytest
 import redis
 
+from app.client import ApiError, Client
+from app.demo import REPORT, Stack
 from model import shipped
 from model.corpus import agent as agent_corpus
 from model.corpus import narrative as corpus
+from model.decode import generate
 from model.params import DecodeParams
-from app.client import ApiError, Client
-from app.demo import DATA, REPORT, Stack
+from runtime.db import make_engine
+from runtime.jobs import models
+from runtime.sessions.records import Records
 from runtime.settings import Settings
-from workflows.narrative import narrate
-from tests.runtime.api.conftest import delete_keys
+from tests.runtime.api.conftest import delete_keys, shipped_card
+from workflows.narrative import prompt_ids
 
 pytestmark = pytest.mark.slow
 KEY = "key-e2e-acme-01"
@@ -59,6 +63,23 @@ def _ok(job: dict[str, Any]) -> dict[str, Any]:
     return job["result"]  # type: ignore[no-any-return]
 
 
+def test_the_worker_publishes_its_models_card_and_sessions_are_bound_to_it(c: Client, stack: Stack) -> None:
+    r = redis.Redis.from_url(str(stack.s.redis_url))
+    card = models.read(r, stack.s)
+    r.close()
+    want = shipped_card()  # the fingerprint computed here, in process, over the same weights
+    assert card is not None and card.fingerprint == want.fingerprint and card.config == want.config
+    assert card.tokenizer.encode("revenue: up\n") == want.tokenizer.encode("revenue: up\n")
+    sid = c.create_session()["id"]
+    _ok(c.wait(c.turn(sid, text="tenant: Acme\n", params={"max_new_tokens": 4})["id"], 60))
+    sql = make_engine(stack.s)
+    try:
+        bound = Records(sql).get_session(sid, "acme").model_fingerprint
+    finally:
+        sql.dispose()
+    assert bound == card.fingerprint  # the card the API decodes the session's text with
+
+
 def test_a_narrative_is_the_text_the_model_writes_in_process(c: Client) -> None:
     job = c.create_job("narrative", {"payload": PAYLOAD})
     assert job["status"] == "queued" and job["session"]  # a job without a session gets a new one
@@ -66,8 +87,10 @@ def test_a_narrative_is_the_text_the_model_writes_in_process(c: Client) -> None:
     model, tok = shipped.load()
     p = corpus.Payload("Northwind", "2026-Q3", "formal", [corpus.Metric("revenue", "1240", "1105", "1300"),
                                                           corpus.Metric("churn", "2.4", "2.6")])
-    ref = narrate(model, tok, p, DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=256))
-    assert r["text"] == ref.text  # the worker's greedy decode is the in-process one
+    out, _, _ = generate(model, prompt_ids(tok, p), DecodeParams(policy="prefix", window=8, tau=0.99,
+                                                                 max_new_tokens=256))
+    ref = tok.decode([t for t in out if t != model.cfg.mask_id], skip_special=True)
+    assert r["text"] == ref  # the worker's greedy decode is the in-process one
     assert r["facts_ok"] == r["facts_total"] > 0 and r["path"] == "new"
 
 
@@ -114,9 +137,10 @@ def test_fork_keeps_the_parent_and_continues_from_its_turn(c: Client) -> None:
         _ok(c.wait(c.turn(sid, text=text, params={"max_new_tokens": 8})["id"], 60))
     fork = c.fork(sid, 1)["id"]
     again = c.fork(sid, 1)["id"]
+    assert c.get_session(fork)["kv"]["redis_turns"] == 2  # the parent's K/V of turns 0..1, shared in Redis
     a = _ok(c.wait(c.turn(fork, text="latency: flat\n", params={"max_new_tokens": 8})["id"], 60))
     b = _ok(c.wait(c.turn(again, text="latency: flat\n", params={"max_new_tokens": 8})["id"], 60))
-    assert a["tokens"] == b["tokens"] and a["turn"] == 2 and a["path"] == "recompute"  # rebuilt from SQL
+    assert a["tokens"] == b["tokens"] and a["turn"] == 2 and a["path"] in ("restore", "recompute")  # the cost model's
     parent, child = c.get_session(sid), c.get_session(fork)
     assert len(parent["turns"]) == 3 and len(child["turns"]) == 3
     assert [t["input"] for t in child["turns"][:2]] == [t["input"] for t in parent["turns"][:2]]

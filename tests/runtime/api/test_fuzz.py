@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
@@ -120,7 +121,8 @@ def test_fuzz(fuzz_api: Api, schema: Any, method: str, path: str, mode: Generati
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
 @pytest.mark.parametrize("variant", ["random", "session", "empty"])
-@pytest.mark.parametrize("method,path", SESSION_OPS, ids=[f"{m} {p.split('}')[-1] or 'session'}" for m, p in SESSION_OPS])
+@pytest.mark.parametrize("method,path", SESSION_OPS,
+                         ids=[f"{m} {p.split('}')[-1] or 'session'}" for m, p in SESSION_OPS])
 def test_fuzz_on_sessions(fuzz_api: Api, schema: Any, method: str, path: str, variant: str,
                           mode: GenerationMode) -> None:
     if mode is GenerationMode.NEGATIVE and variant != "random" and (method, path) in ONLY_AN_ID:

@@ -8,7 +8,6 @@ SETFLOW_UPDATE_SCREENSHOT=1."""
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path

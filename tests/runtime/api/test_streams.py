@@ -12,9 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from app.serve import ApiServer
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings, delete_keys
+from runtime.jobs import models
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings, delete_keys, shipped_card
 
 OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust
 
@@ -22,6 +24,9 @@ OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream
 @pytest.fixture
 def server(redis_url: str, tmp_path: Path) -> Iterator[ApiServer]:
     s = api_settings(redis_url, tmp_path, max_streams_per_tenant=OPEN + 2, api_port=0)
+    r = redis.Redis.from_url(redis_url)
+    models.publish(r, s, shipped_card())  # as a worker would when it starts
+    r.close()
     srv = ApiServer(s).start()
     try:
         yield srv
@@ -32,7 +37,8 @@ def server(redis_url: str, tmp_path: Path) -> Iterator[ApiServer]:
 
 def test_open_streams_hold_no_threads_and_are_capped_per_tenant(server: ApiServer) -> None:
     async def go() -> None:
-        async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(10.0)) as c, AsyncExitStack() as streams:
+        client = httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(10.0))
+        async with client as c, AsyncExitStack() as streams:
             job = (await c.post("/v1/jobs", headers=ACME, json={"kind": "narrative", "spec": NARRATIVE})).json()
             url = f"/v1/jobs/{job['id']}/events"
             readers = []  # kept: a reader collected early closes its response

@@ -1,6 +1,7 @@
 """runtime/jobs/context.py with the shipped model, a real Redis and a SQLite file: a job that
 dies after committing a step and is run again replays that step as written (no second turn),
-then decodes the rest; the tokens are those of an uninterrupted run."""
+then decodes the rest; the tokens are those of an uninterrupted run.  As the Turns of a
+workflow, a job writes what a session in this process writes."""
 
 from __future__ import annotations
 
@@ -12,18 +13,22 @@ import pytest
 import redis
 
 from model import shipped
+from model.corpus import narrative as corpus
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.sessions.records import Records
 from runtime.db import make_engine
-from runtime.sessions.engine import Engine
-from runtime.jobs.events import JobEvents
 from runtime.jobs.context import JobContext
-from runtime.jobs.rows import Jobs
+from runtime.jobs.events import JobEvents
 from runtime.jobs.routing import Routing
-from runtime.settings import Settings
+from runtime.jobs.rows import Jobs
+from runtime.jobs.specs import NarrativeSpec
+from runtime.sessions.engine import Engine
+from runtime.sessions.local import LocalTurns
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
+from runtime.settings import Settings
+from workflows import narrative
 
 PARAMS = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=24)
 
@@ -47,11 +52,11 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
         assert claim.owner is not None, claim.reason
         return JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
 
-    def workflow(ctx: JobContext, sid: str) -> list[Any]:
+    def workflow(ctx: JobContext) -> list[Any]:
         out = []
         ctx.report(section=0, sections=2)
         for i, ids in enumerate(inputs):
-            out.append(ctx.turn(sid, ids, PARAMS))
+            out.append(ctx.turn(ids, PARAMS))
             ctx.report(section=i + 1, sections=2)
         return out
 
@@ -59,7 +64,7 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
     job, _ = jobs.create("turn", "acme", {"text": "x"}, sid)
     first = ctx_for(job.id)
     first.report(section=0, sections=2)
-    done_first = first.turn(sid, inputs[0], PARAMS)  # step 0 committed ...
+    done_first = first.turn(inputs[0], PARAMS)  # step 0 committed ...
     first.report(section=1, sections=2)
     first.close()  # ... then the worker dies: no finish, no more heartbeats
     time.sleep(0.4)
@@ -71,7 +76,7 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
     second.events.publish = lambda j, ev: (seen.append(ev["section"]) if "section" in ev else None,  # type: ignore
                                            publish(j, ev))[-1]
     try:
-        r = workflow(second, sid)
+        r = workflow(second)
     finally:
         second.close()
     assert seen == sorted(seen) and seen[0] == 1 and seen[-1] == 2  # the replay never says less than was said
@@ -83,4 +88,35 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
     ref = engine.open("acme")
     assert [engine.run_turn(ref, "acme", ids, PARAMS).tokens for ids in inputs] == [x.tokens for x in r]
     assert jobs.get(job.id).progress["steps"] == 2
+    sql.dispose()
+
+
+def test_a_narrative_job_writes_the_text_a_session_in_this_process_writes(
+        loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings: Settings, tmp_path: Path) -> None:
+    model, tok = loaded
+    s = settings.model_copy(update={"data_dir": tmp_path})
+    sql = make_engine(s)
+    records, jobs = Records(sql), Jobs(sql, s)
+    engine = Engine(model, SessionStore(client, s), records, s)
+    payload = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
+               "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},
+                           {"key": "churn", "value": "2.4", "prev": "2.6"}]}
+    spec = NarrativeSpec.model_validate({"payload": payload})
+    sid = records.create_session("acme", "").id
+    job, _ = jobs.create("narrative", "acme", {"payload": payload}, sid)
+    claim = jobs.claim(job.id, "w1")
+    assert claim.owner is not None, claim.reason
+    ctx = JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+    try:
+        assert ctx.cfg is model.cfg and ctx.used() == 0
+        r = narrative.run(ctx, spec)
+        assert ctx.used() == 0  # a job's own turns do not count against its plan
+    finally:
+        ctx.close()
+    local = narrative.run(LocalTurns(model, tok), spec)
+    assert r["text"] == local["text"] and r["tokens"] == local["tokens"] and r["nfe"] == local["nfe"]
+    assert r["session"] == sid and r["path"] == local["path"] == "new"
+    assert corpus.check(spec.payload.to_payload(), r["text"]).fully_correct
+    [row] = records.turns(sid, "acme")
+    assert records.length(sid, "acme") == len(row.ledger) > 0 and (row.job_id, row.job_step) == (job.id, 0)
     sql.dispose()

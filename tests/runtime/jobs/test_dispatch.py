@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 import redis
-
-from runtime.sessions.records import Records
+from pydantic import BaseModel
 
 from runtime.db import make_engine
-from runtime.jobs.dispatch import Dispatcher
 from runtime.errors import BadInput, NotFound, RateLimited
-from runtime.jobs.rows import Jobs
+from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing, consumed_by
+from runtime.jobs.rows import Jobs
+from runtime.jobs.specs import TurnSpec
+from runtime.sessions.records import Records
 from runtime.settings import Settings
 
 SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
@@ -176,3 +177,23 @@ def test_wait_reads_sql_when_the_final_event_is_lost(env: tuple[Dispatcher, Sent
 
     monkeypatch.setattr(d.events, "read", no_events)
     assert d.wait(job.id, 30).status == "succeeded"  # from SQL, not after the timeout
+
+
+def test_admit_gets_the_parsed_spec_once_and_its_refusal_writes_nothing(env: tuple[Dispatcher, Sent, str],
+                                                                       client: redis.Redis) -> None:
+    d, sent, sid = env
+    seen: list[object] = []
+
+    def refuse(spec: BaseModel) -> None:
+        seen.append(spec)
+        raise BadInput("does not fit")
+
+    with pytest.raises(BadInput):
+        d.submit("turn", "acme", SPEC, sid, admit=refuse)
+    assert len(seen) == 1 and isinstance(seen[0], TurnSpec) and seen[0].params.max_new_tokens == 8
+    assert sent == [] and d.jobs.next_queued(sid) is None and not client.exists(d.k.bucket("acme"))
+    with pytest.raises(BadInput):
+        d.submit("turn", "acme", {"text": "a", "extra": 1}, sid, admit=refuse)  # a bad spec never reaches it
+    assert len(seen) == 1
+    job = d.submit("turn", "acme", SPEC, sid, admit=seen.append)
+    assert len(seen) == 2 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]

@@ -9,9 +9,9 @@ import time
 import pytest
 from sqlalchemy import Engine
 
-from runtime.sessions.records import JobStep, Records
 from runtime.errors import BadInput, ClaimLost, NotFound
 from runtime.jobs.rows import Jobs
+from runtime.sessions.records import JobStep, Records
 from runtime.settings import Settings
 
 SPEC = {"text": "hello"}

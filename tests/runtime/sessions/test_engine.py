@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,12 +22,13 @@ from model.corpus import narrative, report
 from model.params import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.sessions.records import JobStep, Records
-from runtime.sessions.engine import Engine
 from runtime.errors import BadInput, Busy, LeaseLost, NotFound, StaleWrite
 from runtime.jobs.rows import Jobs
-from runtime.settings import Settings
+from runtime.sessions.engine import Engine
+from runtime.sessions.records import JobStep, Records
 from runtime.sessions.store import SessionStore
+from runtime.settings import Settings
+from tests.fakes import assert_same_cache
 from workflows.narrative import prompt_ids
 
 PARAMS = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=48)
@@ -66,7 +67,7 @@ def _reference(engine: Engine, tok: Tokenizer) -> list[list[int]]:
     assert engine.records.turns(sid, "acme")[0].text == "payload"
     m = engine.store.read(sid)
     assert m is not None and m.state["params"]["window"] == PARAMS.window and m.state["turns"] == 2
-    return [r1.tokens, r2.tokens]
+    return [r1.tokens, r2.tokens, [r2.nfe]]
 
 
 def test_restore_and_recompute_write_the_same_tokens_as_warm(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
@@ -80,6 +81,7 @@ def test_restore_and_recompute_write_the_same_tokens_as_warm(engine: Engine, loa
         engine.warm.clear()  # as if another worker took the next turn
         r2 = engine.run_turn(sid, "acme", second, PARAMS, prefer=prefer)
         assert r2.path == prefer and r2.tokens == ref[1], prefer
+        assert [r2.nfe] == ref[2], "a turn's forward passes are its own, whatever path loaded the session"
         turns = engine.records.turns(sid, "acme")
         assert [t.meta["path"] for t in turns] == ["new", prefer]
 
@@ -105,7 +107,8 @@ from runtime.settings import Settings
 from runtime.sessions.store import SessionStore
 s = Settings.model_validate_json({db_settings.model_dump_json()!r})
 e = Engine(shipped.load()[0], SessionStore(redis.Redis.from_url({redis_url!r}), s), Records(make_engine(s)), s)
-r = e.run_turn({sid!r}, "acme", {second!r}, DecodeParams(**json.loads({json.dumps(PARAMS.__dict__)!r})), prefer="restore")
+p = DecodeParams(**json.loads({json.dumps(PARAMS.__dict__)!r}))
+r = e.run_turn({sid!r}, "acme", {second!r}, p, prefer="restore")
 print(json.dumps({{"path": r.path, "tokens": r.tokens}}))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
@@ -277,8 +280,7 @@ def test_write_behind_in_small_batches_with_out_of_order_stops_restores_exactly(
         assert m is not None and not m.behind
         restored, _ = engine._restore(m)
         assert restored.positions == warm.cache.positions and restored.tokens == warm.cache.tokens
-        n = warm.cache.length
-        assert torch.equal(restored.k[:, :n], warm.cache.k[:, :n]) and torch.equal(restored.v[:, :n], warm.cache.v[:, :n])
+        assert_same_cache(warm.cache, restored)
 
 
 def test_a_holder_that_lost_its_lease_writes_nothing(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
@@ -411,8 +413,8 @@ def test_a_bad_infill_input_is_refused_and_changes_nothing(engine: Engine, loade
     assert engine.run_turn(sid, "acme", holed, PARAMS, infill=True).path == "warm", "still warm"
 
 
-def test_a_fork_at_a_turn_decodes_what_a_session_of_those_turns_does(engine: Engine,
-                                                                      loaded: tuple[SetDLM, Tokenizer]) -> None:
+def test_a_fork_at_a_turn_shares_the_parents_kv_and_decodes_what_a_session_of_those_turns_does(
+        engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
     model, tok = loaded
     first, second = _inputs(tok)
     holed, _ = _holed(model, tok)
@@ -422,20 +424,54 @@ def test_a_fork_at_a_turn_decodes_what_a_session_of_those_turns_does(engine: Eng
         engine.run_turn(parent, "acme", ids, PARAMS, infill=infill)
     rows = [(t.token_ids, t.ledger, t.meta) for t in engine.records.turns(parent, "acme")]
     manifest = engine.store.read(parent)
+    assert manifest is not None
     ref = engine.open("acme")  # a session that only ever had turns 0 and 1
     engine.run_turn(ref, "acme", first, PARAMS)
     engine.run_turn(ref, "acme", holed, PARAMS, infill=True)
     want = engine.run_turn(ref, "acme", third, PARAMS)
     child = engine.fork(parent, "acme", 1)
-    got = engine.run_turn(child, "acme", third, PARAMS)
-    assert got.path == "recompute" and got.tokens == want.tokens and got.turn == 2
+    boundary = sum(len(ledger) for _, ledger, _ in rows[:2])  # the slots of turns 0 and 1
+    m = engine.store.read(child)
+    assert m is not None and (m.slots, m.state["turns"]) == (boundary, 2)
+    assert m.segments[:-1] == manifest.segments[:len(m.segments) - 1], "copy on write: the segments below the cut"
+    ledger = [e for _, led, _ in rows[:2] for e in led]
+    assert m.state["ledger"] == [[p for p, _ in ledger], [t for _, t in ledger]]
+    got = engine.run_turn(child, "acme", third, PARAMS, prefer="restore")
+    assert got.path == "restore" and got.tokens == want.tokens and got.turn == 2 and not got.events
+    recomputed = engine.fork(parent, "acme", 1)
+    again = engine.run_turn(recomputed, "acme", third, PARAMS, prefer="recompute")
+    assert again.path == "recompute" and again.tokens == got.tokens
     assert [(t.token_ids, t.ledger, t.meta) for t in engine.records.turns(parent, "acme")] == rows
     assert engine.store.read(parent) == manifest, "the parent is unchanged"
     assert engine.run_turn(parent, "acme", third, PARAMS).path == "warm"
+    whole = engine.fork(parent, "acme", 3)  # at its last turn: every segment shared
+    assert engine.store.read(whole).segments == engine.store.read(parent).segments  # type: ignore[union-attr]
     with pytest.raises(NotFound):
         engine.fork(parent, "globex", 1)
     with pytest.raises(BadInput):
-        engine.fork(parent, "acme", 4)
+        engine.fork(parent, "acme", 5)
+
+
+def test_a_fork_of_a_session_without_fresh_redis_state_recomputes(engine: Engine, loaded: tuple[SetDLM, Tokenizer],
+                                                                  client: redis.Redis) -> None:
+    tok = loaded[1]
+    first, second = _inputs(tok)
+    parent = engine.open("acme")
+    engine.run_turn(parent, "acme", first, PARAMS)
+    engine.run_turn(parent, "acme", second, PARAMS)
+    want = engine.run_turn(engine.fork(parent, "acme", 0), "acme", second, PARAMS, prefer="recompute").tokens
+    m = engine.store.read(parent)
+    assert m is not None
+    # another model's K/V; a manifest one turn behind SQL (a failed save); no manifest at all
+    for damage in ({"fingerprint": "0" * 16}, {"state": {**m.state, "turns": 0}}, None):
+        client.delete(engine.store.k.manifest(parent))
+        if damage is not None:
+            with engine.store.lease(parent) as lease:
+                engine.store.commit(replace(m, gen=0, **damage), lease.lease)  # type: ignore[arg-type]
+        child = engine.fork(parent, "acme", 0)
+        assert engine.store.read(child) is None, damage
+        r = engine.run_turn(child, "acme", second, PARAMS, prefer="restore")
+        assert r.path == "recompute" and r.tokens == want, damage
 
 
 def test_delete_removes_a_session_from_redis_and_sql(engine: Engine, loaded: tuple[SetDLM, Tokenizer],

@@ -11,8 +11,8 @@ import redis
 
 from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.sessions.segments import SegmentMeta, decode, split
-from runtime.settings import Settings
 from runtime.sessions.store import Manifest, SessionStore
+from runtime.settings import Settings
 
 FP = "6cfff3ff2058a6b3"
 META = SegmentMeta(FP, "float32", n_layers=4, n_kv_heads=2, head_dim=32, start=0, end=600)
@@ -97,6 +97,50 @@ def test_lease_expires_and_the_old_holder_cannot_renew(client: redis.Redis, sett
     store.renew(b)
 
 
+def test_a_lease_block_holds_the_lease_and_gives_it_back_on_any_exit(store: SessionStore,
+                                                                      client: redis.Redis) -> None:
+    with store.lease("s1") as held:
+        assert client.get(store.k.lease("s1")) == held.lease.token.encode() and held.session == "s1"
+        with pytest.raises(Busy):
+            with store.lease("s1", wait_ms=0):
+                pass
+    assert not client.exists(store.k.lease("s1"))
+    with pytest.raises(StaleWrite):
+        with store.lease("s1"):
+            raise StaleWrite("the block's own error")
+    assert not client.exists(store.k.lease("s1")), "given back when the block raised too"
+
+
+def test_keep_renews_after_a_third_of_the_lease_and_a_lost_lease_surfaces(client: redis.Redis,
+                                                                          settings: Settings) -> None:
+    store = SessionStore(client, settings.model_copy(update={"lease_ms": 1000}))
+    with store.lease("s1") as held:
+        time.sleep(0.1)
+        held.keep()  # less than a third gone: no round trip
+        assert client.pttl(store.k.lease("s1")) <= 900
+        time.sleep(0.25)
+        held.keep()
+        assert client.pttl(store.k.lease("s1")) > 900, "renewed"
+        client.set(store.k.lease("s1"), "another-holder")  # expired and taken over
+        held.keep()  # nothing to notice before a third of the lease
+        time.sleep(0.35)
+        with pytest.raises(LeaseLost):
+            held.keep()
+        with pytest.raises(LeaseLost):
+            held.renew()
+    assert client.get(store.k.lease("s1")) == b"another-holder", "the successor's lease is not released"
+
+
+def test_a_redis_error_giving_the_lease_back_is_swallowed(store: SessionStore, client: redis.Redis,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(_: object) -> bool:
+        raise redis.ConnectionError("Redis went away")
+
+    with store.lease("s1"):
+        monkeypatch.setattr(store, "release", down)
+    assert client.exists(store.k.lease("s1")), "left to expire by itself"
+
+
 def test_a_waiting_turn_gets_the_lease_when_the_holder_releases(store: SessionStore) -> None:
     import threading
     a = store.acquire("s1")
@@ -173,8 +217,9 @@ def test_fork_shares_bytes_and_diverges_independently(store: SessionStore) -> No
     first_end = decode(store.get_segments(parent.segments[:1])[0], FP)[0].end
     edge = store.fork(parent, "edge", first_end, store.acquire("edge"))  # at a segment boundary
     assert edge.segments == parent.segments[:1], "whole segments are shared, not copied"
-    mid = store.fork(parent, "mid", 300, store.acquire("mid"))  # inside the first segment
+    mid = store.fork(parent, "mid", 300, store.acquire("mid"), state={"turns": 1})  # inside the first segment
     assert mid.slots == 300 and len(mid.segments) == 1 and mid.segments[0] not in parent.segments
+    assert mid.state == {"turns": 1} and edge.state == {}, "the child's state is the caller's"
     assert _kv_of(store, mid) == _kv_of(store, parent)[:300 * META.slot_bytes]
     # the parent moves on (drops its second segment); the forks do not see it
     lease = store.acquire("parent")

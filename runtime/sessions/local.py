@@ -1,0 +1,58 @@
+"""LocalTurns: one session's turns over a bare model in this process, held in memory (no Redis, no
+SQL, no lease) — the in-process runner behind benchmarks and the tour.  The decoding is the
+engine's own (TurnDecode), so the same turns give the same tokens."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from model.config import ModelConfig
+from model.kv_cache import KVCache
+from model.params import DecodeParams, DecodeState
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.errors import BadInput
+from runtime.sessions.decoding import TurnDecode, infill_holes
+from runtime.sessions.turn import TurnResult
+
+
+class LocalTurns:
+    session = "local"  #: the name its TurnResults carry
+
+    def __init__(self, model: SetDLM, tokenizer: Tokenizer) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg: ModelConfig = model.cfg
+        w = next(model.parameters())
+        self.cache = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
+        self.state: DecodeState | None = None
+        self.turns = 0
+        self.progress: dict[str, Any] = {}
+
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+        """One turn, as Engine.turn decodes it: `ids` appended and decoded after (infill: ids holds
+        mask_id at holes, decoded in place).  text is not kept (the engine keeps it in SQL).
+        BadInput for an empty input or a bad infill input, DecodeError past the model's context;
+        either leaves the session as it was."""
+        if not ids:
+            raise BadInput("input must be at least 1 token")
+        if infill:
+            infill_holes(self.cfg, ids)
+        t = time.perf_counter()
+        turn = TurnDecode(self.model, self.cache, self.state, ids, params, infill)
+        for _ in turn.steps():
+            pass
+        self.state = turn.state
+        result = TurnResult(self.session, turn.tokens, "new" if self.turns == 0 else "warm",
+                            {"decode_s": time.perf_counter() - t}, nfe=turn.nfe, turn=self.turns)
+        self.turns += 1
+        return result
+
+    def used(self) -> int:
+        """Positions the session holds: its next turn starts here."""
+        return len(self.state.tokens) if self.state is not None else 0
+
+    def report(self, **progress: Any) -> None:
+        """Workflow progress: kept (the last value of each key), shown to nobody."""
+        self.progress.update(progress)

@@ -1,0 +1,87 @@
+"""workflows/agent.py over a session in this process (the shipped model): tool calls run for real
+and the answer uses their results; the call limit; a session that fills up ends the answer
+early (a scripted Turns: the loop's own logic, no model)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from model.config import ModelConfig
+from model.corpus import agent as corpus
+from model.params import DecodeError, DecodeParams
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.jobs.specs import AgentSpec, ParamsSpec
+from runtime.sessions.local import LocalTurns
+from runtime.sessions.turn import TurnResult
+from workflows import agent
+
+QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+DATA = corpus.Dataset(2026)
+V1, V2 = DATA.lookup("revenue", "EMEA", "2026-Q2"), DATA.lookup("revenue", "EMEA", "2026-Q3")
+CALLS = [corpus.call_text("metric", "revenue", "EMEA", "2026-Q2"),
+         corpus.call_text("metric", "revenue", "EMEA", "2026-Q3"), corpus.call_text("calc", f"({V2}-{V1})/{V1}*100")]
+ANSWER = corpus.calc(f"({V2}-{V1})/{V1}*100")
+
+
+@pytest.mark.parametrize("policy", ["ar", "set"])
+def test_the_agent_calls_its_tools_and_answers_with_their_results(session: Callable[[], LocalTurns],
+                                                                 policy: str) -> None:
+    turns = session()
+    params = ParamsSpec.model_validate({"policy": policy, "window": 4, "tau": 0.9, "max_new_tokens": 96})
+    r = agent.run(turns, AgentSpec(question=QUESTION, dataset_seed=DATA.seed, params=params))
+    assert r["finished"] and r["reason"] == "answer", r["text"]
+    assert [c["call"] for c in r["calls"]] == CALLS and all(c["ok"] for c in r["calls"])
+    assert [c["result"] for c in r["calls"]] == [V1, V2, ANSWER]  # run for real, by workflows/tools.py
+    check = corpus.check(corpus.Task(QUESTION, CALLS, ANSWER, ""), r["text"])
+    assert check.tool_call_ok and check.answer_ok and r["answer"] is not None and ANSWER in r["answer"]
+    # a turn per segment: the first opens the session, each result resumes it
+    assert [t["path"] for t in r["turns"]] == ["new"] + ["warm"] * len(CALLS)
+    assert [t["turn"] for t in r["turns"]] == list(range(len(CALLS) + 1))
+    assert turns.progress["calls"] == len(CALLS) and "worker" not in r
+
+
+def test_the_call_limit_ends_the_loop_before_the_next_call_runs(session: Callable[[], LocalTurns]) -> None:
+    r = agent.run(session(), AgentSpec(question=QUESTION, dataset_seed=DATA.seed, max_calls=1))
+    assert r["reason"] == "call_limit" and not r["finished"] and r["answer"] is None
+    assert [c["call"] for c in r["calls"]] == CALLS[:1] and len(r["turns"]) == 2
+    assert r["text"].endswith(corpus.END_CALL)  # the second call, written but not run
+
+
+class Scripted:
+    """Turns that answer each turn with the next scripted tokens, or raise the scripted error."""
+
+    def __init__(self, tok: Tokenizer, cfg: ModelConfig, script: list[list[int] | Exception]) -> None:
+        self.tokenizer, self.cfg, self.script = tok, cfg, script
+        self.inputs: list[list[int]] = []
+
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+        self.inputs.append(ids)
+        step = self.script[len(self.inputs) - 1]
+        if isinstance(step, Exception):
+            raise step
+        return TurnResult("scripted", step, "new" if len(self.inputs) == 1 else "warm", turn=len(self.inputs) - 1)
+
+    def used(self) -> int:
+        return 0
+
+    def report(self, **progress: Any) -> None:
+        pass
+
+
+def test_a_full_session_ends_the_answer_early_and_a_first_turn_error_fails_it(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    full = DecodeError("context_overflow", "the session is full")
+    call = tok.encode(f'{corpus.CALL}calc("1+1"){corpus.END_CALL}')
+    turns = Scripted(tok, model.cfg, [call, full])
+    r = agent.run(turns, AgentSpec(question="What is 1 + 1?"))
+    assert r["reason"] == "context" and not r["finished"] and r["answer"] is None
+    assert r["calls"] == [{"call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True}]
+    assert turns.inputs[1] == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, appended
+    assert turns.inputs[0][0] == model.cfg.bos_id
+    with pytest.raises(DecodeError):  # nothing written yet: the job fails
+        agent.run(Scripted(tok, model.cfg, [full]), AgentSpec(question="What is 1 + 1?"))

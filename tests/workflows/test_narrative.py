@@ -1,0 +1,41 @@
+"""workflows/narrative.py over a session in this process (the shipped model): the narrative of a
+payload with every fact read back, for AR and set decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+
+import pytest
+
+from model.corpus import narrative as corpus
+from runtime.jobs.specs import NarrativeSpec, ParamsSpec, PayloadSpec
+from runtime.sessions.local import LocalTurns
+from workflows import narrative
+
+PAYLOAD = corpus.Payload(
+    "Globex", "2026-Q3", "brief",
+    [corpus.Metric("revenue", "1240", "1105", "1300"), corpus.Metric("churn", "2.4", "2.6")],
+    corpus.Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
+PARAMS = {"ar": ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200),
+          "set": ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=200),
+          "prefix": ParamsSpec(policy="prefix", window=8, tau=0.99, max_new_tokens=200)}
+
+
+@pytest.mark.parametrize("policy", ["ar", "set", "prefix"])
+def test_a_narrative_reads_back_every_fact_of_its_payload(session: Callable[[], LocalTurns], policy: str) -> None:
+    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(PAYLOAD)), params=PARAMS[policy])
+    r = narrative.run(session(), spec)
+    assert r["facts_total"] > 0 and r["facts_ok"] == r["facts_total"] and r["problems"] == [], r["text"]
+    assert corpus.check(PAYLOAD, r["text"]).fully_correct and r["text"].endswith(".")
+    assert r["path"] == "new" and r["turn"] == 0 and "worker" not in r
+    if policy == "ar":  # one token per step, plus the prompt's prefill and the last token's commit
+        assert r["nfe"] == r["tokens"] + 2
+    else:  # parallel decoding: fewer forwards than tokens
+        assert r["nfe"] < r["tokens"]
+
+
+def test_the_same_spec_writes_the_same_text_on_each_new_session(session: Callable[[], LocalTurns]) -> None:
+    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(PAYLOAD)))  # the kind's default setting
+    a, b = narrative.run(session(), spec), narrative.run(session(), spec)
+    assert a["text"] == b["text"] and a["nfe"] == b["nfe"] and a["facts_ok"] == a["facts_total"]

@@ -1,0 +1,29 @@
+"""workflows/tools.py: the runtime's one tool runner gives, for every call the model was trained
+on, the result training gave (model/corpus/agent.py); whatever goes wrong is a result, never a
+raise."""
+
+from __future__ import annotations
+
+import random
+
+from model.corpus import agent as corpus
+from workflows import tools
+
+
+def test_a_trained_call_gets_the_result_training_gave() -> None:
+    for i in range(200):
+        task, data, _ = corpus.example(random.Random(f"tools/{i}"))
+        for call in task.calls:
+            r = tools.run_call(call, data)
+            assert r.ok and r.result == corpus.run_call(call, data), call
+            assert r.tool == call.split("(", 1)[0] and r.call == call
+
+
+def test_what_goes_wrong_comes_back_as_an_error_result() -> None:
+    data = corpus.Dataset(7)
+    for call, tool, reason in (('metric("revenue", "Mars", "2026-Q3")', "metric", "unknown region 'Mars'"),
+                               ('metric("revenue")', None, "metric takes 3"),
+                               ('calc("1/0")', "calc", "division by zero"),
+                               ("rm -rf /", None, "not a tool call")):
+        r = tools.run_call(call, data)
+        assert not r.ok and r.tool == tool and r.result.startswith("error: ") and reason in r.result, r
