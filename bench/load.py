@@ -2,6 +2,12 @@
 turns run by the engine in this process.
 
     python bench/load.py [--quick] [--sessions N] [--turns M] [--tokens T] [--workers W]
+                         [--batch B] [--torch-threads K]
+
+--batch B: each worker process takes B jobs at once and decodes their turns in one batch
+(Settings.batch_sessions; 1, the default, is one job at a time per process); --torch-threads K:
+torch threads per worker process (default 1).  Two cores serve 2 processes x 1 thread, or 1
+process x 2 threads: the same cores, in two layouts.
 
 Two phases, on one Redis (REDIS_URL, else the embedded server) and a SQLite file:
 
@@ -154,8 +160,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--tokens", type=int, default=128, help="tokens per turn (default 128)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--overhead-sessions", type=int, default=4, help="sessions in the overhead phase (default 4)")
+    ap.add_argument("--batch", type=int, default=1, help="jobs each worker process decodes together (default 1)")
+    ap.add_argument("--torch-threads", type=int, default=1, help="torch threads per worker process (default 1)")
     args = ap.parse_args(argv)
-    if min(args.sessions, args.turns, args.tokens, args.workers, args.overhead_sessions) < 1:
+    if min(args.sessions, args.turns, args.tokens, args.workers, args.overhead_sessions, args.batch,
+           args.torch_threads) < 1:
         ap.error("every count must be >= 1")
     sessions, turns = (QUICK["sessions"], QUICK["turns"]) if args.quick else (args.sessions, args.turns)
     over_sessions = QUICK["overhead_sessions"] if args.quick else args.overhead_sessions
@@ -168,14 +177,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         url = env.redis_url or (server.url if server else "")
         client.close()
         cluster = LocalCluster(Path(tmp), redis_url=url, key_prefix=f"sfl-{uuid.uuid4().hex[:8]}",
-                               tenant_burst=10_000, tenant_rate_per_s=10_000.0)
+                               tenant_burst=10_000, tenant_rate_per_s=10_000.0, batch_sessions=args.batch,
+                               torch_threads=args.torch_threads)
         try:
             names = [f"w{i + 1}" for i in range(args.workers)]
             cluster.start(*names)
             cluster.ready(*names, timeout_s=120)
             bench = Bench(cluster, model, tok)
-            print(f"load benchmark: Redis {url}; {args.workers} worker processes (1 torch thread each); "
-                  f"{args.tokens}-token turns", flush=True)
+            print(f"load benchmark: Redis {url}; {args.workers} worker processes ({args.torch_threads} torch "
+                  f"threads, batch {args.batch} each); {args.tokens}-token turns", flush=True)
             over = bench.overhead(over_sessions, turns, args.tokens)
             print(f"overhead: {over['turns']} turns one at a time: Celery p50 {over['celery_p50_ms']} ms vs in-process "
                   f"{over['inproc_p50_ms']} ms: ratio {over['overhead_ratio']}", flush=True)
@@ -193,7 +203,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
               "affinity_hit_rate": load["affinity_hit_rate"], "overhead_ratio": over["overhead_ratio"],
               "lost": load["lost"], "duplicated": load["duplicated"], "mismatched": load["mismatched"],
               "paths": load["paths"], "sessions": sessions, "turns": turns, "tokens": args.tokens,
-              "workers": args.workers, "celery_p50_ms": over["celery_p50_ms"], "inproc_p50_ms": over["inproc_p50_ms"],
+              "workers": args.workers, "batch": args.batch, "torch_threads": args.torch_threads,
+              "celery_p50_ms": over["celery_p50_ms"], "inproc_p50_ms": over["inproc_p50_ms"],
               "wall_s": round(time.perf_counter() - t_start, 1)}
     print(json.dumps(result))
     return result

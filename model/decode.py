@@ -189,28 +189,52 @@ def active_positions(state: DecodeState, params: DecodeParams, mask_id: int) -> 
     return [p for p in range(p0, hi) if toks[p] == mask_id]
 
 
-def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> StepEvent:
-    """One forward: commit the pending set, score the active masks, choose the next set."""
-    cfg = model.cfg
+@dataclass
+class StepPlan:
+    """One sequence's part of a forward: its pending set (clean, committed by the forward) and
+    its active masks (scored), as the input [pending | masks]."""
+
+    committed: list[int]  # the pending set's positions, commit order
+    active: list[int]  # the masks scored this step, position order
+
+    def ids(self, state: DecodeState, mask_id: int) -> list[int]:
+        return [state.tokens[p] for p in self.committed] + [mask_id] * len(self.active)
+
+    @property
+    def positions(self) -> list[int]:
+        return self.committed + self.active
+
+
+def plan(model: SetDLM, state: DecodeState, params: DecodeParams) -> StepPlan:
+    """1) pick the active window (and the pending set this forward commits)."""
     assert not state.done, "step() on a finished region"
-    # 1) pick the active window
-    active = active_positions(state, params, cfg.mask_id)
-    committed = state.pending
-    # 2) one forward: commit the pending set, score the masks
-    ids = [state.tokens[p] for p in committed] + [cfg.mask_id] * len(active)
-    logits = fused_forward(model, cache, ids, committed + active, len(active), params.use_cache)
+    return StepPlan(state.pending, active_positions(state, params, model.cfg.mask_id))
+
+
+def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams, p: StepPlan,
+            logits: Tensor) -> StepEvent:
+    """After the forward (the pending set committed; logits (n_active, vocab) of p.active):
+    3) choose the next set, 4) stop at EOS / a stop sequence inside the fully decoded prefix,
+    or when nothing is masked."""
     state.nfe += 1
-    # 3) choose the next set
-    tok, conf = _predict(logits, cfg.mask_id, params, state)
+    tok, conf = _predict(logits, model.cfg.mask_id, params, state)
     order = choose(tok, conf, params)  # indices into active, in position order (commit order)
-    state.pending = [active[j] for j in order]
+    state.pending = [p.active[j] for j in order]
     for j, t in zip(order, tok[order].tolist()):  # one device sync for the whole set
-        state.tokens[active[j]] = t
+        state.tokens[p.active[j]] = t
     state.step += 1
-    # 4) stop at EOS / a stop sequence inside the fully decoded prefix, or when nothing is masked
     cut = _maybe_stop(model, cache, state, params)
-    return StepEvent(state.step - 1, committed, list(state.pending), [state.tokens[p] for p in state.pending],
+    return StepEvent(state.step - 1, p.committed, list(state.pending), [state.tokens[q] for q in state.pending],
                      state.nfe, state.done, logits, cut)
+
+
+def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> StepEvent:
+    """One forward: commit the pending set, score the active masks, choose the next set
+    (model/batch.py step_batch does the same for many sequences in one forward)."""
+    p = plan(model, state, params)
+    # 2) one forward: commit the pending set, score the masks
+    logits = fused_forward(model, cache, p.ids(state, model.cfg.mask_id), p.positions, len(p.active), params.use_cache)
+    return advance(model, cache, state, params, p, logits)
 
 
 def decode(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> Iterator[StepEvent]:

@@ -92,6 +92,23 @@ class KVCache:
         self.v[i, a:b] = v
         return self.k[i, :b], self.v[i, :b]
 
+    def mask_shape(self, n: int) -> tuple[int, int]:
+        """model.transformer.Keys: n queries over the valid slots, then the n."""
+        return n, self.length + n
+
+    def queries(self, q: Tensor) -> Tensor:
+        return q
+
+    def outputs(self, out: Tensor) -> Tensor:
+        return out
+
+    def keys(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """model.transformer.Keys for one sequence: k, v (1, n, Hkv, D) -> each (1, length + n,
+        Hkv, D), the valid slots then these n (scratch: committed only by commit())."""
+        assert k.shape[0] == 1, "a KV cache serves one sequence (model/batch.py batches)"
+        k_all, v_all = self.scratch(i, k[0], v[0])
+        return k_all[None], v_all[None]
+
     def commit(self, pos: list[int] | Tensor, tok: list[int] | Tensor) -> None:
         """Keep the first m scratch slots (written by the last forward) as committed slots."""
         m = len(pos)

@@ -11,7 +11,8 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── CorruptState        code "corrupt_state"  a segment or manifest failed its checks
     ├── RateLimited         code "rate_limited"   a tenant submits faster than its rate (retry_after_s)
     ├── Cancelled           code "cancelled"      a job was cancelled while it ran
-    └── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
+    ├── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
+    └── TimeLimit           code "time_limit"     a job ran past task_soft_time_limit_s
 
     CliError                                      bad command-line input: `setflow` prints it, exits 2
 """
@@ -69,6 +70,10 @@ class Cancelled(SetflowError):
 
 class ClaimLost(SetflowError):
     code = "claim_lost"
+
+
+class TimeLimit(SetflowError):
+    code = "time_limit"
 
 
 class CliError(Exception):

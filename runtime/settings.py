@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     worker_name: str | None = None  #: this worker's name (its own queue); `setflow worker` sets it
     torch_threads: int = 1  #: torch threads per worker process (several processes share the cores)
     device: str = "auto"  #: "auto" (CUDA with bf16 when present, else CPU), "cpu" or "cuda"
+    #: turns one worker process decodes together (runtime/sessions/batcher.py): > 1 runs that
+    #: many jobs at once on Celery's thread pool, their turns in one batch; 1: one job at a
+    #: time per process (the prefork pool)
+    batch_sessions: int = Field(default=1, ge=1, le=256)
+    #: the worker's KV pool (batching): rows of the model's whole context, at least
+    #: batch_sessions of them; the sessions running or warm in the process own its rows
+    kv_pool_bytes: int = Field(default=256 * MiB, ge=1)
     job_lease_s: float = 60.0  #: a running job's SQL lease; renewed every third of it while it runs
     job_max_attempts: int = 3  #: deliveries of one job (worker lost, time limit) before it fails
     job_retry_s: float = 60.0  #: transient errors (Redis, database, a busy session) are retried this long

@@ -68,7 +68,7 @@ app = make_app(Settings())
 
 
 def sender(celery: Celery) -> Send:
-    """runtime/dispatch.Send over Celery: the task by name, the job id its only argument."""
+    """runtime/jobs/dispatch.Send over Celery: the task by name, the job id its only argument."""
     def send(job_id: str, queue: str) -> None:
         celery.send_task(TASK, args=[job_id], queue=queue)
     return send

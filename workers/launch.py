@@ -54,9 +54,11 @@ def _one(s: Settings, name: str, loglevel: str) -> int:
     from runtime.jobs.routing import consumed_by
     from workers.celery_app import app
 
-    app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(consumed_by(s, name)), "-c", "1",
-                     "-P", "prefork", "--loglevel", loglevel, "--without-gossip", "--without-mingle",
-                     "--without-heartbeat"])
+    # batching: batch_sessions jobs at once on threads of this process, their turns in one batch
+    # (runtime/sessions/batcher.py); else one job at a time in one forked pool process
+    pool = ["-P", "threads", "-c", str(s.batch_sessions)] if s.batch_sessions > 1 else ["-P", "prefork", "-c", "1"]
+    app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(consumed_by(s, name)), *pool,
+                     "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat"])
     return 0
 
 

@@ -17,12 +17,15 @@ import redis
 import torch
 
 from model import shipped
+from model.batch import KVPool
 from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.embedded import client as redis_client
 from runtime.jobs import models
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
+from runtime.sessions.batcher import Batcher
 from runtime.sessions.engine import Engine
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
@@ -41,6 +44,7 @@ class Runtime:
 
 
 _runtime: Runtime | None = None
+_building = threading.Lock()
 
 
 def worker_name(settings: Settings) -> str:
@@ -54,22 +58,40 @@ def device(settings: Settings) -> tuple[str, torch.dtype]:
 
 def runtime() -> Runtime:
     global _runtime
-    if _runtime is None:
-        s = Settings()
-        torch.set_num_threads(s.torch_threads)  # several processes share the cores: 4x slower without
-        dev, dtype = device(s)
-        model, tok = shipped.load(device=dev, dtype=dtype)
-        client = redis_client(s)
-        sql = make_engine(s)
-        jobs = Jobs(sql, s)
-        engine = Engine(model, SessionStore(client, s), Records(sql), s)
-        try:  # the restore-or-recompute cost model, measured now rather than inside a first turn's load
-            engine.rates()
-        except redis.RedisError:
-            pass  # Redis is away: measured at the first turn that needs it
-        # what the API checks submissions against (vocabulary, context) and decodes text with: now,
-        # and again whenever Redis lost it (away at the start, or restarted empty)
-        models.keep_published(client, s, models.ModelCard(engine.fp, model.cfg, tok.to_str()),
-                              every_s=s.worker_heartbeat_s, stop=threading.Event())
-        _runtime = Runtime(s, worker_name(s), engine, tok, jobs, Dispatcher(client, jobs, sender(app)))
-    return _runtime
+    with _building:  # a batching worker's job threads may all ask at once
+        if _runtime is None:
+            _runtime = _build()
+        return _runtime
+
+
+def engine(model: SetDLM, store: SessionStore, records: Records, s: Settings) -> Engine:
+    """One turn at a time (batch_sessions 1), or a batcher over a KV pool of as many rows as
+    kv_pool_bytes holds, at least batch_sessions (the warm LRU is the pool)."""
+    if s.batch_sessions == 1:
+        return Engine(model, store, records, s)
+    w = next(model.parameters())
+    cfg = model.cfg
+    row_bytes = 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * w.element_size()
+    rows = max(s.batch_sessions, s.kv_pool_bytes // row_bytes)
+    pool = KVPool(cfg, rows, dtype=w.dtype, device=w.device)
+    return Engine(model, store, records, s, warm_sessions=rows, batcher=Batcher(model, s.batch_sessions), pool=pool)
+
+
+def _build() -> Runtime:
+    s = Settings()
+    torch.set_num_threads(s.torch_threads)  # several processes share the cores: 4x slower without
+    dev, dtype = device(s)
+    model, tok = shipped.load(device=dev, dtype=dtype)
+    client = redis_client(s)
+    sql = make_engine(s)
+    jobs = Jobs(sql, s)
+    eng = engine(model, SessionStore(client, s), Records(sql), s)
+    try:  # the restore-or-recompute cost model, measured now rather than inside a first turn's load
+        eng.rates()
+    except redis.RedisError:
+        pass  # Redis is away: measured at the first turn that needs it
+    # what the API checks submissions against (vocabulary, context) and decodes text with: now,
+    # and again whenever Redis lost it (away at the start, or restarted empty)
+    models.keep_published(client, s, models.ModelCard(eng.fp, model.cfg, tok.to_str()),
+                          every_s=s.worker_heartbeat_s, stop=threading.Event())
+    return Runtime(s, worker_name(s), eng, tok, jobs, Dispatcher(client, jobs, sender(app)))

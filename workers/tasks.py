@@ -6,12 +6,13 @@ the reason and is acknowledged: it is never retried."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
 from celery import Task
 from celery.exceptions import Reject
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 from runtime.errors import NotFound
 from workers.celery_app import TASK, app
@@ -42,6 +43,17 @@ def run_job(self: Task, *args: Any, **kwargs: Any) -> str:
         return f"rejected: {code}"
 
 from workers import watch  # noqa: E402,F401  - the main process's heartbeat and reaper (signal handlers)
+
+
+@worker_ready.connect
+def _build_threads_runtime(**_: Any) -> None:
+    """A batching worker runs its jobs on threads of this (the main) process: its runtime is
+    built here when the worker is ready, on a thread of its own (the heartbeat starts meanwhile);
+    a job that arrives first waits for it."""
+    from runtime.settings import Settings
+
+    if Settings().batch_sessions > 1:
+        threading.Thread(target=_build_runtime, name="setflow-build", daemon=True).start()
 
 
 @worker_process_init.connect

@@ -21,7 +21,7 @@ import redis
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
-from runtime.errors import BadInput, Cancelled, ClaimLost
+from runtime.errors import BadInput, Cancelled, ClaimLost, TimeLimit
 from runtime.jobs.channel import JobChannel
 from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
@@ -56,19 +56,25 @@ class JobContext:
         self.progress: dict[str, Any] = dict(job.progress or {})
         self.channel = JobChannel(events, job.id, beat=lambda: jobs.heartbeat(job.id, owner),
                                   beat_every_s=jobs.s.job_lease_s / 3)
+        # the soft time limit, kept here too: Celery enforces it by a signal in a prefork pool
+        # process only, and a batching worker runs its jobs on threads
+        self.deadline = time.monotonic() + jobs.s.task_soft_time_limit_s
 
     def close(self) -> None:
         self.channel.close()
 
     def tick(self, event: dict[str, Any] | None = None) -> None:
         """Once per decode step, no I/O: queue `event` for the stream; stop if the job was
-        cancelled or is no longer ours (the channel's thread renews the lease and listens)."""
+        cancelled, is no longer ours (the channel's thread renews the lease and listens), or ran
+        past its time limit."""
         if event is not None:
             self.channel.push({**event, "t": time.time()})  # when the step ended
         if self.channel.lost.is_set():
             raise ClaimLost(f"job {self.job.id}: the lease was lost (requeued to another worker)")
         if self.channel.cancelled.is_set():
             raise Cancelled(f"job {self.job.id} was cancelled (seen at {self.channel.seen_at})")
+        if time.monotonic() > self.deadline:
+            raise TimeLimit(f"the job ran past {self.jobs.s.task_soft_time_limit_s} s")
 
     def report(self, **progress: Any) -> None:
         """Workflow progress (sections done, ...): to SQL (what GET and the jobs list show, also
@@ -98,7 +104,8 @@ class JobContext:
         self.tick()  # cancelled before it started: nothing to undo
         result: TurnResult | None = None
         with closing(self.engine.turn(session, self.job.tenant, ids, params, text=text,
-                                      job=JobStep(self.job.id, step, self.owner), infill=infill)) as events:
+                                      job=JobStep(self.job.id, step, self.owner), infill=infill,
+                                      priority=self.job.priority)) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     result = ev

@@ -4,7 +4,7 @@ until it is done, commit the last pending set.  Knows nothing of Redis, SQL or t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from model.config import ModelConfig
 from model.decode import StepEvent, begin_infill_turn, begin_turn, commit_pending, decode
@@ -12,6 +12,9 @@ from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
 from model.transformer import SetDLM
 from runtime.errors import BadInput
+
+#: runs a turn's steps: (cache, state, params) -> its StepEvents until the region is done
+Stepper = Callable[[KVCache, DecodeState, DecodeParams], Iterator[StepEvent]]
 
 
 def infill_holes(cfg: ModelConfig, input_ids: list[int]) -> list[int]:
@@ -44,8 +47,13 @@ class TurnDecode:
         self.state = begin(model, cache, state, self.input, params)
         self.start = self.state.start  # the first generated position (infill: the first hole)
 
-    def steps(self) -> Iterator[StepEvent]:
-        yield from decode(self.model, self.cache, self.state, self.params)
+    def steps(self, stepper: Stepper | None = None) -> Iterator[StepEvent]:
+        """stepper: who runs the steps (a Batcher's steps: this turn in a shared batch); by
+        default model.decode.decode, here and alone.  The tokens are the same either way."""
+        if stepper is None:
+            yield from decode(self.model, self.cache, self.state, self.params)
+        else:
+            yield from stepper(self.cache, self.state, self.params)
         commit_pending(self.model, self.cache, self.state)
 
     @property

@@ -30,6 +30,7 @@ Greedy decoding gives the same tokens on every path (tests/runtime/sessions/test
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Generator
@@ -37,13 +38,15 @@ from contextlib import closing
 from dataclasses import dataclass, field
 
 from model import checkpoint
+from model.batch import KVPool, PooledCache
 from model.decode import StepEvent, prefill
 from model.kv_cache import KVCache
 from model.params import DecodeError, DecodeParams, DecodeState
 from model.transformer import SetDLM
-from runtime.errors import BadInput, CorruptState
+from runtime.errors import BadInput, Busy, CorruptState
 from runtime.sessions import kv
-from runtime.sessions.decoding import TurnDecode, infill_holes
+from runtime.sessions.batcher import Batcher
+from runtime.sessions.decoding import Stepper, TurnDecode, infill_holes
 from runtime.sessions.lifecycle import delete_session, fork_session
 from runtime.sessions.records import JobStep, Records
 from runtime.sessions.state import params_json, read_state, replayed
@@ -84,8 +87,13 @@ class Engine:
     WRITE_BEHIND = 64  #: default slots per write-behind batch
 
     def __init__(self, model: SetDLM, store: SessionStore, records: Records, settings: Settings,
-                 warm_sessions: int = 8, write_behind: int = WRITE_BEHIND) -> None:
-        """write_behind: slots per write-behind batch (0: write a turn's K/V at its end only)."""
+                 warm_sessions: int = 8, write_behind: int = WRITE_BEHIND, batcher: Batcher | None = None,
+                 pool: KVPool | None = None) -> None:
+        """write_behind: slots per write-behind batch (0: write a turn's K/V at its end only).
+        batcher: turns from many threads decoded in one batch (runtime/sessions/batcher.py);
+        its caches are rows of `pool` (a session running or warm here owns a row: the warm LRU
+        is the pool), which it needs.  Without one, each turn decodes alone in its thread."""
+        assert batcher is None or pool is not None, "a batcher decodes pool rows"
         self.model = model
         self.store = store
         self.records = records
@@ -95,6 +103,9 @@ class Engine:
         self.warm_sessions = warm_sessions
         self._rates: dict[str, float] | None = None
         self.write_behind = write_behind
+        self.batcher = batcher
+        self.pool = pool
+        self._rows = threading.Condition()  # guards warm and pool: turns of many threads share them
 
     # ---- sessions ---------------------------------------------------------------------------
 
@@ -111,7 +122,10 @@ class Engine:
         lease; Busy while a turn holds it), then its warm state here.  Other engines' warm
         copies are not reached: their next turn on it finds no session (NotFound)."""
         delete_session(self.store, self.records, session, tenant)
-        self.warm.pop(session, None)
+        with self._rows:
+            w = self.warm.pop(session, None)
+        if w is not None:
+            self._drop(w.cache)
 
     def run_turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
                  prefer: str = "auto", text: str = "", job: JobStep | None = None,
@@ -123,8 +137,8 @@ class Engine:
         raise AssertionError("turn() ends with its TurnResult")
 
     def turn(self, session: str, tenant: str, input_ids: list[int], params: DecodeParams,
-             prefer: str = "auto", text: str = "", job: JobStep | None = None, infill: bool = False
-             ) -> Generator[StepEvent | TurnResult, None, None]:
+             prefer: str = "auto", text: str = "", job: JobStep | None = None, infill: bool = False,
+             priority: str = "interactive") -> Generator[StepEvent | TurnResult, None, None]:
         """prefer: "auto" (the cost model), or "restore" / "recompute" to force that path when
         the session is not warm (tests and benchmarks); a failed restore still recomputes.
         text: the turn's text as the workflow rendered it (kept in its SQL row; the engine
@@ -135,25 +149,31 @@ class Engine:
         holes (at least one), decoded in place after the input's context is prefilled
         (begin_infill_turn; params.max_new_tokens is not used, no stop criteria); the result's
         tokens are the holes', in position order, and the SQL row holds the filled input, with
-        the holes' offsets in meta["infill"]."""
+        the holes' offsets in meta["infill"].  priority: the batcher admits interactive turns
+        before batch ones."""
         rec = self._check(session, tenant, input_ids, prefer, infill)  # before anything is taken
         with self.store.lease(session) as lease:
             if (done := self._replay(session, tenant, input_ids, job)) is not None:
                 yield done
                 return
             load = self._load(session, tenant, rec, prefer)
-            lease.keep()  # the load may have been long
-            t = time.perf_counter()
-            turn = self._begin(session, load, input_ids, params, infill)
-            with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
-                for ev in turn.steps():
-                    lease.keep()  # a long turn keeps its lease
-                    w.add(turn.cache, ev)
-                    yield ev
-            load.costs["decode_s"] = time.perf_counter() - t
-            lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
-            self._append(session, tenant, load, turn, params, text, job)
-            self._save(session, load, turn, w, params)
+            kept = False  # a turn that does not complete leaves no warm state (and frees its row)
+            try:
+                lease.keep()  # the load may have been long
+                t = time.perf_counter()
+                turn = self._begin(session, load, input_ids, params, infill)
+                with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
+                    for ev in turn.steps(self._stepper(priority)):
+                        lease.keep()  # a long turn keeps its lease
+                        w.add(turn.cache, ev)
+                        yield ev
+                load.costs["decode_s"] = time.perf_counter() - t
+                lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
+                self._append(session, tenant, load, turn, params, text, job)
+                kept = self._save(session, load, turn, w, params)
+            finally:
+                if not kept and not self._is_warm(session, load.cache):
+                    self._drop(load.cache)
             yield TurnResult(session, turn.tokens, load.path, load.costs, load.events, turn.nfe, load.turns)
 
     # ---- a turn's parts ---------------------------------------------------------------------
@@ -206,14 +226,21 @@ class Engine:
                                  index=load.turns, job=job, fingerprint=self.fp)
         load.costs["sql_s"] = time.perf_counter() - t
 
-    def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> None:
+    def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> bool:
         """Redis after SQL (the turn is durable already: a failed save is an event, and costs the
-        next turn elsewhere a recompute), then the session stays warm here."""
+        next turn elsewhere a recompute), then the session stays warm here (True)."""
         t = time.perf_counter()
         events = writer.save(turn.cache, turn.state, params_json(params), load.turns + 1)
         self._keep_warm(session, _Warm(turn.cache, turn.state, load.turns + 1, load.ident))
         load.events += events
         load.costs["store_s"] = time.perf_counter() - t
+        return True
+
+    def _stepper(self, priority: str) -> Stepper | None:
+        if self.batcher is None:
+            return None
+        batcher = self.batcher
+        return lambda cache, state, params: batcher.steps(cache, state, params, priority)  # type: ignore[arg-type]
 
     # ---- loading ----------------------------------------------------------------------------
 
@@ -231,9 +258,12 @@ class Engine:
 
     def _pick(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str,
               ident: tuple[str, str]) -> _Loaded:
-        w = self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
+        with self._rows:
+            w = self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
         if w is not None and w.turns == turns and w.ident == ident:  # SQL is the truth: no other holder added a turn
             return _Loaded(w.cache, w.state, "warm", turns, ident, m)
+        if w is not None:
+            self._drop(w.cache)
         if turns == 0:
             return _Loaded(self._empty(), None, "new", turns, ident, m)
         costs: dict[str, float] = {}
@@ -256,8 +286,23 @@ class Engine:
         return _Loaded(cache, state, "recompute", turns, ident, m, costs=costs, events=events)
 
     def _empty(self) -> KVCache:
-        w = next(self.model.parameters())
-        return KVCache.for_model(self.model.cfg, dtype=w.dtype, device=w.device)
+        """A new cache: a free pool row (evicting the least recently used warm session when none
+        is free; waiting for one while every row runs a turn), or without a pool, its own."""
+        if self.pool is None:
+            p = next(self.model.parameters())
+            return KVCache.for_model(self.model.cfg, dtype=p.dtype, device=p.device)
+        deadline = time.monotonic() + self.s.lease_wait_ms / 1000
+        with self._rows:
+            while (row := self.pool.take()) is None:
+                if self.warm:  # an idle warm session makes room (it restores from Redis later)
+                    _, w = self.warm.popitem(last=False)
+                    self._give_back(w.cache)
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Busy(f"the KV pool's {self.pool.rows} rows all run turns: none is free")
+                self._rows.wait(left)  # a turn that ends gives its row back or keeps it warm
+            return row
 
     def _restore(self, m: Manifest) -> tuple[KVCache, DecodeState]:
         w = next(self.model.parameters())
@@ -265,7 +310,28 @@ class Engine:
         cache = kv.from_segments(self.store.get_segments(m.segments), self.fp, positions, tokens, w.device)
         if cache.k.dtype != w.dtype:
             raise CorruptState(f"segments hold {cache.k.dtype}, the model runs {w.dtype}")
+        if self.pool is not None:  # into a row of the pool
+            row = self._empty()
+            assert isinstance(row, PooledCache)
+            row.load(cache)
+            cache = row
         return cache, state
+
+    def _is_warm(self, session: str, cache: KVCache) -> bool:
+        with self._rows:
+            w = self.warm.get(session)
+            return w is not None and w.cache is cache
+
+    def _drop(self, cache: KVCache) -> None:
+        """A cache nobody holds any more: its pool row goes back."""
+        with self._rows:
+            self._give_back(cache)
+
+    def _give_back(self, cache: KVCache) -> None:
+        """Under self._rows."""
+        if self.pool is not None and isinstance(cache, PooledCache) and cache.row >= 0:
+            self.pool.give_back(cache)
+            self._rows.notify_all()
 
     def _recompute(self, session: str, tenant: str) -> tuple[KVCache, DecodeState]:
         turns = self.records.turns(session, tenant)
@@ -279,10 +345,13 @@ class Engine:
         return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
 
     def _keep_warm(self, session: str, w: _Warm) -> None:
-        self.warm[session] = w
-        self.warm.move_to_end(session)
-        while len(self.warm) > self.warm_sessions:
-            self.warm.popitem(last=False)
+        with self._rows:
+            self.warm[session] = w
+            self.warm.move_to_end(session)
+            while len(self.warm) > self.warm_sessions:
+                _, old = self.warm.popitem(last=False)
+                self._give_back(old.cache)
+            self._rows.notify_all()  # a turn waiting for a row may evict this one now
 
     # ---- the cost model ---------------------------------------------------------------------
 
@@ -297,8 +366,8 @@ class Engine:
             redis_bps = len(blob) * self.s.segment_bytes / max(time.perf_counter() - t, 1e-6)
             self.store.r.delete(*[self.store.k.segment(i) for i in ids])
             n = min(256, self.model.cfg.max_seq_len)
-            cache = self._empty()
-            cache.reserve(n)
+            w = next(self.model.parameters())
+            cache = KVCache.for_model(self.model.cfg, n, dtype=w.dtype, device=w.device)  # not a pool row
             t = time.perf_counter()
             prefill(self.model, cache, [self.model.cfg.bos_id] * n, list(range(n)))
             tps = n / max(time.perf_counter() - t, 1e-6)

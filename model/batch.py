@@ -1,0 +1,188 @@
+"""Many sequences in one forward.  A KVPool holds sessions' caches as rows of one static tensor
+(gpt-fast's static cache, a row per session: a row holds the model's whole context, so it never
+grows); a BatchKV gathers the keys of a batched forward from the pool; step_batch runs one
+forward over B sequences, each with its own positions, window, pending set, stop state and
+committed K/V, then chooses each one's next set exactly as step() does (model/decode.py: the
+same plan and advance).  Padding, of queries and of keys, is masked: a sequence decodes the same
+tokens alone or in any batch (tests/model/test_batch.py).  Knows nothing of sessions or threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from model.config import ModelConfig
+from model.decode import StepEvent, StepPlan, advance, plan
+from model.kv_cache import KVCache
+from model.masks import within_documents
+from model.params import DecodeParams, DecodeState
+from model.transformer import SetDLM
+
+
+@dataclass
+class PooledCache(KVCache):
+    """A KVCache whose tensors are views of one row of a KVPool.  It never grows: the row holds
+    max_seq_len slots, and decoding never holds more slots than positions."""
+
+    row: int = -1
+    pool: KVPool | None = field(default=None, repr=False)
+
+    def reserve(self, n: int) -> None:
+        assert self.length + n <= self.capacity, f"a pool row holds {self.capacity} slots, {self.length + n} asked"
+
+    def load(self, src: KVCache) -> None:
+        """This row becomes src (its valid slots copied: a cache restored elsewhere)."""
+        n = src.length
+        self.reserve(n - self.length)
+        self.k[:, :n], self.v[:, :n] = src.k[:, :n], src.v[:, :n]
+        self.pos[:n], self.tok[:n] = src.pos[:n], src.tok[:n]
+        self.length = n
+
+
+class KVPool:
+    """rows sessions' K/V: k, v (n_layers, rows, capacity, n_kv_heads, head_dim), and each row's
+    ledger pos, tok (rows, capacity).  take() hands out a free row as an empty PooledCache,
+    give_back() returns it.  Not thread-safe: its owner serialises take/give_back."""
+
+    def __init__(self, cfg: ModelConfig, rows: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu", capacity: int | None = None) -> None:
+        cap = capacity or cfg.max_seq_len
+        shape = (cfg.n_layers, rows, cap, cfg.n_kv_heads, cfg.head_dim)
+        # zeros, not empty: a padding query reads slot 0 of its row (its output is never used,
+        # but it must stay finite)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.pos = torch.zeros(rows, cap, dtype=torch.long, device=device)
+        self.tok = torch.zeros(rows, cap, dtype=torch.long, device=device)
+        self.free = list(range(rows - 1, -1, -1))  # pop() takes row 0 first
+
+    @property
+    def rows(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def take(self) -> PooledCache | None:
+        """An empty cache on a free row; None when every row is taken."""
+        if not self.free:
+            return None
+        row = self.free.pop()
+        return PooledCache(self.k[:, row], self.v[:, row], self.pos[row], self.tok[row], 0, row=row, pool=self)
+
+    def give_back(self, cache: PooledCache) -> None:
+        assert cache.pool is self and 0 <= cache.row and cache.row not in self.free, "a row given back twice"
+        self.free.append(cache.row)
+        cache.row, cache.length = -1, 0  # a stale reference can no longer write its old row
+
+
+
+class BatchKV:
+    """model.transformer.Keys for one forward over B pool rows, its tokens packed: sequence b's
+    n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
+    run on real tokens only); attention unpacks them into (B, T = max n_b) queries.  Sequence b
+    has C_b cached slots; keys() writes its new K/V to its row's scratch slots [C_b, C_b + n_b)
+    and returns the first S = max(C_b + n_b) slots of every row (a row's slots past C_b + n_b
+    are padding, masked out by batch_mask)."""
+
+    def __init__(self, caches: Sequence[PooledCache], counts: Sequence[int]) -> None:
+        pool = caches[0].pool
+        assert pool is not None and all(c.pool is pool and c.row >= 0 for c in caches), "one pool's rows"
+        for c, n in zip(caches, counts):
+            c.reserve(n)
+        dev = pool.k.device
+        self.pool = pool
+        self.T, self.S = max(counts), max(c.length + n for c, n in zip(caches, counts))
+        rows = [c.row for c in caches]
+        # rows r0..r0+B-1 in order: the keys are a view of the pool, no gather
+        self.span = (rows[0], rows[0] + len(rows)) if rows == list(range(rows[0], rows[0] + len(rows))) else None
+        self.rows = torch.tensor(rows, device=dev)  # (B,)
+        b_idx = [b for b, n in enumerate(counts) for _ in range(n)]  # packed token -> (b, t)
+        t_idx = [t for n in counts for t in range(n)]
+        self.unpack = (torch.tensor(b_idx, device=dev), torch.tensor(t_idx, device=dev))
+        self.dst = (self.rows[self.unpack[0]], torch.tensor([caches[b].length + t for b, t in zip(b_idx, t_idx)],
+                                                            device=dev))  # their (row, slot)
+
+    def reserve(self, n: int) -> None:
+        pass  # rows are checked at construction
+
+    def mask_shape(self, n: int) -> tuple[int, int]:
+        return self.T, self.S
+
+    def keys(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k, v: (1, N, Hkv, D), packed -> each (B, S, Hkv, D) from the rows."""
+        pk, pv = self.pool.k[i], self.pool.v[i]  # (rows, capacity, Hkv, D)
+        pk[self.dst], pv[self.dst] = k[0], v[0]
+        if self.span is not None:
+            a, b = self.span
+            return pk[a:b, : self.S], pv[a:b, : self.S]
+        return pk[self.rows, : self.S], pv[self.rows, : self.S]
+
+    def queries(self, q: Tensor) -> Tensor:
+        """(1, N, H, D) -> (B, T, H, D), zeros at padding (their rows see one key: finite)."""
+        out = q.new_zeros((len(self.rows), self.T, *q.shape[2:]))
+        out[self.unpack] = q[0]
+        return out
+
+    def outputs(self, out: Tensor) -> Tensor:
+        """(B, T, H * D) -> (1, N, H * D): the real tokens' rows, packed again."""
+        return out[self.unpack][None]
+
+
+def batch_mask(cached: Sequence[int], pending: Sequence[int], new: Sequence[int], S: int,
+               device: torch.device | str = "cpu") -> Tensor:
+    """The step mask (model/masks.py step_mask) of B sequences at once: (B, T, S) over each
+    row's keys [cached C_b | new n_b | padding], T = max n_b.  Pending query j sees the cache and
+    pending 0..j; a mask query sees the cache, every pending token and itself.  A padding query
+    (t >= n_b) sees key 0 only, so its softmax stays finite; its output is never read."""
+    C = torch.tensor(cached, device=device)[:, None, None]  # (B, 1, 1)
+    m = torch.tensor(pending, device=device)[:, None, None]
+    n = torch.tensor(new, device=device)[:, None, None]
+    t = torch.arange(max(new), device=device)[None, :, None]  # (1, T, 1) query index
+    s = torch.arange(S, device=device)[None, None, :]  # (1, 1, S) key slot
+    rel = s - C  # the key's index among the new tokens (negative: a cached slot)
+    is_pending = t < m
+    sees_new = (rel >= 0) & ((is_pending & (rel <= t)) | (~is_pending & ((rel < m) | (rel == t))))
+    real = t < n
+    return (real & ((s < C) | sees_new)) | (~real & (s == 0))
+
+
+@torch.no_grad()
+def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[list[int]],
+                    pos: Sequence[list[int]], n_masks: Sequence[int]) -> list[Tensor]:
+    """ONE forward over B sequences' [pending (clean) | masks]: commits each one's pending K/V and
+    returns each one's masks' logits (n_masks_b, vocab), as fused_forward does for one."""
+    dev = caches[0].k.device
+    counts = [len(x) for x in ids]
+    pending = [c - n for c, n in zip(counts, n_masks)]
+    ids_t = torch.tensor([t for x in ids for t in x], device=dev)  # (N,): the sequences packed
+    pos_t = torch.tensor([p for x in pos for p in x], device=dev)
+    kv = BatchKV(caches, counts)
+    mask = batch_mask([c.length for c in caches], pending, counts, kv.S, dev)  # (B, T, S)
+    offsets = [sum(counts[:b]) for b in range(len(counts))]
+    for b, c in enumerate(caches):  # no query reads an earlier document (model/masks.py)
+        C, n, o = c.length, counts[b], offsets[b]
+        key_pos, key_tok = torch.cat([c.pos[:C], pos_t[o:o + n]]), torch.cat([c.tok[:C], ids_t[o:o + n]])
+        mask[b, :n, : C + n] = within_documents(mask[b, :n, : C + n], key_pos, key_tok, pos_t[o:o + n], model.cfg.bos_id)
+    logits, _ = model(ids_t[None], pos_t[None], mask, kv)  # (1, N, vocab)
+    for b, c in enumerate(caches):
+        m = pending[b]
+        c.commit(pos[b][:m], ids[b][:m])  # their K/V are in the row's first m scratch slots
+    return [logits[0, offsets[b] + pending[b]: offsets[b] + counts[b]] for b in range(len(caches))]
+
+
+def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, DecodeParams]]) -> list[StepEvent]:
+    """One forward for B sequences (each open: not state.done): commit each one's pending set,
+    score its active masks, choose its next set.  Each sequence's StepEvent is what step()
+    would have returned for it alone."""
+    mask_id = model.cfg.mask_id
+    assert all(p.use_cache for _, _, p in seqs), "batched steps read the cache (use_cache=False is batch 1)"
+    plans: list[StepPlan] = [plan(model, s, p) for _, s, p in seqs]
+    logits = batched_forward(model, [c for c, _, _ in seqs], [pl.ids(s, mask_id) for pl, (_, s, _) in zip(plans, seqs)],
+                             [pl.positions for pl in plans], [len(pl.active) for pl in plans])
+    return [advance(model, c, s, p, pl, lg) for pl, (c, s, p), lg in zip(plans, seqs, logits)]

@@ -1,0 +1,134 @@
+"""Batcher: continuous batching for one worker process.  Turns from many threads (one per job)
+join one decode thread's batch at a step boundary and leave it when their region is done or
+their consumer stops; each step is ONE forward for every turn in the batch (model/batch.py
+step_batch), and a turn's tokens are those it decodes alone.  Knows nothing of Redis, SQL or
+jobs: a turn's lease, write-behind, events and cancellation stay with its own thread.
+
+    thread of a turn                            the batch loop
+    steps(cache, state, params) -> waiting      admit waiting turns (interactive first, up to
+    next(): ready, wait for its event     <--   max_batch); step_batch over the ready ones;
+    handle it (lease, writer, events)           hand each its StepEvent; a done one leaves
+
+A turn is stepped only after its thread took its last event, so the loop never touches a cache
+its thread is reading (the write-behind copies slots from it); a slow thread's turn sits out a
+step, which changes nothing in its tokens.  Its opening prefill and its final commit run in its
+own thread, beside the running batch: a joining turn does not stall the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from model.batch import PooledCache, step_batch
+from model.decode import StepEvent
+from model.params import DecodeParams, DecodeState
+from model.transformer import SetDLM
+
+log = logging.getLogger("setflow.batcher")
+PRIORITIES = ("interactive", "batch")  # the order turns are admitted in
+
+
+@dataclass(eq=False)
+class _Seq:
+    cache: PooledCache
+    state: DecodeState
+    params: DecodeParams
+    priority: str
+    ready: bool = True  # its thread waits for its next step
+    gone: bool = False  # its thread stopped listening: leave at the next boundary
+    events: queue.SimpleQueue[StepEvent | BaseException] = field(default_factory=queue.SimpleQueue)
+
+
+class Batcher:
+    def __init__(self, model: SetDLM, max_batch: int = 16) -> None:
+        assert max_batch >= 1
+        self.model = model
+        self.max_batch = max_batch
+        self.waiting: dict[str, deque[_Seq]] = {p: deque() for p in PRIORITIES}
+        self.running: list[_Seq] = []
+        self.forwards = 0  # batched forwards so far (each one step of every turn in it)
+        self.stepped = 0  # sequence-steps so far (sum of batch sizes)
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="setflow-batcher", daemon=True)
+        self._thread.start()
+
+    def steps(self, cache: PooledCache, state: DecodeState, params: DecodeParams,
+              priority: str = "interactive") -> Iterator[StepEvent]:
+        """The turn's StepEvents, decoded in the shared batch, until its region is done (what
+        model.decode.decode yields for it alone).  Closing the iterator early leaves the batch
+        at once: the loop does not touch a turn whose thread holds its last event."""
+        seq = _Seq(cache, state, params, priority if priority in PRIORITIES else PRIORITIES[-1])
+        with self._cv:
+            if self._stop:
+                raise RuntimeError("the batcher is closed")
+            self.waiting[seq.priority].append(seq)
+            self._cv.notify_all()
+        done = False
+        try:
+            while not done:
+                ev = seq.events.get()
+                if isinstance(ev, BaseException):
+                    raise ev
+                done = ev.done
+                yield ev
+                with self._cv:
+                    seq.ready = True
+                    self._cv.notify_all()
+        finally:
+            if not done:
+                with self._cv:
+                    seq.gone = True
+                    self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(10)
+
+    def _take(self) -> list[_Seq]:
+        """Under the lock: drop the turns whose threads left, admit waiting ones, and return the
+        ready ones (marked not ready: they are the loop's until their event is out)."""
+        self.running = [s for s in self.running if not s.gone]
+        for p in PRIORITIES:
+            q = self.waiting[p]
+            while q and len(self.running) < self.max_batch:
+                s = q.popleft()
+                if not s.gone:
+                    self.running.append(s)
+        batch = [s for s in self.running if s.ready]
+        for s in batch:
+            s.ready = False
+        return batch
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                batch = self._take()
+                while not batch and not self._stop:
+                    self._cv.wait()
+                    batch = self._take()
+                if self._stop:
+                    for s in self.running + [s for q in self.waiting.values() for s in q]:
+                        s.events.put(RuntimeError("the batcher was closed"))
+                    return
+            try:
+                events: list[StepEvent | BaseException] = list(
+                    step_batch(self.model, [(s.cache, s.state, s.params) for s in batch]))
+            except Exception as e:  # noqa: BLE001 - every turn of the step hears of it; the loop goes on
+                log.exception("a batched step failed")
+                events = [e] * len(batch)
+            self.forwards += 1
+            self.stepped += len(batch)
+            with self._cv:
+                for s, ev in zip(batch, events):
+                    if isinstance(ev, BaseException) or ev.done:
+                        self.running.remove(s)
+            for s, ev in zip(batch, events):
+                s.events.put(ev)

@@ -1,0 +1,217 @@
+"""model/batch.py: many sequences in one forward decode exactly what each decodes alone.
+
+Each case runs the same turns twice: every sequence alone (KVCache, decode()), and all of them
+through step_batch over one KV pool, with sessions of different lengths, windows, policies and
+stop points in one batch, sequences joining and leaving mid-batch, an infill beside plain turns,
+and second turns.  Tokens and ledgers must be identical; logits agree to float tolerance."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+import pytest
+import torch
+
+from model import shipped
+from model.batch import KVPool, PooledCache, batch_mask, step_batch
+from model.corpus import narrative as corpus
+from model.decode import begin_infill_turn, begin_turn, commit_pending, decode
+from model.kv_cache import KVCache
+from model.masks import step_mask
+from model.params import DecodeParams, DecodeState
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from tests.fakes import random_params
+
+ATOL = 1e-4
+
+
+@dataclass
+class Turn:
+    ids: list[int]
+    params: DecodeParams
+    infill: bool = False
+
+
+@dataclass
+class Run:
+    """One sequence's decode: its turns, and per turn its final tokens and step logits."""
+
+    turns: list[Turn]
+    join: int = 0  # the batch step at which it joins (its first turn opens then)
+    tokens: list[list[int]] = field(default_factory=list)
+    logits: list[list[torch.Tensor]] = field(default_factory=list)
+    ledger: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _open(model: SetDLM, cache: KVCache, state: DecodeState | None, t: Turn) -> DecodeState:
+    if t.infill:
+        return begin_infill_turn(model, cache, state, t.ids, t.params)
+    return begin_turn(model, cache, state, t.ids, t.params)
+
+
+def alone(model: SetDLM, run: Run) -> Run:
+    out = Run(run.turns, run.join)
+    w = next(model.parameters())
+    cache, state = KVCache.for_model(model.cfg, dtype=w.dtype), None
+    for t in run.turns:
+        state = _open(model, cache, state, t)
+        out.logits.append([ev.logits for ev in decode(model, cache, state, t.params)])
+        commit_pending(model, cache, state)
+        out.tokens.append(list(state.tokens))
+    out.ledger = list(zip(cache.positions, cache.tokens))
+    return out
+
+
+def batched(model: SetDLM, runs: list[Run], rows: int | None = None) -> list[Run]:
+    """All runs through step_batch: a run opens its first turn at its join step, its next turn
+    as soon as the last one is done (commit_pending first, as the engine does between turns)."""
+    w = next(model.parameters())
+    pool = KVPool(model.cfg, rows or len(runs), dtype=w.dtype)
+    outs = [Run(r.turns, r.join) for r in runs]
+    caches: list[PooledCache | None] = [None] * len(runs)
+    states: list[DecodeState | None] = [None] * len(runs)
+    nxt = [0] * len(runs)  # the next turn to open
+    step = 0
+    while any(n < len(r.turns) for n, r in zip(nxt, runs)) or any(s is not None and not s.done for s in states):
+        for i, r in enumerate(runs):  # join, or open the next turn (a turn of 0 steps is done at once)
+            s = states[i]
+            while r.join <= step and nxt[i] < len(r.turns) and (s is None or s.done):
+                if caches[i] is None:
+                    caches[i] = pool.take()
+                cache = caches[i]
+                assert cache is not None
+                if s is not None:
+                    commit_pending(model, cache, s)
+                    outs[i].tokens.append(list(s.tokens))
+                s = states[i] = _open(model, cache, s, r.turns[nxt[i]])
+                outs[i].logits.append([])
+                nxt[i] += 1
+        live = [i for i, s in enumerate(states) if s is not None and not s.done]
+        if live:
+            seqs = [(caches[i], states[i], runs[i].turns[nxt[i] - 1].params) for i in live]
+            for i, ev in zip(live, step_batch(model, seqs)):  # type: ignore[arg-type]
+                outs[i].logits[-1].append(ev.logits)
+        step += 1
+    for i, out in enumerate(outs):
+        cache, s = caches[i], states[i]
+        assert cache is not None and s is not None
+        commit_pending(model, cache, s)
+        out.tokens.append(list(s.tokens))
+        out.ledger = list(zip(cache.positions, cache.tokens))
+        pool.give_back(cache)
+    assert sorted(pool.free) == list(range(pool.rows)), "every row back"
+    return outs
+
+
+def assert_same(model: SetDLM, runs: list[Run], rows: int | None = None) -> None:
+    refs = [alone(model, r) for r in runs]
+    got = batched(model, runs, rows)
+    for i, (ref, out) in enumerate(zip(refs, got)):
+        assert out.tokens == ref.tokens, f"sequence {i}: tokens differ"
+        assert out.ledger == ref.ledger, f"sequence {i}: commit order differs"
+        for a, b in zip(ref.logits, out.logits):
+            assert len(a) == len(b), f"sequence {i}: a different number of steps"
+            for x, y in zip(a, b):
+                torch.testing.assert_close(y, x, atol=ATOL, rtol=0)
+
+
+def _prompt(g: torch.Generator, n: int, vocab: int) -> list[int]:
+    return [2] + torch.randint(4, vocab, (n - 1,), generator=g).tolist()
+
+
+# ---- random weights -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["set", "prefix", "block", "ar"])
+def test_every_policy_decodes_the_same_tokens_batched_as_alone(model: SetDLM, policy: str) -> None:
+    g = torch.Generator().manual_seed(hash(policy) % 1000)
+    runs = []
+    for i in range(5):  # different prompt lengths, windows, taus and lengths in one batch
+        W = 1 if policy == "ar" else 2 + i
+        p = DecodeParams(policy=policy, window=W, tau=[0.3, None, 0.0, 0.15, 0.5][i], max_new_tokens=10 + 4 * i)
+        runs.append(Run([Turn(_prompt(g, 3 + 7 * i, model.cfg.vocab_size), p)]))
+    assert_same(model, runs)
+
+
+def test_random_params_sessions_joining_and_leaving_with_second_turns(model: SetDLM) -> None:
+    g = torch.Generator().manual_seed(7)
+    runs = []
+    for i in range(6):
+        turns = [Turn(_prompt(g, 4 + 3 * i, model.cfg.vocab_size), random_params(g, max_new_tokens=8 + 3 * i)),
+                 Turn(_prompt(g, 3, model.cfg.vocab_size)[1:], random_params(g, max_new_tokens=6 + i))]
+        runs.append(Run(turns, join=[0, 0, 2, 5, 9, 14][i]))
+    assert_same(model, runs)
+
+
+def test_an_infill_beside_plain_turns_and_stop_sequences(model: SetDLM) -> None:
+    g = torch.Generator().manual_seed(3)
+    mask = model.cfg.mask_id
+    holes = _prompt(g, 20, model.cfg.vocab_size)
+    for j in (5, 6, 9, 14, 15, 16):
+        holes[j] = mask
+    plain = DecodeParams(policy="set", window=4, tau=0.3, max_new_tokens=16)
+    ref = alone(model, Run([Turn(_prompt(g, 6, model.cfg.vocab_size), plain)]))
+    produced = ref.tokens[0][6:]
+    stop = DecodeParams(policy="set", window=4, tau=0.3, max_new_tokens=16, stop=[produced[3:5]])  # stops mid-region
+    runs = [Run([Turn(holes, DecodeParams(policy="set", window=3, tau=0.2), infill=True)]),
+            Run(ref.turns), Run([Turn(ref.turns[0].ids, stop)], join=1),
+            Run([Turn(_prompt(g, 9, model.cfg.vocab_size), replace(plain, policy="prefix", window=6))], join=3)]
+    out = batched(model, runs)
+    assert len(out[2].tokens[0]) < len(ref.tokens[0]), "the stop sequence cut the third sequence"
+    assert_same(model, runs)
+
+
+def test_a_session_leaving_frees_its_row_for_a_joining_one(model: SetDLM) -> None:
+    g = torch.Generator().manual_seed(11)
+    p = DecodeParams(policy="set", window=4, tau=0.3, max_new_tokens=6)
+    long = DecodeParams(policy="ar", max_new_tokens=30)
+    runs = [Run([Turn(_prompt(g, 5, model.cfg.vocab_size), long)]),
+            Run([Turn(_prompt(g, 4, model.cfg.vocab_size), p)])]
+    got = batched(model, runs, rows=2)
+    assert got[0].tokens == alone(model, runs[0]).tokens and got[1].tokens == alone(model, runs[1]).tokens
+
+
+def test_the_batch_mask_is_each_sequences_step_mask_and_padding_sees_one_key() -> None:
+    cached, pending, new = [5, 0, 3], [2, 0, 3], [6, 3, 4]
+    S = max(c + n for c, n in zip(cached, new))
+    mask = batch_mask(cached, pending, new, S)
+    assert mask.shape == (3, 6, S)
+    for b, (C, m, n) in enumerate(zip(cached, pending, new)):
+        assert torch.equal(mask[b, :n, : C + n], step_mask(C, m, n - m))
+        assert not mask[b, :n, C + n:].any(), "padded keys are nobody's"
+        assert torch.equal(mask[b, n:], torch.nn.functional.one_hot(torch.zeros(6 - n, dtype=torch.long), S).bool())
+
+
+def test_the_pool_hands_out_rows_and_refuses_when_full(model: SetDLM) -> None:
+    pool = KVPool(model.cfg, 2)
+    a, b = pool.take(), pool.take()
+    assert a is not None and b is not None and (a.row, b.row) == (0, 1) and pool.take() is None
+    assert a.capacity == model.cfg.max_seq_len and pool.nbytes == 2 * a.k.numel() * 2 * 4
+    pool.give_back(a)
+    with pytest.raises(AssertionError):
+        pool.give_back(a)
+    c = pool.take()
+    assert c is not None and c.row == 0 and c.length == 0
+    with pytest.raises(AssertionError):
+        c.reserve(model.cfg.max_seq_len + 1)
+
+
+# ---- the shipped model --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def loaded() -> tuple[SetDLM, Tokenizer]:
+    return shipped.load()
+
+
+def test_the_shipped_model_writes_the_same_narratives_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    model, tok = loaded
+    runs = []
+    for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
+                                          ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None), ("prefix", 8, 0.99)]):
+        payload = corpus.make_payload(random.Random(100 + i))  # payloads of different lengths
+        ids = [model.cfg.bos_id, *tok.encode(corpus.prompt_text(payload))]
+        runs.append(Run([Turn(ids, DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=120))], join=i))
+    assert_same(model, runs)

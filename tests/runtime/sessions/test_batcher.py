@@ -1,0 +1,174 @@
+"""runtime/sessions/batcher.py with the engine: turns of many threads decoded in one batch write
+the tokens each writes alone (shipped model, real Redis and SQLite); a turn that leaves early
+(its consumer stops: a cancel, a failure) disturbs no other; a full pool evicts an idle warm
+session, never a running one, and a turn waits for a row while every row runs."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import Engine as SqlEngine
+
+from model import shipped
+from model.batch import KVPool, PooledCache
+from model.corpus import narrative
+from model.params import DecodeParams
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.sessions.batcher import Batcher
+from runtime.sessions.engine import Engine
+from runtime.sessions.records import Records
+from runtime.sessions.store import SessionStore
+from runtime.sessions.turn import TurnResult
+from runtime.settings import Settings
+from workflows.narrative import prompt_ids
+
+POLICIES = [("set", 4, 0.9), ("prefix", 8, 0.99), ("ar", 1, None), ("block", 4, 0.9), ("prefix", 4, 0.9),
+            ("set", 8, 0.7), ("prefix", 8, 0.99), ("ar", 1, None)]
+FOLLOW_UP = "\nnarrative: "
+
+
+@pytest.fixture(scope="module")
+def loaded() -> tuple[SetDLM, Tokenizer]:
+    return shipped.load()
+
+
+@pytest.fixture
+def make_engine(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings: Settings, tmp_path: Path,
+                db_engine: SqlEngine) -> Callable[..., Engine]:
+    """An engine on the shared SQL and Redis: batched (rows > 0: a pool of that many rows and a
+    batcher) or one turn at a time."""
+    engines: list[Engine] = []
+
+    def make(rows: int = 0, max_batch: int = 16, warm: int = 8) -> Engine:
+        model = loaded[0]
+        s = settings.model_copy(update={"data_dir": tmp_path, "lease_wait_ms": 20_000})
+        pool = KVPool(model.cfg, rows) if rows else None
+        batcher = Batcher(model, max_batch) if rows else None
+        e = Engine(model, SessionStore(client, s), Records(db_engine), s, warm_sessions=warm, batcher=batcher, pool=pool)
+        engines.append(e)
+        return e
+
+    yield make  # type: ignore[misc]
+    for e in engines:
+        if e.batcher is not None:
+            e.batcher.close()
+
+
+def _turns(tok: Tokenizer, i: int) -> tuple[list[int], list[int], DecodeParams]:
+    policy, W, tau = POLICIES[i % len(POLICIES)]
+    payload = narrative.make_payload(random.Random(40 + i))
+    return prompt_ids(tok, payload), tok.encode(FOLLOW_UP), DecodeParams(policy=policy, window=W, tau=tau,
+                                                                        max_new_tokens=64 + 8 * (i % 3))
+
+
+def _session(e: Engine, tok: Tokenizer, i: int, out: dict[int, list[list[int]]]) -> None:
+    first, second, params = _turns(tok, i)
+    sid = e.open("acme")
+    out[i] = [e.run_turn(sid, "acme", first, params).tokens, e.run_turn(sid, "acme", second, params).tokens]
+
+
+def _in_threads(fn: Callable[[int], None], n: int) -> None:
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+
+
+def test_eight_sessions_in_one_batch_write_what_each_writes_alone(make_engine: Callable[..., Engine],
+                                                                    loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    alone: dict[int, list[list[int]]] = {}
+    one = make_engine()
+    for i in range(8):
+        _session(one, tok, i, alone)
+    e = make_engine(rows=8)
+    batched: dict[int, list[list[int]]] = {}
+    _in_threads(lambda i: _session(e, tok, i, batched), 8)
+    assert batched == alone
+    assert e.batcher is not None and e.batcher.stepped > 2 * e.batcher.forwards, "several turns per forward"
+    assert e.pool is not None and len(e.pool.free) == 0 and len(e.warm) == 8, "the warm sessions own the rows"
+
+
+def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_row(make_engine: Callable[..., Engine],
+                                                                       loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    alone: dict[int, list[list[int]]] = {}
+    one = make_engine()
+    for i in range(4):
+        _session(one, tok, i, alone)
+    e = make_engine(rows=4)
+    batched: dict[int, list[list[int]]] = {}
+    left = threading.Event()
+
+    def run(i: int) -> None:
+        if i != 3:
+            _session(e, tok, i, batched)
+            return
+        first, _, params = _turns(tok, i)
+        sid = e.open("acme")
+        with closing(e.turn(sid, "acme", first, params)) as events:  # stops listening after 3 steps
+            for n, ev in enumerate(events):
+                assert not isinstance(ev, TurnResult)
+                if n == 2:
+                    break
+        left.set()
+        assert sid not in e.warm, "an abandoned turn leaves no warm state"
+        _session(e, tok, i, batched)  # the session goes on as if the turn never ran
+
+    _in_threads(run, 4)
+    assert left.is_set() and batched == alone
+    assert e.pool is not None and sorted(e.pool.free) == [] and len(e.warm) == 4
+
+
+def test_a_full_pool_evicts_an_idle_warm_session_and_a_turn_waits_for_a_running_one(
+        make_engine: Callable[..., Engine], loaded: tuple[SetDLM, Tokenizer]) -> None:
+    tok = loaded[1]
+    alone: dict[int, list[list[int]]] = {}
+    one = make_engine()
+    for i in range(3):
+        _session(one, tok, i, alone)
+    e = make_engine(rows=2)
+    got: dict[int, list[list[int]]] = {}
+    _session(e, tok, 0, got)  # warm: owns a row
+    _session(e, tok, 1, got)  # warm: owns the other
+    assert e.pool is not None and e.pool.free == []
+    _session(e, tok, 2, got)  # evicts session 0 (the least recently used idle one)
+    assert got == alone and len(e.warm) == 2
+    # every row running: a third turn waits until one is free, then runs
+    e2 = make_engine(rows=1)
+    hold = threading.Event()
+    done: dict[int, list[list[int]]] = {}
+    first, _, params = _turns(tok, 0)
+    sid = e2.open("acme")
+
+    def slow() -> None:
+        with closing(e2.turn(sid, "acme", first, params)) as events:
+            for n, _ev in enumerate(events):
+                if n == 0:
+                    hold.set()
+                    threading.Event().wait(0.5)  # holds the only row meanwhile
+
+    t = threading.Thread(target=slow)
+    t.start()
+    assert hold.wait(30)
+    assert e2.pool is not None and e2.pool.free == [] and all(isinstance(w.cache, PooledCache) for w in e2.warm.values())
+    _session(e2, tok, 1, done)  # waits for the row, then decodes
+    t.join(60)
+    assert done[1] == alone[1]
