@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from model.config import ModelConfig
-from model.decode import StepEvent, StepPlan, advance, plan
+from model.decode import StepEvent, StepPlan, advance, plan, step
 from model.kv_cache import KVCache
 from model.masks import within_documents
 from model.params import DecodeParams, DecodeState
@@ -169,20 +169,29 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
         C, n, o = c.length, counts[b], offsets[b]
         key_pos, key_tok = torch.cat([c.pos[:C], pos_t[o:o + n]]), torch.cat([c.tok[:C], ids_t[o:o + n]])
         mask[b, :n, : C + n] = within_documents(mask[b, :n, : C + n], key_pos, key_tok, pos_t[o:o + n], model.cfg.bos_id)
-    logits, _ = model(ids_t[None], pos_t[None], mask, kv)  # (1, N, vocab)
+    masks = torch.tensor([o + j for o, m, c in zip(offsets, pending, counts) for j in range(m, c)], dtype=torch.long,
+                         device=dev)  # the rows whose logits are read: every sequence's masks
+    logits, _ = model(ids_t[None], pos_t[None], mask, kv, logits_at=masks)  # (1, sum n_masks, vocab)
     for b, c in enumerate(caches):
         m = pending[b]
         c.commit(pos[b][:m], ids[b][:m])  # their K/V are in the row's first m scratch slots
-    return [logits[0, offsets[b] + pending[b]: offsets[b] + counts[b]] for b in range(len(caches))]
+    return list(logits[0].split(list(n_masks)))
 
 
-def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, DecodeParams]]) -> list[StepEvent]:
+def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, DecodeParams]],
+               commits: Sequence[tuple[PooledCache, list[int], list[int]]] = ()) -> list[StepEvent]:
     """One forward for B sequences (each open: not state.done): commit each one's pending set,
     score its active masks, choose its next set.  Each sequence's StepEvent is what step()
-    would have returned for it alone."""
+    would have returned for it alone.  commits: other rows' clean tokens (ids, positions) to
+    commit in the same forward, causally, as prefill would (a turn's input, a turn's last set)."""
+    if len(seqs) == 1 and not commits:  # one sequence: the batch-1 forward (no packing, no gather)
+        cache, state, params = seqs[0]
+        return [step(model, cache, state, params)]
     mask_id = model.cfg.mask_id
     assert all(p.use_cache for _, _, p in seqs), "batched steps read the cache (use_cache=False is batch 1)"
     plans: list[StepPlan] = [plan(model, s, p) for _, s, p in seqs]
-    logits = batched_forward(model, [c for c, _, _ in seqs], [pl.ids(s, mask_id) for pl, (_, s, _) in zip(plans, seqs)],
-                             [pl.positions for pl in plans], [len(pl.active) for pl in plans])
+    logits = batched_forward(model, [c for c, _, _ in seqs] + [c for c, _, _ in commits],
+                             [pl.ids(s, mask_id) for pl, (_, s, _) in zip(plans, seqs)] + [ids for _, ids, _ in commits],
+                             [pl.positions for pl in plans] + [pos for _, _, pos in commits],
+                             [len(pl.active) for pl in plans] + [0] * len(commits))
     return [advance(model, c, s, p, pl, lg) for pl, (c, s, p), lg in zip(plans, seqs, logits)]

@@ -13,8 +13,9 @@ prefix, and tokens decoded past a stop are rolled back out of the cache.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -53,7 +54,7 @@ def prefill(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int]) -> in
     dev = cache.k.device
     ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
     mask = _documents(model, cache, step_mask(cache.length, len(ids), 0, dev), ids_t, pos_t, pos_t)
-    model(ids_t, pos_t, mask, cache)
+    model(ids_t, pos_t, mask, cache, logits_at=slice(0, 0))  # K/V only: no logits are read
     cache.commit(pos, ids)
     return 1
 
@@ -78,22 +79,28 @@ def fused_forward(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int],
     if use_cache:  # pending first in the input, so its K/V are the first m scratch slots
         ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
         mask = _documents(model, cache, step_mask(cache.length, m, n_masks, dev), ids_t, pos_t, pos_t)
-        logits, _ = model(ids_t, pos_t, mask, cache)
+        logits, _ = model(ids_t, pos_t, mask, cache, logits_at=slice(m, None))
         cache.commit(pos[:m], ids[:m])
-        return logits[0, m:]
+        return logits[0]
     C = cache.length
     ids_t = torch.cat([cache.tok[:C], torch.tensor(ids, device=dev)])
     pos_t = torch.cat([cache.pos[:C], torch.tensor(pos, device=dev)])
     mask = within_documents(step_mask(0, C + m, n_masks, dev), pos_t, ids_t, pos_t, model.cfg.bos_id)
-    logits, kv = model(ids_t, pos_t, mask, return_kv=True)
+    logits, kv = model(ids_t, pos_t, mask, return_kv=True, logits_at=slice(C + m, None))
     assert kv is not None
     cache.append(kv.k[:, 0, C:C + m], kv.v[:, 0, C:C + m], pos[:m], ids[:m])
-    return logits[0, C + m:]
+    return logits[0]
 
 
-def commit_pending(model: SetDLM, cache: KVCache, state: DecodeState) -> None:
+#: commits clean tokens (ids, positions) to a cache in one causal forward; returns the forwards
+#: it ran: prefill itself, or a batcher's, which runs it in the next batched forward
+Commit = Callable[[KVCache, list[int], list[int]], int]
+
+
+def commit_pending(model: SetDLM, cache: KVCache, state: DecodeState, commit: Commit | None = None) -> None:
     """Eagerly commit the pending set with one mask-free forward (same K/V as the fused step)."""
-    state.nfe += prefill(model, cache, [state.tokens[p] for p in state.pending], state.pending)
+    run = commit or partial(prefill, model)
+    state.nfe += run(cache, [state.tokens[p] for p in state.pending], state.pending)
     state.pending = []
 
 
@@ -101,12 +108,13 @@ def commit_pending(model: SetDLM, cache: KVCache, state: DecodeState) -> None:
 
 
 def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: list[int],
-               params: DecodeParams) -> DecodeState:
+               params: DecodeParams, commit: Commit | None = None) -> DecodeState:
     """Append `ids` (prompt, user or tool text) at the next positions by one causal prefill
     (fusing in any pending set first), then open params.max_new_tokens masks after them.
     Refuses (DecodeError "context_overflow") before touching anything when the model's context
     would be exceeded: the cache and the ledger never outgrow max_seq_len.  The session RNG is
-    seeded from params.seed once, on the first sampled turn, and then carried in the state."""
+    seeded from params.seed once, on the first sampled turn, and then carried in the state.
+    commit: who runs the prefill (default: prefill, here)."""
     cfg = model.cfg
     state = state if state is not None else DecodeState(tokens=[])
     if not state.done:
@@ -118,8 +126,8 @@ def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: li
     if any(not 0 <= t < cfg.vocab_size or t == cfg.mask_id for t in ids):
         raise DecodeError("params", "input ids must be real token ids inside the vocabulary")
     n0 = len(state.tokens)
-    commit = [state.tokens[p] for p in state.pending] + list(ids)
-    state.nfe += prefill(model, cache, commit, state.pending + list(range(n0, n0 + len(ids))))
+    clean = [state.tokens[p] for p in state.pending] + list(ids)
+    state.nfe += (commit or partial(prefill, model))(cache, clean, state.pending + list(range(n0, n0 + len(ids))))
     state.pending, state.infill = [], False
     state.tokens = state.tokens + list(ids) + [cfg.mask_id] * params.max_new_tokens
     state.start, state.step = n0 + len(ids), 0

@@ -165,13 +165,15 @@ class SetDLM(nn.Module):
             nn.init.normal_(m.weight, std=0.02)
 
     def forward(self, ids: Tensor, pos: Tensor, mask: Tensor, cache: Keys | None = None,
-                return_kv: bool = False) -> tuple[Tensor, NewKV | None]:
+                return_kv: bool = False, logits_at: Tensor | slice | None = None) -> tuple[Tensor, NewKV | None]:
         """ids, pos: (B, T) long (or (T,), taken as B = 1); mask: (T, S) or (B, T, S) bool, True =
         attend, of cache.mask_shape(T) (keys are [cache slots | these tokens]; (T, T) without a
         cache; a BatchKV takes B sequences packed into one row of T tokens, and a mask per
         sequence).  Returns logits (B, T, vocab), and with return_kv the K/V of these T tokens.
         With a cache, their K/V land in its scratch slots: `cache.commit` keeps the first m of
-        them; the valid slots are never touched."""
+        them; the valid slots are never touched.  logits_at: the tokens (an index or a slice of
+        dim 1) whose logits are wanted, e.g. a step's masks (not its pending set, nor a
+        prefill's tokens); the logits are then (B, selected, vocab)."""
         if ids.dim() == 1:
             ids, pos = ids[None], pos[None]
         B, T = ids.shape
@@ -194,4 +196,6 @@ class SetDLM(nn.Module):
                 ks.append(k)
                 vs.append(v)
         kv = NewKV(torch.stack(ks), torch.stack(vs)) if return_kv else None
+        if logits_at is not None:
+            x = x[:, logits_at]  # (B, selected, d_model): the vocabulary projection is per token
         return self.lm_head(self.norm(x)), kv

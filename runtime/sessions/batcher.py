@@ -5,14 +5,17 @@ step_batch), and a turn's tokens are those it decodes alone.  Knows nothing of R
 jobs: a turn's lease, write-behind, events and cancellation stay with its own thread.
 
     thread of a turn                            the batch loop
-    steps(cache, state, params) -> waiting      admit waiting turns (interactive first, up to
-    next(): ready, wait for its event     <--   max_batch); step_batch over the ready ones;
-    handle it (lease, writer, events)           hand each its StepEvent; a done one leaves
+    commit(input)  ----------------------->     each forward: the ready turns' steps, and the
+    steps(cache, state, params) -> waiting      commits asked meanwhile (a turn's input, its
+    next(): ready, wait for its event     <--   last set); admit waiting turns (interactive
+    handle it (lease, writer, events)           first, up to max_batch); a done one leaves
+    commit(last set)  -------------------->
 
 A turn is stepped only after its thread took its last event, so the loop never touches a cache
 its thread is reading (the write-behind copies slots from it); a slow thread's turn sits out a
-step, which changes nothing in its tokens.  Its opening prefill and its final commit run in its
-own thread, beside the running batch: a joining turn does not stall the others.
+step, which changes nothing in its tokens.  A turn's input and its last set are committed in the
+batch too (a short input: a long one, a recompute, prefills in its own thread, beside the
+batch, so that a joining turn's load does not stall the others).
 """
 
 from __future__ import annotations
@@ -25,12 +28,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from model.batch import PooledCache, step_batch
-from model.decode import StepEvent
+from model.decode import StepEvent, prefill
+from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
 from model.transformer import SetDLM
 
 log = logging.getLogger("setflow.batcher")
 PRIORITIES = ("interactive", "batch")  # the order turns are admitted in
+
+
+@dataclass(eq=False)
+class _Commit:
+    """Clean tokens to commit to a row in the next batched forward (a turn's input, its last set)."""
+
+    cache: PooledCache
+    ids: list[int]
+    positions: list[int]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
 
 
 @dataclass(eq=False)
@@ -45,12 +60,15 @@ class _Seq:
 
 
 class Batcher:
-    def __init__(self, model: SetDLM, max_batch: int = 16) -> None:
+    def __init__(self, model: SetDLM, max_batch: int = 16, max_commit: int = 256, gather_s: float = 0.01) -> None:
         assert max_batch >= 1
         self.model = model
         self.max_batch = max_batch
+        self.max_commit = max_commit
+        self.gather_s = gather_s
         self.waiting: dict[str, deque[_Seq]] = {p: deque() for p in PRIORITIES}
         self.running: list[_Seq] = []
+        self.commits: list[_Commit] = []
         self.forwards = 0  # batched forwards so far (each one step of every turn in it)
         self.stepped = 0  # sequence-steps so far (sum of batch sizes)
         self._cv = threading.Condition()
@@ -86,6 +104,26 @@ class Batcher:
                     seq.gone = True
                     self._cv.notify_all()
 
+    def commit(self, cache: KVCache, ids: list[int], positions: list[int]) -> int:
+        """model.decode.Commit in the shared batch: the tokens are committed to the cache (a pool
+        row) in the next batched forward, beside the running turns' steps; returns the forwards
+        this counts for the turn (1, or 0 for nothing).  A long input (a prefill of more than
+        max_commit tokens) runs here alone, so that it does not stretch a step of the batch."""
+        if not ids:
+            return 0
+        if not isinstance(cache, PooledCache) or len(ids) > self.max_commit:
+            return prefill(self.model, cache, ids, positions)
+        req = _Commit(cache, ids, positions)
+        with self._cv:
+            if self._stop:
+                raise RuntimeError("the batcher is closed")
+            self.commits.append(req)
+            self._cv.notify_all()
+        req.done.wait()
+        if req.error is not None:
+            raise req.error
+        return 1
+
     def close(self) -> None:
         with self._cv:
             self._stop = True
@@ -107,25 +145,42 @@ class Batcher:
             s.ready = False
         return batch
 
+    def _take_commits(self) -> list[_Commit]:
+        """Under the lock: the commits waiting for a forward."""
+        commits, self.commits = self.commits, []
+        return commits
+
     def _loop(self) -> None:
         while True:
             with self._cv:
-                batch = self._take()
-                while not batch and not self._stop:
+                # the turns just stepped come back once their threads took their events: wait a
+                # moment for them, so that a step holds the whole batch (a thread that is slower
+                # than gather_s, busy writing or reading, sits this step out)
+                self._cv.wait_for(lambda: self._stop or all(s.ready or s.gone for s in self.running), self.gather_s)
+                batch, commits = self._take(), self._take_commits()
+                while not batch and not commits and not self._stop:
                     self._cv.wait()
-                    batch = self._take()
+                    batch, commits = self._take(), self._take_commits()
                 if self._stop:
                     for s in self.running + [s for q in self.waiting.values() for s in q]:
                         s.events.put(RuntimeError("the batcher was closed"))
+                    for c in commits + self.commits:
+                        c.error = RuntimeError("the batcher was closed")
+                        c.done.set()
                     return
             try:
-                events: list[StepEvent | BaseException] = list(
-                    step_batch(self.model, [(s.cache, s.state, s.params) for s in batch]))
+                events: list[StepEvent | BaseException] = list(step_batch(
+                    self.model, [(s.cache, s.state, s.params) for s in batch],
+                    [(c.cache, c.ids, c.positions) for c in commits]))
             except Exception as e:  # noqa: BLE001 - every turn of the step hears of it; the loop goes on
                 log.exception("a batched step failed")
                 events = [e] * len(batch)
+                for c in commits:
+                    c.error = e
+            for c in commits:
+                c.done.set()
             self.forwards += 1
-            self.stepped += len(batch)
+            self.stepped += len(batch) + len(commits)
             with self._cv:
                 for s, ev in zip(batch, events):
                     if isinstance(ev, BaseException) or ev.done:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from model.config import ModelConfig
-from model.decode import StepEvent, begin_infill_turn, begin_turn, commit_pending, decode
+from model.decode import Commit, StepEvent, begin_infill_turn, begin_turn, commit_pending, decode
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
 from model.transformer import SetDLM
@@ -35,7 +35,9 @@ class TurnDecode:
     cache holds every token of the turn."""
 
     def __init__(self, model: SetDLM, cache: KVCache, state: DecodeState | None, input_ids: list[int],
-                 params: DecodeParams, infill: bool = False) -> None:
+                 params: DecodeParams, infill: bool = False, commit: Commit | None = None) -> None:
+        """commit: who runs the forwards that commit clean tokens (the input's prefill, the last
+        set): a Batcher's commit, in its batch; by default model.decode.prefill, here."""
         self.model, self.cache, self.params = model, cache, params
         self.input = list(input_ids)
         self.n0 = cache.length  # the session's slots before this turn
@@ -43,8 +45,11 @@ class TurnDecode:
         self.nfe0 = state.nfe if state is not None else 0
         mask = model.cfg.mask_id
         self.holes = [i for i, t in enumerate(self.input) if t == mask] if infill else None
-        begin = begin_infill_turn if infill else begin_turn
-        self.state = begin(model, cache, state, self.input, params)
+        self.commit = commit
+        if infill:  # its context prefills here (an infill is rare; its input may be long)
+            self.state = begin_infill_turn(model, cache, state, self.input, params)
+        else:
+            self.state = begin_turn(model, cache, state, self.input, params, commit)
         self.start = self.state.start  # the first generated position (infill: the first hole)
 
     def steps(self, stepper: Stepper | None = None) -> Iterator[StepEvent]:
@@ -54,7 +59,7 @@ class TurnDecode:
             yield from decode(self.model, self.cache, self.state, self.params)
         else:
             yield from stepper(self.cache, self.state, self.params)
-        commit_pending(self.model, self.cache, self.state)
+        commit_pending(self.model, self.cache, self.state, self.commit)
 
     @property
     def tokens(self) -> list[int]:

@@ -24,7 +24,9 @@ parent's manifest holds them (its first turn restores; else it recomputes from S
 removes a session from Redis and SQL (runtime/sessions/lifecycle.py, which the API runs too).
 
 The decoding itself is TurnDecode's (runtime/sessions/decoding.py, shared with the in-process
-runner); the way of its K/V to Redis is TurnWriter's (runtime/sessions/writer.py).
+runner), alone in the caller's thread or, with a Batcher, in one batch with the turns of other
+threads (runtime/sessions/batcher.py; the caches are then rows of a KV pool, and the warm
+sessions own theirs); the way of its K/V to Redis is TurnWriter's (runtime/sessions/writer.py).
 Greedy decoding gives the same tokens on every path (tests/runtime/sessions/test_engine.py).
 """
 
@@ -207,7 +209,8 @@ class Engine:
     def _begin(self, session: str, load: _Loaded, input_ids: list[int], params: DecodeParams,
                infill: bool) -> TurnDecode:
         try:
-            return TurnDecode(self.model, load.cache, load.state, input_ids, params, infill)
+            commit = self.batcher.commit if self.batcher is not None else None
+            return TurnDecode(self.model, load.cache, load.state, input_ids, params, infill, commit)
         except DecodeError:  # refused before anything changed: a warm session stays warm
             if load.path == "warm" and load.state is not None:
                 self._keep_warm(session, _Warm(load.cache, load.state, load.turns, load.ident))

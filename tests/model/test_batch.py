@@ -215,3 +215,30 @@ def test_the_shipped_model_writes_the_same_narratives_batched(loaded: tuple[SetD
         ids = [model.cfg.bos_id, *tok.encode(corpus.prompt_text(payload))]
         runs.append(Run([Turn(ids, DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=120))], join=i))
     assert_same(model, runs)
+
+
+def test_commits_in_a_batched_forward_are_the_causal_prefills(model: SetDLM) -> None:
+    """A turn's input (or its last set) committed beside other rows' steps: the same K/V and
+    ledger as prefill alone, and the steps' events as alone."""
+    g = torch.Generator().manual_seed(5)
+    pool = KVPool(model.cfg, 3)
+    prompts = [_prompt(g, n, model.cfg.vocab_size) for n in (7, 12, 3)]
+    p = DecodeParams(policy="set", window=4, tau=0.3, max_new_tokens=8)
+    ref = alone(model, Run([Turn(prompts[0], p)]))
+    a, b, c = pool.take(), pool.take(), pool.take()
+    assert a is not None and b is not None and c is not None
+    s = begin_turn(model, a, None, prompts[0], p)  # a decodes while b and c commit their inputs
+    events = []
+    for i, cache in enumerate((b, c)):
+        events += step_batch(model, [(a, s, p)], [(cache, prompts[i + 1], list(range(len(prompts[i + 1]))))])
+    while not s.done:
+        events += step_batch(model, [(a, s, p)])
+    commit_pending(model, a, s)
+    assert s.tokens == ref.tokens[0]
+    for cache, ids in ((b, prompts[1]), (c, prompts[2])):
+        want = KVCache.for_model(model.cfg)
+        begin_turn(model, want, None, ids, replace(p, max_new_tokens=0))
+        assert cache.positions == want.positions and cache.tokens == want.tokens
+        n = want.length
+        torch.testing.assert_close(cache.k[:, :n], want.k[:, :n], atol=ATOL, rtol=0)
+        torch.testing.assert_close(cache.v[:, :n], want.v[:, :n], atol=ATOL, rtol=0)
