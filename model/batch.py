@@ -179,14 +179,20 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
 
 
 def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, DecodeParams]],
-               commits: Sequence[tuple[PooledCache, list[int], list[int]]] = ()) -> list[StepEvent]:
+               commits: Sequence[tuple[PooledCache, list[int], list[int]]] = ()) -> list[StepEvent | Exception]:
     """One forward for B sequences (each open: not state.done): commit each one's pending set,
     score its active masks, choose its next set.  Each sequence's StepEvent is what step()
     would have returned for it alone.  commits: other rows' clean tokens (ids, positions) to
-    commit in the same forward, causally, as prefill would (a turn's input, a turn's last set)."""
+    commit in the same forward, causally, as prefill would (a turn's input, a turn's last set).
+    A failure of the forward raises, before any state changed; a failure of one sequence's
+    choice after it (a rollback's prefill, say) is that sequence's alone: its exception stands
+    in its place in the list, and the others' steps stand."""
     if len(seqs) == 1 and not commits:  # one sequence: the batch-1 forward (no packing, no gather)
         cache, state, params = seqs[0]
-        return [step(model, cache, state, params)]
+        try:
+            return [step(model, cache, state, params)]
+        except Exception as e:  # noqa: BLE001 - this sequence's alone, as below
+            return [e]
     mask_id = model.cfg.mask_id
     assert all(p.use_cache for _, _, p in seqs), "batched steps read the cache (use_cache=False is batch 1)"
     plans: list[StepPlan] = [plan(model, s, p) for _, s, p in seqs]
@@ -194,4 +200,10 @@ def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, Dec
                              [pl.ids(s, mask_id) for pl, (_, s, _) in zip(plans, seqs)] + [ids for _, ids, _ in commits],
                              [pl.positions for pl in plans] + [pos for _, _, pos in commits],
                              [len(pl.active) for pl in plans] + [0] * len(commits))
-    return [advance(model, c, s, p, pl, lg) for pl, (c, s, p), lg in zip(plans, seqs, logits)]
+    out: list[StepEvent | Exception] = []
+    for pl, (c, s, p), lg in zip(plans, seqs, logits):
+        try:
+            out.append(advance(model, c, s, p, pl, lg))
+        except Exception as e:  # noqa: BLE001 - see above
+            out.append(e)
+    return out

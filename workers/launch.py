@@ -5,7 +5,8 @@ session affinity points at exactly the process that holds a session warm.  It ta
 batch_sessions jobs at once on Celery's thread pool and decodes their turns in one batch
 (runtime/sessions/batcher.py), or with batch_sessions 1 one job at a time in a prefork pool
 process.  Default count: one per GPU (each sees only its GPU), else one per `torch_threads` CPU
-cores; default batch: DEFAULT_BATCH below, unless SETFLOW_BATCH_SESSIONS says otherwise.
+cores.  Batching is opted into with SETFLOW_BATCH_SESSIONS (measured best on 2 cores: 2 processes
+of batch 6, docs/BENCHMARKS.md); it is not the default yet: see the README ("Batching").
 With no REDIS_URL the embedded Redis is started (or joined) first and stopped at the end if this
 process started it; the database schema is migrated once, before any worker starts.
 """
@@ -22,16 +23,6 @@ from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
 from runtime.errors import CliError
 from runtime.settings import Settings
-
-#: turns one process decodes together when SETFLOW_BATCH_SESSIONS is not set: on a GPU, where
-#: batch 1 wastes the most; on CPUs, what bench/load.py measured best on 2 cores (2 processes x
-#: batch 6: 1.6x the turns/s of 2 x batch 1, p99 halved; 1 process x 2 threads x batch 12 lost
-#: to both: docs/BENCHMARKS.md)
-DEFAULT_BATCH = {"gpu": 32, "cpu": 8}
-
-
-def default_batch(gpus: int) -> int:
-    return DEFAULT_BATCH["gpu" if gpus else "cpu"]
 
 
 def default_processes(settings: Settings) -> tuple[int, int]:
@@ -52,9 +43,6 @@ def launch(name: str | None, processes: int | None, loglevel: str) -> int:
     make_engine(s).dispose()  # migrate once, before several processes open the database
     try:
         n, gpus = default_processes(s) if processes is None else (processes, 0)
-        if "SETFLOW_BATCH_SESSIONS" not in os.environ:  # the layout measured best for this machine
-            os.environ["SETFLOW_BATCH_SESSIONS"] = str(default_batch(gpus if processes is None else _gpus(s)))
-            s = Settings()
         if n == 1:
             return _one(s, name, loglevel)
         return _many(name, n, gpus, loglevel)

@@ -57,6 +57,7 @@ def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 def run(rt: Runtime, job_id: str) -> str:
     """Run the job if this delivery may; returns what happened (for logs and tests)."""
+    started = time.monotonic()  # the delivery's time limits count from here (JobContext)
     claim = _retrying(rt, lambda: rt.jobs.claim(job_id, rt.worker))  # NotFound for an unknown id
     events = rt.dispatcher.events
     if claim.owner is None:
@@ -75,7 +76,7 @@ def run(rt: Runtime, job_id: str) -> str:
         _quietly(lambda: events.publish(job_id, {"type": "status", "status": "running", "worker": rt.worker,
                                                  "attempt": job.attempts}))
         try:
-            status, result, error = _attempts(rt, job_id, owner)
+            status, result, error = _attempts(rt, job_id, owner, started)
         except SoftTimeLimitExceeded:  # fired outside the workflow (a retry's wait, a close)
             status, result, error = "failed", None, _time_limit(rt)
         if status is None:  # the claim was lost: the job is someone else's now
@@ -120,7 +121,7 @@ def _quietly(fn: Callable[[], T]) -> T | None:
         return None
 
 
-def _attempts(rt: Runtime, job_id: str, owner: str
+def _attempts(rt: Runtime, job_id: str, owner: str, started: float
               ) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
     deadline = time.monotonic() + rt.settings.job_retry_s
     delay = 0.25
@@ -132,7 +133,7 @@ def _attempts(rt: Runtime, job_id: str, owner: str
         if workflow is None:
             return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
         ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
-                         rt.dispatcher.routing)
+                         rt.dispatcher.routing, started)
         try:
             spec = check_spec(job.kind, job.spec, job.session_id)  # parsed once; a stored payload is not trusted
             return "succeeded", {**workflow(ctx, spec), "worker": rt.worker}, None

@@ -38,7 +38,9 @@ class JobContext:
     cancellation, lease and step events around each turn."""
 
     def __init__(self, job: JobRecord, owner: str, worker: str, engine: Engine, tokenizer: Tokenizer,
-                 jobs: Jobs, events: JobEvents, routing: Routing) -> None:
+                 jobs: Jobs, events: JobEvents, routing: Routing, started: float | None = None) -> None:
+        """started: when this delivery began (time.monotonic(); default now): the time limits
+        count from it, across the delivery's transient retries."""
         self.job = job
         self.owner = owner
         self.worker = worker
@@ -54,11 +56,15 @@ class JobContext:
         # committed steps without decoding them and resumes at its first uncommitted one
         self.step = 0
         self.progress: dict[str, Any] = dict(job.progress or {})
-        self.channel = JobChannel(events, job.id, beat=lambda: jobs.heartbeat(job.id, owner),
+        # the time limits, kept here too: Celery enforces them by signals in a prefork pool
+        # process only, and a batching worker runs its jobs on threads.  Past the soft one a step
+        # raises TimeLimit; past the hard one the lease is no longer renewed, so that a job whose
+        # thread is stuck (no step comes) is requeued by the reaper and finished elsewhere
+        t0 = time.monotonic() if started is None else started
+        self.deadline = t0 + jobs.s.task_soft_time_limit_s
+        hard = t0 + jobs.s.task_time_limit_s
+        self.channel = JobChannel(events, job.id, beat=lambda: time.monotonic() < hard and jobs.heartbeat(job.id, owner),
                                   beat_every_s=jobs.s.job_lease_s / 3)
-        # the soft time limit, kept here too: Celery enforces it by a signal in a prefork pool
-        # process only, and a batching worker runs its jobs on threads
-        self.deadline = time.monotonic() + jobs.s.task_soft_time_limit_s
 
     def close(self) -> None:
         self.channel.close()

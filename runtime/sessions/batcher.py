@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from model.batch import PooledCache, step_batch
-from model.decode import StepEvent, prefill
+from model.decode import StepEvent, prefill, step
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
 from model.transformer import SetDLM
@@ -81,6 +81,8 @@ class Batcher:
         """The turn's StepEvents, decoded in the shared batch, until its region is done (what
         model.decode.decode yields for it alone).  Closing the iterator early leaves the batch
         at once: the loop does not touch a turn whose thread holds its last event."""
+        if state.done:  # nothing to decode (max_new_tokens 0): never in a batch
+            return
         seq = _Seq(cache, state, params, priority if priority in PRIORITIES else PRIORITIES[-1])
         with self._cv:
             if self._stop:
@@ -90,9 +92,9 @@ class Batcher:
         done = False
         try:
             while not done:
-                ev = seq.events.get()
+                ev = self._next(seq.events)
                 if isinstance(ev, BaseException):
-                    raise ev
+                    raise RuntimeError(f"this turn's batched step failed: {ev!r}") from ev
                 done = ev.done
                 yield ev
                 with self._cv:
@@ -119,10 +121,23 @@ class Batcher:
                 raise RuntimeError("the batcher is closed")
             self.commits.append(req)
             self._cv.notify_all()
-        req.done.wait()
+        while not req.done.wait(1.0):
+            self._alive()
         if req.error is not None:
-            raise req.error
+            raise RuntimeError(f"this commit's batched forward failed: {req.error!r}") from req.error
         return 1
+
+    def _next(self, events: queue.SimpleQueue[StepEvent | BaseException]) -> StepEvent | BaseException:
+        """The turn's next event; never waits on a loop that died."""
+        while True:
+            try:
+                return events.get(timeout=1.0)
+            except queue.Empty:
+                self._alive()
+
+    def _alive(self) -> None:
+        if not self._thread.is_alive():
+            raise RuntimeError("the batch loop has stopped")
 
     def close(self) -> None:
         with self._cv:
@@ -150,6 +165,22 @@ class Batcher:
         commits, self.commits = self.commits, []
         return commits
 
+    def _alone(self, batch: list[_Seq], commits: list[_Commit]) -> list[StepEvent | BaseException]:
+        """After a batched forward failed (it changed no state: its commits come after it), each
+        turn's step and each commit alone, so that an error is its own turn's only."""
+        events: list[StepEvent | BaseException] = []
+        for s in batch:
+            try:
+                events.append(step(self.model, s.cache, s.state, s.params))
+            except Exception as e:  # noqa: BLE001 - this turn's own failure
+                events.append(e)
+        for c in commits:
+            try:
+                prefill(self.model, c.cache, c.ids, c.positions)
+            except Exception as e:  # noqa: BLE001
+                c.error = e
+        return events
+
     def _loop(self) -> None:
         while True:
             with self._cv:
@@ -172,11 +203,9 @@ class Batcher:
                 events: list[StepEvent | BaseException] = list(step_batch(
                     self.model, [(s.cache, s.state, s.params) for s in batch],
                     [(c.cache, c.ids, c.positions) for c in commits]))
-            except Exception as e:  # noqa: BLE001 - every turn of the step hears of it; the loop goes on
-                log.exception("a batched step failed")
-                events = [e] * len(batch)
-                for c in commits:
-                    c.error = e
+            except Exception:  # noqa: BLE001 - the forward failed, nothing was committed: one at a time
+                log.exception("a batched step failed: its turns are stepped one by one")
+                events = self._alone(batch, commits)
             for c in commits:
                 c.done.set()
             self.forwards += 1

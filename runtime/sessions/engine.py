@@ -35,8 +35,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Generator
-from contextlib import closing
+from collections.abc import Generator, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 
 from model import checkpoint
@@ -316,9 +316,19 @@ class Engine:
         if self.pool is not None:  # into a row of the pool
             row = self._empty()
             assert isinstance(row, PooledCache)
-            row.load(cache)
+            with self._owned(row):
+                row.load(cache)
             cache = row
         return cache, state
+
+    @contextmanager
+    def _owned(self, cache: KVCache) -> Iterator[None]:
+        """A new cache being filled: on a failure its pool row goes back (nobody holds it yet)."""
+        try:
+            yield
+        except BaseException:
+            self._drop(cache)
+            raise
 
     def _is_warm(self, session: str, cache: KVCache) -> bool:
         with self._rows:
@@ -343,8 +353,9 @@ class Engine:
         if ledger:
             # one causal prefill in commit order gives the same K/V (model/decode.py invariant I5)
             pos, tok = zip(*ledger)
-            cache.reserve(len(ledger))
-            prefill(self.model, cache, list(tok), list(pos))
+            with self._owned(cache):
+                cache.reserve(len(ledger))
+                prefill(self.model, cache, list(tok), list(pos))
         return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
 
     def _keep_warm(self, session: str, w: _Warm) -> None:

@@ -8,7 +8,7 @@ import logging
 
 import redis
 
-from runtime.errors import SetflowError
+from runtime.errors import Busy, SetflowError
 from runtime.sessions.records import Records
 from runtime.sessions.state import read_state, replayed, turn_state
 from runtime.sessions.store import SessionStore
@@ -27,11 +27,15 @@ def delete_session(store: SessionStore, records: Records, session: str, tenant: 
 
     Redis first: a failure between the two leaves a whole session in SQL (its next turn
     recomputes) and the delete can be retried; the other order would leave K/V bytes of a
-    deleted session in Redis until their TTL.  A Redis failure while dropping does not stop the
+    deleted session in Redis until their TTL (idle_only is checked before the drop as well, so a
+    refused delete keeps the Redis state; a job submitted between the two checks still gets the
+    delete refused, and costs the session a recompute).  A Redis failure while dropping does not stop the
     delete (SQL is the truth): it is logged, and what was left expires by itself.  Warm copies
     held by engines are theirs to forget: their next turn on it finds no session (NotFound)."""
     records.get_session(session, tenant)  # NotFound before the lease is taken
     with store.lease(session) as lease:
+        if idle_only and records.unfinished_jobs(session):  # refused: its Redis state stays too
+            raise Busy(f"session {session} has unfinished jobs; cancel them first")
         try:
             store.drop(session, tenant, lease.lease)
         except (redis.RedisError, SetflowError) as e:

@@ -100,6 +100,12 @@ class Records:
             db.execute(delete(SessionRecord).where(SessionRecord.id == session_id))
         return [job_id for job_id, _ in jobs]
 
+    def unfinished_jobs(self, session_id: str) -> int:
+        """The session's jobs that are queued or running (a delete that must find it idle asks)."""
+        with self._sessions() as db:
+            return int(db.scalar(select(func.count()).select_from(JobRecord).where(
+                JobRecord.session_id == session_id, JobRecord.status.not_in(TERMINAL))) or 0)
+
     def _exists(self, session_id: str) -> bool:
         with self._sessions() as db:
             return db.get(SessionRecord, session_id) is not None

@@ -219,11 +219,11 @@ class SessionStore:
         except (KeyError, ValueError, TypeError) as e:
             raise CorruptState(f"manifest of {session} is unreadable: {e}") from e
 
-    def commit(self, m: Manifest, lease: Lease) -> Manifest:
+    def commit(self, m: Manifest, lease: Lease, keep: frozenset[str] = frozenset()) -> Manifest:
         """Compare-and-set: writes m as generation m.gen + 1 if the stored generation is still
         m.gen and `lease` still holds the session, within the session's byte budget and, after
         evicting the tenant's least recently used idle sessions if needed, the tenant's.
-        Returns the stored manifest (gen and nbytes set)."""
+        keep: sessions not to evict (a fork's parent).  Returns the stored manifest (gen and nbytes set)."""
         if lease.session != m.session:
             raise BadInput(f"lease of {lease.session} cannot commit {m.session}")
         evicted: set[str] = set()
@@ -239,7 +239,7 @@ class SessionStore:
                 raise CorruptState(f"{m.session}: the manifest names a missing segment {detail}")
             if status == "session_budget":
                 raise OverBudget(f"{m.session}: {detail} bytes > session budget {self.s.session_budget_bytes}")
-            victim = self._lru_idle(m.tenant, exclude={m.session} | evicted)
+            victim = self._lru_idle(m.tenant, exclude={m.session} | evicted | keep)
             if victim is None:
                 raise OverBudget(f"tenant {m.tenant}: {detail} bytes > tenant budget {self.s.tenant_budget_bytes}, "
                                  "and no idle session is left to evict")
@@ -292,8 +292,10 @@ class SessionStore:
                 cut = meta.with_slots(meta.start, slot)
                 ids += self.put_segments([segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes])])
             break
+        # the parent is not evicted to make room: it holds the shared segments (which the child's
+        # account counts again: forks are budgeted as copies)
         return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot,
-                                    state=dict(state or {})), lease)
+                                    state=dict(state or {})), lease, keep=frozenset({parent.session}))
 
     def drop(self, session: str, tenant: str, lease: Lease | None = None) -> int:
         """Delete a session's Redis state for good (the session itself is deleted): its manifest,

@@ -9,6 +9,7 @@ import random
 import threading
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,61 @@ def test_a_full_pool_evicts_an_idle_warm_session_and_a_turn_waits_for_a_running_
     _session(e2, tok, 1, done)  # waits for the row, then decodes
     t.join(60)
     assert done[1] == alone[1]
+
+
+def test_an_empty_turn_and_a_failed_batched_forward_disturb_no_other(
+        make_engine: Callable[..., Engine], loaded: tuple[SetDLM, Tokenizer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn with nothing to decode (max_new_tokens 0) never joins a batch; a batched forward
+    that fails is retried turn by turn, so its turns still write what they write alone."""
+    import runtime.sessions.batcher as batcher_module
+
+    tok = loaded[1]
+    alone: dict[int, list[list[int]]] = {}
+    one = make_engine()
+    for i in range(4):
+        _session(one, tok, i, alone)
+    real, calls = batcher_module.step_batch, [0]
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] % 5 == 3:
+            raise RuntimeError("a device error in the batched forward")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batcher_module, "step_batch", flaky)
+    e = make_engine(rows=5)
+    got: dict[int, list[list[int]]] = {}
+    empty: list[list[int]] = []
+
+    def run(i: int) -> None:
+        if i == 4:
+            first, _, params = _turns(tok, 0)
+            sid = e.open("acme")
+            empty.append(e.run_turn(sid, "acme", first, replace(params, max_new_tokens=0)).tokens)
+        else:
+            _session(e, tok, i, got)
+
+    _in_threads(run, 5)
+    assert got == alone and empty == [[]] and calls[0] > 5
+
+
+def test_a_load_that_fails_gives_its_pool_row_back(make_engine: Callable[..., Engine],
+                                                   loaded: tuple[SetDLM, Tokenizer],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.sessions.engine as engine_module
+
+    tok = loaded[1]
+    e = make_engine(rows=2)
+    first, second, params = _turns(tok, 0)
+    sid = e.open("acme")
+    e.run_turn(sid, "acme", first, params)
+    e.warm.clear()  # the next turn recomputes from SQL (its row was the warm session's)
+    assert e.pool is not None and len(e.pool.free) == 1
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(engine_module, "prefill", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        e.run_turn(sid, "acme", second, params, prefer="recompute")
+    assert len(e.pool.free) == 1, "the row the recompute took is back"
