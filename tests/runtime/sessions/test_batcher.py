@@ -75,6 +75,14 @@ def _session(e: Engine, tok: Tokenizer, i: int, out: dict[int, list[list[int]]])
     out[i] = [e.run_turn(sid, "acme", first, params).tokens, e.run_turn(sid, "acme", second, params).tokens]
 
 
+def _alone(e: Engine, tok: Tokenizer, n: int) -> dict[int, list[list[int]]]:
+    """Sessions 0..n-1 one after another, one turn at a time: the reference."""
+    out: dict[int, list[list[int]]] = {}
+    for i in range(n):
+        _session(e, tok, i, out)
+    return out
+
+
 def _in_threads(fn: Callable[[int], None], n: int) -> None:
     errors: list[BaseException] = []
 
@@ -95,10 +103,7 @@ def _in_threads(fn: Callable[[int], None], n: int) -> None:
 def test_eight_sessions_in_one_batch_write_what_each_writes_alone(make_engine: Callable[..., Engine],
                                                                     loaded: tuple[SetDLM, Tokenizer]) -> None:
     tok = loaded[1]
-    alone: dict[int, list[list[int]]] = {}
-    one = make_engine()
-    for i in range(8):
-        _session(one, tok, i, alone)
+    alone = _alone(make_engine(), tok, 8)
     e = make_engine(rows=8)
     batched: dict[int, list[list[int]]] = {}
     _in_threads(lambda i: _session(e, tok, i, batched), 8)
@@ -110,10 +115,7 @@ def test_eight_sessions_in_one_batch_write_what_each_writes_alone(make_engine: C
 def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_row(make_engine: Callable[..., Engine],
                                                                        loaded: tuple[SetDLM, Tokenizer]) -> None:
     tok = loaded[1]
-    alone: dict[int, list[list[int]]] = {}
-    one = make_engine()
-    for i in range(4):
-        _session(one, tok, i, alone)
+    alone = _alone(make_engine(), tok, 4)
     e = make_engine(rows=4)
     batched: dict[int, list[list[int]]] = {}
     left = threading.Event()
@@ -141,10 +143,7 @@ def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_row(make_engin
 def test_a_full_pool_evicts_an_idle_warm_session_and_a_turn_waits_for_a_running_one(
         make_engine: Callable[..., Engine], loaded: tuple[SetDLM, Tokenizer]) -> None:
     tok = loaded[1]
-    alone: dict[int, list[list[int]]] = {}
-    one = make_engine()
-    for i in range(3):
-        _session(one, tok, i, alone)
+    alone = _alone(make_engine(), tok, 3)
     e = make_engine(rows=2)
     got: dict[int, list[list[int]]] = {}
     _session(e, tok, 0, got)  # warm: owns a row
@@ -182,10 +181,7 @@ def test_an_empty_turn_and_a_failed_batched_forward_disturb_no_other(
     import runtime.sessions.batcher as batcher_module
 
     tok = loaded[1]
-    alone: dict[int, list[list[int]]] = {}
-    one = make_engine()
-    for i in range(4):
-        _session(one, tok, i, alone)
+    alone = _alone(make_engine(), tok, 4)
     real, calls = batcher_module.step_batch, [0]
 
     def flaky(*args: object, **kwargs: object) -> object:
