@@ -126,12 +126,6 @@ class Jobs:
             return list(db.scalars(select(JobRecord).where(
                 JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).order_by(JobRecord.seq)))
 
-    def unfinished(self, session: str) -> int:
-        """The session's jobs not yet finished (queued or running)."""
-        with self._db() as db:
-            return int(db.scalar(select(func.count()).select_from(JobRecord).where(
-                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL))) or 0)
-
     def counts(self) -> dict[tuple[str, str], int]:
         """(kind, status) -> jobs, over every tenant (the metrics)."""
         with self._db() as db:

@@ -159,7 +159,6 @@ class Engine:
                 yield done
                 return
             load = self._load(session, tenant, rec, prefer)
-            kept = False  # a turn that does not complete leaves no warm state (and frees its row)
             try:
                 lease.keep()  # the load may have been long
                 t = time.perf_counter()
@@ -172,9 +171,9 @@ class Engine:
                 load.costs["decode_s"] = time.perf_counter() - t
                 lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
                 self._append(session, tenant, load, turn, params, text, job)
-                kept = self._save(session, load, turn, w, params)
-            finally:
-                if not kept and not self._is_warm(session, load.cache):
+                self._save(session, load, turn, w, params)
+            finally:  # a turn that does not complete leaves no warm state, and frees its row
+                if not self._is_warm(session, load.cache):
                     self._drop(load.cache)
             yield TurnResult(session, turn.tokens, load.path, load.costs, load.events, turn.nfe, load.turns)
 
@@ -229,15 +228,14 @@ class Engine:
                                  index=load.turns, job=job, fingerprint=self.fp)
         load.costs["sql_s"] = time.perf_counter() - t
 
-    def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> bool:
+    def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> None:
         """Redis after SQL (the turn is durable already: a failed save is an event, and costs the
-        next turn elsewhere a recompute), then the session stays warm here (True)."""
+        next turn elsewhere a recompute), then the session stays warm here."""
         t = time.perf_counter()
         events = writer.save(turn.cache, turn.state, params_json(params), load.turns + 1)
         self._keep_warm(session, _Warm(turn.cache, turn.state, load.turns + 1, load.ident))
         load.events += events
         load.costs["store_s"] = time.perf_counter() - t
-        return True
 
     def _stepper(self, priority: str) -> Stepper | None:
         if self.batcher is None:

@@ -63,7 +63,7 @@ def get_session(session_id: SessionId, who: Tenant, svc: Svc) -> SessionView:
                    slots=m.slots if m is not None else 0, last_worker=last,
                    last_worker_alive=last is not None and svc.dispatcher.routing.alive(last))
     return SessionView(id=rec.id, created_at=rec.created_at, turns=turns, kv=kv,
-                       unfinished_jobs=svc.jobs.unfinished(session_id))
+                       unfinished_jobs=svc.records.unfinished_jobs(session_id))
 
 
 @router.post("/{session_id}/turns", status_code=202, response_model=JobView, responses=ERRORS)
@@ -103,7 +103,7 @@ def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
     submission at the same moment either comes first (409) or finds no session (404).  The
     delete stands when Redis fails after it (SQL is the truth; what is left expires)."""
     svc.records.get_session(session_id, who)
-    if svc.jobs.unfinished(session_id):
+    if svc.records.unfinished_jobs(session_id):
         raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
     svc.limiter.take(who)
     jobs = lifecycle.delete_session(svc.store, svc.records, session_id, who, idle_only=True)  # Busy while a turn runs
