@@ -53,6 +53,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # earlier (most of them do: then the turn decodes filler, nearly a token per step); narrative_eos:
 # the same turns stopped at EOS, as the runtime decodes them (shorter, uneven turns)
 TASKS, QUICK_TASKS = ("narrative", "agent", "narrative_eos"), ("narrative", "agent")
+TURNS = (1, 3)  # turns per session: one wave (all arrive at once, the batch drains), a stream of 3
 TARGETS = {8: 2.5, 16: 3.5}  # the issue's: batched over sequential tokens/s at N sessions, on CPU
 NARRATIVE_TOKENS, AGENT_SEGMENT = 128, 96
 CEILING_REPEATS = 20  # timed forwards per ceiling point (median)
@@ -64,25 +65,30 @@ class Turn:
     params: DecodeParams
 
 
-def make_turns(task: str, n: int, tok: Tokenizer, bos: int, tokens: int) -> list[Turn]:
-    """n turns of a task, the same for every N (a row of N sessions takes the first N)."""
+def make_turns(task: str, n: int, tok: Tokenizer, bos: int, tokens: int, per_session: int = 1) -> list[list[Turn]]:
+    """n sessions' turns of a task, per_session each (a new document in the session: a new
+    payload, or a new question), the same for every N (a row of N sessions takes the first N)."""
+    def seed(i: int, j: int) -> str:
+        return f"{i}" if j == 0 else f"{i}/{j}"
+
     if task in ("narrative", "narrative_eos"):
         p = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=tokens, ignore_eos=task == "narrative")
-        return [Turn([bos, *tok.encode(narrative.prompt_text(narrative.make_payload(random.Random(f"batch/{i}"))))], p)
-                for i in range(n)]
+        return [[Turn([bos, *tok.encode(narrative.prompt_text(narrative.make_payload(random.Random(f"batch/{seed(i, j)}"))))], p)
+                 for j in range(per_session)] for i in range(n)]
     p = DecodeParams(policy="prefix", window=4, tau=0.9, max_new_tokens=AGENT_SEGMENT,
                      stop=[[tok.token_id(agent.END_CALL)]])
-    return [Turn([bos, *tok.encode(agent.prompt_text(agent.example(random.Random(f"batch/agent/{i}"))[0].question))], p)
-            for i in range(n)]
+    return [[Turn([bos, *tok.encode(agent.prompt_text(agent.example(random.Random(f"batch/agent/{seed(i, j)}"))[0].question))],
+                  p) for j in range(per_session)] for i in range(n)]
 
 
 @dataclass
 class Pass:
-    """One path over N turns: its wall time, each turn's end (seconds from the start) and
-    written tokens, and the forwards the process ran."""
+    """One path over N sessions' turns: its wall time, each turn's latency (from its arrival:
+    the pass's start for a session's first turn, its previous turn's end for the others) and
+    written tokens (session-major), and the forwards the process ran."""
 
     seconds: float = 0.0
-    ends: list[float] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
     written: list[list[int]] = field(default_factory=list)
     forwards: int = 0
     nfe: int = 0  # the turns' own forward counts summed (a batched step counts once per turn in it)
@@ -95,49 +101,62 @@ class Pass:
 
 
 @torch.no_grad()
-def sequential(model: SetDLM, turns: list[Turn], dtype: torch.dtype) -> Pass:
-    """(a): each turn alone, one after another."""
-    out = Pass()
-    states: list[DecodeState] = []
+def sequential(model: SetDLM, sessions: list[list[Turn]], dtype: torch.dtype) -> Pass:
+    """(a): each turn alone, one after another, in the order they arrive (the sessions' first
+    turns, then their second ones, ...); a session's turns continue its cache and state."""
+    n, per = len(sessions), len(sessions[0])
+    out = Pass(latency=[0.0] * (n * per), written=[[] for _ in range(n * per)])
+    caches = [KVCache.for_model(model.cfg, dtype=dtype) for _ in sessions]
+    states: list[DecodeState | None] = [None] * n
+    arrived = [0.0] * n
     t0 = time.perf_counter()
-    for t in turns:
-        cache = KVCache.for_model(model.cfg, dtype=dtype)
-        state = begin_turn(model, cache, None, t.ids, t.params)
-        for _ in decode(model, cache, state, t.params):
-            pass
-        commit_pending(model, cache, state)
-        out.ends.append(time.perf_counter() - t0)
-        states.append(state)
+    for j in range(per):
+        for i, turns in enumerate(sessions):
+            t, cache = turns[j], caches[i]
+            state = begin_turn(model, cache, states[i], t.ids, t.params)
+            p0 = state.start
+            for _ in decode(model, cache, state, t.params):
+                pass
+            commit_pending(model, cache, state)
+            end = time.perf_counter() - t0
+            out.latency[i * per + j], arrived[i] = end - arrived[i], end
+            out.written[i * per + j] = state.tokens[p0:]
+            states[i] = state
     out.seconds = time.perf_counter() - t0
-    out.written = [s.tokens[len(t.ids):] for s, t in zip(states, turns)]
-    out.forwards = out.nfe = sum(s.nfe for s in states)
+    out.forwards = out.nfe = sum(s.nfe for s in states if s is not None)
     return out
 
 
-def batched(model: SetDLM, pool: KVPool, turns: list[Turn]) -> Pass:
-    """(b): what a batching worker does (runtime/sessions/batcher.py): each turn on a thread of
-    its own and a pool row, its input, steps and last set all in the shared batch."""
-    out = Pass(ends=[0.0] * len(turns))
-    batcher = Batcher(model, max_batch=len(turns))
-    caches = [pool.take() for _ in turns]
-    states: list[DecodeState | None] = [None] * len(turns)
+def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
+    """(b): what a batching worker does (runtime/sessions/batcher.py): each session on a thread
+    of its own and a pool row, its turns one after another, each turn's input, steps and last
+    set in the shared batch (a session's next turn joins the batch as its last one leaves)."""
+    n, per = len(sessions), len(sessions[0])
+    out = Pass(latency=[0.0] * (n * per), written=[[] for _ in range(n * per)])
+    batcher = Batcher(model, max_batch=n)
+    caches = [pool.take() for _ in sessions]
+    states: list[DecodeState | None] = [None] * n
     errors: list[BaseException] = []
 
     @torch.no_grad()
     def run(i: int) -> None:
         try:
-            cache, t = caches[i], turns[i]
+            cache, state, arrived = caches[i], None, 0.0
             assert cache is not None, "the pool has a row per session"
-            state = begin_turn(model, cache, None, t.ids, t.params, batcher.commit)
-            for _ in batcher.steps(cache, state, t.params):
-                pass
-            commit_pending(model, cache, state, batcher.commit)
-            out.ends[i] = time.perf_counter() - t0
+            for j, t in enumerate(sessions[i]):
+                state = begin_turn(model, cache, state, t.ids, t.params, batcher.commit)
+                p0 = state.start
+                for _ in batcher.steps(cache, state, t.params):
+                    pass
+                commit_pending(model, cache, state, batcher.commit)
+                end = time.perf_counter() - t0
+                out.latency[i * per + j], arrived = end - arrived, end
+                out.written[i * per + j] = state.tokens[p0:]
             states[i] = state
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(turns))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     t0 = time.perf_counter()
     for th in threads:
         th.start()
@@ -150,9 +169,7 @@ def batched(model: SetDLM, pool: KVPool, turns: list[Turn]) -> Pass:
     for c in reversed(caches):  # reversed: the next take() hands out rows 0, 1, ... again (one span)
         assert c is not None
         pool.give_back(c)
-    done = [s for s in states if s is not None]
-    out.written = [s.tokens[len(t.ids):] for s, t in zip(done, turns)]
-    out.nfe = sum(s.nfe for s in done)
+    out.nfe = sum(s.nfe for s in states if s is not None)
     out.steps, out.stepped = batcher.forwards, batcher.stepped
     out.forwards = out.nfe - out.stepped + out.steps  # batch-1 forwards (long inputs, rollbacks) + batched ones
     return out
@@ -224,21 +241,22 @@ def percentile(xs: list[float], q: float) -> float:
     return float(s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (k - lo))
 
 
-def row(dtype: str, task: str, N: int, pairs: list[tuple[Pass, Pass]], ceil: float) -> dict[str, Any]:
-    """One (dtype, task, N) row from its (sequential, batched) pairs: medians over the pairs."""
+def row(dtype: str, task: str, N: int, per: int, pairs: list[tuple[Pass, Pass]], ceil: float) -> dict[str, Any]:
+    """One (dtype, task, N, turns per session) row from its (sequential, batched) pairs: medians
+    over the pairs."""
     def med(xs: list[float]) -> float:
         return float(statistics.median(xs))
 
     a0, b0 = pairs[0]  # greedy: every repeat runs the same forwards (its tokens are checked below)
-    same = [all(a.written[i] == b.written[i] for a, b in pairs) for i in range(N)]
+    same = [all(a.written[i] == b.written[i] for a, b in pairs) for i in range(N * per)]
     agree = sum(u == v for x, y in zip(a0.written, b0.written) for u, v in zip(x, y))
     out: dict[str, Any] = {
-        "dtype": dtype, "task": task, "sessions": N, "tokens": a0.tokens,
+        "dtype": dtype, "task": task, "sessions": N, "turns_per_session": per, "tokens": a0.tokens,
         "sequential_tokens_per_s": round(med([a.tokens / a.seconds for a, _ in pairs]), 1),
         "batched_tokens_per_s": round(med([b.tokens / b.seconds for _, b in pairs]), 1),
         "ratio": round(med([(b.tokens / b.seconds) / (a.tokens / a.seconds) for a, b in pairs]), 2),
         "ceiling": round(ceil, 2),
-        "identical": all(same), "identical_fraction": round(sum(same) / N, 4),
+        "identical": all(same), "identical_fraction": round(sum(same) / len(same), 4),
         "token_agreement": round(agree / max(1, a0.tokens, b0.tokens), 4),  # same token at the same place
         "sequential_forwards_per_token": round(a0.forwards / a0.tokens, 4),
         "batched_forwards_per_token": round(b0.forwards / b0.tokens, 4),
@@ -246,22 +264,24 @@ def row(dtype: str, task: str, N: int, pairs: list[tuple[Pass, Pass]], ceil: flo
         "mean_batch": round(b0.stepped / b0.steps, 2)}
     for i, path in enumerate(("sequential", "batched")):
         for name, q in (("p50", 50), ("p99", 99)):
-            out[f"{path}_{name}_ms"] = round(1000 * med([percentile(p[i].ends, q) for p in pairs]), 1)
+            out[f"{path}_{name}_ms"] = round(1000 * med([percentile(p[i].latency, q) for p in pairs]), 1)
     return out
 
 
 def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per (dtype, task): the ratio at each target's session count, and whether it is met."""
+    """Per (dtype, task, turns per session): the ratio at each target's session count, and
+    whether it is met."""
     out: dict[str, Any] = {}
     for r in rows:
         if r["sessions"] in TARGETS:
-            out.setdefault(f"{r['dtype']}/{r['task']}", {})[str(r["sessions"])] = {
+            out.setdefault(f"{r['dtype']}/{r['task']}/{r['turns_per_session']}", {})[str(r["sessions"])] = {
                 "ratio": r["ratio"], "target": TARGETS[r["sessions"]], "met": r["ratio"] >= TARGETS[r["sessions"]],
                 "ceiling": r["ceiling"], "identical": r["identical"]}
     return out
 
 
-COLUMNS = (("dtype", "dtype", 5), ("task", "task", 13), ("sessions", "N", 2), ("tokens", "tokens", 6),
+COLUMNS = (("dtype", "dtype", 5), ("task", "task", 13), ("sessions", "N", 2), ("turns_per_session", "turns", 5),
+           ("tokens", "tokens", 6),
            ("sequential_tokens_per_s", "seq tok/s", 9), ("batched_tokens_per_s", "bat tok/s", 9),
            ("ratio", "ratio", 5), ("ceiling", "ceil", 5), ("identical_fraction", "same", 5), ("mean_batch", "batch", 5),
            ("sequential_forwards_per_token", "fwd/tok a", 9), ("batched_forwards_per_token", "fwd/tok b", 9),
@@ -277,9 +297,9 @@ def table_line(r: dict[str, Any] | None) -> str:
 
 
 @torch.no_grad()
-def warm_up(model: SetDLM, pool: KVPool, turns: list[Turn], dtype: torch.dtype) -> None:
+def warm_up(model: SetDLM, pool: KVPool, sessions: list[list[Turn]], dtype: torch.dtype) -> None:
     """Untimed: both paths once at every batch size the rows will see, on short turns."""
-    short = [Turn(t.ids, replace(t.params, max_new_tokens=16)) for t in turns]
+    short = [[Turn(t.ids, replace(t.params, max_new_tokens=16)) for t in turns[:1]] for turns in sessions]
     sequential(model, short[:2], dtype)
     batched(model, pool, short)
 
@@ -292,6 +312,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--tasks", default=None, help=f"comma-separated subset of {','.join(TASKS)} "
                     f"(default all; quick {','.join(QUICK_TASKS)})")
     ap.add_argument("--tokens", type=int, default=NARRATIVE_TOKENS, help="tokens per narrative turn (default 128)")
+    ap.add_argument("--turns", default=None, help="comma-separated turns per session, each its own rows "
+                    f"(default {','.join(map(str, TURNS))}: one wave of turns, and a stream of them)")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved (a, b) pairs per row (default 5, quick 1)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
     ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
@@ -304,6 +326,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     dtypes = [d for d in args.dtypes.split(",") if d]
     tasks = [t for t in (args.tasks or ",".join(QUICK_TASKS if args.quick else TASKS)).split(",") if t]
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
+    try:
+        per_session = sorted({int(t) for t in (args.turns or ",".join(map(str, TURNS))).split(",") if t})
+    except ValueError:
+        ap.error(f"--turns takes comma-separated integers, got {args.turns!r}")
+    if not per_session or per_session[0] < 1:
+        ap.error("--turns: each >= 1")
     if not sessions or sessions[0] < 1 or not dtypes or set(dtypes) - set(DTYPES) or not tasks or set(tasks) - set(TASKS):
         ap.error(f"--sessions >= 1, --dtypes from fp32,bf16, --tasks from {','.join(TASKS)}")
     if repeats < 1 or args.threads < 1 or args.tokens < 1:
@@ -312,8 +340,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     t_start = time.perf_counter()
     print(f"shipped model; threads {args.threads}; {repeats} interleaved (a, b) pair(s) per row, medians; "
           f"narrative: {args.tokens} tokens per turn (ignore_eos); narrative_eos: the same, stopped at EOS; "
-          f"agent: the first call (<= {AGENT_SEGMENT} tokens, stops at </call>); p50/p99: each turn's end from "
-          f"the pass's start; fwd/tok: every forward, prefills included, a batched step once; nfe/tok b: the "
+          f"agent: the first call (<= {AGENT_SEGMENT} tokens, stops at </call>); turns: per session, one after "
+          f"another, each a new document; p50/p99: each turn's latency from its arrival (the pass's start, or its "
+          f"session's previous turn's end); fwd/tok: every forward, prefills included, a batched step once; nfe/tok b: the "
           f"batched turns' own counts; batch: mean turns per batched step; ceil: N batch-1 forwards of a "
           f"typical step / one batched forward of N", flush=True)
     print(table_line(None), flush=True)
@@ -324,14 +353,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         fingerprint = fingerprint or checkpoint.fingerprint(model)[:16]
         pool = KVPool(model.cfg, max(sessions), dtype=dtype)
         for task in tasks:
-            turns = make_turns(task, max(sessions), tok, model.cfg.bos_id, args.tokens)
+            turns = make_turns(task, max(sessions), tok, model.cfg.bos_id, args.tokens, max(per_session))
             warm_up(model, pool, turns, dtype)
-            shape = shapes[f"{dname}/{task}"] = step_shape(model, turns[:4], dtype)
+            shape = shapes[f"{dname}/{task}"] = step_shape(model, [t[0] for t in turns[:4]], dtype)
             ceil = {N: ceiling(model, pool, shape, N, dtype, CEILING_REPEATS) for N in sessions}
-            for N in sessions:
-                pairs = [(sequential(model, turns[:N], dtype), batched(model, pool, turns[:N])) for _ in range(repeats)]
-                rows.append(row(dname, task, N, pairs, ceil[N]))
-                print(table_line(rows[-1]), flush=True)
+            for per in per_session:
+                for N in sessions:
+                    mine = [t[:per] for t in turns[:N]]
+                    pairs = [(sequential(model, mine, dtype), batched(model, pool, mine)) for _ in range(repeats)]
+                    rows.append(row(dname, task, N, per, pairs, ceil[N]))
+                    print(table_line(rows[-1]), flush=True)
     result = {"bench": "batch", "rows": rows, "targets": targets(rows),
               "step_shapes": {k: dict(zip(("pending", "masks", "cached"), v)) for k, v in shapes.items()},
               "fingerprint": fingerprint, "threads": args.threads, "repeats": repeats,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from model.attention import additive, attention
 from model.config import ModelConfig
 from model.decode import StepEvent, StepPlan, advance, plan, step
 from model.kv_cache import KVCache
@@ -82,56 +83,93 @@ class KVPool:
 
 
 
+#: a sequence with more new tokens than this (a turn's input, committed in the batch) attends in
+#: a call of its own: padded to its length, the steps' queries beside it would cost that many each
+LONG = 32
+
+
+@dataclass
+class _Group:
+    """Sequences whose queries attend in one call: their tokens' places in the packed row, and
+    their additive mask (B_g, T_g, S_g) over the first S_g slots of their pool rows."""
+
+    tokens: Tensor | slice  # into the packed row; a slice for one sequence
+    unpack: tuple[Tensor, Tensor] | None  # each of those tokens' (b, t) in (B_g, T_g); None: one sequence
+    rows: Tensor | slice  # pool rows; a slice when they follow each other (a view: no gather)
+    S: int
+    mask: Tensor
+
+
 class BatchKV:
     """model.transformer.Keys for one forward over B pool rows, its tokens packed: sequence b's
     n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
-    run on real tokens only); attention unpacks them into (B, T = max n_b) queries.  Sequence b
-    has C_b cached slots; keys() writes its new K/V to its row's scratch slots [C_b, C_b + n_b)
-    and returns the first S = max(C_b + n_b) slots of every row (a row's slots past C_b + n_b
-    are padding, masked out by batch_mask)."""
+    run on real tokens only).  Sequence b has C_b cached slots; attend() writes its new K/V to
+    its row's scratch slots [C_b, C_b + n_b), then attends in groups: the steps (n_b <= LONG)
+    together, unpacked into (B_g, T_g = max n_b) queries over their rows' first S_g = max(C_b +
+    n_b) slots (padding masked out, batch_mask), and each long input alone.  Holds the masks:
+    the step mask of each sequence, narrowed to its documents (model/masks.py)."""
 
-    def __init__(self, caches: Sequence[PooledCache], counts: Sequence[int]) -> None:
+    def __init__(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
+                 pending: Sequence[int], bos_id: int, dtype: torch.dtype) -> None:
+        """ids, pos: (N,) the packed tokens; counts, pending: each sequence's new tokens and how
+        many of them (first) are its clean pending set."""
         pool = caches[0].pool
         assert pool is not None and all(c.pool is pool and c.row >= 0 for c in caches), "one pool's rows"
         for c, n in zip(caches, counts):
             c.reserve(n)
         dev = pool.k.device
         self.pool = pool
-        self.T, self.S = max(counts), max(c.length + n for c, n in zip(caches, counts))
-        rows = [c.row for c in caches]
-        # rows r0..r0+B-1 in order: the keys are a view of the pool, no gather
-        self.span = (rows[0], rows[0] + len(rows)) if rows == list(range(rows[0], rows[0] + len(rows))) else None
-        self.rows = torch.tensor(rows, device=dev)  # (B,)
-        b_idx = [b for b, n in enumerate(counts) for _ in range(n)]  # packed token -> (b, t)
-        t_idx = [t for n in counts for t in range(n)]
-        self.unpack = (torch.tensor(b_idx, device=dev), torch.tensor(t_idx, device=dev))
-        self.dst = (self.rows[self.unpack[0]], torch.tensor([caches[b].length + t for b, t in zip(b_idx, t_idx)],
-                                                            device=dev))  # their (row, slot)
+        offsets = [0]
+        for n in counts:
+            offsets.append(offsets[-1] + n)
+        slots = [c.length + t for c, n in zip(caches, counts) for t in range(n)]
+        self.dst = (torch.tensor([c.row for c, n in zip(caches, counts) for _ in range(n)], device=dev),
+                    torch.tensor(slots, device=dev))  # each packed token's (row, slot)
+        steps = [b for b, n in enumerate(counts) if n <= LONG]
+        parts = ([steps] if steps else []) + [[b] for b, n in enumerate(counts) if n > LONG]
+        self.groups: list[_Group] = []
+        for part in parts:
+            cs = [caches[b] for b in part]
+            ns, ms = [counts[b] for b in part], [pending[b] for b in part]
+            S = max(c.length + n for c, n in zip(cs, ns))
+            mask = batch_mask([c.length for c in cs], ms, ns, S, dev)  # (B_g, T_g, S)
+            for j, (b, c) in enumerate(zip(part, cs)):  # no query reads an earlier document
+                C, n, o = c.length, counts[b], offsets[b]
+                key_pos, key_tok = torch.cat([c.pos[:C], pos[o:o + n]]), torch.cat([c.tok[:C], ids[o:o + n]])
+                mask[j, :n, : C + n] = within_documents(mask[j, :n, : C + n], key_pos, key_tok, pos[o:o + n], bos_id)
+            rows = [c.row for c in cs]
+            span = rows == list(range(rows[0], rows[0] + len(rows)))
+            if len(part) == 1:
+                tokens: Tensor | slice = slice(offsets[part[0]], offsets[part[0] + 1])
+                unpack = None
+            else:
+                tokens = torch.tensor([offsets[b] + t for b in part for t in range(counts[b])], device=dev)
+                unpack = (torch.tensor([j for j, b in enumerate(part) for _ in range(counts[b])], device=dev),
+                          torch.tensor([t for b in part for t in range(counts[b])], device=dev))
+            self.groups.append(_Group(tokens, unpack, slice(rows[0], rows[0] + len(rows)) if span
+                                      else torch.tensor(rows, device=dev), S, additive(mask, dtype, dev)))
 
     def reserve(self, n: int) -> None:
         pass  # rows are checked at construction
 
-    def mask_shape(self, n: int) -> tuple[int, int]:
-        return self.T, self.S
+    def mask_shape(self, n: int) -> None:
+        return None  # the masks are this object's, one per group
 
-    def keys(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """k, v: (1, N, Hkv, D), packed -> each (B, S, Hkv, D) from the rows."""
+    def attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """q (1, N, H, D), k, v (1, N, Hkv, D) packed -> (1, N, H * D)."""
+        assert mask is None, "a batch holds its own masks"
         pk, pv = self.pool.k[i], self.pool.v[i]  # (rows, capacity, Hkv, D)
         pk[self.dst], pv[self.dst] = k[0], v[0]
-        if self.span is not None:
-            a, b = self.span
-            return pk[a:b, : self.S], pv[a:b, : self.S]
-        return pk[self.rows, : self.S], pv[self.rows, : self.S]
-
-    def queries(self, q: Tensor) -> Tensor:
-        """(1, N, H, D) -> (B, T, H, D), zeros at padding (their rows see one key: finite)."""
-        out = q.new_zeros((len(self.rows), self.T, *q.shape[2:]))
-        out[self.unpack] = q[0]
-        return out
-
-    def outputs(self, out: Tensor) -> Tensor:
-        """(B, T, H * D) -> (1, N, H * D): the real tokens' rows, packed again."""
-        return out[self.unpack][None]
+        out = q.new_empty((q.shape[1], q.shape[2] * q.shape[3]))  # (N, H * D)
+        for g in self.groups:
+            keys, values = pk[g.rows, : g.S], pv[g.rows, : g.S]  # (B_g, S_g, Hkv, D)
+            if g.unpack is None:
+                out[g.tokens] = attention(q[:, g.tokens], keys, values, g.mask)[0]
+                continue
+            qs = q.new_zeros((len(keys), g.mask.shape[1], *q.shape[2:]))  # (B_g, T_g, H, D), zeros at padding
+            qs[g.unpack] = q[0, g.tokens]
+            out[g.tokens] = attention(qs, keys, values, g.mask)[g.unpack]
+        return out[None]
 
 
 def batch_mask(cached: Sequence[int], pending: Sequence[int], new: Sequence[int], S: int,
@@ -162,16 +200,11 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
     pending = [c - n for c, n in zip(counts, n_masks)]
     ids_t = torch.tensor([t for x in ids for t in x], device=dev)  # (N,): the sequences packed
     pos_t = torch.tensor([p for x in pos for p in x], device=dev)
-    kv = BatchKV(caches, counts)
-    mask = batch_mask([c.length for c in caches], pending, counts, kv.S, dev)  # (B, T, S)
+    kv = BatchKV(caches, ids_t, pos_t, counts, pending, model.cfg.bos_id, caches[0].k.dtype)
     offsets = [sum(counts[:b]) for b in range(len(counts))]
-    for b, c in enumerate(caches):  # no query reads an earlier document (model/masks.py)
-        C, n, o = c.length, counts[b], offsets[b]
-        key_pos, key_tok = torch.cat([c.pos[:C], pos_t[o:o + n]]), torch.cat([c.tok[:C], ids_t[o:o + n]])
-        mask[b, :n, : C + n] = within_documents(mask[b, :n, : C + n], key_pos, key_tok, pos_t[o:o + n], model.cfg.bos_id)
     masks = torch.tensor([o + j for o, m, c in zip(offsets, pending, counts) for j in range(m, c)], dtype=torch.long,
                          device=dev)  # the rows whose logits are read: every sequence's masks
-    logits, _ = model(ids_t[None], pos_t[None], mask, kv, logits_at=masks)  # (1, sum n_masks, vocab)
+    logits, _ = model(ids_t[None], pos_t[None], None, kv, logits_at=masks)  # (1, sum n_masks, vocab)
     for b, c in enumerate(caches):
         m = pending[b]
         c.commit(pos[b][:m], ids[b][:m])  # their K/V are in the row's first m scratch slots

@@ -40,6 +40,7 @@ class StepEvent:
     done: bool  # the region is finished (all decoded, or a stop fired)
     logits: Tensor | None = None  # (n_active, vocab) raw logits of the active masks
     cut: int | None = None  # a stop fired: the sequence now ends at this position
+    length: int = 0  # the cache's valid slots after this step (a reader behind the decoder reads no further)
 
 
 # ---- forwards ----------------------------------------------------------------------------
@@ -233,7 +234,7 @@ def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePar
     state.step += 1
     cut = _maybe_stop(model, cache, state, params)
     return StepEvent(state.step - 1, p.committed, list(state.pending), [state.tokens[q] for q in state.pending],
-                     state.nfe, state.done, logits, cut)
+                     state.nfe, state.done, logits, cut, cache.length)
 
 
 def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> StepEvent:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from model.attention import attention
+
 if TYPE_CHECKING:
     from model.config import ModelConfig
 
@@ -25,6 +27,7 @@ class KVCache:
     pos: Tensor  # (capacity,) long: position id of each slot
     tok: Tensor  # (capacity,) long: token id of each slot
     length: int = 0  # slots [0, length) are valid
+    rollbacks: int = 0  # rollbacks so far: a reader in another thread sees that slots it read may have changed
 
     @classmethod
     def empty(cls, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int = 64,
@@ -96,18 +99,12 @@ class KVCache:
         """model.transformer.Keys: n queries over the valid slots, then the n."""
         return n, self.length + n
 
-    def queries(self, q: Tensor) -> Tensor:
-        return q
-
-    def outputs(self, out: Tensor) -> Tensor:
-        return out
-
-    def keys(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """model.transformer.Keys for one sequence: k, v (1, n, Hkv, D) -> each (1, length + n,
-        Hkv, D), the valid slots then these n (scratch: committed only by commit())."""
-        assert k.shape[0] == 1, "a KV cache serves one sequence (model/batch.py batches)"
+    def attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """model.transformer.Keys for one sequence: the n new k, v (1, n, Hkv, D) go to the
+        scratch slots (committed only by commit()); q attends over the valid slots, then them."""
+        assert k.shape[0] == 1 and mask is not None, "a KV cache serves one sequence (model/batch.py batches)"
         k_all, v_all = self.scratch(i, k[0], v[0])
-        return k_all[None], v_all[None]
+        return attention(q, k_all[None], v_all[None], mask)
 
     def commit(self, pos: list[int] | Tensor, tok: list[int] | Tensor) -> None:
         """Keep the first m scratch slots (written by the last forward) as committed slots."""
@@ -121,6 +118,7 @@ class KVCache:
     def rollback(self, slot: int) -> None:
         """Forget slots [slot, length): the cache becomes what it was before they were committed."""
         assert 0 <= slot <= self.length, f"rollback to {slot} outside [0, {self.length}]"
+        self.rollbacks += 1  # before any slot is written again (runtime/sessions/writer.py reads it)
         self.length = slot
 
     crop = rollback  # same operation, named for its other use: keep the first n slots

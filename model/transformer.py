@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.attention import additive, attention
 from model.config import ModelConfig
 
 
@@ -25,22 +26,15 @@ class Keys(Protocol):
 
     def reserve(self, n: int) -> None: ...
 
-    def mask_shape(self, n: int) -> tuple[int, int]:
-        """(T, S) of the mask of a forward of n new tokens: its queries per sequence and the
-        keys they attend over (cached slots + the new ones, padded where sequences differ)."""
+    def mask_shape(self, n: int) -> tuple[int, int] | None:
+        """(T, S) of the mask a forward of n new tokens takes: its queries and the keys they
+        attend over (the cached slots, then the new ones); None: the keys hold their own masks."""
         ...
 
-    def keys(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Layer i: write the new k, v (B, n, Hkv, D) to the scratch slots; return every key and
-        value the queries attend over, each (B', S, Hkv, D)."""
-        ...
-
-    def queries(self, q: Tensor) -> Tensor:
-        """The queries (B, n, H, D) in the keys' layout (B', T, H, D)."""
-        ...
-
-    def outputs(self, out: Tensor) -> Tensor:
-        """Attention outputs (B', T, H * D) back in the queries' layout (B, n, H * D)."""
+    def attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """Layer i: write the new tokens' k, v (1, n, Hkv, D) to the scratch slots and attend
+        their queries q (1, n, H, D) over every key they see, under mask (additive, of
+        mask_shape(n), or None for the keys' own); returns (1, n, H * D)."""
         ...
 
 
@@ -89,29 +83,24 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_eps)  # per-head, over head_dim (Qwen3)
         self.k_norm = RMSNorm(D, cfg.rms_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 cache: Keys | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
-        """x: (B, T, d_model); mask: (B|1, T, S) additive (0 or -inf) of cache.mask_shape(T); i: layer index.
-        With a cache this call's K/V go to its scratch slots and the keys are [cached slots |
-        these tokens]: a KVCache (one sequence) or a model/batch.py BatchKV (B sequences of a
-        KV pool, padded to S).  Returns the output (B, T, d_model) and this call's k, v:
-        (B, T, Hkv, D), post-RoPE."""
+        """x: (B, T, d_model); mask: (B|1, T, S) additive (0 or -inf) of cache.mask_shape(T), or
+        None for a cache's own; i: layer index.  With a cache this call's K/V go to its scratch
+        slots and the keys are [cached slots | these tokens]: a KVCache (one sequence) or a
+        model/batch.py BatchKV (B sequences of a KV pool, packed into T tokens).  Returns the
+        output (B, T, d_model) and this call's k, v: (B, T, Hkv, D), post-RoPE."""
         B, T, _ = x.shape
         cfg = self.cfg
         q = self.q_norm(self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
         k = self.k_norm(self.k_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        qs, k_all, v_all = q, k, v
-        if cache is not None:  # each (B', S, Hkv, D): every sequence's cached slots, then these T
-            k_all, v_all = cache.keys(i, k, v)
-            qs = cache.queries(q)  # (B', T', H, D): a batch's packed queries, one row per sequence
-        out = F.scaled_dot_product_attention(
-            qs.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),  # (B', H|Hkv, *, D)
-            attn_mask=mask[:, None], enable_gqa=True)  # (B', H, T', D)
-        out = out.transpose(1, 2).reshape(*qs.shape[:2], -1)  # (B', T', H * D)
         if cache is not None:
-            out = cache.outputs(out)  # (B, T, H * D)
+            out = cache.attend(i, q, k, v, mask)  # (B, T, H * D)
+        else:
+            assert mask is not None, "a forward without a cache takes a mask"
+            out = attention(q, k, v, mask)
         return self.o_proj(out), k, v
 
 
@@ -134,7 +123,7 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 cache: Keys | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
         h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, i)
         x = x + h
@@ -164,29 +153,29 @@ class SetDLM(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, ids: Tensor, pos: Tensor, mask: Tensor, cache: Keys | None = None,
+    def forward(self, ids: Tensor, pos: Tensor, mask: Tensor | None, cache: Keys | None = None,
                 return_kv: bool = False, logits_at: Tensor | slice | None = None) -> tuple[Tensor, NewKV | None]:
         """ids, pos: (B, T) long (or (T,), taken as B = 1); mask: (T, S) or (B, T, S) bool, True =
         attend, of cache.mask_shape(T) (keys are [cache slots | these tokens]; (T, T) without a
-        cache; a BatchKV takes B sequences packed into one row of T tokens, and a mask per
-        sequence).  Returns logits (B, T, vocab), and with return_kv the K/V of these T tokens.
-        With a cache, their K/V land in its scratch slots: `cache.commit` keeps the first m of
-        them; the valid slots are never touched.  logits_at: the tokens (an index or a slice of
-        dim 1) whose logits are wanted, e.g. a step's masks (not its pending set, nor a
-        prefill's tokens); the logits are then (B, selected, vocab)."""
+        cache), or None with a cache that holds its own (a BatchKV: B sequences packed into one
+        row of T tokens).  Returns logits (B, T, vocab), and with return_kv the K/V of these T
+        tokens.  With a cache, their K/V land in its scratch slots: `cache.commit` keeps the
+        first m of them; the valid slots are never touched.  logits_at: the tokens (an index or
+        a slice of dim 1) whose logits are wanted, e.g. a step's masks (not its pending set, nor
+        a prefill's tokens); the logits are then (B, selected, vocab)."""
         if ids.dim() == 1:
             ids, pos = ids[None], pos[None]
         B, T = ids.shape
         shape = cache.mask_shape(T) if cache is not None else (T, T)
-        assert mask.shape[-2:] == shape, f"mask {tuple(mask.shape)} != {shape}"
-        if mask.dim() == 2:
-            mask = mask[None]  # (1, T, S)
+        assert (mask is None) == (shape is None), "a mask exactly when the keys hold none of their own"
         if cache is not None:
             cache.reserve(T)
         x = self.embed_tokens(ids)  # (B, T, d_model)
-        # additive, built once for all layers: attention with a float mask is ~30% faster on
-        # CPU than with a boolean one (every row keeps at least one key: no row is all -inf)
-        mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask.to(x.device), float("-inf"))
+        if mask is not None:
+            assert mask.shape[-2:] == shape, f"mask {tuple(mask.shape)} != {shape}"
+            # additive, built once for all layers: attention with a float mask is ~30% faster on
+            # CPU than with a boolean one (every row keeps at least one key: no row is all -inf)
+            mask = additive(mask if mask.dim() == 3 else mask[None], x.dtype, x.device)  # (B|1, T, S)
         # gathered once for all layers, in the activations' dtype (as HF casts cos/sin)
         cos, sin = self.rope_cos[pos].to(x.dtype), self.rope_sin[pos].to(x.dtype)  # (B, T, D/2)
         ks, vs = [], []

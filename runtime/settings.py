@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 2**20
+CPU_BATCH, GPU_BATCH = 6, 32  #: the turns a worker process batches when batch_sessions is unset
 PLACEHOLDER_KEYS = {"change-me", "changeme", "change-me-please", "password", "secret", "api-key", "your-key"}
 
 
@@ -38,8 +39,8 @@ class Settings(BaseSettings):
     device: str = "auto"  #: "auto" (CUDA with bf16 when present, else CPU), "cpu" or "cuda"
     #: turns one worker process decodes together (runtime/sessions/batcher.py): > 1 runs that
     #: many jobs at once on Celery's thread pool, their turns in one batch; 1: one job at a
-    #: time per process (the prefork pool)
-    batch_sessions: int = Field(default=1, ge=1, le=256)
+    #: time per process (the prefork pool); unset: `setflow worker` picks (batch_size)
+    batch_sessions: int | None = Field(default=None, ge=1, le=256)
     #: the worker's KV pool (batching): rows of the model's whole context, at least
     #: batch_sessions of them; the sessions running or warm in the process own its rows
     kv_pool_bytes: int = Field(default=256 * MiB, ge=1)
@@ -100,6 +101,12 @@ class Settings(BaseSettings):
             if key.lower() in PLACEHOLDER_KEYS:
                 raise ValueError(f"{key!r} is a placeholder, not an API key: choose a secret one")
         return v
+
+    def batch_size(self, gpu: bool) -> int:
+        """batch_sessions, or unset what `setflow worker` runs: 32 on a GPU, 6 on CPUs (on 2
+        cores, 2 processes of batch 6 served 1.6x the turns/s of batch 1 at half the p99:
+        docs/BENCHMARKS.md, bench/load.py)."""
+        return self.batch_sessions or (GPU_BATCH if gpu else CPU_BATCH)
 
     @field_validator("device")
     @classmethod

@@ -21,6 +21,9 @@ from runtime.jobs.dispatch import Send
 from runtime.jobs.routing import shared_queue
 from runtime.keys import Keys
 from runtime.settings import Settings
+from workers import broker
+
+broker.install()  # the Redis transport that survives a broker restart on the thread pool (workers/broker.py)
 
 TASK = "setflow.run_job"
 

@@ -5,8 +5,8 @@ session affinity points at exactly the process that holds a session warm.  It ta
 batch_sessions jobs at once on Celery's thread pool and decodes their turns in one batch
 (runtime/sessions/batcher.py), or with batch_sessions 1 one job at a time in a prefork pool
 process.  Default count: one per GPU (each sees only its GPU), else one per `torch_threads` CPU
-cores.  Batching is opted into with SETFLOW_BATCH_SESSIONS (measured best on 2 cores: 2 processes
-of batch 6, docs/BENCHMARKS.md); it is not the default yet: see the README ("Batching").
+cores; default batch: 32 on a GPU, 6 on CPUs (Settings.batch_size: on 2 cores, 2 processes of
+batch 6 served 1.6x the turns/s of 2 of batch 1 at half the p99, docs/BENCHMARKS.md).
 With no REDIS_URL the embedded Redis is started (or joined) first and stopped at the end if this
 process started it; the database schema is migrated once, before any worker starts.
 """
@@ -62,9 +62,11 @@ def _one(s: Settings, name: str, loglevel: str) -> int:
     from runtime.jobs.routing import consumed_by
     from workers.celery_app import app
 
-    # batching: batch_sessions jobs at once on threads of this process, their turns in one batch
-    # (runtime/sessions/batcher.py); else one job at a time in one forked pool process
-    pool = ["-P", "threads", "-c", str(s.batch_sessions)] if s.batch_sessions > 1 else ["-P", "prefork", "-c", "1"]
+    # batching: that many jobs at once on threads of this process, their turns in one batch
+    # (runtime/sessions/batcher.py); 1: one job at a time in one forked pool process
+    batch = s.batch_size(gpu=_gpus(s) > 0)
+    os.environ["SETFLOW_BATCH_SESSIONS"] = str(batch)  # what the runtime in this process reads
+    pool = ["-P", "threads", "-c", str(batch)] if batch > 1 else ["-P", "prefork", "-c", "1"]
     app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(consumed_by(s, name)), *pool,
                      "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat"])
     return 0

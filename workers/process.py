@@ -67,14 +67,15 @@ def runtime() -> Runtime:
 def engine(model: SetDLM, store: SessionStore, records: Records, s: Settings) -> Engine:
     """One turn at a time (batch_sessions 1), or a batcher over a KV pool of as many rows as
     kv_pool_bytes holds, at least batch_sessions (the warm LRU is the pool)."""
-    if s.batch_sessions == 1:
+    batch = s.batch_sessions or 1  # `setflow worker` sets it (Settings.batch_size)
+    if batch == 1:
         return Engine(model, store, records, s)
     w = next(model.parameters())
     cfg = model.cfg
     row_bytes = 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * w.element_size()
-    rows = max(s.batch_sessions, s.kv_pool_bytes // row_bytes)
+    rows = max(batch, s.kv_pool_bytes // row_bytes)
     pool = KVPool(cfg, rows, dtype=w.dtype, device=w.device)
-    return Engine(model, store, records, s, warm_sessions=rows, batcher=Batcher(model, s.batch_sessions), pool=pool)
+    return Engine(model, store, records, s, warm_sessions=rows, batcher=Batcher(model, batch), pool=pool)
 
 
 def _build() -> Runtime:

@@ -52,7 +52,7 @@ def _build_threads_runtime(**_: Any) -> None:
     a job that arrives first waits for it."""
     from runtime.settings import Settings
 
-    if Settings().batch_sessions > 1:
+    if (Settings().batch_sessions or 1) > 1:
         threading.Thread(target=_build_runtime, name="setflow-build", daemon=True).start()
 
 

@@ -5,17 +5,20 @@ step_batch), and a turn's tokens are those it decodes alone.  Knows nothing of R
 jobs: a turn's lease, write-behind, events and cancellation stay with its own thread.
 
     thread of a turn                            the batch loop
-    commit(input)  ----------------------->     each forward: the ready turns' steps, and the
-    steps(cache, state, params) -> waiting      commits asked meanwhile (a turn's input, its
-    next(): ready, wait for its event     <--   last set); admit waiting turns (interactive
-    handle it (lease, writer, events)           first, up to max_batch); a done one leaves
+    commit(input)  ----------------------->     each forward: the turns' steps, and the commits
+    steps(cache, state, params) -> waiting      asked meanwhile (a turn's input, its last set);
+    take its events as they come          <--   admit waiting turns (interactive first, up to
+    handle each (lease, writer, events)         max_batch); a done one leaves
     commit(last set)  -------------------->
 
-A turn is stepped only after its thread took its last event, so the loop never touches a cache
-its thread is reading (the write-behind copies slots from it); a slow thread's turn sits out a
-step, which changes nothing in its tokens.  A turn's input and its last set are committed in the
-batch too (a short input: a long one, a recompute, prefills in its own thread, beside the
-batch, so that a joining turn's load does not stall the others).
+The loop does not wait for the threads: a turn steps again as soon as its last forward is done,
+up to `lead` events ahead of its thread (which then sits out until it catches up), so that the
+forwards run back to back while the threads hand their events on.  A thread behind its turn
+reads only what its events say (model/decode.py StepEvent.length; runtime/sessions/writer.py).
+A thread that stops listening leaves at the next boundary, and only once no forward holds its
+turn does it get its cache back.  A turn's input and its last set are committed in the batch
+too (a short input: a long one, a recompute, prefills in its own thread, beside the batch, so
+that a joining turn's load does not stall the others).
 """
 
 from __future__ import annotations
@@ -54,18 +57,21 @@ class _Seq:
     state: DecodeState
     params: DecodeParams
     priority: str
-    ready: bool = True  # its thread waits for its next step
+    behind: int = 0  # events out that its thread has not taken yet
+    stepping: bool = False  # in the forward that runs now: its cache and state are the loop's
     gone: bool = False  # its thread stopped listening: leave at the next boundary
     events: queue.SimpleQueue[StepEvent | BaseException] = field(default_factory=queue.SimpleQueue)
 
 
 class Batcher:
-    def __init__(self, model: SetDLM, max_batch: int = 16, max_commit: int = 256, gather_s: float = 0.01) -> None:
-        assert max_batch >= 1
+    def __init__(self, model: SetDLM, max_batch: int = 16, max_commit: int = 256, lead: int = 4) -> None:
+        """lead: how many events a turn may run ahead of its thread (at least 1: the loop never
+        waits for a thread that has taken its last event)."""
+        assert max_batch >= 1 and lead >= 1
         self.model = model
         self.max_batch = max_batch
         self.max_commit = max_commit
-        self.gather_s = gather_s
+        self.lead = lead
         self.waiting: dict[str, deque[_Seq]] = {p: deque() for p in PRIORITIES}
         self.running: list[_Seq] = []
         self.commits: list[_Commit] = []
@@ -80,7 +86,8 @@ class Batcher:
               priority: str = "interactive") -> Iterator[StepEvent]:
         """The turn's StepEvents, decoded in the shared batch, until its region is done (what
         model.decode.decode yields for it alone).  Closing the iterator early leaves the batch
-        at once: the loop does not touch a turn whose thread holds its last event."""
+        at the next boundary; it returns once no forward holds the turn (the cache is the
+        caller's again).  The cache and the state run up to `lead` steps ahead of the events."""
         if state.done:  # nothing to decode (max_new_tokens 0): never in a batch
             return
         seq = _Seq(cache, state, params, priority if priority in PRIORITIES else PRIORITIES[-1])
@@ -93,18 +100,22 @@ class Batcher:
         try:
             while not done:
                 ev = self._next(seq.events)
+                with self._cv:
+                    seq.behind -= 1
+                    if seq.behind == self.lead - 1:  # it may step again
+                        self._cv.notify_all()
                 if isinstance(ev, BaseException):
                     raise RuntimeError(f"this turn's batched step failed: {ev!r}") from ev
                 done = ev.done
                 yield ev
-                with self._cv:
-                    seq.ready = True
-                    self._cv.notify_all()
         finally:
             if not done:
                 with self._cv:
                     seq.gone = True
                     self._cv.notify_all()
+                    while seq.stepping:  # its cache goes back to a pool next: never while a forward writes it
+                        self._cv.wait(1.0)
+                        self._alive()
 
     def commit(self, cache: KVCache, ids: list[int], positions: list[int]) -> int:
         """model.decode.Commit in the shared batch: the tokens are committed to the cache (a pool
@@ -146,8 +157,9 @@ class Batcher:
         self._thread.join(10)
 
     def _take(self) -> list[_Seq]:
-        """Under the lock: drop the turns whose threads left, admit waiting ones, and return the
-        ready ones (marked not ready: they are the loop's until their event is out)."""
+        """Under the lock: drop the turns whose threads left, admit waiting ones, and return
+        those not `lead` events ahead of their threads (marked stepping: the loop's until their
+        event is out)."""
         self.running = [s for s in self.running if not s.gone]
         for p in PRIORITIES:
             q = self.waiting[p]
@@ -155,9 +167,9 @@ class Batcher:
                 s = q.popleft()
                 if not s.gone:
                     self.running.append(s)
-        batch = [s for s in self.running if s.ready]
+        batch = [s for s in self.running if s.behind < self.lead]
         for s in batch:
-            s.ready = False
+            s.stepping = True
         return batch
 
     def _take_commits(self) -> list[_Commit]:
@@ -184,20 +196,20 @@ class Batcher:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                # the turns just stepped come back once their threads took their events: wait a
-                # moment for them, so that a step holds the whole batch (a thread that is slower
-                # than gather_s, busy writing or reading, sits this step out)
-                self._cv.wait_for(lambda: self._stop or all(s.ready or s.gone for s in self.running), self.gather_s)
                 batch, commits = self._take(), self._take_commits()
                 while not batch and not commits and not self._stop:
                     self._cv.wait()
                     batch, commits = self._take(), self._take_commits()
                 if self._stop:
+                    for s in batch:
+                        s.stepping = False
                     for s in self.running + [s for q in self.waiting.values() for s in q]:
+                        s.behind += 1
                         s.events.put(RuntimeError("the batcher was closed"))
                     for c in commits + self.commits:
                         c.error = RuntimeError("the batcher was closed")
                         c.done.set()
+                    self._cv.notify_all()
                     return
             try:
                 events: list[StepEvent | BaseException] = list(step_batch(
@@ -212,7 +224,9 @@ class Batcher:
             self.stepped += len(batch) + len(commits)
             with self._cv:
                 for s, ev in zip(batch, events):
+                    s.stepping = False
+                    s.behind += 1
+                    s.events.put(ev)
                     if isinstance(ev, BaseException) or ev.done:
                         self.running.remove(s)
-            for s, ev in zip(batch, events):
-                s.events.put(ev)
+                self._cv.notify_all()  # a thread that left waits for its turn's forward to end

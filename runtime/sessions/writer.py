@@ -3,7 +3,11 @@ slots go to the write-behind; once the turn's SQL row is written, save() commits
 the manifest's new state under the turn's lease.  Knows nothing of SQL or of how a turn decodes.
 
 A stop that rolls back slots already handed to the write-behind (their positions reach past the
-cut) makes those segments wrong: the turn's slots are then all written again by save().
+cut) makes those segments wrong: the turn's slots are then all written again by save().  The
+decoder may run ahead of the writer (a batcher steps a turn while its thread handles earlier
+events): add() copies no slot past its event's cache length, and a rollback that the writer
+did not see coming (the cache's rollback count moved before the event that cut) spoils what it
+copied in the same way.
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ class TurnWriter:
     starting cache (restored from them, or warm at its very turn count and length): the turn's
     writes then start from them, else from a manifest that names none and is not restorable
     (turns -1) until the turn commits, at the stored generation.  batch: slots per write-behind
-    batch (0: the turn is written at its end only)."""
+    batch (0: the turn is written at its end only); cache: the turn's, opened (before its first step)."""
 
     def __init__(self, store: SessionStore, lease: Held, tenant: str, fingerprint: str, stored: Manifest | None,
-                 reuse: bool, batch: int) -> None:
+                 reuse: bool, batch: int, cache: KVCache) -> None:
         self.store, self.lease, self.fp, self.batch = store, lease, fingerprint, batch
         if reuse and stored is not None:
             self.base = replace(stored, behind=[])
@@ -45,7 +49,8 @@ class TurnWriter:
         self.latest = self.base  # the latest stored manifest (the write-behind advances it)
         self.written = self.base.slots  # slots handed to the write-behind
         self.top = -1  # their highest position
-        self.cut = False  # a stop rolled some of them back
+        self.cut = False  # a stop rolled some of them back (or may have, while they were copied)
+        self.rollbacks = cache.rollbacks  # the cache's rollback count as of the events seen
         self._behind = WriteBehind(store, self.base, lease.lease) if batch else None
         self._open = self._behind is not None
 
@@ -67,11 +72,18 @@ class TurnWriter:
         # a stop drops positions >= ev.cut and rolls the cache back to the first slot holding
         # one: slots handed over stay valid iff all their positions are below it
         self.cut = self.cut or (ev.cut is not None and self.top >= ev.cut)
-        if self._behind is None or self.cut or cache.length - self.written < self.batch:
+        if ev.cut is not None:  # the rollback of this event's cut is seen
+            self.rollbacks = cache.rollbacks
+        if self._behind is None or self.cut or ev.length - self.written < self.batch:
             return
-        self._behind.submit(self._segments(cache, self.written))
-        self.top = max(self.top, int(cache.pos[self.written:cache.length].max()))
-        self.written = cache.length
+        blobs = self._segments(cache, self.written, ev.length)
+        top = int(cache.pos[self.written:ev.length].max())
+        if cache.rollbacks != self.rollbacks:  # the decoder, ahead, cut: these slots may have changed
+            self.cut = True
+            return
+        self._behind.submit(blobs)
+        self.top = max(self.top, top)
+        self.written = ev.length
 
     def save(self, cache: KVCache, state: DecodeState, params: dict[str, Any], turns: int) -> list[str]:
         """The turn's commit in Redis (after close()): the segments of slots [0, base.slots) as
@@ -94,9 +106,9 @@ class TurnWriter:
             events.append(f"write-behind stopped ({wb.error}): the turn was written at its end")
         return events
 
-    def _segments(self, cache: KVCache, start: int) -> list[bytes]:
-        """Slots [start, length) of the cache as segment bytes."""
-        return kv.to_segments(cache, start, cache.length, self.fp, self.store.s.segment_bytes)
+    def _segments(self, cache: KVCache, start: int, end: int) -> list[bytes]:
+        """Slots [start, end) of the cache as segment bytes."""
+        return kv.to_segments(cache, start, end, self.fp, self.store.s.segment_bytes)
 
     def _put(self, cache: KVCache, start: int) -> list[str]:
-        return self.store.put_segments(self._segments(cache, start))
+        return self.store.put_segments(self._segments(cache, start, cache.length))

@@ -13,10 +13,10 @@ def test_a_quick_run_reports_every_dtype_task_and_session_count(capsys: pytest.C
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == json.loads(json.dumps(result)), "the last line is the JSON result"
     assert result["bench"] == "batch"
-    quick = main.__globals__["QUICK_SESSIONS"]
+    quick, per = main.__globals__["QUICK_SESSIONS"], main.__globals__["TURNS"]
     rows = result["rows"]
-    assert [(r["dtype"], r["task"], r["sessions"]) for r in rows] == \
-        [(d, t, n) for d in ("fp32", "bf16") for t in ("narrative", "agent") for n in quick]
+    assert [(r["dtype"], r["task"], r["turns_per_session"], r["sessions"]) for r in rows] == \
+        [(d, t, k, n) for d in ("fp32", "bf16") for t in ("narrative", "agent") for k in per for n in quick]
     for r in rows:
         assert {"sessions", "batched_tokens_per_s", "sequential_tokens_per_s", "ratio", "identical", "dtype", "task",
                 "ceiling", "sequential_p50_ms", "sequential_p99_ms", "batched_p50_ms", "batched_p99_ms"} <= set(r)
@@ -27,18 +27,18 @@ def test_a_quick_run_reports_every_dtype_task_and_session_count(capsys: pytest.C
             assert r["identical"] and r["identical_fraction"] == 1.0
             assert r["batched_turn_nfe_per_token"] == r["sequential_forwards_per_token"]
         if r["task"] == "narrative":  # ignore_eos: every turn writes all its tokens
-            assert r["tokens"] == 16 * r["sessions"]
+            assert r["tokens"] == 16 * r["sessions"] * r["turns_per_session"]
         if r["sessions"] == 1:
             assert r["batched_forwards_per_token"] == r["sequential_forwards_per_token"]
         else:  # a batched step counts once
             assert r["batched_forwards_per_token"] < r["sequential_forwards_per_token"]
-    assert set(result["targets"]) == {f"{d}/{t}" for d in ("fp32", "bf16") for t in ("narrative", "agent")}
+    assert set(result["targets"]) == {f"{d}/{t}/{k}" for d in ("fp32", "bf16") for t in ("narrative", "agent") for k in per}
 
 
 def test_bad_arguments_exit_with_a_usage_error() -> None:
     main = _bench_main("batch")
     for argv in (["--sessions", "0"], ["--sessions", "x"], ["--dtypes", "fp16"], ["--tasks", "poetry"],
-                 ["--repeats", "0"], ["--threads", "0"]):
+                 ["--repeats", "0"], ["--threads", "0"], ["--turns", "0"], ["--turns", "x"]):
         with pytest.raises(SystemExit) as e:
             main(argv, prog="batch")
         assert e.value.code == 2

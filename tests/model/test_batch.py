@@ -16,7 +16,7 @@ import torch
 from model import shipped
 from model.batch import KVPool, PooledCache, batch_mask, step_batch
 from model.corpus import narrative as corpus
-from model.decode import begin_infill_turn, begin_turn, commit_pending, decode
+from model.decode import Commit, begin_infill_turn, begin_turn, commit_pending, decode
 from model.kv_cache import KVCache
 from model.masks import step_mask
 from model.params import DecodeParams, DecodeState
@@ -45,10 +45,10 @@ class Run:
     ledger: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _open(model: SetDLM, cache: KVCache, state: DecodeState | None, t: Turn) -> DecodeState:
+def _open(model: SetDLM, cache: KVCache, state: DecodeState | None, t: Turn, commit: Commit | None = None) -> DecodeState:
     if t.infill:
         return begin_infill_turn(model, cache, state, t.ids, t.params)
-    return begin_turn(model, cache, state, t.ids, t.params)
+    return begin_turn(model, cache, state, t.ids, t.params, commit)
 
 
 def alone(model: SetDLM, run: Run) -> Run:
@@ -64,17 +64,27 @@ def alone(model: SetDLM, run: Run) -> Run:
     return out
 
 
-def batched(model: SetDLM, runs: list[Run], rows: int | None = None) -> list[Run]:
+def batched(model: SetDLM, runs: list[Run], rows: int | None = None, in_batch: bool = False) -> list[Run]:
     """All runs through step_batch: a run opens its first turn at its join step, its next turn
-    as soon as the last one is done (commit_pending first, as the engine does between turns)."""
+    as soon as the last one is done (commit_pending first, as the engine does between turns).
+    in_batch: a turn's input and its last set are committed in the batched forwards too (as
+    runtime/sessions/batcher.py does), the input beside the others' steps."""
     w = next(model.parameters())
     pool = KVPool(model.cfg, rows or len(runs), dtype=w.dtype)
     outs = [Run(r.turns, r.join) for r in runs]
     caches: list[PooledCache | None] = [None] * len(runs)
     states: list[DecodeState | None] = [None] * len(runs)
     nxt = [0] * len(runs)  # the next turn to open
+    commits: list[tuple[PooledCache, list[int], list[int]]] = []
+
+    def defer(cache: KVCache, ids: list[int], pos: list[int]) -> int:
+        assert isinstance(cache, PooledCache)
+        commits.append((cache, ids, pos))
+        return 1
+
     step = 0
     while any(n < len(r.turns) for n, r in zip(nxt, runs)) or any(s is not None and not s.done for s in states):
+        opened = set()
         for i, r in enumerate(runs):  # join, or open the next turn (a turn of 0 steps is done at once)
             s = states[i]
             while r.join <= step and nxt[i] < len(r.turns) and (s is None or s.done):
@@ -83,16 +93,23 @@ def batched(model: SetDLM, runs: list[Run], rows: int | None = None) -> list[Run
                 cache = caches[i]
                 assert cache is not None
                 if s is not None:
-                    commit_pending(model, cache, s)
+                    commit_pending(model, cache, s, defer if in_batch else None)
+                    if commits:  # a row commits once per forward: its last set before its next input
+                        step_batch(model, [], commits)
+                        commits.clear()
                     outs[i].tokens.append(list(s.tokens))
-                s = states[i] = _open(model, cache, s, r.turns[nxt[i]])
+                s = states[i] = _open(model, cache, s, r.turns[nxt[i]], defer if in_batch else None)
                 outs[i].logits.append([])
                 nxt[i] += 1
-        live = [i for i, s in enumerate(states) if s is not None and not s.done]
-        if live:
+                opened.add(i)
+        # a turn whose input is committed in this forward steps from the next one
+        live = [i for i, s in enumerate(states) if s is not None and not s.done and not (commits and i in opened)]
+        if live or commits:
             seqs = [(caches[i], states[i], runs[i].turns[nxt[i] - 1].params) for i in live]
-            for i, ev in zip(live, step_batch(model, seqs)):  # type: ignore[arg-type]
+            for i, ev in zip(live, step_batch(model, seqs, commits)):  # type: ignore[arg-type]
+                assert not isinstance(ev, Exception)
                 outs[i].logits[-1].append(ev.logits)
+            commits.clear()
         step += 1
     for i, out in enumerate(outs):
         cache, s = caches[i], states[i]
@@ -105,9 +122,9 @@ def batched(model: SetDLM, runs: list[Run], rows: int | None = None) -> list[Run
     return outs
 
 
-def assert_same(model: SetDLM, runs: list[Run], rows: int | None = None) -> None:
+def assert_same(model: SetDLM, runs: list[Run], rows: int | None = None, in_batch: bool = False) -> None:
     refs = [alone(model, r) for r in runs]
-    got = batched(model, runs, rows)
+    got = batched(model, runs, rows, in_batch)
     for i, (ref, out) in enumerate(zip(refs, got)):
         assert out.tokens == ref.tokens, f"sequence {i}: tokens differ"
         assert out.ledger == ref.ledger, f"sequence {i}: commit order differs"
@@ -143,6 +160,18 @@ def test_random_params_sessions_joining_and_leaving_with_second_turns(model: Set
                  Turn(_prompt(g, 3, model.cfg.vocab_size)[1:], random_params(g, max_new_tokens=6 + i))]
         runs.append(Run(turns, join=[0, 0, 2, 5, 9, 14][i]))
     assert_same(model, runs)
+
+
+def test_inputs_committed_in_the_batch_long_and_short_beside_steps(model: SetDLM) -> None:
+    """A turn's input joins the batched forward (model/batch.py LONG: a long one attends alone,
+    the short ones with the steps): the same tokens and K/V as prefilled alone."""
+    g = torch.Generator().manual_seed(5)
+    runs = []
+    for i, (n0, n1) in enumerate([(5, 3), (40, 36), (70, 4), (9, 50), (33, 33)]):
+        turns = [Turn(_prompt(g, n0, model.cfg.vocab_size), random_params(g, max_new_tokens=8 + 2 * i)),
+                 Turn(_prompt(g, n1, model.cfg.vocab_size), random_params(g, max_new_tokens=6 + i))]
+        runs.append(Run(turns, join=[0, 0, 1, 3, 4][i]))
+    assert_same(model, runs, in_batch=True)
 
 
 def test_an_infill_beside_plain_turns_and_stop_sequences(model: SetDLM) -> None:

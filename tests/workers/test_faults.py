@@ -94,12 +94,13 @@ def test_cancel_stops_within_one_step_and_the_session_stays_usable(
     assert [first.result["tokens"], nxt.result["tokens"]] == reference(loaded, c, [first_spec, follow])  # type: ignore[index]
 
 
+@pytest.mark.parametrize("batch_sessions", [1, 4], ids=["prefork", "batching"])
 def test_redis_restarted_mid_turn_the_job_completes_by_recompute(
-        tmp_path_factory: pytest.TempPathFactory, loaded: tuple[SetDLM, Tokenizer]) -> None:
+        tmp_path_factory: pytest.TempPathFactory, loaded: tuple[SetDLM, Tokenizer], batch_sessions: int) -> None:
     folder = tmp_path_factory.mktemp("rr")
     server = EmbeddedRedis(folder / "redis")
     server.start()
-    c = make_cluster(server.url, folder)
+    c = make_cluster(server.url, folder, batch_sessions=batch_sessions)
     try:
         c.start("w1")
         c.ready("w1")

@@ -10,6 +10,7 @@ import pytest
 
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
+from runtime.settings import CPU_BATCH
 from tests.conftest import pg_schema
 from tests.workers.conftest import make_cluster, reference
 from tests.workers.test_faults import LONG, steps_seen
@@ -30,18 +31,22 @@ def solo(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
 
 
 def test_interactive_jobs_go_before_batch_jobs(solo: LocalCluster) -> None:
+    """The worker batches CPU_BATCH jobs at once (its default): with every slot busy, what comes
+    next waits in the queues, and a free slot takes the interactive job first."""
     c = solo
-    busy = c.submit(c.open("acme"), {**LONG, "params": {**LONG["params"], "max_new_tokens": 120}})  # type: ignore[dict-item]
-    steps_seen(c, busy, 1)  # the only worker is busy: what comes next waits in the queues
+    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 120}}
+    busy = [c.submit(c.open("acme"), long) for _ in range(CPU_BATCH)]  # type: ignore[arg-type]
+    for job in busy:
+        steps_seen(c, job, 1)
     small = {"text": "company: Acme\n", "params": {"max_new_tokens": 4}}
     batch = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="batch")
     time.sleep(0.05)
     inter = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="interactive")
     assert batch.queue.endswith(".batch") and inter.queue.endswith(".interactive")
-    done = [c.wait(j) for j in (busy, batch, inter)]
-    assert [j.status for j in done] == ["succeeded"] * 3
-    assert done[2].started_at is not None and done[1].started_at is not None
-    assert done[2].started_at < done[1].started_at  # queued later, served first
+    done = [c.wait(j) for j in (*busy, batch, inter)]
+    assert [j.status for j in done] == ["succeeded"] * len(done)
+    assert done[-1].started_at is not None and done[-2].started_at is not None
+    assert done[-1].started_at < done[-2].started_at  # queued later, served first
 
 
 def test_the_worker_path_on_postgresql(redis_url: str, tmp_path_factory: pytest.TempPathFactory,

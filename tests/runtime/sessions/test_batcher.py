@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
@@ -47,12 +48,13 @@ def make_engine(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings:
     batcher) or one turn at a time."""
     engines: list[Engine] = []
 
-    def make(rows: int = 0, max_batch: int = 16, warm: int = 8) -> Engine:
+    def make(rows: int = 0, max_batch: int = 16, warm: int = 8, write_behind: int = Engine.WRITE_BEHIND) -> Engine:
         model = loaded[0]
         s = settings.model_copy(update={"data_dir": tmp_path, "lease_wait_ms": 20_000})
         pool = KVPool(model.cfg, rows) if rows else None
         batcher = Batcher(model, max_batch) if rows else None
-        e = Engine(model, SessionStore(client, s), Records(db_engine), s, warm_sessions=warm, batcher=batcher, pool=pool)
+        e = Engine(model, SessionStore(client, s), Records(db_engine), s, warm_sessions=warm, batcher=batcher, pool=pool,
+                   write_behind=write_behind)
         engines.append(e)
         return e
 
@@ -138,6 +140,47 @@ def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_row(make_engin
     _in_threads(run, 4)
     assert left.is_set() and batched == alone
     assert e.pool is not None and sorted(e.pool.free) == [] and len(e.warm) == 4
+
+
+def test_threads_behind_their_turns_write_exact_state_through_stops_that_roll_back(
+        make_engine: Callable[..., Engine], loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The batch loop runs a turn ahead of its thread (Batcher.lead): the write-behind copies
+    what each event says while the decoder goes on, and a stop's rollback spoils what it copied
+    meanwhile.  Slow threads, small write-behind batches and stops mid-set: every session's
+    Redis state restores to the same next turn as when decoded alone."""
+    tok = loaded[1]
+    params = DecodeParams(policy="set", window=8, tau=0.7, max_new_tokens=64)
+    ref = make_engine()
+    plan: dict[int, tuple[list[int], list[int], DecodeParams]] = {}
+    expect: dict[int, list[list[int]]] = {}
+    for i in range(4):
+        first, second, _ = _turns(tok, i)
+        free = ref.run_turn(ref.open("acme"), "acme", first, params).tokens
+        at = len(free) // 3 + i % 2
+        stop = replace(params, stop=[free[at:at + 2]])  # fires mid-turn, often inside a set
+        plan[i] = (first, second, stop)
+        sid = ref.open("acme")
+        expect[i] = [ref.run_turn(sid, "acme", first, stop).tokens, ref.run_turn(sid, "acme", second, stop).tokens]
+    e = make_engine(rows=4, write_behind=2)
+    sessions: dict[int, str] = {}
+    got: dict[int, list[int]] = {}
+
+    def run(i: int) -> None:
+        first, _, stop = plan[i]
+        sid = sessions[i] = e.open("acme")
+        for ev in e.turn(sid, "acme", first, stop):
+            if isinstance(ev, TurnResult):
+                got[i] = ev.tokens
+            else:
+                time.sleep(0.004)  # slower than a step: the turn runs ahead of this thread
+
+    _in_threads(run, 4)
+    assert got == {i: t[0] for i, t in expect.items()}
+    assert any(e.warm[sid].cache.rollbacks for sid in sessions.values()), "a stop rolled a cache back"
+    fresh = make_engine()
+    for i, sid in sessions.items():
+        r = fresh.run_turn(sid, "acme", plan[i][1], plan[i][2], prefer="restore")
+        assert r.path == "restore" and r.tokens == expect[i][1], f"session {i}"
 
 
 def test_a_full_pool_evicts_an_idle_warm_session_and_a_turn_waits_for_a_running_one(
