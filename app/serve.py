@@ -80,7 +80,7 @@ def serve(host: str | None, port: int | None) -> int:
         s = s.model_copy(update={"redis_url": server.start()})
     if not s.api_keys:
         print("setflow serve: no API keys configured (SETFLOW_API_KEYS='{\"KEY\": \"TENANT\"}'): "
-              "every request but /healthz, /metrics and the page is refused", flush=True)
+              "every request but /healthz and the page is refused", flush=True)
     host = host or s.api_host
     port = s.api_port if port is None else port
     if port == 0:

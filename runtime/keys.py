@@ -2,11 +2,18 @@
 
     {p}:m:{session}     hash   the manifest: gen (the fencing counter), body (JSON), tenant
     {p}:seg:{id}        string one immutable KV segment (header + K/V bytes of a slot range)
+    {p}:ref:{id}        string how many manifests name that segment (it goes at 0)
+    {p}:pend:{session}  zset   segment id -> deadline (ms): written, not yet named by a manifest
+    {p}:pending         zset   [tenant, session] -> its first pending deadline (what sweep() visits)
     {p}:lease:{session} string the lease holder's token, with a PX expiry
-    {p}:used            zset   session -> last use (ms): the LRU order for eviction
-    {p}:bytes:{tenant}  hash   session -> KV bytes held in Redis (tenant budget accounting)
+    {p}:lru:{tenant}    zset   session -> last commit (ms): the tenant's LRU order for eviction
+    {p}:used            zset   [tenant, session] -> last commit (ms): expired manifests, oldest first
+    {p}:bytes:{tenant}  hash   session -> KV bytes its manifest names
+    {p}:tenants         hash   tenant -> KV bytes its sessions hold (named and pending): its account
+    {p}:probe:{id}      string a scratch value measuring Redis bandwidth (a short TTL)
     {p}:aff:{session}   string the session's last worker (affinity), with a TTL
     {p}:alive:{worker}  string present while the worker is alive (heartbeat with a TTL)
+    {p}:workers         zset   worker -> its last heartbeat (s): the live workers, without a scan
     {p}:ev:{job}        stream the job's step events, progress and status changes
     {p}:cancel:{job}    string present when the job is to stop (checked every step)
     {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
@@ -36,6 +43,19 @@ class Keys:
     def lease(self, session: str) -> str:
         return f"{self.prefix}:lease:{session}"
 
+    def ref(self, seg_id: str) -> str:
+        return f"{self.prefix}:ref:{seg_id}"
+
+    def pending(self, session: str) -> str:
+        return f"{self.prefix}:pend:{session}"
+
+    @property
+    def pending_index(self) -> str:
+        return f"{self.prefix}:pending"
+
+    def lru(self, tenant: str) -> str:
+        return f"{self.prefix}:lru:{tenant}"
+
     @property
     def used(self) -> str:
         return f"{self.prefix}:used"
@@ -44,14 +64,21 @@ class Keys:
         return f"{self.prefix}:bytes:{tenant}"
 
     @property
-    def segment_pattern(self) -> str:
-        return f"{self.prefix}:seg:*"
+    def totals(self) -> str:
+        return f"{self.prefix}:tenants"
+
+    def probe(self, probe_id: str) -> str:
+        return f"{self.prefix}:probe:{probe_id}"
 
     def affinity(self, session: str) -> str:
         return f"{self.prefix}:aff:{session}"
 
     def alive(self, worker: str) -> str:
         return f"{self.prefix}:alive:{worker}"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
 
     def events(self, job: str) -> str:
         return f"{self.prefix}:ev:{job}"

@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     job_max_attempts: int = 3  #: deliveries of one job (worker lost, time limit) before it fails
     job_retry_s: float = 60.0  #: transient errors (Redis, database, a busy session) are retried this long
     job_requeue_after_s: float = 300.0  #: a queued job not started after this is sent again
+    job_retention_s: float = Field(default=7 * 24 * 3600.0, gt=0)  #: a finished job's row is deleted this long after it ended
     task_soft_time_limit_s: int = 600  #: a job past this fails with "time_limit"
     task_time_limit_s: int = 660  #: the worker process is killed past this (the job is redelivered)
     visibility_timeout_s: int = 3600  #: an unacked message goes back to its queue after this
@@ -61,6 +62,9 @@ class Settings(BaseSettings):
     events_ttl_s: int = 24 * 3600  #: a job's event stream expires this long after its last event
     tenant_rate_per_s: float = 50.0  #: submissions per second per tenant (token bucket refill)
     tenant_burst: int = 100  #: submissions a tenant may make at once (bucket size)
+    #: jobs one tenant may have unfinished (queued or running) at once: 429 beyond (concurrent
+    #: submissions may pass it by at most one each: the count and the insert are one transaction)
+    tenant_max_unfinished: int = Field(default=1000, ge=1)
 
     # ---- the HTTP API (runtime/api/) ----------------------------------------------------------
     #: API key -> tenant, as JSON in SETFLOW_API_KEYS: '{"key-1": "acme", "key-2": "globex"}'
@@ -69,7 +73,8 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8000, ge=0, le=65535)  #: 0: any free port
     max_body_bytes: int = 1 * MiB  #: a request body's largest size (413 beyond)
     max_streams_per_tenant: int = 16  #: event streams one tenant may hold open per API process (429 beyond)
-    metrics_token: str | None = None  #: when set, /metrics needs `Authorization: Bearer <it>`
+    metrics_token: str | None = None  #: /metrics needs `Authorization: Bearer <it>` (it names tenants)
+    metrics_public: bool = False  #: /metrics without a token: only where the network is private
     api_url: str = "http://127.0.0.1:8000"  #: where `setflow submit` finds the API
     api_key: str | None = None  #: the key `setflow submit` sends
 

@@ -34,6 +34,7 @@ class Base(DeclarativeBase):
 
 class SessionRecord(Base):
     __tablename__ = "sessions"
+    __table_args__ = (Index("ix_session_tenant_created", "tenant", "created_at"),)  # the listing
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(128), index=True)
@@ -69,7 +70,10 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 class JobRecord(Base):
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("session_id", "seq", name="uq_job_seq"),
-                      Index("ix_job_status_lease", "status", "lease_until"))
+                      Index("ix_job_status_lease", "status", "lease_until"),
+                      Index("ix_job_tenant_created", "tenant", "created_at"),  # the listing
+                      Index("ix_job_tenant_status", "tenant", "status"),  # a tenant's unfinished jobs
+                      Index("ix_job_status_finished", "status", "finished_at"))  # the retention
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))  # the workflow: "turn", ...

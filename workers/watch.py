@@ -55,8 +55,8 @@ def _reap(settings: Settings) -> None:
 
 def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True) -> dict[str, int]:
     """One reaper pass: the jobs (Dispatcher.reap), then, when `collect` (gc_interval_s has
-    passed) and this worker took the pass (the reaper's lock: one worker per interval), the K/V
-    segments no manifest names (SessionStore.gc).
+    passed) and this worker took the pass (the reaper's lock: one worker per interval), the
+    sessions' overdue pending writes and expired manifests (SessionStore.sweep).
     Failures are logged, never fatal: Redis or the database away, the next pass tries again.
     Returns what the pass did ({} when another worker holds the lock)."""
     done: dict[str, int] = {}
@@ -68,9 +68,9 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
         log.warning("reaper pass failed", exc_info=True)
     if done and collect:
         try:
-            done["segments_freed"] = store.gc()
+            done.update(store.sweep())
         except Exception:  # noqa: BLE001 - the same: garbage waits for the next pass
-            log.warning("segment gc failed", exc_info=True)
+            log.warning("session sweep failed", exc_info=True)
     return done
 
 

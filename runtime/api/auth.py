@@ -5,7 +5,7 @@ and every read and write is scoped to it: another tenant's session or job is a 4
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 from collections.abc import Mapping
 
 
@@ -13,12 +13,29 @@ class Unauthorized(Exception):
     code = "unauthorized"
 
 
-def tenant_of(api_keys: Mapping[str, str], headers: Mapping[str, str]) -> str:
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class KeyRing:
+    """The API keys as SHA-256 digests -> tenant: the keys themselves are not kept, and a lookup
+    hashes the presented key first, so its time says nothing about how close a guess came."""
+
+    def __init__(self, api_keys: Mapping[str, str]) -> None:
+        self._tenants = {_digest(k): t for k, t in api_keys.items()}
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+    def tenant(self, key: str) -> str | None:
+        return self._tenants.get(_digest(key)) if key else None
+
+
+def tenant_of(keys: KeyRing, headers: Mapping[str, str]) -> str:
     """The tenant whose key the headers name; Unauthorized for none or an unknown one."""
     auth = headers.get("authorization", "")
     key = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key", "")
-    if key:
-        for known, name in api_keys.items():
-            if hmac.compare_digest(known.encode(), key.encode()):  # no timing hint of a near miss
-                return name
-    raise Unauthorized("a valid API key is required: `Authorization: Bearer KEY` or `X-API-Key: KEY`")
+    tenant = keys.tenant(key)
+    if tenant is None:
+        raise Unauthorized("a valid API key is required: `Authorization: Bearer KEY` or `X-API-Key: KEY`")
+    return tenant

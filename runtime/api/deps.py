@@ -19,7 +19,7 @@ def services(request: Request) -> Services:
 
 
 def tenant(request: Request) -> str:
-    return tenant_of(services(request).settings.api_keys, request.headers)
+    return tenant_of(services(request).keyring, request.headers)
 
 
 Svc = Annotated[Services, Depends(services)]

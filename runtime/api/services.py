@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 
 from model.tokenizer import Tokenizer
+from runtime.api.auth import KeyRing
 from runtime.db import make_engine
 from runtime.errors import BadInput
 from runtime.jobs.dispatch import Dispatcher, Send
@@ -42,16 +43,19 @@ class Services:
     metrics: TurnMetrics
     cards: Cards
     keys: Keys
+    keyring: KeyRing  # the API keys, hashed (settings.api_keys is emptied: no key kept in clear)
     streams: dict[str, int] = field(default_factory=dict)  # tenant -> event streams open (this process)
 
     @classmethod
     def build(cls, settings: Settings, client: redis.Redis, send: Send) -> Services:
         """send: how a job id reaches its queue (app/serve.py hands in Celery's send_task by name)."""
+        keyring = KeyRing(settings.api_keys)
+        settings = settings.model_copy(update={"api_keys": {}})
         sql = make_engine(settings)
         jobs = Jobs(sql, settings)
         return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
-                   Cards(client, settings), Keys(settings.key_prefix))
+                   Cards(client, settings), Keys(settings.key_prefix), keyring)
 
     def aclient(self) -> aioredis.Redis:
         """An async Redis client for one event stream (it waits on it without holding a

@@ -163,7 +163,12 @@ class Dispatcher:
         dead = [q for q in self.jobs.queued_queues()
                 if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
         for job in self.jobs.stale(dead):
+            # sent long ago to a live queue that still holds messages: it waits in a backlog,
+            # not lost (a resend would only lengthen the queue)
+            if job.queue and job.queue not in dead and self.r.llen(self.k.broker + job.queue):
+                continue
             if not self.jobs.blocked(job):
                 out["resent"] += 1
                 self.send_job(job, shared=True)
+        out["pruned"] = self.jobs.prune()  # finished jobs past job_retention_s
         return out

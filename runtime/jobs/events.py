@@ -43,10 +43,11 @@ class JobEvents:
             p.execute()
 
     def send(self, job: str, batch: list[dict[str, Any]]) -> None:
-        """Step events, in one round trip (the stream's TTL is set by the status events)."""
+        """Step events, in one round trip; the stream expires events_ttl_s after the last batch."""
         with self.r.pipeline(transaction=False) as p:
             for data in batch:
                 p.xadd(self.k.events(job), {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
+            p.expire(self.k.events(job), self.s.events_ttl_s)  # never a stream without a TTL
             p.execute()
 
     def request_cancel(self, job: str) -> None:

@@ -6,7 +6,8 @@ Queues (every name starts with the key prefix, so deployments sharing a broker s
     {p}.batch           reports and other long jobs
     {p}.w.{worker}      one worker's own queue: turns of the sessions it holds warm
 
-A worker says it is alive by refreshing `{p}:alive:{worker}` (TTL: three heartbeats).  After a
+A worker says it is alive by refreshing `{p}:alive:{worker}` (TTL: three heartbeats) and its
+time in `{p}:workers` (the list of live workers reads that sorted set: O(log n), no scan).  After a
 turn it records itself as the session's last worker (`{p}:aff:{session}`, TTL affinity_ttl_s).
 A session's next job goes to that worker's queue while the worker is alive, else to the shared
 queue of its priority, where any worker restores the session from Redis.
@@ -14,6 +15,7 @@ queue of its priority, where any worker restores the session from Redis.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -52,18 +54,26 @@ class Routing:
     # ---- liveness and affinity --------------------------------------------------------------
 
     def beat(self, worker: str) -> None:
-        self.r.set(self.k.alive(worker), 1, px=int(3000 * self.s.worker_heartbeat_s))
+        now = time.time()
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(self.k.alive(worker), 1, px=int(3000 * self.s.worker_heartbeat_s))
+        pipe.zadd(self.k.workers, {worker: now})
+        pipe.zremrangebyscore(self.k.workers, "-inf", now - 3 * self.s.worker_heartbeat_s)  # the dead leave
+        pipe.execute()
 
     def gone(self, worker: str) -> None:
-        self.r.delete(self.k.alive(worker))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(self.k.alive(worker))
+        pipe.zrem(self.k.workers, worker)
+        pipe.execute()
 
     def alive(self, worker: str) -> bool:
         return bool(self.r.exists(self.k.alive(worker)))
 
     def live_workers(self) -> list[str]:
-        """Every worker whose heartbeat key is up, by name."""
-        pattern = self.k.alive("*")
-        return sorted(_text(k)[len(pattern) - 1:] for k in self.r.scan_iter(pattern, count=1000))
+        """Every worker that beat within three heartbeats, by name."""
+        since = time.time() - 3 * self.s.worker_heartbeat_s
+        return sorted(_text(w) for w in self.r.zrangebyscore(self.k.workers, since, "+inf"))
 
     def touch(self, session: str, worker: str) -> None:
         self.r.set(self.k.affinity(session), worker, ex=self.s.affinity_ttl_s)

@@ -20,15 +20,15 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy import Engine, and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
-from runtime.errors import BadInput, ClaimLost, NotFound
+from runtime.errors import BadInput, ClaimLost, NotFound, RateLimited
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, SessionRecord
 
@@ -78,6 +78,12 @@ class Jobs:
                         session = secrets.token_hex(16)
                         db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
                         db.flush()
+                    unfinished = int(db.scalar(select(func.count()).select_from(JobRecord).where(
+                        JobRecord.tenant == tenant, JobRecord.status.not_in(TERMINAL))) or 0)
+                    if unfinished >= self.s.tenant_max_unfinished:
+                        raise RateLimited(f"tenant {tenant!r} has {unfinished} unfinished jobs (queued or running), "
+                                          f"the most it may have (tenant_max_unfinished): wait for some to end",
+                                          retry_after_s=1.0)
                     if session is not None:
                         owner = db.get(SessionRecord, session, with_for_update=True)  # vs a delete (Records.delete_session)
                         if owner is None or owner.tenant != tenant:
@@ -252,14 +258,29 @@ class Jobs:
         return n == 1
 
     def stale(self, dead_queues: list[str], limit: int = 100) -> list[JobRecord]:
-        """Queued jobs that may never be delivered: sent long ago, or sent to a dead worker's queue."""
+        """Queued jobs that may never be delivered: sent long ago, or sent to a dead worker's
+        queue; never one that waits for an earlier job of its session (that one's end sends it),
+        so a backlog of those cannot fill the page and starve the others."""
         old = time.time() - self.s.job_requeue_after_s
         conds = [JobRecord.dispatched_at < old]
         if dead_queues:
             conds.append(JobRecord.queue.in_(dead_queues))
+        earlier = aliased(JobRecord)
+        waits = select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
+                                         earlier.status.not_in(TERMINAL)).exists()
         with self._db() as db:
-            return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", or_(*conds)))
+            return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", or_(*conds), ~waits))
                                    .order_by(JobRecord.created_at).limit(limit)))
+
+    def prune(self, limit: int = 1000) -> int:
+        """Delete up to `limit` finished jobs that ended more than job_retention_s ago (oldest
+        first); returns how many.  Their turns stay (a turn keeps its job's id); their event
+        streams have expired already (events_ttl_s)."""
+        cutoff = datetime.now(UTC) - timedelta(seconds=self.s.job_retention_s)
+        with self._write.begin() as db:
+            old = select(JobRecord.id).where(JobRecord.status.in_(TERMINAL), JobRecord.finished_at < cutoff) \
+                .order_by(JobRecord.finished_at).limit(limit)
+            return _rows(db.execute(delete(JobRecord).where(JobRecord.id.in_(old.scalar_subquery()))))
 
     def queued_queues(self) -> list[str]:
         with self._db() as db:

@@ -19,7 +19,10 @@ SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a contro
 
 def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
     """Free text must not smuggle control tokens into the model's input ([MASK] would become a
-    hole, [BOS] a new document): refused, naming the token."""
+    hole, [BOS] a new document): refused, naming the token.  Nor a NUL, which no SQL text column
+    takes (PostgreSQL refuses it when the turn's row is written: refused here, before anything)."""
+    if "\x00" in v:
+        raise ValueError("text must not contain a NUL character (U+0000)")
     for special in SPECIAL:
         if special in v and special not in allowed:
             raise ValueError(f"{special} is a control token, not text" + (

@@ -372,12 +372,7 @@ class Engine:
         """Measured once per engine: pipelined Redis read bytes/s (through the store, 4 MiB in
         segments) and causal prefill tokens/s of this model on this device (256 tokens)."""
         if self._rates is None:
-            blob = [b"\x00" * self.s.segment_bytes] * 4
-            ids = self.store.put_segments(blob)
-            t = time.perf_counter()
-            self.store.get_segments(ids)
-            redis_bps = len(blob) * self.s.segment_bytes / max(time.perf_counter() - t, 1e-6)
-            self.store.r.delete(*[self.store.k.segment(i) for i in ids])
+            redis_bps = self.store.read_bytes_per_s(4)
             n = min(256, self.model.cfg.max_seq_len)
             w = next(self.model.parameters())
             cache = KVCache.for_model(self.model.cfg, n, dtype=w.dtype, device=w.device)  # not a pool row

@@ -1,7 +1,8 @@
 """SessionStore: a session's state in Redis, as bytes (no torch).
 
-- segments: immutable K/V chunks (runtime/sessions/segments.py), written in one pipeline *before* the
-  manifest that names them, each under its own random id;
+- segments: immutable K/V chunks (runtime/sessions/segments.py), written in one transaction
+  *before* the manifest that names them, each under its own random id, and recorded as the
+  session's pending writes (with a deadline) until a manifest names them;
 - manifest: one hash per session (gen, body, tenant).  It is the commit point: it changes only
   by compare-and-set on its generation, in a Lua script that also checks the writer's lease
   token and that every segment it names exists, so a stale or duplicated writer is refused
@@ -11,13 +12,23 @@
   `with store.lease(session) as lease:` takes it, lease.keep() renews it as time passes, and
   the exit gives it back.
 
-- budgets: the commit script measures the bytes a manifest names; over the session budget it
-  is refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant
-  are evicted first (a leased session never is);
-- fork: a child manifest names the parent's segments (copy on write); gc() deletes segments no
-  manifest names once their writer's grace period is over (each pass of the workers' reaper);
-- drop: a deleted session's manifest, accounts and the segments no other manifest names go at
-  once, under its lease.
+No orphan, by construction: each segment has a reference count (the manifests that name it:
+a fork's child names its parent's segments too).  The script that changes a manifest (commit,
+evict, drop) moves the counts of the segments it names and no longer names, and deletes those
+that reach 0, in the same atomic step.  Segments a writer wrote and never named (it crashed,
+or lost its lease) stay in its session's pending record; sweep() (the workers' reaper) deletes
+them once their deadline (2 lease periods) has passed, found from a sorted set of deadlines,
+never by scanning the keyspace.  Everything also carries the session TTL, as a backstop.
+
+Budgets: the commit script measures the bytes a manifest names; over the session budget it is
+refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant are
+evicted first (a leased session never is).  A tenant's account is one counter: every byte its
+sessions' manifests name (a fork counts its shared segments again, as a copy would) plus their
+pending writes, so it moves by a delta per commit (O(1) in the number of sessions); the budget
+is checked at each commit, and pending writes are counted when written and checked at their
+commit, so concurrent writers overshoot it by at most their pending writes (each worker's
+write-behind batches, a segment_bytes each).  Every operation is O(its own segments) or
+O(log n) in the number of sessions.
 
 Keys are in runtime/keys.py.
 """
@@ -39,70 +50,117 @@ from runtime.keys import Keys
 from runtime.sessions import segments
 from runtime.settings import Settings
 
-# KEYS: manifest, lease, used zset, tenant bytes hash, segment keys...
+# KEYS: manifest, lease, tenant lru, used, tenant's session bytes, totals, pending record, pending
+#       index; then the added segments' keys and their refs', the kept ones' and refs', the
+#       removed ones' and refs'
 # ARGV: expected gen, new gen, body (with a "@BYTES@" placeholder), tenant, lease token, ttl ms,
-#       now ms, session id, session budget, tenant budget
+#       now ms, session, session budget, tenant budget, #added, #kept, #removed, member (JSON
+#       [tenant, session]), then the added ids
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'gen') or '0'
 if cur ~= ARGV[1] then return {'stale', cur} end
 if redis.call('GET', KEYS[2]) ~= ARGV[5] then return {'lease', cur} end
-local bytes = 0
-for i = 5, #KEYS do
-  local n = redis.call('STRLEN', KEYS[i])
-  if n == 0 then return {'missing', KEYS[i]} end
+local A, K, R = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local a0, k0 = 8, 8 + 2 * A
+local r0 = k0 + 2 * K
+local bytes, pend = 0, 0
+for i = 1, A do
+  local n = redis.call('STRLEN', KEYS[a0 + i])
+  if n == 0 then return {'missing', KEYS[a0 + i]} end
+  bytes = bytes + n
+  if redis.call('ZSCORE', KEYS[7], ARGV[14 + i]) then pend = pend + n end
+end
+for i = 1, K do
+  local n = redis.call('STRLEN', KEYS[k0 + i])
+  if n == 0 then return {'missing', KEYS[k0 + i]} end
   bytes = bytes + n
 end
 if bytes > tonumber(ARGV[9]) then return {'session_budget', tostring(bytes)} end
-local others = 0
-local held = redis.call('HGETALL', KEYS[4])
-for i = 1, #held, 2 do
-  if held[i] ~= ARGV[8] then others = others + tonumber(held[i + 1]) end
+local old = tonumber(redis.call('HGET', KEYS[5], ARGV[8]) or '0')
+local total = tonumber(redis.call('HGET', KEYS[6], ARGV[4]) or '0')
+local after = total - old - pend + bytes
+if after > tonumber(ARGV[10]) and bytes > old then return {'tenant_budget', tostring(after)} end
+local ttl = ARGV[6]
+for i = 1, A do
+  redis.call('INCR', KEYS[a0 + A + i])
+  redis.call('PEXPIRE', KEYS[a0 + A + i], ttl)
+  redis.call('PEXPIRE', KEYS[a0 + i], ttl)
+  redis.call('ZREM', KEYS[7], ARGV[14 + i])
 end
-if others + bytes > tonumber(ARGV[10]) then return {'tenant_budget', tostring(others + bytes)} end
+for i = 1, K do
+  redis.call('PEXPIRE', KEYS[k0 + i], ttl)
+  if redis.call('EXISTS', KEYS[k0 + K + i]) == 0 then redis.call('SET', KEYS[k0 + K + i], 1) end
+  redis.call('PEXPIRE', KEYS[k0 + K + i], ttl)
+end
+for i = 1, R do
+  if redis.call('DECR', KEYS[r0 + R + i]) <= 0 then redis.call('DEL', KEYS[r0 + i], KEYS[r0 + R + i]) end
+end
+local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+if #first == 0 then redis.call('ZREM', KEYS[8], ARGV[14]) else redis.call('ZADD', KEYS[8], first[2], ARGV[14]) end
 local body = string.gsub(ARGV[3], '@BYTES@', tostring(bytes))
 redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'body', body, 'tenant', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-for i = 5, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
-redis.call('HSET', KEYS[4], ARGV[8], bytes)
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('HSET', KEYS[5], ARGV[8], bytes)
+if bytes - old - pend ~= 0 then redis.call('HINCRBY', KEYS[6], ARGV[4], bytes - old - pend) end
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[8])
+redis.call('ZADD', KEYS[4], ARGV[7], ARGV[14])
 return {'ok', tostring(bytes)}
 """
-# KEYS: manifest, lease, used zset, tenant bytes hash   ARGV: session, expected gen
-# an idle session's manifest is dropped (its segments go to gc); a leased or changed one is kept
-_EVICT = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local cur = redis.call('HGET', KEYS[1], 'gen')
-if cur and cur ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-return 1
-"""
-# KEYS: manifest, lease, used zset, tenant bytes hash   ARGV: session, lease token, expected gen
-# a deleted session: dropped only by its lease holder, only as it was read (its segments are
-# then deleted by the caller, those no other manifest names)
-_DROP = """
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 'lease' end
+# KEYS: manifest, lease, tenant lru, used, tenant's session bytes, totals, then the named
+#       segments' keys and their refs'
+# ARGV: lease token ("" to evict: only while nobody holds the lease), expected gen ("" none),
+#       session, tenant, #named, member.  The manifest goes, its segments' counts move (those at
+#       0 are deleted), its bytes leave the tenant's account.  Returns {status, deleted}
+_FORGET = """
+if ARGV[1] == '' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {'leased', 0} end
+elseif redis.call('GET', KEYS[2]) ~= ARGV[1] then return {'lease', 0} end
 local cur = redis.call('HGET', KEYS[1], 'gen') or ''
-if cur ~= ARGV[3] then return 'stale' end
+if cur ~= ARGV[2] then return {'stale', 0} end
+local n = tonumber(ARGV[5])
+local deleted = 0
+for i = 1, n do
+  if redis.call('DECR', KEYS[6 + n + i]) <= 0 then deleted = deleted + redis.call('DEL', KEYS[6 + i], KEYS[6 + n + i]) - 1 end
+end
+local old = tonumber(redis.call('HGET', KEYS[5], ARGV[3]) or '0')
+if old ~= 0 then redis.call('HINCRBY', KEYS[6], ARGV[4], -old) end
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-return 'ok'
+redis.call('HDEL', KEYS[5], ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[6])
+return {'ok', deleted}
 """
-# KEYS: segment   ARGV: ttl ms, grace ms.  Deleted only if still old: naming it in a commit
-# refreshes its TTL, so a segment named after gc() listed the live ones survives
-_GC_DELETE = """
-local left = redis.call('PTTL', KEYS[1])
-if left == -2 then return 0 end
-if left < 0 or tonumber(ARGV[1]) - left >= tonumber(ARGV[2]) then return redis.call('DEL', KEYS[1]) end
-return 0
+# KEYS: pending record, pending index, totals, then the overdue segments' keys and their refs'
+# ARGV: now ms, member, tenant, then their ids.  A pending write past its deadline that no
+# manifest names (no ref) is deleted and leaves the account; a named one only leaves the record
+_SWEEP_PENDING = """
+local n = #ARGV - 3
+local freed, deleted = 0, 0
+for i = 1, n do
+  local due = redis.call('ZSCORE', KEYS[1], ARGV[3 + i])
+  if due and tonumber(due) <= tonumber(ARGV[1]) then
+    if redis.call('EXISTS', KEYS[3 + n + i]) == 0 then
+      freed = freed + redis.call('STRLEN', KEYS[3 + i])
+      deleted = deleted + redis.call('DEL', KEYS[3 + i])
+    end
+    redis.call('ZREM', KEYS[1], ARGV[3 + i])
+  end
+end
+if freed > 0 then redis.call('HINCRBY', KEYS[3], ARGV[3], -freed) end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 0 then redis.call('ZREM', KEYS[2], ARGV[2]) else redis.call('ZADD', KEYS[2], first[2], ARGV[2]) end
+return deleted
 """
-# KEYS: manifest, used zset, tenant bytes hash   ARGV: session.  Forget an expired session
-_GC_FORGET = """
+# KEYS: manifest, tenant lru, used, tenant's session bytes, totals   ARGV: session, tenant, member.
+# A session whose manifest expired (TTL) leaves the LRU orders and the tenant's account (its
+# segments expired with it, or live on with a fork that refreshed them)
+_SWEEP_EXPIRED = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local old = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
+if old ~= 0 then redis.call('HINCRBY', KEYS[5], ARGV[2], -old) end
+redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[3])
 return 1
 """
 _RENEW = """
@@ -113,6 +171,7 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+SWEEP_BATCH = 100  #: sessions one sweep() call looks at, per kind (pending writes, expired manifests)
 
 
 @dataclass(frozen=True)
@@ -172,25 +231,32 @@ class SessionStore:
         self.s = settings
         self.k = Keys(settings.key_prefix)
         self._cas = client.register_script(_CAS)
-        self._evict = client.register_script(_EVICT)
-        self._drop_script = client.register_script(_DROP)
-        self._gc_delete = client.register_script(_GC_DELETE)
-        self._gc_forget = client.register_script(_GC_FORGET)
+        self._forget = client.register_script(_FORGET)
+        self._sweep_pending = client.register_script(_SWEEP_PENDING)
+        self._sweep_expired = client.register_script(_SWEEP_EXPIRED)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
     # ---- segments ---------------------------------------------------------------------------
 
-    def put_segments(self, blobs: list[bytes]) -> list[str]:
-        """Write segments (one pipeline); returns their new ids.  Unreferenced until a manifest
-        names them; they expire with the session TTL unless a commit names them."""
+    def put_segments(self, session: str, tenant: str, blobs: list[bytes]) -> list[str]:
+        """Write a session's segments (one transaction); returns their new ids.  Until a
+        manifest names them they are the session's pending writes: counted in the tenant's
+        account, and deleted by sweep() once 2 lease periods have passed unnamed."""
         for b in blobs:
             if len(b) > self.s.segment_bytes:
                 raise BadInput(f"segment of {len(b)} bytes > segment_bytes {self.s.segment_bytes}")
+        if not blobs:
+            return []
         ids = [secrets.token_hex(12) for _ in blobs]
-        pipe = self.r.pipeline(transaction=False)
+        ttl_ms, due = self.s.session_ttl_s * 1000, int(time.time() * 1000) + 2 * self.s.lease_ms
+        pipe = self.r.pipeline(transaction=True)
         for i, b in zip(ids, blobs):
-            pipe.set(self.k.segment(i), b, px=self.s.session_ttl_s * 1000)
+            pipe.set(self.k.segment(i), b, px=ttl_ms)
+        pipe.zadd(self.k.pending(session), dict.fromkeys(ids, due))
+        pipe.pexpire(self.k.pending(session), ttl_ms)
+        pipe.zadd(self.k.pending_index, {_member(tenant, session): due}, lt=True)  # the session's first deadline
+        pipe.hincrby(self.k.totals, tenant, sum(len(b) for b in blobs))
         pipe.execute()
         return ids
 
@@ -204,6 +270,23 @@ class SessionStore:
             if b is None:
                 raise CorruptState(f"segment {i} is missing")
         return out
+
+    def read_bytes_per_s(self, n: int = 4) -> float:
+        """Pipelined GET bandwidth of n segment-sized values (probe keys: a short TTL, deleted after)."""
+        keys = [self.k.probe(secrets.token_hex(8)) for _ in range(n)]
+        blob = b"\x00" * self.s.segment_bytes
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys:
+            pipe.set(key, blob, px=60_000)
+        pipe.execute()
+        t = time.perf_counter()
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+        pipe.execute()
+        rate = n * len(blob) / max(time.perf_counter() - t, 1e-6)
+        self.r.delete(*keys)
+        return rate
 
     # ---- manifest ---------------------------------------------------------------------------
 
@@ -222,8 +305,10 @@ class SessionStore:
     def commit(self, m: Manifest, lease: Lease, keep: frozenset[str] = frozenset()) -> Manifest:
         """Compare-and-set: writes m as generation m.gen + 1 if the stored generation is still
         m.gen and `lease` still holds the session, within the session's byte budget and, after
-        evicting the tenant's least recently used idle sessions if needed, the tenant's.
-        keep: sessions not to evict (a fork's parent).  Returns the stored manifest (gen and nbytes set)."""
+        evicting the tenant's least recently used idle sessions if needed, the tenant's.  The
+        segments the stored manifest named and m does not are released (deleted when no other
+        manifest names them).  keep: sessions not to evict (a fork's parent).  Returns the
+        stored manifest (gen and nbytes set)."""
         if lease.session != m.session:
             raise BadInput(f"lease of {lease.session} cannot commit {m.session}")
         evicted: set[str] = set()
@@ -247,39 +332,53 @@ class SessionStore:
             evicted.add(victim)
 
     def _try_commit(self, m: Manifest, lease: Lease) -> tuple[str, str]:
-        keys = [self.k.manifest(m.session), self.k.lease(m.session), self.k.used, self.k.tenant_bytes(m.tenant)]
-        keys += [self.k.segment(i) for i in m.segments + m.behind]
+        stored = self.read(m.session) if m.gen else None  # what the script replaces, if it is still there
+        if m.gen and (stored is None or stored.gen != m.gen):
+            return "stale", "0" if stored is None else str(stored.gen)
+        old = _named(stored)
+        new = _named(m)
+        added = [i for i in new if i not in old]
+        kept = [i for i in new if i in old]
+        removed = [i for i in old if i not in new]
+        k = self.k
+        keys = [k.manifest(m.session), k.lease(m.session), k.lru(m.tenant), k.used, k.tenant_bytes(m.tenant),
+                k.totals, k.pending(m.session), k.pending_index]
+        for group in (added, kept, removed):
+            keys += [k.segment(i) for i in group] + [k.ref(i) for i in group]
         args: list[str | int] = [m.gen, m.gen + 1, m.body(), m.tenant, lease.token, self.s.session_ttl_s * 1000,
                                  int(time.time() * 1000), m.session, self.s.session_budget_bytes,
-                                 self.s.tenant_budget_bytes]
+                                 self.s.tenant_budget_bytes, len(added), len(kept), len(removed),
+                                 _member(m.tenant, m.session), *added]
         status, detail = (_text(x) for x in self._cas(keys=keys, args=args))
         return status, detail
 
-    # ---- budgets, eviction, forks, garbage ------------------------------------------------------
+    # ---- budgets, eviction, forks, sweeping -------------------------------------------------------
 
     def _lru_idle(self, tenant: str, exclude: set[str]) -> str | None:
-        """The tenant's least recently used session that holds bytes and no lease."""
-        held = {_text(k) for k in self.r.hkeys(self.k.tenant_bytes(tenant))}
-        for raw in self.r.zrange(self.k.used, 0, -1):
-            sid = _text(raw)
-            if sid in held and sid not in exclude and not self.r.exists(self.k.lease(sid)):
-                return sid
-        return None
+        """The tenant's least recently used session that no lease holds (O(log n) plus the
+        sessions skipped: the leased and the excluded ones)."""
+        start, step = 0, 16
+        while True:
+            batch = [_text(x) for x in self.r.zrange(self.k.lru(tenant), start, start + step - 1)]
+            for sid in batch:
+                if sid not in exclude and not self.r.exists(self.k.lease(sid)):
+                    return sid
+            if len(batch) < step:
+                return None
+            start += step
 
     def evict(self, session: str, tenant: str) -> bool:
-        """Drop an idle session's Redis state (the manifest; gc() frees its segments).  Refused
-        (False) while it is leased.  Costs time, not data: the engine recomputes it from SQL."""
-        m = self.read(session)
-        gen = "" if m is None else str(m.gen)
-        keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
-        return bool(self._evict(keys=keys, args=[session, gen]))
+        """Drop an idle session's Redis state (its manifest, and the segments no other manifest
+        names).  Refused (False) while it is leased.  Costs time, not data: the engine
+        recomputes it from SQL."""
+        return self._release_state(session, tenant, "").startswith("ok")
 
     def fork(self, parent: Manifest, child: str, slot: int, lease: Lease,
              state: dict[str, Any] | None = None) -> Manifest:
         """A new session sharing the parent's K/V of slots [0, slot): the segments below slot are
-        shared (copy on write: segments are immutable), the one that slot cuts is re-written
-        with its first part only.  `lease` is the child's; `state` its manifest's state (what a
-        restore reads; default empty: nothing to restore)."""
+        shared (copy on write: segments are immutable; each counts the manifests that name it),
+        the one that slot cuts is re-written with its first part only.  `lease` is the child's;
+        `state` its manifest's state (what a restore reads; default empty: nothing to restore)."""
         if not 0 < slot <= parent.slots:
             raise BadInput(f"fork slot {slot} outside (0, {parent.slots}]")
         ids: list[str] = []
@@ -290,7 +389,8 @@ class SessionStore:
                 continue
             if meta.start < slot:
                 cut = meta.with_slots(meta.start, slot)
-                ids += self.put_segments([segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes])])
+                ids += self.put_segments(child, parent.tenant,
+                                         [segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes])])
             break
         # the parent is not evicted to make room: it holds the shared segments (which the child's
         # account counts again: forks are budgeted as copies)
@@ -299,15 +399,13 @@ class SessionStore:
 
     def drop(self, session: str, tenant: str, lease: Lease | None = None) -> int:
         """Delete a session's Redis state for good (the session itself is deleted): its manifest,
-        its place in the LRU order and the tenant's byte account, then the segments it names
+        its place in the LRU orders and the tenant's account, and the segments it names
         (written behind included) that no other manifest names: a fork's shared segments stay
         with the fork.  Under `lease` (the caller's, who holds the session), else under a lease
         taken here (Busy while a turn holds it) and given back.  Returns the segments deleted.
         NotFound when the stored manifest is another tenant's; nothing stored: nothing to do
-        but the accounts (0).  A segment a concurrent fork of this very session names after the
-        check below is deleted under it: that child's restore then fails its checks and it is
-        recomputed from SQL (costs time, not data).  Segments a crashed turn wrote but never
-        named are gc()'s."""
+        but the accounts (0).  Its pending writes, if any (a writer that crashed), go with
+        sweep() at their deadline."""
         if lease is None:
             with self.lease(session) as held:
                 return self._drop(session, tenant, held.lease)
@@ -316,49 +414,53 @@ class SessionStore:
     def _drop(self, session: str, tenant: str, lease: Lease) -> int:
         if lease.session != session:
             raise BadInput(f"lease of {lease.session} cannot drop {session}")
-        m = self.read(session)
-        if m is not None and m.tenant != tenant:
-            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
-        keys = [self.k.manifest(session), self.k.lease(session), self.k.used, self.k.tenant_bytes(tenant)]
-        status = _text(self._drop_script(keys=keys, args=[session, lease.token, "" if m is None else str(m.gen)]))
+        status = self._release_state(session, tenant, lease.token)
         if status == "lease":
             raise LeaseLost(f"{session}: the lease expired or is held by another writer")
         if status == "stale":  # only a writer under this lease moves it: not while we hold it
             raise StaleWrite(f"{session}: the manifest changed while it was being dropped")
-        if m is None:
-            return 0
-        # the manifest is gone: what it named and no other manifest names is nobody's
-        doomed = set(m.segments + m.behind) - self._named()
-        return int(self.r.delete(*[self.k.segment(i) for i in doomed])) if doomed else 0
+        return int(status.removeprefix("ok:"))
 
-    def _named(self) -> set[str]:
-        """Every segment id a stored manifest names (committed or written behind)."""
-        live: set[str] = set()
-        for key in self.r.scan_iter(self.k.manifest("*"), count=1000):
-            body = self.r.hget(key, "body")
-            if body is not None:
-                named = json.loads(body)
-                live.update(named["segments"], named.get("behind", []))
-        return live
+    def _release_state(self, session: str, tenant: str, token: str) -> str:
+        """The manifest goes (by its lease holder's token, or "" for an idle session), in one
+        script with its segments' counts and the tenant's account: "ok:<segments deleted>",
+        else why not ("leased", "lease", "stale")."""
+        m = self.read(session)
+        if m is not None and m.tenant != tenant:
+            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+        named = _named(m)
+        k = self.k
+        keys = [k.manifest(session), k.lease(session), k.lru(tenant), k.used, k.tenant_bytes(tenant), k.totals]
+        keys += [k.segment(i) for i in named] + [k.ref(i) for i in named]
+        status, deleted = self._forget(keys=keys, args=[token, "" if m is None else str(m.gen), session, tenant,
+                                                        len(named), _member(tenant, session)])
+        status = _text(status)
+        return f"ok:{int(deleted)}" if status == "ok" else status
 
-    def gc(self, grace_ms: int | None = None) -> int:
-        """Delete segments that no manifest names and that were written more than grace_ms ago
-        (default 2 lease periods: a writer's segments are unnamed until its commit).  Returns
-        how many were deleted.  Expired manifests also leave the LRU and byte accounts."""
-        grace = 2 * self.s.lease_ms if grace_ms is None else grace_ms
-        live = self._named()
-        tenant_hashes = [_text(h) for h in self.r.scan_iter(self.k.tenant_bytes("*"), count=1000)]
-        for raw in self.r.zrange(self.k.used, 0, -1):  # sessions whose manifest expired
-            sid = _text(raw)
-            if not self.r.exists(self.k.manifest(sid)):
-                for hkey in tenant_hashes:
-                    self._gc_forget(keys=[self.k.manifest(sid), self.k.used, hkey], args=[sid])
-        ttl_ms = self.s.session_ttl_s * 1000
-        dead = 0
-        for key in self.r.scan_iter(self.k.segment_pattern, count=1000):
-            if _text(key).rsplit(":", 1)[1] not in live:
-                dead += int(self._gc_delete(keys=[key], args=[ttl_ms, grace]))
-        return dead
+    def sweep(self, batch: int = SWEEP_BATCH) -> dict[str, int]:
+        """What nobody will name any more, found from deadlines, never by scanning the keyspace:
+        pending writes past their deadline (a writer that crashed between its segments and its
+        manifest, or lost its lease) are deleted, and sessions whose manifest expired leave the
+        LRU orders and their tenant's account.  Up to `batch` sessions of each per call (the
+        oldest first; the workers' reaper calls it every pass).  Returns the counts."""
+        now = int(time.time() * 1000)
+        k = self.k
+        done = {"segments_freed": 0, "sessions_expired": 0}
+        for raw in self.r.zrangebyscore(k.pending_index, "-inf", now, start=0, num=batch):
+            tenant, session = json.loads(_text(raw))
+            ids = [_text(x) for x in self.r.zrangebyscore(k.pending(session), "-inf", now)]
+            keys = [k.pending(session), k.pending_index, k.totals] + [k.segment(i) for i in ids] + [k.ref(i) for i in ids]
+            done["segments_freed"] += int(self._sweep_pending(keys=keys, args=[now, _text(raw), tenant, *ids]))
+        expired = now - self.s.session_ttl_s * 1000
+        for raw in self.r.zrangebyscore(k.used, "-inf", expired, start=0, num=batch):
+            tenant, session = json.loads(_text(raw))
+            keys = [k.manifest(session), k.lru(tenant), k.used, k.tenant_bytes(tenant), k.totals]
+            done["sessions_expired"] += int(self._sweep_expired(keys=keys, args=[session, tenant, _text(raw)]))
+        return done
+
+    def tenant_bytes(self) -> dict[str, int]:
+        """Each tenant's account: the bytes its sessions hold in Redis (named and pending)."""
+        return {_text(t): int(v) for t, v in self.r.hgetall(self.k.totals).items()}
 
     # ---- lease ------------------------------------------------------------------------------
 
@@ -403,3 +505,13 @@ class SessionStore:
 
 def _text(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _named(m: Manifest | None) -> list[str]:
+    """The segment ids a manifest names (committed, then written behind), each once."""
+    return [] if m is None else list(dict.fromkeys(m.segments + m.behind))
+
+
+def _member(tenant: str, session: str) -> str:
+    """A session in the indexes that span tenants (used, pending_index)."""
+    return json.dumps([tenant, session], separators=(",", ":"))

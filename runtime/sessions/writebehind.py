@@ -4,8 +4,9 @@ The decoding thread hands over slot ranges as segment bytes (a bounded queue: wh
 behind, decoding waits rather than buffering without limit); one writer thread puts them and
 advances the manifest by compare-and-set under the turn's lease, naming them as `behind`.  The
 manifest's state (what a restore reads) stays the last completed turn's until the turn commits,
-so an interrupted turn that started warm or restored leaves that turn restorable, plus some
-garbage for gc() (one that started by recomputing leaves the session to recompute again).  A write that
+so an interrupted turn that started warm or restored leaves that turn restorable (one that
+started by recomputing leaves the session to recompute again); the next commit of the session
+releases what was written behind.  A write that
 fails (budget, lease, anything) stops the write-behind; the turn's final save then writes the
 turn's slots again.
 """
@@ -48,7 +49,7 @@ class WriteBehind:
             if self.error is not None:
                 continue  # stopped: drain without writing
             try:
-                ids = self.store.put_segments(blobs)
+                ids = self.store.put_segments(self.manifest.session, self.manifest.tenant, blobs)
                 m = replace(self.manifest, behind=self.manifest.behind + ids)
                 self.manifest = self.store.commit(m, self.lease)
             except Exception as e:  # noqa: BLE001 - any failure stops the write-behind, never the thread:

@@ -111,4 +111,4 @@ class TurnWriter:
         return kv.to_segments(cache, start, end, self.fp, self.store.s.segment_bytes)
 
     def _put(self, cache: KVCache, start: int) -> list[str]:
-        return self.store.put_segments(self._segments(cache, start, cache.length))
+        return self.store.put_segments(self.base.session, self.base.tenant, self._segments(cache, start, cache.length))

@@ -1,9 +1,10 @@
 """workers/watch.py: one reaper pass, as the reaper thread runs it, on a real Redis and a SQLite
-file: the jobs' pass, then the K/V segments no manifest names (by the worker that took the pass);
-a failing gc is logged, never fatal."""
+file: the jobs' pass, then the sessions' sweep (a crashed writer's segments past their deadline),
+by the worker that took the pass; a failing sweep is logged, never fatal."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,11 @@ from workers.watch import reap_pass
 
 
 def _old_segment(store: SessionStore, client: redis.Redis) -> str:
-    """A segment written and never named, longer ago than gc's grace period (2 lease periods)."""
-    (sid,) = store.put_segments([b"\x00" * 64])
-    client.pexpire(store.k.segment(sid), store.s.session_ttl_s * 1000 - 2 * store.s.lease_ms - 1000)
+    """A segment a writer wrote and never named, its deadline (2 lease periods) passed: the
+    writer crashed between its segments and its manifest."""
+    (sid,) = store.put_segments("crashed", "acme", [b"\x00" * 64])
+    client.zadd(store.k.pending("crashed"), {sid: 0})
+    client.zadd(store.k.pending_index, {json.dumps(["acme", "crashed"], separators=(",", ":")): 0})
     return sid
 
 
@@ -29,7 +32,7 @@ def test_a_reaper_pass_deletes_old_unnamed_segments(client: redis.Redis, setting
     s = settings.model_copy(update={"data_dir": tmp_path})
     store = SessionStore(client, s)
     dispatcher = Dispatcher(client, Jobs(make_engine(s), s), lambda job_id, queue: None)
-    old, fresh = _old_segment(store, client), store.put_segments([b"\x00" * 64])[0]
+    old, fresh = _old_segment(store, client), store.put_segments("writing", "acme", [b"\x00" * 64])[0]
     done = reap_pass(dispatcher, store)
     assert done["segments_freed"] == 1 and done["requeued"] == 0
     assert not client.exists(store.k.segment(old)) and client.exists(store.k.segment(fresh)), "a writer's grace"
@@ -41,9 +44,9 @@ def test_a_reaper_pass_deletes_old_unnamed_segments(client: redis.Redis, setting
     assert client.exists(store.k.segment(again))
     client.delete(store.k.reaper)
 
-    def down(grace_ms: int | None = None) -> int:
+    def down(batch: int = 0) -> dict[str, int]:
         raise redis.ConnectionError("Redis went away")
 
-    store.gc = down  # type: ignore[method-assign]
+    store.sweep = down  # type: ignore[method-assign]
     assert "segments_freed" not in reap_pass(dispatcher, store)
-    assert "segment gc failed" in caplog.text
+    assert "session sweep failed" in caplog.text

@@ -12,7 +12,7 @@ from typing import Annotated
 import redis
 from anyio.to_thread import run_sync
 from fastapi import APIRouter, Header, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from runtime.api.deps import JobId, Limit, Svc, Tenant
 from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
@@ -60,16 +60,21 @@ def cancel_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
                                                            "description": "server-sent events"}})
 async def job_events(job_id: JobId, who: Tenant, svc: Svc,
                      last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
-                     after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> StreamingResponse:
+                     after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> Response:
     """The job's events, from its start (or after `Last-Event-ID` / `after`), as server-sent
     events: `status` (queued, running, succeeded, ...), `step` (each committed set: its
     positions, token ids and their text), `progress`, and last `result` (the job as GET
-    returns it), after which the stream ends.  A tenant holds at most max_streams_per_tenant
-    streams at once per API process (429 beyond)."""
+    returns it), after which the stream ends.  An EventSource that reconnects (Last-Event-ID)
+    to a finished job whose events it has all read gets 204 No Content, which tells it to stop
+    reconnecting.  A tenant holds at most max_streams_per_tenant streams at once per API
+    process (429 beyond)."""
     start = last_event_id or after or "0"
     if start != "0" and any(int(x) >= 2**64 for x in start.split("-")):
         raise BadInput(f"an event id is two numbers below 2**64, got {start!r}")
-    await run_sync(svc.jobs.get, job_id, who)  # 404 before the stream starts
+    job = await run_sync(svc.jobs.get, job_id, who)  # 404 before the stream starts
+    if last_event_id is not None and job.status in TERMINAL and \
+            not await run_sync(svc.client.xrange, svc.keys.events(job_id), f"({last_event_id}", "+", 1):
+        return Response(status_code=204)
     if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
         raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
                           retry_after_s=KEEPALIVE_S)
@@ -89,6 +94,12 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
     final event was lost."""
     key = svc.keys.events(job_id)
     start = quiet = checked = time.monotonic()
+    # checked and counted in one step (no await between them): streams that passed the route's
+    # check together cannot all open; the one over the cap says so and ends
+    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
+        yield _sse("error", {"code": "rate_limited", "message": f"tenant {who!r} holds "
+                             f"{svc.settings.max_streams_per_tenant} event streams open already"})
+        return
     svc.streams[who] = svc.streams.get(who, 0) + 1  # counted while it runs (a stream never started holds nothing)
     r = svc.aclient()
     try:

@@ -78,19 +78,20 @@ class _Collector(Collector):
             depth.add_metric([q], svc.client.llen(svc.keys.broker + q))
         yield depth
         kv = GaugeMetricFamily("setflow_kv_bytes", "KV cache bytes held in Redis, by tenant", labels=["tenant"])
-        prefix = svc.keys.tenant_bytes("")
-        for key in svc.client.scan_iter(svc.keys.tenant_bytes("*"), count=1000):
-            held = sum(int(v) for v in svc.client.hvals(key))
-            kv.add_metric([_text(key)[len(prefix):]], held)
+        for tenant, held in sorted(svc.client.hgetall(svc.keys.totals).items()):  # one hash: O(tenants)
+            kv.add_metric([_text(tenant)], int(held))
         yield kv
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}},
                                                            401: {"model": ErrorResponse}})
 def metrics(svc: Svc, authorization: Annotated[str | None, Header()] = None) -> Response:
-    """Prometheus text.  Per-tenant series name tenants: set SETFLOW_METRICS_TOKEN to require
-    `Authorization: Bearer <it>` (or keep /metrics on an internal network)."""
+    """Prometheus text.  Per-tenant series name tenants: /metrics needs `Authorization: Bearer
+    <SETFLOW_METRICS_TOKEN>`, unless SETFLOW_METRICS_PUBLIC opens it (a private network)."""
     token = svc.settings.metrics_token
+    if token is None and not svc.settings.metrics_public:
+        raise Unauthorized("/metrics is closed: set SETFLOW_METRICS_TOKEN (then send `Authorization: Bearer <it>`), "
+                           "or SETFLOW_METRICS_PUBLIC=true on a private network")
     if token is not None and not hmac.compare_digest((authorization or "").encode(), f"Bearer {token}".encode()):
         raise Unauthorized("/metrics needs the metrics token: `Authorization: Bearer <SETFLOW_METRICS_TOKEN>`")
     registry = CollectorRegistry(auto_describe=False)

@@ -43,7 +43,8 @@ PAYLOAD = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
 def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     prefix = f"sfe2e-{uuid.uuid4().hex[:10]}"
     s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("e2e"),
-                 api_keys={KEY: "acme"}, api_port=0, tenant_burst=1000, tenant_rate_per_s=1000.0)
+                 api_keys={KEY: "acme"}, api_port=0, tenant_burst=1000, tenant_rate_per_s=1000.0,
+                 metrics_token="metrics-t0ken")
     st = Stack(s).start()
     try:
         yield st
@@ -194,7 +195,7 @@ def test_health_and_metrics(c: Client, stack: Stack) -> None:
     _ok(c.wait(c.create_job("narrative", {"payload": PAYLOAD})["id"], 60))
     h = httpx.get(f"{stack.api.url}/healthz").json()
     assert h == {"status": "ok", "redis": True, "database": True, "workers": ["demo-0"]}
-    m = httpx.get(f"{stack.api.url}/metrics").text
+    m = httpx.get(f"{stack.api.url}/metrics", headers={"Authorization": "Bearer metrics-t0ken"}).text
     assert 'setflow_turns_total{path="new"}' in m and 'setflow_load_seconds_bucket{le="+Inf",path="warm"}' in m
     assert 'setflow_jobs{kind="narrative",status="succeeded"}' in m and 'setflow_kv_bytes{tenant="acme"}' in m
     assert f'setflow_queue_depth{{queue="{stack.s.key_prefix}.interactive"}} 0.0' in m

@@ -244,3 +244,14 @@ def test_events_route_by_hand(fuzz_api: Api) -> None:
     with api.http.stream("GET", f"/v1/jobs/{ids['cancelled']}/events", headers=ACME) as s:
         text = "".join(s.iter_text())
     assert s.status_code == 200 and "event: result" in text and '"status":"cancelled"' in text
+    # an EventSource reconnecting with the last id it read is told to stop (204), not fed it again
+    for status in ("running", "cancelled"):
+        api.svc.dispatcher.events.publish(ids["cancelled"], {"type": "status", "status": status})
+    with api.http.stream("GET", f"/v1/jobs/{ids['cancelled']}/events", headers=ACME) as s:
+        text = "".join(s.iter_text())
+    last = [line[4:] for line in text.splitlines() if line.startswith("id: ")][-1]
+    r = api.http.get(f"/v1/jobs/{ids['cancelled']}/events", headers={**ACME, "Last-Event-ID": last})
+    assert r.status_code == 204 and r.content == b""
+    first = [line[4:] for line in text.splitlines() if line.startswith("id: ")][0]
+    with api.http.stream("GET", f"/v1/jobs/{ids['cancelled']}/events", headers={**ACME, "Last-Event-ID": first}) as s:
+        assert s.status_code == 200 and "event: result" in "".join(s.iter_text()), "what it missed, then the end"

@@ -182,9 +182,14 @@ def test_both_key_headers_work(world: World) -> None:
         assert r.status_code == 200 and r.json()["id"] == world.session
 
 
-def test_public_routes_need_no_key(api: Api) -> None:
+def test_public_routes_need_no_key(api: Api, make_api: Callable[..., Api]) -> None:
     assert api.http.get("/healthz").json()["status"] == "ok"
-    assert "setflow_jobs" in api.http.get("/metrics").text
+    closed = api.http.get("/metrics")  # it names tenants: closed unless a token or the setting opens it
+    assert closed.status_code == 401 and "SETFLOW_METRICS_TOKEN" in closed.json()["error"]["message"]
+    assert "setflow_jobs" in make_api(metrics_public=True).http.get("/metrics").text
+    guarded = make_api(metrics_token="t0ken-metrics")
+    assert guarded.http.get("/metrics").status_code == 401
+    assert "setflow_jobs" in guarded.http.get("/metrics", headers={"Authorization": "Bearer t0ken-metrics"}).text
     assert api.http.get("/").headers["content-type"].startswith("text/html")
     assert "/v1/sessions" in api.http.get("/openapi.json").json()["paths"]
 

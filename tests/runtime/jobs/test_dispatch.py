@@ -96,7 +96,7 @@ def test_reaper_requeues_expired_and_resends_stranded(env: tuple[Dispatcher, Sen
     claim = d.jobs.claim(job.id, "w1")
     assert claim.owner is not None
     time.sleep(0.1)  # the holder died: its 0.05 s lease runs out
-    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0}
+    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0, "pruned": 0}
     assert d.jobs.get(job.id).status == "queued" and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
     # a queued job sent to a worker that died before taking it goes back to the shared queue
     d.jobs.mark_dispatched(job.id, f"{d.s.key_prefix}.w.gone")
@@ -197,3 +197,27 @@ def test_admit_gets_the_parsed_spec_once_and_its_refusal_writes_nothing(env: tup
     assert len(seen) == 1
     job = d.submit("turn", "acme", SPEC, sid, admit=seen.append)
     assert len(seen) == 2 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
+
+
+def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starves_it(
+        env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    d, sent, sid = env
+    d.s = d.jobs.s = d.s.model_copy(update={"job_requeue_after_s": 0.05, "tenant_burst": 10_000,
+                                            "tenant_rate_per_s": 10_000.0, "job_lease_s": 60})
+    d.limiter.s = d.s
+    head = d.submit("turn", "acme", SPEC, sid)  # the session's first job: it runs on, holding the rest
+    assert d.jobs.claim(head.id, "w1").owner is not None
+    blocked = [d.submit("turn", "acme", SPEC, sid) for _ in range(120)]  # more than a page of the reaper's
+    other = Records(d.jobs.engine).create_session("acme", "").id
+    lost = d.submit("turn", "acme", SPEC, other)  # its message is lost (the queue is empty)
+    waiting = d.submit("turn", "acme", SPEC, Records(d.jobs.engine).create_session("acme", "").id)
+    q = f"{d.s.key_prefix}.backlog"
+    d.jobs.mark_dispatched(waiting.id, q)
+    client.rpush(d.k.broker + q, b"someone else's message")  # a live queue with a backlog in front of it
+    time.sleep(0.1)
+    sent.clear()
+    client.delete(d.k.reaper)
+    out = d.reap()
+    assert [j for j, _ in sent] == [lost.id] and out["resent"] == 1, "not the blocked ones, not the one in a backlog"
+    assert all(d.jobs.get(b.id).status == "queued" for b in blocked)
+    client.delete(d.k.broker + q)

@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import Engine
 
-from runtime.errors import BadInput, ClaimLost, NotFound
+from runtime.errors import BadInput, ClaimLost, NotFound, RateLimited
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import JobStep, Records
 from runtime.settings import Settings
@@ -149,3 +149,33 @@ def test_a_turn_is_written_only_while_its_job_is_held(db_engine: Engine, session
     records.append_turn(session, "acme", "assistant", "", [1, 2], [(0, 1), (1, 2)], index=0,
                         job=JobStep(again.id, 0, holder.owner or ""))
     assert jobs.get(again.id).step == 1  # the step counter moved with the turn, in one transaction
+
+
+def test_finished_jobs_are_pruned_after_the_retention_and_the_rest_stay(db_engine: Engine, session: str) -> None:
+    jobs = Jobs(db_engine, Settings(job_retention_s=0.2))
+    done, _ = jobs.create("turn", "acme", SPEC, session)
+    jobs.cancel(done.id, "acme")  # finished
+    running, _ = jobs.create("turn", "acme", SPEC, session)
+    assert jobs.claim(running.id, "w1").owner is not None
+    queued, _ = jobs.create("turn", "acme", SPEC, session)
+    assert jobs.prune() == 0, "inside the retention"
+    time.sleep(0.3)
+    assert jobs.prune() == 1
+    with pytest.raises(NotFound):
+        jobs.get(done.id)
+    assert jobs.get(running.id).status == "running" and jobs.get(queued.id).status == "queued"
+    later, _ = jobs.create("turn", "acme", SPEC, session)  # the session's order goes on
+    assert later.seq > queued.seq
+
+
+def test_a_tenant_over_its_unfinished_jobs_cap_is_refused_and_others_are_not(db_engine: Engine, session: str) -> None:
+    jobs = Jobs(db_engine, Settings(tenant_max_unfinished=2))
+    first, _ = jobs.create("turn", "acme", SPEC, session)
+    jobs.create("turn", "acme", SPEC, None)
+    with pytest.raises(RateLimited, match="2 unfinished jobs") as e:
+        jobs.create("turn", "acme", SPEC, session)
+    assert e.value.code == "rate_limited" and e.value.retry_after_s > 0
+    other = Records(db_engine).create_session("globex", "").id
+    jobs.create("turn", "globex", SPEC, other)  # another tenant's cap is its own
+    jobs.cancel(first.id, "acme")  # one ends: room for one more
+    jobs.create("turn", "acme", SPEC, session)

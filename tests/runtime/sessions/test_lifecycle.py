@@ -43,7 +43,7 @@ def _session(store: SessionStore, records: Records, max_bytes: int = 48 + 2 * 32
     slots = [e for ledger in LEDGERS for e in ledger]
     state = turn_state(DecodeState(tokens=[11, 12, 13, 14, 15], nfe=7), PARAMS, [p for p, _ in slots],
                        [t for _, t in slots], 2)
-    m = Manifest(sid, "acme", FP, segments=store.put_segments(blobs), slots=5, state=state)
+    m = Manifest(sid, "acme", FP, segments=store.put_segments(sid, "acme", blobs), slots=5, state=state)
     with store.lease(sid) as lease:
         return sid, store.commit(m, lease.lease)
 

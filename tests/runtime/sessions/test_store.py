@@ -23,7 +23,7 @@ def _kv() -> bytes:
 
 
 def _first(store: SessionStore, session: str = "s1") -> tuple[Manifest, list[str]]:
-    ids = store.put_segments(split(META, _kv(), store.s.segment_bytes))
+    ids = store.put_segments(session, "acme", split(META, _kv(), store.s.segment_bytes))
     return Manifest(session, "acme", FP, segments=ids, slots=META.end, state={"cursor": 600}), ids
 
 
@@ -159,14 +159,14 @@ def test_committed_state_carries_the_session_ttl(store: SessionStore, client: re
 
 def test_oversized_segments_are_refused(store: SessionStore) -> None:
     with pytest.raises(BadInput, match="segment_bytes"):
-        store.put_segments([b"x" * (store.s.segment_bytes + 1)])
+        store.put_segments("s1", "acme", [b"x" * (store.s.segment_bytes + 1)])
 
 
 # ---- budgets, eviction, forks, garbage ------------------------------------------------------
 
 def _session(store: SessionStore, session: str, slots: int, tenant: str = "acme") -> Manifest:
     meta = META.with_slots(0, slots)
-    ids = store.put_segments(split(meta, _kv()[:slots * meta.slot_bytes], store.s.segment_bytes))
+    ids = store.put_segments(session, tenant, split(meta, _kv()[:slots * meta.slot_bytes], store.s.segment_bytes))
     lease = store.acquire(session)
     m = store.commit(Manifest(session, tenant, FP, segments=ids, slots=slots), lease)
     store.release(lease)
@@ -178,7 +178,7 @@ def test_commit_measures_bytes_and_refuses_a_session_over_its_budget(client: red
     m = _session(store, "small", 100)
     assert m.nbytes == store.read("small").nbytes > 100 * META.slot_bytes  # headers included
     meta = META.with_slots(0, 400)
-    ids = store.put_segments(split(meta, bytes(400 * meta.slot_bytes), store.s.segment_bytes))
+    ids = store.put_segments("big", "acme", split(meta, bytes(400 * meta.slot_bytes), store.s.segment_bytes))
     with pytest.raises(OverBudget, match="session budget"):
         store.commit(Manifest("big", "acme", FP, segments=ids, slots=400), store.acquire("big"))
     assert store.read("big") is None and store.read("small") == m
@@ -233,18 +233,25 @@ def _kv_of(store: SessionStore, m: Manifest) -> bytes:
     return b"".join(bytes(decode(b, FP)[1]) for b in store.get_segments(m.segments))
 
 
-def test_gc_keeps_what_a_live_manifest_or_a_fork_names(store: SessionStore, client: redis.Redis) -> None:
+def test_what_no_manifest_names_goes_at_once_and_a_crashed_writers_segments_at_their_deadline(
+        client: redis.Redis, settings: Settings) -> None:
+    store = SessionStore(client, settings.model_copy(update={"lease_ms": 100}))  # pending deadline: 200 ms
     parent = _session(store, "parent", 600)
     shared = parent.segments[0]
     child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, store.acquire("child"))
     assert child.segments == [shared]
-    orphan = store.put_segments([b"\x00" * 100])[0]  # written, never named
-    assert store.gc() == 0, "inside the writer's grace period nothing unnamed is deleted"
-    assert store.evict("parent", "acme")
-    deleted = store.gc(grace_ms=0)
-    assert deleted == 2  # the orphan and the parent's second segment
-    assert client.exists(store.k.segment(shared)) and not client.exists(store.k.segment(orphan))
+    orphan = store.put_segments("crashed", "acme", [b"\x00" * 100])[0]  # written, never named: a writer died
+    before = store.tenant_bytes()["acme"]
+    assert store.evict("parent", "acme")  # its own segment goes with it; the shared one stays with the fork
+    assert not client.exists(store.k.segment(parent.segments[1])) and client.exists(store.k.segment(shared))
+    assert store.sweep() == {"segments_freed": 0, "sessions_expired": 0}, "inside the deadline nothing goes"
+    assert client.exists(store.k.segment(orphan))
+    time.sleep(0.25)
+    assert store.sweep()["segments_freed"] == 1 and not client.exists(store.k.segment(orphan))
+    assert not client.exists(store.k.pending("crashed")) and not client.zcard(store.k.pending_index)
     assert _kv_of(store, child)  # the fork still reads its bytes
+    after = store.tenant_bytes()["acme"]
+    assert after == int(client.hget(store.k.tenant_bytes("acme"), "child")) < before, "the account is what is named"
 
 
 def test_drop_deletes_a_session_and_its_own_segments_and_keeps_a_forks(store: SessionStore,
@@ -257,7 +264,7 @@ def test_drop_deletes_a_session_and_its_own_segments_and_keeps_a_forks(store: Se
     _session(store, "other", 50)
     assert store.drop("parent", "acme") == 1, "the parent's own second segment; the shared one stays"
     assert store.read("parent") is None
-    assert client.zscore(store.k.used, "parent") is None
+    assert client.zscore(store.k.lru("acme"), "parent") is None
     assert client.hget(store.k.tenant_bytes("acme"), "parent") is None
     assert not client.exists(store.k.segment(parent.segments[1])) and client.exists(store.k.segment(shared))
     assert not client.exists(store.k.lease("parent")), "the lease it took is given back"
@@ -285,5 +292,5 @@ def test_drop_is_refused_while_a_turn_holds_the_session_or_for_another_tenant(st
     with pytest.raises(NotFound):
         store.drop("s1", "globex")
     assert store.read("s1") == m and all(client.exists(store.k.segment(i)) for i in m.segments)
-    assert client.hget(store.k.tenant_bytes("acme"), "s1") is not None and client.zscore(store.k.used, "s1")
+    assert client.hget(store.k.tenant_bytes("acme"), "s1") is not None and client.zscore(store.k.lru("acme"), "s1")
     assert not client.exists(store.k.lease("s1")), "a refused drop gives its lease back"

@@ -1,0 +1,36 @@
+"""docker-compose.yml and .dockerignore, read as a deployer's checklist: the KV Redis has a
+ceiling and never evicts or snapshots, the broker is a Redis of its own, no password has a
+default, and no .env enters the image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compose() -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_the_kv_redis_has_a_ceiling_never_evicts_and_never_snapshots() -> None:
+    cmd = _compose()["services"]["redis"]["command"]
+    args = dict(zip(cmd[1::2], cmd[2::2]))
+    assert args["--maxmemory-policy"] == "noeviction" and args["--maxmemory"]
+    assert args["--save"] == "" and args["--appendonly"] == "no"
+
+
+def test_the_broker_is_a_redis_of_its_own() -> None:
+    c = _compose()
+    env = c["x-setflow-env"]
+    assert env["BROKER_URL"].startswith("redis://broker:") and env["REDIS_URL"].startswith("redis://redis:")
+    assert "broker" in c["services"] and "noeviction" in c["services"]["broker"]["command"]
+
+
+def test_no_password_has_a_default_and_no_env_file_enters_the_image() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "POSTGRES_PASSWORD:-" not in text and "${POSTGRES_PASSWORD:?" in text
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".env" in ignored and ".env.*" in ignored
