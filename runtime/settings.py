@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     job_max_attempts: int = 3  #: deliveries of one job (worker lost, time limit) before it fails
     job_retry_s: float = 60.0  #: transient errors (Redis, database, a busy session) are retried this long
     job_requeue_after_s: float = 300.0  #: a queued job not started after this is sent again
+    #: a session's next job goes to its last worker's own queue only while that queue holds fewer
+    #: messages than this (a busy worker's sessions go to the shared queue, restored elsewhere)
+    affinity_max_waiting: int = Field(default=4, ge=1)
     job_retention_s: float = Field(default=7 * 24 * 3600.0, gt=0)  #: a finished job's row is deleted this long after it ended
     task_soft_time_limit_s: int = 600  #: a job past this fails with "time_limit"
     task_time_limit_s: int = 660  #: the worker process is killed past this (the job is redelivered)

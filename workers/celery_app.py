@@ -7,18 +7,20 @@
 - The broker's visibility timeout outlasts the hard time limit (Settings checks it), so a message
   whose task may still run is never handed to a second worker by the broker; a whole worker lost
   (kill -9) is noticed sooner, by the job's SQL lease and the reaper (workers/watch.py).
-- Priorities are queues: a worker alternates between its own queue (warm sessions) and the
-  shared interactive queue, and takes from batch only when both are empty
-  (workers/queue_order.py).
+- Priorities are queues on Redis: a worker alternates between its own queue (warm sessions)
+  and the shared interactive queue, and takes from batch only when both are empty
+  (workers/queue_order.py).  On RabbitMQ (BROKER_URL amqp://) the shared queue is one priority
+  queue (x-max-priority), and an interactive job's message outranks the batch ones waiting.
 - No result backend: outcomes live in SQL (jobs), progress in a Redis stream per job.
 """
 
 from __future__ import annotations
 
 from celery import Celery
+from kombu.entity import Exchange, Queue
 
 from runtime.jobs.dispatch import Send
-from runtime.jobs.routing import shared_queue
+from runtime.jobs.routing import AMQP_MAX_PRIORITY, AMQP_PRIORITY, is_amqp, shared_queue
 from runtime.keys import Keys
 from runtime.settings import Settings
 from workers import broker
@@ -40,6 +42,7 @@ def broker_url(settings: Settings) -> str:
 
 def make_app(settings: Settings) -> Celery:
     app = Celery("setflow", broker=broker_url(settings), include=["workers.tasks"])
+    shared = shared_queue(settings, "interactive")
     app.conf.update(
         task_serializer="json", result_serializer="json", event_serializer="json",
         accept_content=["json"], result_accept_content=["json"],
@@ -56,6 +59,10 @@ def make_app(settings: Settings) -> Celery:
             "global_keyprefix": Keys(settings.key_prefix).broker,  # the broker's keys under our prefix
             "queue_order_strategy": "workers.queue_order:InteractiveFirst",
         },
+        # RabbitMQ: the shared queue is declared as a priority queue, the same way by every
+        # process (a queue declared twice with other arguments is refused)
+        task_queues=[Queue(shared, Exchange(shared), routing_key=shared,  # type: ignore[no-untyped-call]
+                           queue_arguments={"x-max-priority": AMQP_MAX_PRIORITY})] if is_amqp(settings) else None,
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=False,  # a turn survives a broker blip
         worker_hijack_root_logger=False,
@@ -71,7 +78,10 @@ app = make_app(Settings())
 
 
 def sender(celery: Celery) -> Send:
-    """runtime/jobs/dispatch.Send over Celery: the task by name, the job id its only argument."""
-    def send(job_id: str, queue: str) -> None:
-        celery.send_task(TASK, args=[job_id], queue=queue)
+    """runtime/jobs/dispatch.Send over Celery: the task by name, the job id its only argument;
+    on RabbitMQ the message carries its priority (the shared queue is a priority queue)."""
+    amqp = celery.conf.broker_url.startswith(("amqp://", "amqps://", "pyamqp://"))
+
+    def send(job_id: str, queue: str, priority: str = "interactive") -> None:
+        celery.send_task(TASK, args=[job_id], queue=queue, priority=AMQP_PRIORITY[priority] if amqp else None)
     return send

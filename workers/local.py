@@ -102,6 +102,8 @@ class LocalCluster:
             self.client.delete(*keys)
         self.client.close()
         self.sql.dispose()
+        self.dispatcher.routing.depth.close()
+        self.app.close()  # the broker connections its sends opened
 
 
 def worker_env(settings: Settings) -> dict[str, str]:

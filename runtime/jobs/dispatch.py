@@ -30,7 +30,7 @@ from runtime.jobs.specs import check_spec
 from runtime.keys import Keys
 from runtime.tables import TERMINAL, JobRecord
 
-Send = Callable[[str, str], None]  # (job id, queue)
+Send = Callable[[str, str, str], None]  # (job id, queue, priority)
 Admit = Callable[[BaseModel], None]  # the parsed spec -> raises where the caller refuses it (the API: context)
 log = logging.getLogger("setflow.dispatch")
 
@@ -82,7 +82,7 @@ class Dispatcher:
             if nxt is None or nxt.id != job.id:
                 return job
         try:
-            self.send(job.id, queue)
+            self.send(job.id, queue, priority)
             if blocked:
                 self.jobs.mark_dispatched(job.id, queue)
         except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
@@ -93,7 +93,7 @@ class Dispatcher:
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
         queue = self.routing.shared(job.priority) if shared else self.routing.route(job.session_id, job.priority)
         self.jobs.mark_dispatched(job.id, queue)  # before the send: a fast worker must not see it unsent
-        self.send(job.id, queue)
+        self.send(job.id, queue, job.priority)
         return queue
 
     def dispatch_next(self, session: str | None) -> JobRecord | None:
@@ -165,7 +165,7 @@ class Dispatcher:
         for job in self.jobs.stale(dead):
             # sent long ago to a live queue that still holds messages: it waits in a backlog,
             # not lost (a resend would only lengthen the queue)
-            if job.queue and job.queue not in dead and self.r.llen(self.k.broker + job.queue):
+            if job.queue and job.queue not in dead and self.routing.depth(job.queue):
                 continue
             if not self.jobs.blocked(job):
                 out["resent"] += 1

@@ -9,8 +9,9 @@ Queues (every name starts with the key prefix, so deployments sharing a broker s
 A worker says it is alive by refreshing `{p}:alive:{worker}` (TTL: three heartbeats) and its
 time in `{p}:workers` (the list of live workers reads that sorted set: O(log n), no scan).  After a
 turn it records itself as the session's last worker (`{p}:aff:{session}`, TTL affinity_ttl_s).
-A session's next job goes to that worker's queue while the worker is alive, else to the shared
-queue of its priority, where any worker restores the session from Redis.
+A session's next job goes to that worker's queue while the worker is alive and not busy past a
+bound (its own queue's backlog), else to the shared queue of its priority, where any worker
+restores the session from Redis.
 """
 
 from __future__ import annotations
@@ -24,8 +25,21 @@ from runtime.keys import Keys
 from runtime.settings import Settings
 
 
+def is_amqp(settings: Settings) -> bool:
+    """The broker is RabbitMQ (BROKER_URL amqp://...), else a Redis."""
+    return (settings.broker_url or "").startswith(("amqp://", "amqps://", "pyamqp://"))
+
+
+#: RabbitMQ: one shared queue for both priorities, its messages carrying their priority (the
+#: queue is declared with x-max-priority: an interactive job goes before the batch ones waiting)
+AMQP_PRIORITY = {"interactive": 9, "batch": 1}
+AMQP_MAX_PRIORITY = 10
+
+
 def shared_queue(settings: Settings, priority: str) -> str:
-    return f"{settings.key_prefix}.{priority}"
+    """The shared queue of a priority: a queue each on Redis (a worker polls interactive before
+    batch, workers/queue_order.py); one priority queue on RabbitMQ."""
+    return f"{settings.key_prefix}.shared" if is_amqp(settings) else f"{settings.key_prefix}.{priority}"
 
 
 def own_queue(settings: Settings, worker: str) -> str:
@@ -37,6 +51,7 @@ class Routing:
         self.r = client
         self.s = settings
         self.k = Keys(settings.key_prefix)
+        self.depth = QueueDepth(settings, client)
 
     # ---- queue names ------------------------------------------------------------------------
 
@@ -83,9 +98,11 @@ class Routing:
         return _text(w) if w is not None else None
 
     def route(self, session: str | None, priority: str) -> str:
-        """The queue for a job: the session's last worker's, while it is alive; else shared."""
+        """The queue for a job: the session's last worker's, while it is alive and its own queue
+        holds fewer than affinity_max_waiting messages; else shared (a busy worker's session is
+        restored from Redis by another rather than waiting behind its backlog)."""
         w = self.last_worker(session) if session is not None else None
-        if w is not None and self.alive(w):
+        if w is not None and self.alive(w) and self.depth(self.own(w)) < self.s.affinity_max_waiting:
             return self.own(w)
         return self.shared(priority)
 
@@ -96,5 +113,51 @@ def _text(x: Any) -> str:
 
 def consumed_by(settings: Settings, worker: str) -> list[str]:
     """A worker's queues, in the order it serves them: its own (warm sessions), then
-    interactive, then batch."""
-    return [own_queue(settings, worker), shared_queue(settings, "interactive"), shared_queue(settings, "batch")]
+    interactive, then batch (on RabbitMQ: its own, then the shared priority queue)."""
+    return list(dict.fromkeys([own_queue(settings, worker), shared_queue(settings, "interactive"),
+                               shared_queue(settings, "batch")]))
+
+
+class QueueDepth:
+    """Messages waiting in a broker queue: LLEN on the broker's Redis (BROKER_URL, else the KV
+    Redis, under the broker's key prefix), or a passive declare on RabbitMQ.  0 for a queue the
+    broker does not hold."""
+
+    def __init__(self, settings: Settings, kv: redis.Redis) -> None:
+        self.s = settings
+        self.k = Keys(settings.key_prefix)
+        url = settings.broker_url
+        self._redis = kv if url is None else (redis.Redis.from_url(url.replace("redis+socket://", "unix://"))
+                                              if not is_amqp(settings) else None)
+        self._amqp: Any = None
+
+    def __call__(self, queue: str) -> int:
+        if self._redis is not None:
+            return int(self._redis.llen(self.k.broker + queue))
+        from kombu.connection import Connection  # RabbitMQ only
+
+        for _ in range(2):
+            try:
+                if self._amqp is None:
+                    self._amqp = Connection(self.s.broker_url, connect_timeout=5)  # type: ignore[no-untyped-call]
+                return int(self._amqp.default_channel.queue_declare(queue, passive=True).message_count)
+            except Exception as e:  # noqa: BLE001 - a queue not declared yet, or a lost connection
+                _close(self._amqp)
+                self._amqp = None
+                if "NOT_FOUND" in str(e) or "404" in str(e):
+                    return 0
+        return 0
+
+
+    def close(self) -> None:
+        """The RabbitMQ connection it opened, if any."""
+        _close(self._amqp)
+        self._amqp = None
+
+
+def _close(conn: Any) -> None:
+    try:
+        if conn is not None:
+            conn.release()
+    except Exception:  # noqa: BLE001 - it is gone either way
+        pass

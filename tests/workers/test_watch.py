@@ -31,7 +31,7 @@ def test_a_reaper_pass_deletes_old_unnamed_segments(client: redis.Redis, setting
                                                     caplog: pytest.LogCaptureFixture) -> None:
     s = settings.model_copy(update={"data_dir": tmp_path})
     store = SessionStore(client, s)
-    dispatcher = Dispatcher(client, Jobs(make_engine(s), s), lambda job_id, queue: None)
+    dispatcher = Dispatcher(client, Jobs(make_engine(s), s), lambda job_id, queue, priority: None)
     old, fresh = _old_segment(store, client), store.put_segments("writing", "acme", [b"\x00" * 64])[0]
     done = reap_pass(dispatcher, store)
     assert done["segments_freed"] == 1 and done["requeued"] == 0

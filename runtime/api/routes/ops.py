@@ -75,7 +75,7 @@ class _Collector(Collector):
         for w in svc.dispatcher.routing.live_workers():
             queues.update(consumed_by(svc.settings, w))
         for q in sorted(queues):
-            depth.add_metric([q], svc.client.llen(svc.keys.broker + q))
+            depth.add_metric([q], svc.dispatcher.routing.depth(q))  # the broker's queue, Redis or RabbitMQ
         yield depth
         kv = GaugeMetricFamily("setflow_kv_bytes", "KV cache bytes held in Redis, by tenant", labels=["tenant"])
         for tenant, held in sorted(svc.client.hgetall(svc.keys.totals).items()):  # one hash: O(tenants)

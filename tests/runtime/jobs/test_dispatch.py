@@ -25,7 +25,7 @@ SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
 
 
 class Sent(list[tuple[str, str]]):
-    def __call__(self, job_id: str, queue: str) -> None:
+    def __call__(self, job_id: str, queue: str, priority: str = "interactive") -> None:
         self.append((job_id, queue))
 
 
@@ -221,3 +221,17 @@ def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starve
     assert [j for j, _ in sent] == [lost.id] and out["resent"] == 1, "not the blocked ones, not the one in a backlog"
     assert all(d.jobs.get(b.id).status == "queued" for b in blocked)
     client.delete(d.k.broker + q)
+
+
+def test_affinity_falls_back_to_the_shared_queue_when_the_last_worker_is_busy(
+        env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    d, sent, sid = env
+    p, r = d.s.key_prefix, d.routing
+    r.touch(sid, "w1")
+    r.beat("w1")
+    assert r.route(sid, "interactive") == f"{p}.w.w1"  # alive, nothing waiting: affinity
+    own = d.k.broker + f"{p}.w.w1"
+    client.rpush(own, *[b"waiting"] * d.s.affinity_max_waiting)  # a backlog in its own queue
+    assert r.route(sid, "interactive") == f"{p}.interactive" and r.route(sid, "batch") == f"{p}.batch"
+    client.delete(own)
+    assert r.route(sid, "interactive") == f"{p}.w.w1"
