@@ -447,16 +447,30 @@ class SessionStore:
         k = self.k
         done = {"segments_freed": 0, "sessions_expired": 0}
         for raw in self.r.zrangebyscore(k.pending_index, "-inf", now, start=0, num=batch):
-            tenant, session = json.loads(_text(raw))
+            if (who := self._unmember(k.pending_index, raw)) is None:
+                continue
+            tenant, session = who
             ids = [_text(x) for x in self.r.zrangebyscore(k.pending(session), "-inf", now)]
             keys = [k.pending(session), k.pending_index, k.totals] + [k.segment(i) for i in ids] + [k.ref(i) for i in ids]
             done["segments_freed"] += int(self._sweep_pending(keys=keys, args=[now, _text(raw), tenant, *ids]))
         expired = now - self.s.session_ttl_s * 1000
         for raw in self.r.zrangebyscore(k.used, "-inf", expired, start=0, num=batch):
-            tenant, session = json.loads(_text(raw))
+            if (who := self._unmember(k.used, raw)) is None:
+                continue
+            tenant, session = who
             keys = [k.manifest(session), k.lru(tenant), k.used, k.tenant_bytes(tenant), k.totals]
             done["sessions_expired"] += int(self._sweep_expired(keys=keys, args=[session, tenant, _text(raw)]))
         return done
+
+    def _unmember(self, index: str, raw: Any) -> tuple[str, str] | None:
+        """(tenant, session) of an index member; one that is not (written by an older version:
+        a bare session id) leaves the index."""
+        try:
+            tenant, session = json.loads(_text(raw))
+            return str(tenant), str(session)
+        except (ValueError, TypeError):
+            self.r.zrem(index, raw)
+            return None
 
     def tenant_bytes(self) -> dict[str, int]:
         """Each tenant's account: the bytes its sessions hold in Redis (named and pending)."""

@@ -294,3 +294,9 @@ def test_drop_is_refused_while_a_turn_holds_the_session_or_for_another_tenant(st
     assert store.read("s1") == m and all(client.exists(store.k.segment(i)) for i in m.segments)
     assert client.hget(store.k.tenant_bytes("acme"), "s1") is not None and client.zscore(store.k.lru("acme"), "s1")
     assert not client.exists(store.k.lease("s1")), "a refused drop gives its lease back"
+
+
+def test_the_sweep_drops_index_members_an_older_version_wrote(store: SessionStore, client: redis.Redis) -> None:
+    client.zadd(store.k.used, {"bare-session-id": 0})  # the LRU order before accounts per tenant
+    assert store.sweep() == {"segments_freed": 0, "sessions_expired": 0}
+    assert client.zscore(store.k.used, "bare-session-id") is None
