@@ -66,6 +66,7 @@ def run(rt: Runtime, job_id: str) -> str:
             _quietly(lambda: rt.dispatcher.dispatch_next(claim.job.session_id))
         return claim.reason
     job, owner, session = claim.job, claim.owner, claim.job.session_id
+    _quietly(lambda: rt.dispatcher.admit(job.tenant))  # it left the broker: its tenant's next may go
     status: str | None
     result: dict[str, Any] | None
     error: dict[str, Any] | None

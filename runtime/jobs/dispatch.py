@@ -72,23 +72,31 @@ class Dispatcher:
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)
-        queue = self.routing.route(session, priority)
-        job, blocked = self.jobs.create(kind, tenant, spec, session, priority, queue, open_session=opens)
+        job, _ = self.jobs.create(kind, tenant, spec, session, priority, open_session=opens)  # queued, not sent
         self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
-        if blocked:
-            # the job before it sends it when it ends; but that one may have ended while this
-            # row was being written (PostgreSQL's READ COMMITTED lets both miss the other)
-            nxt = self.jobs.next_queued(session) if session is not None else None
-            if nxt is None or nxt.id != job.id:
-                return job
-        try:
-            self.send(job.id, queue, priority)
-            if blocked:
-                self.jobs.mark_dispatched(job.id, queue)
-        except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
-            log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
-            self.jobs.mark_dispatched(job.id, queue, sent=False)
-        return job
+        self.admit(tenant)  # sent now if it may go (its session's turn, its tenant's share)
+        return self.jobs.get(job.id)
+
+    def admit(self, tenant: str) -> int:
+        """Send the tenant's queued jobs that may go now (Jobs.admissible: not waiting for an
+        earlier job of their session; interactive, then oldest, first) while fewer than
+        tenant_max_waiting of its jobs sit in the broker, sent and not started: one tenant's
+        backlog waits in SQL, and another tenant's job goes behind at most that many of its
+        messages in a shared queue.  Each job is sent once (Jobs.mark_sending).  Called at a
+        submission, when a job starts (a place frees up) or ends (its session's next may go),
+        and by the reaper.  A failed send is left to the reaper.  Returns the jobs sent."""
+        sent = 0
+        for job in self.jobs.admissible(tenant, self.s.tenant_max_waiting):
+            queue = self.routing.route(job.session_id, job.priority)
+            if not self.jobs.mark_sending(job.id, queue):  # another admission took it
+                continue
+            try:
+                self.send(job.id, queue, job.priority)
+                sent += 1
+            except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
+                log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
+                self.jobs.mark_dispatched(job.id, queue, sent=False)
+        return sent
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
         queue = self.routing.shared(job.priority) if shared else self.routing.route(job.session_id, job.priority)
@@ -97,19 +105,20 @@ class Dispatcher:
         return queue
 
     def dispatch_next(self, session: str | None) -> JobRecord | None:
-        """Send the session's next queued job, if its turn has come."""
+        """After a job of the session ended: its next queued job may go (within its tenant's
+        share: admit)."""
         nxt = self.jobs.next_queued(session) if session is not None else None
         if nxt is not None:
-            self.send_job(nxt)
+            self.admit(nxt.tenant)
         return nxt
 
     def cancel(self, job_id: str, tenant: str) -> JobRecord:
         job, ended = self.jobs.cancel(job_id, tenant)
         if job.status == "running":
             self.events.request_cancel(job.id)  # the holder stops at its next step
-        elif ended:  # it was queued: nobody runs it now, and the session's next job may go
+        elif ended:  # it was queued: nobody runs it now; the session's next job, or its tenant's, may go
             self._event(job.id, {"type": "status", "status": "cancelled", "error": job.error})
-            self.dispatch_next(job.session_id)
+            self.admit(job.tenant)
         return job
 
     def _event(self, job_id: str, event: dict[str, Any]) -> None:
@@ -143,7 +152,7 @@ class Dispatcher:
         """One pass; several workers run it, one at a time (a Redis lock for the interval)."""
         if not self.r.set(self.k.reaper, 1, nx=True, px=max(1, int(self.s.reaper_interval_s * 900))):
             return {}
-        out = {"requeued": 0, "gave_up": 0, "resent": 0}
+        out = {"requeued": 0, "gave_up": 0, "resent": 0, "admitted": 0}
         for job in self.jobs.expired():
             if self.jobs.requeue(job):
                 out["requeued"] += 1
@@ -165,10 +174,11 @@ class Dispatcher:
         for job in self.jobs.stale(dead):
             # sent long ago to a live queue that still holds messages: it waits in a backlog,
             # not lost (a resend would only lengthen the queue)
-            if job.queue and job.queue not in dead and self.routing.depth(job.queue):
+            if job.queue not in dead and self.routing.depth(job.queue):
                 continue
             if not self.jobs.blocked(job):
                 out["resent"] += 1
                 self.send_job(job, shared=True)
+        out["admitted"] = sum(self.admit(t) for t in self.jobs.tenants_unsent())  # a failed send, a lost wake-up
         out["pruned"] = self.jobs.prune()  # finished jobs past job_retention_s
         return out

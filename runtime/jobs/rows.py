@@ -145,6 +145,36 @@ class Jobs:
         if owner is None or owner.tenant != tenant:
             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
 
+    def admissible(self, tenant: str, cap: int) -> list[JobRecord]:
+        """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job
+        of its session; interactive before batch, then oldest first; as many as the tenant has
+        room for (cap minus its jobs sent and not started)."""
+        earlier = aliased(JobRecord)
+        waits = select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
+                                         earlier.status.not_in(TERMINAL)).exists()
+        with self._db() as db:
+            waiting = int(db.scalar(select(func.count()).select_from(JobRecord).where(
+                JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue != "")) or 0)
+            if waiting >= cap:
+                return []
+            return list(db.scalars(select(JobRecord).where(
+                JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue == "", ~waits)
+                .order_by(JobRecord.priority == "batch", JobRecord.created_at).limit(cap - waiting)))
+
+    def mark_sending(self, job_id: str, queue: str) -> bool:
+        """Record the job as sent to `queue`, if nobody has (it is still queued and unsent):
+        True when this caller is the one to send it."""
+        with self._write.begin() as db:
+            return _rows(db.execute(update(JobRecord).where(
+                JobRecord.id == job_id, JobRecord.status == "queued", JobRecord.queue == "")
+                .values(queue=queue, dispatched_at=time.time()))) == 1
+
+    def tenants_unsent(self, limit: int = 1000) -> list[str]:
+        """Tenants with queued jobs that no admission has sent."""
+        with self._db() as db:
+            return list(db.scalars(select(JobRecord.tenant).where(
+                JobRecord.status == "queued", JobRecord.queue == "").distinct().limit(limit)))
+
     def mark_dispatched(self, job_id: str, queue: str, sent: bool = True) -> None:
         """Where the job was sent; sent=False: the send failed (the reaper sends it at its next pass)."""
         with self._write.begin() as db:
@@ -258,13 +288,14 @@ class Jobs:
         return n == 1
 
     def stale(self, dead_queues: list[str], limit: int = 100) -> list[JobRecord]:
-        """Queued jobs that may never be delivered: sent long ago, or sent to a dead worker's
+        """Queued jobs sent but maybe never delivered: sent long ago, or to a dead worker's
         queue; never one that waits for an earlier job of its session (that one's end sends it),
         so a backlog of those cannot fill the page and starve the others."""
         old = time.time() - self.s.job_requeue_after_s
         conds = [JobRecord.dispatched_at < old]
         if dead_queues:
             conds.append(JobRecord.queue.in_(dead_queues))
+        conds = [and_(JobRecord.queue != "", or_(*conds))]  # sent ones: the unsent are admit()'s
         earlier = aliased(JobRecord)
         waits = select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
                                          earlier.status.not_in(TERMINAL)).exists()

@@ -96,7 +96,7 @@ def test_reaper_requeues_expired_and_resends_stranded(env: tuple[Dispatcher, Sen
     claim = d.jobs.claim(job.id, "w1")
     assert claim.owner is not None
     time.sleep(0.1)  # the holder died: its 0.05 s lease runs out
-    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0, "pruned": 0}
+    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0, "admitted": 0, "pruned": 0}
     assert d.jobs.get(job.id).status == "queued" and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
     # a queued job sent to a worker that died before taking it goes back to the shared queue
     d.jobs.mark_dispatched(job.id, f"{d.s.key_prefix}.w.gone")
@@ -145,14 +145,14 @@ def test_cancelling_a_requeued_job_publishes_and_unblocks(env: tuple[Dispatcher,
 def test_a_failed_send_is_accepted_and_sent_by_the_reaper(env: tuple[Dispatcher, Sent, str]) -> None:
     d, sent, sid = env
 
-    def broker_down(job_id: str, queue: str) -> None:
+    def broker_down(job_id: str, queue: str, priority: str) -> None:
         raise ConnectionError("broker away")
 
     d.send = broker_down
     job = d.submit("turn", "acme", SPEC, sid)  # accepted: the row is written
     assert d.jobs.get(job.id).dispatched_at == 0.0
     d.send = sent
-    assert d.reap()["resent"] == 1 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
+    assert d.reap()["admitted"] == 1 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
 
 
 def test_bad_priority_or_oversized_input_spends_no_token(env: tuple[Dispatcher, Sent, str],
@@ -235,3 +235,26 @@ def test_affinity_falls_back_to_the_shared_queue_when_the_last_worker_is_busy(
     assert r.route(sid, "interactive") == f"{p}.interactive" and r.route(sid, "batch") == f"{p}.batch"
     client.delete(own)
     assert r.route(sid, "interactive") == f"{p}.w.w1"
+
+
+def test_one_tenants_backlog_waits_in_sql_and_another_tenants_job_goes_at_once(
+        env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, _ = env
+    d.s = d.jobs.s = d.s.model_copy(update={"tenant_burst": 10_000, "tenant_rate_per_s": 10_000.0})
+    d.limiter.s = d.s
+    cap = d.s.tenant_max_waiting
+    records = Records(d.jobs.engine)
+    backlog = [d.submit("turn", "acme", SPEC, records.create_session("acme", "").id) for _ in range(3 * cap)]
+    assert [j for j, _ in sent] == [j.id for j in backlog[:cap]], "the first ones go; the rest wait in SQL"
+    assert all(d.jobs.get(j.id).queue == "" for j in backlog[cap:])
+    other = d.submit("turn", "globex", SPEC, records.create_session("globex", "").id)
+    assert sent[-1][0] == other.id, "another tenant's job is not behind the backlog"
+    urgent = d.submit("turn", "acme", SPEC, records.create_session("acme", "").id)  # interactive, held too
+    late_batch = d.submit("turn", "acme", SPEC, records.create_session("acme", "").id, priority="batch")
+    assert d.jobs.claim(backlog[0].id, "w1").owner is not None  # one leaves the broker: one more may go
+    assert d.admit("acme") == 1 and sent[-1][0] == backlog[cap].id
+    d.jobs.cancel(backlog[1].id, "acme")
+    d.cancel(backlog[2].id, "acme")  # a queued one cancelled through the dispatcher frees its place too
+    assert d.jobs.get(late_batch.id).queue == "" and urgent.id not in [j for j, _ in sent[:cap + 2]]
+    waiting = [j for j in backlog + [urgent, late_batch] if d.jobs.get(j.id).status == "queued" and d.jobs.get(j.id).queue]
+    assert len(waiting) <= cap
