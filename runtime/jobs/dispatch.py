@@ -172,9 +172,10 @@ class Dispatcher:
         dead = [q for q in self.jobs.queued_queues()
                 if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
         for job in self.jobs.stale(dead):
-            # sent long ago to a live queue that still holds messages: it waits in a backlog,
-            # not lost (a resend would only lengthen the queue)
-            if job.queue not in dead and self.routing.depth(job.queue):
+            # sent long ago to a shared queue that still holds messages: it waits in a backlog
+            # that every worker serves, not lost (a resend would only lengthen it); a worker's own
+            # queue is another matter: a worker alive but not consuming strands what it holds
+            if self.routing.worker_of(job.queue) is None and self.routing.depth(job.queue):
                 continue
             if not self.jobs.blocked(job):
                 out["resent"] += 1

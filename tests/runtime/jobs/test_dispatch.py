@@ -213,14 +213,21 @@ def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starve
     waiting = d.submit("turn", "acme", SPEC, Records(d.jobs.engine).create_session("acme", "").id)
     q = f"{d.s.key_prefix}.backlog"
     d.jobs.mark_dispatched(waiting.id, q)
-    client.rpush(d.k.broker + q, b"someone else's message")  # a live queue with a backlog in front of it
+    client.rpush(d.k.broker + q, b"someone else's message")  # a shared queue with a backlog in front of it
+    stranded = d.submit("turn", "acme", SPEC, Records(d.jobs.engine).create_session("acme", "").id)
+    d.routing.beat("w9")  # alive, but not consuming: what its own queue holds is stranded
+    own = d.routing.own("w9")
+    d.jobs.mark_dispatched(stranded.id, own)
+    client.rpush(d.k.broker + own, b"its message")
     time.sleep(0.1)
+    d.routing.beat("w9")
     sent.clear()
     client.delete(d.k.reaper)
     out = d.reap()
-    assert [j for j, _ in sent] == [lost.id] and out["resent"] == 1, "not the blocked ones, not the one in a backlog"
+    assert sorted(j for j, _ in sent) == sorted([lost.id, stranded.id]) and out["resent"] == 2, \
+        "not the blocked ones, not the one in a shared backlog"
     assert all(d.jobs.get(b.id).status == "queued" for b in blocked)
-    client.delete(d.k.broker + q)
+    client.delete(d.k.broker + q, d.k.broker + own)
 
 
 def test_affinity_falls_back_to_the_shared_queue_when_the_last_worker_is_busy(
