@@ -10,7 +10,8 @@ On a Redis server of its own (a fresh embedded one, so that `used_memory` is thi
    budgets; at the end, after the writers' deadline and one sweep, the bytes of segments no
    manifest names (`orphan_bytes`) and whether each tenant's account equals what its manifests
    name.  (a) the same churn on the store as it was before this issue (runtime/sessions/store.py
-   at 1544736, read from git), with its gc never run, as it was deployed: the baseline.
+   at 1544736, read from git), with no gc pass during the run (its gc scanned the keyspace every
+   gc_interval_s; none ran when the issue was filed): the baseline.
 2. latency: N sessions (1k, then 20k) of one small segment each; the median time of a commit
    (a session's next turn) and of a delete, and the ratio between the two N; the same on the
    store before this issue (fewer samples: its delete reads every manifest).
