@@ -74,8 +74,16 @@ class Dispatcher:
         self.limiter.take(tenant)
         job, _ = self.jobs.create(kind, tenant, spec, session, priority, open_session=opens)  # queued, not sent
         self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
-        self.admit(tenant)  # sent now if it may go (its session's turn, its tenant's share)
+        self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)
+
+    def _admit_quietly(self, tenant: str) -> None:
+        """admit() where its failure must not fail what is done already (a job accepted, a
+        cancel committed): the reaper admits what this could not."""
+        try:
+            self.admit(tenant)
+        except Exception:  # noqa: BLE001 - Redis, the broker or the database away
+            log.warning("tenant %s: admission failed; the reaper admits its jobs", tenant, exc_info=True)
 
     def admit(self, tenant: str) -> int:
         """Send the tenant's queued jobs that may go now (Jobs.admissible: not waiting for an
@@ -87,15 +95,19 @@ class Dispatcher:
         and by the reaper.  A failed send is left to the reaper.  Returns the jobs sent."""
         sent = 0
         for job in self.jobs.admissible(tenant, self.s.tenant_max_waiting):
-            queue = self.routing.route(job.session_id, job.priority)
+            try:
+                queue = self.routing.route(job.session_id, job.priority)
+            except redis.RedisError:  # affinity unknown: any worker can restore the session
+                queue = self.routing.shared(job.priority)
             if not self.jobs.mark_sending(job.id, queue):  # another admission took it
                 continue
             try:
                 self.send(job.id, queue, job.priority)
                 sent += 1
-            except Exception:  # noqa: BLE001 - the broker is away: accepted all the same
+            except Exception:  # noqa: BLE001 - the broker is away: accepted all the same; the rest waits too
                 log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
                 self.jobs.mark_dispatched(job.id, queue, sent=False)
+                break
         return sent
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
@@ -118,7 +130,7 @@ class Dispatcher:
             self.events.request_cancel(job.id)  # the holder stops at its next step
         elif ended:  # it was queued: nobody runs it now; the session's next job, or its tenant's, may go
             self._event(job.id, {"type": "status", "status": "cancelled", "error": job.error})
-            self.admit(job.tenant)
+            self._admit_quietly(job.tenant)
         return job
 
     def _event(self, job_id: str, event: dict[str, Any]) -> None:
@@ -171,15 +183,18 @@ class Dispatcher:
                     self.dispatch_next(job.session_id)
         dead = [q for q in self.jobs.queued_queues()
                 if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
-        for job in self.jobs.stale(dead):
-            # sent long ago to a shared queue that still holds messages: it waits in a backlog
-            # that every worker serves, not lost (a resend would only lengthen it); a worker's own
-            # queue is another matter: a worker alive but not consuming strands what it holds
-            if self.routing.worker_of(job.queue) is None and self.routing.depth(job.queue):
-                continue
+        # a shared queue with a backlog: its jobs wait their turn (every worker serves it), not
+        # lost; a worker's own queue is another matter (alive and not consuming strands them)
+        busy = [q for q in dict.fromkeys([self.routing.shared("interactive"), self.routing.shared("batch")])
+                if self.routing.depth(q)]
+        for job in self.jobs.stale(dead, busy):
             if not self.jobs.blocked(job):
                 out["resent"] += 1
                 self.send_job(job, shared=True)
-        out["admitted"] = sum(self.admit(t) for t in self.jobs.tenants_unsent())  # a failed send, a lost wake-up
+        for tenant in self.jobs.tenants_unsent():  # a failed send, a lost wake-up
+            try:
+                out["admitted"] += self.admit(tenant)
+            except Exception:  # noqa: BLE001 - the next pass tries again; the others still go
+                log.warning("reaper: admission of tenant %s failed", tenant, exc_info=True)
         out["pruned"] = self.jobs.prune()  # finished jobs past job_retention_s
         return out

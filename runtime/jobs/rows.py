@@ -170,10 +170,10 @@ class Jobs:
                 .values(queue=queue, dispatched_at=time.time()))) == 1
 
     def tenants_unsent(self, limit: int = 1000) -> list[str]:
-        """Tenants with queued jobs that no admission has sent."""
+        """Tenants with queued jobs that no admission has sent, those waiting longest first."""
         with self._db() as db:
-            return list(db.scalars(select(JobRecord.tenant).where(
-                JobRecord.status == "queued", JobRecord.queue == "").distinct().limit(limit)))
+            return list(db.scalars(select(JobRecord.tenant).where(JobRecord.status == "queued", JobRecord.queue == "")
+                                   .group_by(JobRecord.tenant).order_by(func.min(JobRecord.created_at)).limit(limit)))
 
     def mark_dispatched(self, job_id: str, queue: str, sent: bool = True) -> None:
         """Where the job was sent; sent=False: the send failed (the reaper sends it at its next pass)."""
@@ -287,20 +287,25 @@ class Jobs:
                 JobRecord.lease_until < time.time()).values(status="queued", owner=None)))
         return n == 1
 
-    def stale(self, dead_queues: list[str], limit: int = 100) -> list[JobRecord]:
-        """Queued jobs sent but maybe never delivered: sent long ago, or to a dead worker's
-        queue; never one that waits for an earlier job of its session (that one's end sends it),
-        so a backlog of those cannot fill the page and starve the others."""
-        old = time.time() - self.s.job_requeue_after_s
-        conds = [JobRecord.dispatched_at < old]
+    def stale(self, dead_queues: list[str], busy_queues: list[str] = (), limit: int = 100) -> list[JobRecord]:  # type: ignore[assignment]
+        """Queued jobs sent but maybe never delivered: sent more than job_requeue_after_s ago, or
+        to a dead worker's queue.  One in a busy queue (a shared queue with a backlog every worker
+        serves) waits its turn: it counts only past 3 x job_requeue_after_s.  Never one that
+        waits for an earlier job of its session (that one's end sends it).  Filtered here, in
+        SQL, so that a page of jobs that legitimately wait cannot starve the others."""
+        now = time.time()
+        old, very_old = now - self.s.job_requeue_after_s, now - 3 * self.s.job_requeue_after_s
+        due = and_(JobRecord.dispatched_at < old, or_(JobRecord.queue.not_in(list(busy_queues)),
+                                                      JobRecord.dispatched_at < very_old))
+        conds = [due]
         if dead_queues:
             conds.append(JobRecord.queue.in_(dead_queues))
-        conds = [and_(JobRecord.queue != "", or_(*conds))]  # sent ones: the unsent are admit()'s
         earlier = aliased(JobRecord)
         waits = select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
                                          earlier.status.not_in(TERMINAL)).exists()
         with self._db() as db:
-            return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", or_(*conds), ~waits))
+            return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", JobRecord.queue != "",
+                                                                or_(*conds), ~waits))
                                    .order_by(JobRecord.created_at).limit(limit)))
 
     def prune(self, limit: int = 1000) -> int:

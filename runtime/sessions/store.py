@@ -93,7 +93,9 @@ for i = 1, K do
   redis.call('PEXPIRE', KEYS[k0 + K + i], ttl)
 end
 for i = 1, R do
-  if redis.call('DECR', KEYS[r0 + R + i]) <= 0 then redis.call('DEL', KEYS[r0 + i], KEYS[r0 + R + i]) end
+  local left = redis.call('DECR', KEYS[r0 + R + i])
+  if left == 0 then redis.call('DEL', KEYS[r0 + i], KEYS[r0 + R + i])
+  elseif left < 0 then redis.call('DEL', KEYS[r0 + R + i]) end  -- no count (written before counts): its TTL decides
 end
 local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
 if #first == 0 then redis.call('ZREM', KEYS[8], ARGV[14]) else redis.call('ZADD', KEYS[8], first[2], ARGV[14]) end
@@ -101,7 +103,9 @@ local body = string.gsub(ARGV[3], '@BYTES@', tostring(bytes))
 redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'body', body, 'tenant', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('HSET', KEYS[5], ARGV[8], bytes)
-if bytes - old - pend ~= 0 then redis.call('HINCRBY', KEYS[6], ARGV[4], bytes - old - pend) end
+if bytes - old - pend ~= 0 and redis.call('HINCRBY', KEYS[6], ARGV[4], bytes - old - pend) < 0 then
+  redis.call('HSET', KEYS[6], ARGV[4], 0)  -- bytes an older version held, never counted
+end
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[8])
 redis.call('ZADD', KEYS[4], ARGV[7], ARGV[14])
 return {'ok', tostring(bytes)}
@@ -120,10 +124,12 @@ if cur ~= ARGV[2] then return {'stale', 0} end
 local n = tonumber(ARGV[5])
 local deleted = 0
 for i = 1, n do
-  if redis.call('DECR', KEYS[6 + n + i]) <= 0 then deleted = deleted + redis.call('DEL', KEYS[6 + i], KEYS[6 + n + i]) - 1 end
+  local left = redis.call('DECR', KEYS[6 + n + i])
+  if left == 0 then deleted = deleted + redis.call('DEL', KEYS[6 + i], KEYS[6 + n + i]) - 1
+  elseif left < 0 then redis.call('DEL', KEYS[6 + n + i]) end  -- no count (written before counts): its TTL decides
 end
 local old = tonumber(redis.call('HGET', KEYS[5], ARGV[3]) or '0')
-if old ~= 0 then redis.call('HINCRBY', KEYS[6], ARGV[4], -old) end
+if old ~= 0 and redis.call('HINCRBY', KEYS[6], ARGV[4], -old) < 0 then redis.call('HSET', KEYS[6], ARGV[4], 0) end
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[5], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[3])
@@ -146,7 +152,7 @@ for i = 1, n do
     redis.call('ZREM', KEYS[1], ARGV[3 + i])
   end
 end
-if freed > 0 then redis.call('HINCRBY', KEYS[3], ARGV[3], -freed) end
+if freed > 0 and redis.call('HINCRBY', KEYS[3], ARGV[3], -freed) < 0 then redis.call('HSET', KEYS[3], ARGV[3], 0) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #first == 0 then redis.call('ZREM', KEYS[2], ARGV[2]) else redis.call('ZADD', KEYS[2], first[2], ARGV[2]) end
 return deleted
@@ -157,7 +163,7 @@ return deleted
 _SWEEP_EXPIRED = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local old = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
-if old ~= 0 then redis.call('HINCRBY', KEYS[5], ARGV[2], -old) end
+if old ~= 0 and redis.call('HINCRBY', KEYS[5], ARGV[2], -old) < 0 then redis.call('HSET', KEYS[5], ARGV[2], 0) end
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[3])
@@ -172,6 +178,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 SWEEP_BATCH = 100  #: sessions one sweep() call looks at, per kind (pending writes, expired manifests)
+EXPIRE_AT = 0.9  #: sweep() lets a session go once idle this share of session_ttl_s (its TTL is the backstop)
 
 
 @dataclass(frozen=True)
@@ -440,9 +447,11 @@ class SessionStore:
     def sweep(self, batch: int = SWEEP_BATCH) -> dict[str, int]:
         """What nobody will name any more, found from deadlines, never by scanning the keyspace:
         pending writes past their deadline (a writer that crashed between its segments and its
-        manifest, or lost its lease) are deleted, and sessions whose manifest expired leave the
-        LRU orders and their tenant's account.  Up to `batch` sessions of each per call (the
-        oldest first; the workers' reaper calls it every pass).  Returns the counts."""
+        manifest, or lost its lease) are deleted; sessions idle for EXPIRE_AT of session_ttl_s
+        are let go as an eviction would (their segments' counts given back), and one whose
+        manifest expired anyway (no sweep ran) leaves the LRU orders and its tenant's account.
+        Up to `batch` sessions of each per call (the oldest first; the workers' reaper calls it
+        every pass).  Returns the counts."""
         now = int(time.time() * 1000)
         k = self.k
         done = {"segments_freed": 0, "sessions_expired": 0}
@@ -453,11 +462,20 @@ class SessionStore:
             ids = [_text(x) for x in self.r.zrangebyscore(k.pending(session), "-inf", now)]
             keys = [k.pending(session), k.pending_index, k.totals] + [k.segment(i) for i in ids] + [k.ref(i) for i in ids]
             done["segments_freed"] += int(self._sweep_pending(keys=keys, args=[now, _text(raw), tenant, *ids]))
-        expired = now - self.s.session_ttl_s * 1000
-        for raw in self.r.zrangebyscore(k.used, "-inf", expired, start=0, num=batch):
+        # idle sessions go a little before their TTL, through the script that gives back their
+        # segments' counts (a manifest that expired on its own cannot: a fork's shared segments
+        # would then outlive both, counted by nobody, until their own TTL)
+        idle = now - int(EXPIRE_AT * self.s.session_ttl_s * 1000)
+        for raw in self.r.zrangebyscore(k.used, "-inf", idle, start=0, num=batch):
             if (who := self._unmember(k.used, raw)) is None:
                 continue
             tenant, session = who
+            if self.r.exists(k.manifest(session)):
+                try:
+                    done["sessions_expired"] += self._release_state(session, tenant, "").startswith("ok")
+                except NotFound:  # the id now names another tenant's session
+                    self.r.zrem(k.used, _text(raw))
+                continue
             keys = [k.manifest(session), k.lru(tenant), k.used, k.tenant_bytes(tenant), k.totals]
             done["sessions_expired"] += int(self._sweep_expired(keys=keys, args=[session, tenant, _text(raw)]))
         return done

@@ -211,7 +211,7 @@ def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starve
     other = Records(d.jobs.engine).create_session("acme", "").id
     lost = d.submit("turn", "acme", SPEC, other)  # its message is lost (the queue is empty)
     waiting = d.submit("turn", "acme", SPEC, Records(d.jobs.engine).create_session("acme", "").id)
-    q = f"{d.s.key_prefix}.backlog"
+    q = d.routing.shared("batch")  # a shared queue with a backlog: its jobs wait their turn
     d.jobs.mark_dispatched(waiting.id, q)
     client.rpush(d.k.broker + q, b"someone else's message")  # a shared queue with a backlog in front of it
     stranded = d.submit("turn", "acme", SPEC, Records(d.jobs.engine).create_session("acme", "").id)

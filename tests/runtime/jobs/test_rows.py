@@ -179,3 +179,14 @@ def test_a_tenant_over_its_unfinished_jobs_cap_is_refused_and_others_are_not(db_
     jobs.create("turn", "globex", SPEC, other)  # another tenant's cap is its own
     jobs.cancel(first.id, "acme")  # one ends: room for one more
     jobs.create("turn", "acme", SPEC, session)
+
+
+def test_a_job_in_a_busy_shared_queue_is_stale_only_past_three_times_the_bound(db_engine: Engine, session: str) -> None:
+    jobs = Jobs(db_engine, Settings(job_requeue_after_s=0.1))
+    job, _ = jobs.create("turn", "acme", SPEC, session)
+    jobs.mark_dispatched(job.id, "sf.interactive")
+    time.sleep(0.15)
+    assert [j.id for j in jobs.stale([])] == [job.id]
+    assert jobs.stale([], ["sf.interactive"]) == [], "it waits its turn in a backlog every worker serves"
+    time.sleep(0.2)
+    assert [j.id for j in jobs.stale([], ["sf.interactive"])] == [job.id], "lost after all: resent"

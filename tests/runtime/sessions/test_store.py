@@ -3,6 +3,7 @@ lease.  Every refusal leaves the stored state as it was."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 
@@ -300,3 +301,28 @@ def test_the_sweep_drops_index_members_an_older_version_wrote(store: SessionStor
     client.zadd(store.k.used, {"bare-session-id": 0})  # the LRU order before accounts per tenant
     assert store.sweep() == {"segments_freed": 0, "sessions_expired": 0}
     assert client.zscore(store.k.used, "bare-session-id") is None
+
+
+def test_an_idle_fork_is_let_go_with_its_counts_so_the_shared_segment_goes_with_the_parent(
+        store: SessionStore, client: redis.Redis) -> None:
+    parent = _session(store, "parent", 600)
+    shared = parent.segments[0]
+    lease = store.acquire("child")
+    child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, lease)
+    store.release(lease)
+    assert child.segments == [shared] and int(client.get(store.k.ref(shared))) == 2
+    client.zadd(store.k.used, {json.dumps(["acme", "child"], separators=(",", ":")): 0})  # idle past its TTL's 90%
+    assert store.sweep()["sessions_expired"] == 1 and store.read("child") is None
+    assert int(client.get(store.k.ref(shared))) == 1, "its count given back"
+    assert store.drop("parent", "acme") == 2 and not client.exists(store.k.segment(shared))
+    assert store.tenant_bytes()["acme"] == 0
+
+
+def test_segments_written_before_counts_are_left_to_their_ttl_and_accounts_never_go_negative(
+        store: SessionStore, client: redis.Redis) -> None:
+    m = _session(store, "old", 50)
+    client.delete(*[store.k.ref(i) for i in m.segments])  # as an older version wrote them
+    client.hdel(store.k.totals, "acme")  # and kept no account per tenant
+    assert store.drop("old", "acme") == 0, "a segment nobody counted may be a fork's: not deleted"
+    assert all(client.exists(store.k.segment(i)) and client.pttl(store.k.segment(i)) > 0 for i in m.segments)
+    assert store.tenant_bytes().get("acme", 0) == 0
