@@ -117,8 +117,8 @@ class Settings(BaseSettings):
 
     def batch_size(self, gpu: bool) -> int:
         """batch_sessions, or unset what `setflow worker` runs: 32 on a GPU, 6 on CPUs (on 2
-        cores, 2 processes of batch 6 served 1.6x the turns/s of batch 1 at half the p99:
-        docs/BENCHMARKS.md, bench/load.py)."""
+        cores, 2 processes of batch 6 served 1.6-1.7x the turns/s of batch 1 at 0.54-0.69x the
+        p99: docs/BENCHMARKS.md, bench/load.py).  The GPU figure is a default, not measured here."""
         return self.batch_sessions or (GPU_BATCH if gpu else CPU_BATCH)
 
     @field_validator("device")

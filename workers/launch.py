@@ -5,8 +5,8 @@ session affinity points at exactly the process that holds a session warm.  It ta
 batch_sessions jobs at once on Celery's thread pool and decodes their turns in one batch
 (runtime/sessions/batcher.py), or with batch_sessions 1 one job at a time in a prefork pool
 process.  Default count: one per GPU (each sees only its GPU), else one per `torch_threads` CPU
-cores; default batch: 32 on a GPU, 6 on CPUs (Settings.batch_size: on 2 cores, 2 processes of
-batch 6 served 1.6x the turns/s of 2 of batch 1 at half the p99, docs/BENCHMARKS.md).
+cores; default batch: 32 on a GPU (not measured: no GPU was lent), 6 on CPUs (Settings.batch_size:
+on 2 cores, 2 processes of batch 6 served 1.6-1.7x the turns/s of 2 of batch 1, docs/BENCHMARKS.md).
 With no REDIS_URL the embedded Redis is started (or joined) first and stopped at the end if this
 process started it; the database schema is migrated once, before any worker starts.
 """
