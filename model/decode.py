@@ -41,6 +41,7 @@ class StepEvent:
     logits: Tensor | None = None  # (n_active, vocab) raw logits of the active masks
     cut: int | None = None  # a stop fired: the sequence now ends at this position
     length: int = 0  # the cache's valid slots after this step (a reader behind the decoder reads no further)
+    rollbacks: int = 0  # the cache's rollback count after this step (a reader behind sees if one came since)
 
 
 # ---- forwards ----------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePar
     state.step += 1
     cut = _maybe_stop(model, cache, state, params)
     return StepEvent(state.step - 1, p.committed, list(state.pending), [state.tokens[q] for q in state.pending],
-                     state.nfe, state.done, logits, cut, cache.length)
+                     state.nfe, state.done, logits, cut, cache.length, cache.rollbacks)
 
 
 def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> StepEvent:

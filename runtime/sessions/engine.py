@@ -163,8 +163,7 @@ class Engine:
                 lease.keep()  # the load may have been long
                 t = time.perf_counter()
                 turn = self._begin(session, load, input_ids, params, infill)
-                with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind,
-                                turn.cache) as w:
+                with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
                     for ev in turn.steps(self._stepper(priority)):
                         lease.keep()  # a long turn keeps its lease
                         w.add(turn.cache, ev)

@@ -5,9 +5,9 @@ the manifest's new state under the turn's lease.  Knows nothing of SQL or of how
 A stop that rolls back slots already handed to the write-behind (their positions reach past the
 cut) makes those segments wrong: the turn's slots are then all written again by save().  The
 decoder may run ahead of the writer (a batcher steps a turn while its thread handles earlier
-events): add() copies no slot past its event's cache length, and a rollback that the writer
-did not see coming (the cache's rollback count moved before the event that cut) spoils what it
-copied in the same way.
+events): add() copies no slot past its event's cache length, and a rollback that came after
+its event (the cache's rollback count moved past the event's) spoils what it copied in the same
+way.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ class TurnWriter:
     starting cache (restored from them, or warm at its very turn count and length): the turn's
     writes then start from them, else from a manifest that names none and is not restorable
     (turns -1) until the turn commits, at the stored generation.  batch: slots per write-behind
-    batch (0: the turn is written at its end only); cache: the turn's, opened (before its first step)."""
+    batch (0: the turn is written at its end only)."""
 
     def __init__(self, store: SessionStore, lease: Held, tenant: str, fingerprint: str, stored: Manifest | None,
-                 reuse: bool, batch: int, cache: KVCache) -> None:
+                 reuse: bool, batch: int) -> None:
         self.store, self.lease, self.fp, self.batch = store, lease, fingerprint, batch
         if reuse and stored is not None:
             self.base = replace(stored, behind=[])
@@ -50,7 +50,6 @@ class TurnWriter:
         self.written = self.base.slots  # slots handed to the write-behind
         self.top = -1  # their highest position
         self.cut = False  # a stop rolled some of them back (or may have, while they were copied)
-        self.rollbacks = cache.rollbacks  # the cache's rollback count as of the events seen
         self._behind = WriteBehind(store, self.base, lease.lease) if batch else None
         self._open = self._behind is not None
 
@@ -72,13 +71,11 @@ class TurnWriter:
         # a stop drops positions >= ev.cut and rolls the cache back to the first slot holding
         # one: slots handed over stay valid iff all their positions are below it
         self.cut = self.cut or (ev.cut is not None and self.top >= ev.cut)
-        if ev.cut is not None:  # the rollback of this event's cut is seen
-            self.rollbacks = cache.rollbacks
         if self._behind is None or self.cut or ev.length - self.written < self.batch:
             return
         blobs = self._segments(cache, self.written, ev.length)
         top = int(cache.pos[self.written:ev.length].max())
-        if cache.rollbacks != self.rollbacks:  # the decoder, ahead, cut: these slots may have changed
+        if cache.rollbacks != ev.rollbacks:  # the decoder, ahead of this event, rolled back: these slots may have changed
             self.cut = True
             return
         self._behind.submit(blobs)

@@ -34,10 +34,12 @@ def test_interactive_jobs_go_before_batch_jobs(solo: LocalCluster) -> None:
     """The worker batches CPU_BATCH jobs at once (its default): with every slot busy, what comes
     next waits in the queues, and a free slot takes the interactive job first."""
     c = solo
-    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 120}}
+    # long enough that none ends before the two small jobs are queued (a few hundred ms in all)
+    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 640}}
     busy = [c.submit(c.open("acme"), long) for _ in range(CPU_BATCH)]  # type: ignore[arg-type]
     for job in busy:
         steps_seen(c, job, 1)
+    assert all(c.jobs.get(j.id).status == "running" for j in busy), "every slot busy when the two arrive"
     small = {"text": "company: Acme\n", "params": {"max_new_tokens": 4}}
     batch = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="batch")
     time.sleep(0.05)

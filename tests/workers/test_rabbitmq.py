@@ -91,10 +91,12 @@ def test_kill_9_mid_turn_completes_on_the_other_worker(rabbit: LocalCluster, loa
 
 def test_with_every_slot_busy_an_interactive_job_goes_first(rabbit: LocalCluster) -> None:
     c = rabbit
-    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 160}}
+    # long enough that none ends before the two small jobs are queued (a few hundred ms in all)
+    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 640}}
     busy = [c.submit(c.open("acme"), long) for _ in range(4)]  # type: ignore[arg-type]  # 2 workers x 2 slots
     for job in busy:
         steps_seen(c, job, 1)
+    assert all(c.jobs.get(j.id).status == "running" for j in busy), "every slot busy when the two arrive"
     small = {"text": "company: Acme\n", "params": {"max_new_tokens": 4}}
     batch = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="batch")
     time.sleep(0.05)

@@ -19,8 +19,11 @@ from tests.fakes import random_model
 FP = "0123456789abcdef"
 
 
-def _event(length: int, cut: int | None = None) -> StepEvent:
-    return StepEvent(0, [], [], [], 1, cut is not None, cut=cut, length=length)
+def _event(cache: KVCache, length: int, cut: int | None = None, rollbacks: int | None = None) -> StepEvent:
+    """What the decoder reported after a step: the cache's length then, and its rollback count
+    then (by default: now)."""
+    return StepEvent(0, [], [], [], 1, cut is not None, cut=cut, length=length,
+                     rollbacks=cache.rollbacks if rollbacks is None else rollbacks)
 
 
 def test_the_writer_copies_no_slot_past_its_event_and_a_rollback_it_did_not_see_spoils_its_copies(
@@ -32,15 +35,16 @@ def test_the_writer_copies_no_slot_past_its_event_and_a_rollback_it_did_not_see_
     prefill(model, cache, ids[:8], list(range(8)))
     store = SessionStore(client, settings)
     with store.lease("s1") as lease:
-        with TurnWriter(store, lease, "acme", FP, None, False, 2, cache) as w:
+        with TurnWriter(store, lease, "acme", FP, None, False, 2) as w:
             prefill(model, cache, ids[8:14], list(range(8, 14)))  # the decoder, ahead of the writer
-            w.add(cache, _event(12))
+            w.add(cache, _event(cache, 12))
             assert (w.written, w.cut) == (12, False), "up to the event's length, not the cache's"
-            cache.rollback(10)  # the decoder cut while the writer was behind it: slots 10.. change
+            before = cache.rollbacks  # the next event was reported before ...
+            cache.rollback(10)  # ... the decoder cut while the writer was behind it: slots 10.. change
             prefill(model, cache, ids[10:16], list(range(10, 16)))
-            w.add(cache, _event(14))
+            w.add(cache, _event(cache, 14, rollbacks=before))
             assert w.cut and w.written == 12, "copies made across a rollback are never handed over"
-            w.add(cache, _event(16, cut=None))
+            w.add(cache, _event(cache, 16))
             assert w.written == 12
         events = w.save(cache, DecodeState(tokens=ids[:16]), {}, 1)
     assert events == []
@@ -58,12 +62,12 @@ def test_a_cut_the_writer_sees_in_order_keeps_what_it_handed_over_below_the_cut(
     prefill(model, cache, [2, 5, 6, 7, 8, 9], list(range(6)))
     store = SessionStore(client, settings)
     with store.lease("s2") as lease:
-        with TurnWriter(store, lease, "acme", FP, None, False, 1, cache) as w:
-            w.add(cache, _event(6))
+        with TurnWriter(store, lease, "acme", FP, None, False, 1) as w:
+            w.add(cache, _event(cache, 6))
             prefill(model, cache, [10, 11], [8, 6])  # a set decoded out of order, committed
             # the step that cuts at 7 (model/decode.py truncate): back to the slot of position 8,
             # the valid later slot committed again
             cache.rollback(6)
             prefill(model, cache, [11], [6])
-            w.add(cache, _event(7, cut=7))
+            w.add(cache, _event(cache, 7, cut=7))
             assert not w.cut and w.written == 7, "this event's own rollback spoils nothing"
