@@ -187,10 +187,9 @@ class Dispatcher:
         # lost; a worker's own queue is another matter (alive and not consuming strands them)
         busy = [q for q in dict.fromkeys([self.routing.shared("interactive"), self.routing.shared("batch")])
                 if self.routing.depth(q)]
-        for job in self.jobs.stale(dead, busy):
-            if not self.jobs.blocked(job):
-                out["resent"] += 1
-                self.send_job(job, shared=True)
+        for job in self.jobs.stale(dead, busy):  # none waits for an earlier job of its session
+            out["resent"] += 1
+            self.send_job(job, shared=True)
         for tenant in self.jobs.tenants_unsent():  # a failed send, a lost wake-up
             try:
                 out["admitted"] += self.admit(tenant)

@@ -149,9 +149,7 @@ class Jobs:
         """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job
         of its session; interactive before batch, then oldest first; as many as the tenant has
         room for (cap minus its jobs sent and not started)."""
-        earlier = aliased(JobRecord)
-        waits = select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
-                                         earlier.status.not_in(TERMINAL)).exists()
+        waits = _waits_for_an_earlier_job()
         with self._db() as db:
             waiting = int(db.scalar(select(func.count()).select_from(JobRecord).where(
                 JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue != "")) or 0)
@@ -300,9 +298,7 @@ class Jobs:
         conds = [due]
         if dead_queues:
             conds.append(JobRecord.queue.in_(dead_queues))
-        earlier = aliased(JobRecord)
-        waits = select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
-                                         earlier.status.not_in(TERMINAL)).exists()
+        waits = _waits_for_an_earlier_job()
         with self._db() as db:
             return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", JobRecord.queue != "",
                                                                 or_(*conds), ~waits))
@@ -334,6 +330,13 @@ class Jobs:
                        .values(status="failed", owner=None, finished_at=datetime.now(UTC),
                                error={"code": "worker_lost",
                                       "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"})))
+
+
+def _waits_for_an_earlier_job() -> Any:
+    """A where-clause: the job's session has an unfinished job submitted before it."""
+    earlier = aliased(JobRecord)
+    return select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
+                                    earlier.status.not_in(TERMINAL)).exists()
 
 
 def _rows(result: Any) -> int:

@@ -11,6 +11,7 @@ import pytest
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.settings import CPU_BATCH
+from runtime.tables import JobRecord
 from tests.conftest import pg_schema
 from tests.workers.conftest import make_cluster, reference
 from tests.workers.test_faults import LONG, steps_seen
@@ -30,13 +31,16 @@ def solo(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
         c.close()
 
 
-def test_interactive_jobs_go_before_batch_jobs(solo: LocalCluster) -> None:
-    """The worker batches CPU_BATCH jobs at once (its default): with every slot busy, what comes
-    next waits in the queues, and a free slot takes the interactive job first."""
-    c = solo
-    # long enough that none ends before the two small jobs are queued (a few hundred ms in all)
-    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 640}}
-    busy = [c.submit(c.open("acme"), long) for _ in range(CPU_BATCH)]  # type: ignore[arg-type]
+def interactive_goes_first(c: LocalCluster, slots: int, timeout_s: float = 60) -> tuple[JobRecord, JobRecord]:
+    """Fill every slot with long jobs, queue a batch job, then an interactive one: the interactive
+    one starts first.  Returns (batch, interactive) as submitted."""
+    # long enough that none ends before the two small jobs are queued (a few hundred ms in all),
+    # and one clearly first: the slot it frees decides (busy jobs ending together would free two
+    # slots at once, and which small job claims first would be a race)
+    def long(n: int) -> dict[str, object]:
+        return {**LONG, "params": {**LONG["params"], "max_new_tokens": n}}  # type: ignore[dict-item]
+
+    busy = [c.submit(c.open("acme"), long(320 if i == 0 else 800)) for i in range(slots)]
     for job in busy:
         steps_seen(c, job, 1)
     assert all(c.jobs.get(j.id).status == "running" for j in busy), "every slot busy when the two arrive"
@@ -44,11 +48,18 @@ def test_interactive_jobs_go_before_batch_jobs(solo: LocalCluster) -> None:
     batch = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="batch")
     time.sleep(0.05)
     inter = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="interactive")
-    assert batch.queue.endswith(".batch") and inter.queue.endswith(".interactive")
-    done = [c.wait(j) for j in (*busy, batch, inter)]
+    done = [c.wait(j, timeout_s) for j in (*busy, batch, inter)]
     assert [j.status for j in done] == ["succeeded"] * len(done)
     assert done[-1].started_at is not None and done[-2].started_at is not None
     assert done[-1].started_at < done[-2].started_at  # queued later, served first
+    return batch, inter
+
+
+def test_interactive_jobs_go_before_batch_jobs(solo: LocalCluster) -> None:
+    """The worker batches CPU_BATCH jobs at once (its default): with every slot busy, what comes
+    next waits in the queues, and a free slot takes the interactive job first."""
+    batch, inter = interactive_goes_first(solo, CPU_BATCH)
+    assert batch.queue.endswith(".batch") and inter.queue.endswith(".interactive")
 
 
 def test_the_worker_path_on_postgresql(redis_url: str, tmp_path_factory: pytest.TempPathFactory,

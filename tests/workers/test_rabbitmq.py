@@ -8,7 +8,6 @@ job goes before a batch job queued earlier (the shared queue is a priority queue
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +17,7 @@ from model.transformer import SetDLM
 from runtime.jobs.routing import consumed_by, shared_queue
 from tests.workers.conftest import make_cluster, reference
 from tests.workers.test_faults import LONG, steps_seen, transcript
+from tests.workers.test_queues import interactive_goes_first
 from tests.workers.test_tasks import inputs
 from workers.local import LocalCluster
 
@@ -90,19 +90,5 @@ def test_kill_9_mid_turn_completes_on_the_other_worker(rabbit: LocalCluster, loa
 
 
 def test_with_every_slot_busy_an_interactive_job_goes_first(rabbit: LocalCluster) -> None:
-    c = rabbit
-    # long enough that none ends before the two small jobs are queued (a few hundred ms in all)
-    long = {**LONG, "params": {**LONG["params"], "max_new_tokens": 640}}
-    busy = [c.submit(c.open("acme"), long) for _ in range(4)]  # type: ignore[arg-type]  # 2 workers x 2 slots
-    for job in busy:
-        steps_seen(c, job, 1)
-    assert all(c.jobs.get(j.id).status == "running" for j in busy), "every slot busy when the two arrive"
-    small = {"text": "company: Acme\n", "params": {"max_new_tokens": 4}}
-    batch = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="batch")
-    time.sleep(0.05)
-    inter = c.dispatcher.submit("turn", "acme", small, c.open("acme"), priority="interactive")
-    assert batch.queue == inter.queue == shared_queue(c.settings, "batch")
-    done = [c.wait(j, 90) for j in (*busy, batch, inter)]
-    assert [j.status for j in done] == ["succeeded"] * len(done)
-    assert done[-1].started_at is not None and done[-2].started_at is not None
-    assert done[-1].started_at < done[-2].started_at  # queued later, served first
+    batch, inter = interactive_goes_first(rabbit, 4, timeout_s=90)  # 2 workers x 2 slots
+    assert batch.queue == inter.queue == shared_queue(rabbit.settings, "batch")
