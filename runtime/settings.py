@@ -21,7 +21,9 @@ class Settings(BaseSettings):
     #: the durable store; None = a SQLite file under data_dir
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path = Path(".setflow")
-    key_prefix: str = "sf"  #: every Redis key starts with it (several deployments may share a server)
+    #: every Redis key starts with it (several deployments may share a server); no braces: the
+    #: keys' Redis Cluster hash tags come after it (runtime/keys.py)
+    key_prefix: str = Field(default="sf", min_length=1, pattern=r"^[^{}]+$")
 
     segment_bytes: int = 1 * MiB  #: a KV segment's largest size (header included)
     session_ttl_s: int = 7 * 24 * 3600  #: an idle session's Redis state expires after this

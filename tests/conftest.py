@@ -24,7 +24,7 @@ from redis.retry import Retry
 from sqlalchemy import Engine, create_engine
 
 from runtime.db import make_engine, upgrade
-from runtime.embedded import EmbeddedRedis
+from runtime.embedded import EmbeddedCluster, EmbeddedRedis, from_url
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 
@@ -48,6 +48,28 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture
 def client(redis_url: str) -> Iterator[redis.Redis]:
     r = redis.Redis.from_url(redis_url)
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="session")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local Redis Cluster of 3 masters (the bundled redis-server, free loopback ports), for
+    the session; stopped by pid at its end."""
+    with EmbeddedCluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster.url
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def any_url(request: pytest.FixtureRequest) -> str:
+    """The one Redis server's URL, then the local Redis Cluster's."""
+    return str(request.getfixturevalue("redis_url" if request.param == "redis" else "cluster_url"))
+
+
+@pytest.fixture
+def any_client(any_url: str) -> Iterator[redis.Redis]:
+    """A client of any_url: a test module whose `client` fixture returns this runs on both."""
+    r = from_url(any_url)
     yield r
     r.close()
 

@@ -16,5 +16,5 @@ def orphan_segments(store: SessionStore) -> set[str]:
         if body is not None:
             m = json.loads(body)
             named.update(m["segments"], m.get("behind", []))
-    stored = {key.decode().rsplit(":", 1)[1] for key in r.scan_iter(k.segment("*"), count=1000)}
+    stored = {k.segment_id(key) for key in r.scan_iter(k.segments, count=1000)}
     return stored - named

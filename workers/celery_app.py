@@ -19,6 +19,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu.entity import Exchange, Queue
 
+from runtime.embedded import is_cluster
 from runtime.jobs.dispatch import Send
 from runtime.jobs.routing import AMQP_MAX_PRIORITY, AMQP_PRIORITY, is_amqp, shared_queue
 from runtime.keys import Keys
@@ -31,8 +32,12 @@ TASK = "setflow.run_job"
 
 
 def broker_url(settings: Settings) -> str:
-    """BROKER_URL, else the KV Redis, else the embedded server's socket under data_dir."""
+    """BROKER_URL, else the KV Redis, else the embedded server's socket under data_dir.  A Redis
+    Cluster cannot hold Celery's queues (kombu speaks to one server): it needs a BROKER_URL."""
     url = settings.broker_url or settings.redis_url
+    if not settings.broker_url and url and is_cluster(url):
+        raise ValueError(f"REDIS_URL {url} names a Redis Cluster, which cannot hold Celery's queues: "
+                         "set BROKER_URL (a plain Redis server, or RabbitMQ)")
     if url is None:
         url = f"unix://{(settings.data_dir / 'redis' / 'redis.sock').resolve()}"
     if url.startswith("unix://"):  # kombu's spelling of a Redis unix socket

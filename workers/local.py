@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from runtime.db import make_engine
+from runtime.embedded import from_url
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.routing import own_queue
 from runtime.jobs.rows import Jobs
@@ -43,7 +42,7 @@ class LocalCluster:
         url = self.settings.redis_url
         if url is None:
             raise ValueError("a local cluster needs a redis_url (start the embedded server first)")
-        self.client = redis.Redis.from_url(url)
+        self.client = from_url(url)
         self.app = make_app(self.settings)
         self.dispatcher = Dispatcher(self.client, self.jobs, sender(self.app))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

@@ -14,6 +14,7 @@ from starlette.types import Send as AsgiSend
 from runtime.api import errors
 from runtime.api.routes import jobs, ops, page, sessions
 from runtime.api.services import Services
+from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
 from runtime.settings import Settings
 
@@ -36,7 +37,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     if client is None:
         if settings.redis_url is None:
             raise ValueError("the API needs a redis_url (setflow serve starts the embedded Redis when none is set)")
-        client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+        client = from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
     svc = Services.build(settings, client, send)
 
     @asynccontextmanager

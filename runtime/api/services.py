@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from model.tokenizer import Tokenizer
 from runtime.api.auth import KeyRing
 from runtime.db import make_engine
+from runtime.embedded import async_from_url
 from runtime.errors import BadInput
 from runtime.jobs.dispatch import Dispatcher, Send
 from runtime.jobs.metrics import TurnMetrics
@@ -64,7 +65,7 @@ class Services:
         capped per tenant.  A finite socket timeout: a half-open connection fails the read
         (retried) instead of hanging the stream."""
         url = self.settings.redis_url or _url(self.client)
-        return aioredis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        return async_from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
     async def aclose(self) -> None:
         """At the app's shutdown."""

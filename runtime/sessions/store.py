@@ -24,11 +24,22 @@ Budgets: the commit script measures the bytes a manifest names; over the session
 refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant are
 evicted first (a leased session never is).  A tenant's account is one counter: every byte its
 sessions' manifests name (a fork counts its shared segments again, as a copy would) plus their
-pending writes, so it moves by a delta per commit (O(1) in the number of sessions); the budget
-is checked at each commit, and pending writes are counted when written and checked at their
-commit, so concurrent writers overshoot it by at most their pending writes (each worker's
-write-behind batches, a segment_bytes each).  Every operation is O(its own segments) or
-O(log n) in the number of sessions.
+pending writes, so it moves by a delta per commit (O(1) in the number of sessions).
+
+Redis Cluster: every script touches one session's keys, which share its hash tag (one slot,
+runtime/keys.py); a fork there copies its parent's segments instead of sharing them.  The
+tenant's account and LRU order lie elsewhere, so they move by single-key commands right after
+each script (the account read just before the commit script, which checks the budget against
+it).  What that allows, on one server as on a cluster:
+- overshoot: pending writes are counted when written, so the budget is exceeded by at most the
+  writes in flight when it is checked (each writer's write-behind batch, a segment_bytes each),
+  plus the growth of commits of the same tenant that run at the same moment (each checks the
+  account before the other's delta lands; a commit that only names its pending writes grows
+  nothing);
+- a writer killed between a script and its account update (a few commands) leaves the account
+  off by that one write or commit: over by a batch never written (its index entry is cleared by
+  the sweep), or, for a commit, its pending bytes counted again until the session goes.
+Every operation is O(its own segments) or O(log n) in the number of sessions.
 
 Keys are in runtime/keys.py.
 """
@@ -46,46 +57,49 @@ from typing import Any
 import redis
 
 from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
-from runtime.keys import Keys
+from runtime.keys import Keys, owner, segment_id
 from runtime.sessions import segments
 from runtime.settings import Settings
 
-# KEYS: manifest, lease, tenant lru, used, tenant's session bytes, totals, pending record, pending
-#       index; then the added segments' keys and their refs', the kept ones' and refs', the
-#       removed ones' and refs'
+# The scripts touch one session's keys only (one Redis Cluster slot, runtime/keys.py): its
+# manifest, lease, pending record, and its segments and their counts.  The tenant's account,
+# LRU order and the sweep's indexes are moved by single-key commands right after (_account).
+#
+# KEYS: manifest, lease, pending record; then the added segments' keys and their refs', the
+#       kept ones' and refs', the removed ones' and refs'
 # ARGV: expected gen, new gen, body (with a "@BYTES@" placeholder), tenant, lease token, ttl ms,
-#       now ms, session, session budget, tenant budget, #added, #kept, #removed, member (JSON
-#       [tenant, session]), then the added ids
+#       session budget, tenant budget, the tenant's account and this session's bytes in it (as
+#       read before the script), #added, #kept, #removed, then the added ids.
+# Returns {'ok', bytes named, of them pending until now, the first pending deadline left or ''}
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'gen') or '0'
 if cur ~= ARGV[1] then return {'stale', cur} end
 if redis.call('GET', KEYS[2]) ~= ARGV[5] then return {'lease', cur} end
 local A, K, R = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
-local a0, k0 = 8, 8 + 2 * A
+local a0, k0 = 3, 3 + 2 * A
 local r0 = k0 + 2 * K
 local bytes, pend = 0, 0
 for i = 1, A do
   local n = redis.call('STRLEN', KEYS[a0 + i])
   if n == 0 then return {'missing', KEYS[a0 + i]} end
   bytes = bytes + n
-  if redis.call('ZSCORE', KEYS[7], ARGV[14 + i]) then pend = pend + n end
+  if redis.call('ZSCORE', KEYS[3], ARGV[13 + i]) then pend = pend + n end
 end
 for i = 1, K do
   local n = redis.call('STRLEN', KEYS[k0 + i])
   if n == 0 then return {'missing', KEYS[k0 + i]} end
   bytes = bytes + n
 end
-if bytes > tonumber(ARGV[9]) then return {'session_budget', tostring(bytes)} end
-local old = tonumber(redis.call('HGET', KEYS[5], ARGV[8]) or '0')
-local total = tonumber(redis.call('HGET', KEYS[6], ARGV[4]) or '0')
-local after = total - old - pend + bytes
-if after > tonumber(ARGV[10]) and bytes > old then return {'tenant_budget', tostring(after)} end
+if bytes > tonumber(ARGV[7]) then return {'session_budget', tostring(bytes)} end
+local old = tonumber(ARGV[10])
+local after = tonumber(ARGV[9]) - old - pend + bytes
+if after > tonumber(ARGV[8]) and bytes > old then return {'tenant_budget', tostring(after)} end
 local ttl = ARGV[6]
 for i = 1, A do
   redis.call('INCR', KEYS[a0 + A + i])
   redis.call('PEXPIRE', KEYS[a0 + A + i], ttl)
   redis.call('PEXPIRE', KEYS[a0 + i], ttl)
-  redis.call('ZREM', KEYS[7], ARGV[14 + i])
+  redis.call('ZREM', KEYS[3], ARGV[13 + i])
 end
 for i = 1, K do
   redis.call('PEXPIRE', KEYS[k0 + i], ttl)
@@ -97,77 +111,74 @@ for i = 1, R do
   if left == 0 then redis.call('DEL', KEYS[r0 + i], KEYS[r0 + R + i])
   elseif left < 0 then redis.call('DEL', KEYS[r0 + R + i]) end  -- no count (written before counts): its TTL decides
 end
-local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
-if #first == 0 then redis.call('ZREM', KEYS[8], ARGV[14]) else redis.call('ZADD', KEYS[8], first[2], ARGV[14]) end
 local body = string.gsub(ARGV[3], '@BYTES@', tostring(bytes))
 redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'body', body, 'tenant', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('HSET', KEYS[5], ARGV[8], bytes)
-if bytes - old - pend ~= 0 and redis.call('HINCRBY', KEYS[6], ARGV[4], bytes - old - pend) < 0 then
-  redis.call('HSET', KEYS[6], ARGV[4], 0)  -- bytes an older version held, never counted
-end
-redis.call('ZADD', KEYS[3], ARGV[7], ARGV[8])
-redis.call('ZADD', KEYS[4], ARGV[7], ARGV[14])
-return {'ok', tostring(bytes)}
+local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+return {'ok', tostring(bytes), tostring(pend), first[2] or ''}
 """
-# KEYS: manifest, lease, tenant lru, used, tenant's session bytes, totals, then the named
-#       segments' keys and their refs'
+# KEYS: manifest, lease, then the named segments' keys and their refs'
 # ARGV: lease token ("" to evict: only while nobody holds the lease), expected gen ("" none),
-#       session, tenant, #named, member.  The manifest goes, its segments' counts move (those at
-#       0 are deleted), its bytes leave the tenant's account.  Returns {status, deleted}
+#       #named.  The manifest goes and its segments' counts move (those at 0 are deleted).
+#       Returns {status, segments deleted}
 _FORGET = """
 if ARGV[1] == '' then
   if redis.call('EXISTS', KEYS[2]) == 1 then return {'leased', 0} end
 elseif redis.call('GET', KEYS[2]) ~= ARGV[1] then return {'lease', 0} end
 local cur = redis.call('HGET', KEYS[1], 'gen') or ''
 if cur ~= ARGV[2] then return {'stale', 0} end
-local n = tonumber(ARGV[5])
+local n = tonumber(ARGV[3])
 local deleted = 0
 for i = 1, n do
-  local left = redis.call('DECR', KEYS[6 + n + i])
-  if left == 0 then deleted = deleted + redis.call('DEL', KEYS[6 + i], KEYS[6 + n + i]) - 1
-  elseif left < 0 then redis.call('DEL', KEYS[6 + n + i]) end  -- no count (written before counts): its TTL decides
+  local left = redis.call('DECR', KEYS[2 + n + i])
+  if left == 0 then deleted = deleted + redis.call('DEL', KEYS[2 + i], KEYS[2 + n + i]) - 1
+  elseif left < 0 then redis.call('DEL', KEYS[2 + n + i]) end  -- no count (written before counts): its TTL decides
 end
-local old = tonumber(redis.call('HGET', KEYS[5], ARGV[3]) or '0')
-if old ~= 0 and redis.call('HINCRBY', KEYS[6], ARGV[4], -old) < 0 then redis.call('HSET', KEYS[6], ARGV[4], 0) end
 redis.call('DEL', KEYS[1])
-redis.call('HDEL', KEYS[5], ARGV[3])
-redis.call('ZREM', KEYS[3], ARGV[3])
-redis.call('ZREM', KEYS[4], ARGV[6])
 return {'ok', deleted}
 """
-# KEYS: pending record, pending index, totals, then the overdue segments' keys and their refs'
-# ARGV: now ms, member, tenant, then their ids.  A pending write past its deadline that no
-# manifest names (no ref) is deleted and leaves the account; a named one only leaves the record
+# KEYS: pending record, then the overdue segments' keys and their refs'   ARGV: now ms, their ids.
+# A pending write past its deadline that no manifest names (no ref) is deleted; a named one
+# only leaves the record.  Returns {segments deleted, bytes freed, first deadline left or ''}
 _SWEEP_PENDING = """
-local n = #ARGV - 3
+local n = #ARGV - 1
 local freed, deleted = 0, 0
 for i = 1, n do
-  local due = redis.call('ZSCORE', KEYS[1], ARGV[3 + i])
+  local due = redis.call('ZSCORE', KEYS[1], ARGV[1 + i])
   if due and tonumber(due) <= tonumber(ARGV[1]) then
-    if redis.call('EXISTS', KEYS[3 + n + i]) == 0 then
-      freed = freed + redis.call('STRLEN', KEYS[3 + i])
-      deleted = deleted + redis.call('DEL', KEYS[3 + i])
+    if redis.call('EXISTS', KEYS[1 + n + i]) == 0 then
+      freed = freed + redis.call('STRLEN', KEYS[1 + i])
+      deleted = deleted + redis.call('DEL', KEYS[1 + i])
     end
-    redis.call('ZREM', KEYS[1], ARGV[3 + i])
+    redis.call('ZREM', KEYS[1], ARGV[1 + i])
   end
 end
-if freed > 0 and redis.call('HINCRBY', KEYS[3], ARGV[3], -freed) < 0 then redis.call('HSET', KEYS[3], ARGV[3], 0) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 0 then redis.call('ZREM', KEYS[2], ARGV[2]) else redis.call('ZADD', KEYS[2], first[2], ARGV[2]) end
-return deleted
+return {deleted, freed, first[2] or ''}
 """
-# KEYS: manifest, tenant lru, used, tenant's session bytes, totals   ARGV: session, tenant, member.
-# A session whose manifest expired (TTL) leaves the LRU orders and the tenant's account (its
-# segments expired with it, or live on with a fork that refreshed them)
-_SWEEP_EXPIRED = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local old = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
-if old ~= 0 and redis.call('HINCRBY', KEYS[5], ARGV[2], -old) < 0 then redis.call('HSET', KEYS[5], ARGV[2], 0) end
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[3])
-return 1
+# The single-key steps beside them.
+# KEYS: the accounts hash   ARGV: tenant.  An account below 0 (bytes an older version held were
+# never counted) is set to 0: what follows a HINCRBY that returned < 0 (rare; a cluster client
+# runs no script inside a pipeline)
+_CLAMP = """
+if tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') < 0 then return redis.call('HSET', KEYS[1], ARGV[1], 0) end
+return 0
+"""
+# KEYS: the tenant's session bytes   ARGV: session.  Takes the session out; returns what it held
+# (whoever takes it out gives it back to the account: once, however many try)
+_UNCOUNT = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return tonumber(v)
+"""
+# KEYS: an index (sweep's pending index)   ARGV: member, now ms, its next deadline or ''.  The
+# member moves to its next deadline, or leaves, unless a writer moved it since (to the future)
+_REINDEX = """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) > tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 """
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -240,7 +251,11 @@ class SessionStore:
         self._cas = client.register_script(_CAS)
         self._forget = client.register_script(_FORGET)
         self._sweep_pending = client.register_script(_SWEEP_PENDING)
-        self._sweep_expired = client.register_script(_SWEEP_EXPIRED)
+        self._clamp = client.register_script(_CLAMP)
+        self._uncount_script = client.register_script(_UNCOUNT)
+        self._reindex = client.register_script(_REINDEX)
+        #: on a Redis Cluster a fork copies its parent's segments (they lie in the parent's slot)
+        self.cluster = isinstance(client, redis.RedisCluster)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
@@ -255,15 +270,19 @@ class SessionStore:
                 raise BadInput(f"segment of {len(b)} bytes > segment_bytes {self.s.segment_bytes}")
         if not blobs:
             return []
-        ids = [secrets.token_hex(12) for _ in blobs]
+        ids = [segment_id(session, secrets.token_hex(12)) for _ in blobs]
         ttl_ms, due = self.s.session_ttl_s * 1000, int(time.time() * 1000) + 2 * self.s.lease_ms
-        pipe = self.r.pipeline(transaction=True)
+        # counted and indexed first: a writer that dies before its segments leaves the account
+        # over (never under) and an index entry the sweep clears
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(self.k.pending_index, {_member(tenant, session): due}, lt=True)  # the session's first deadline
+        pipe.hincrby(self.k.totals, tenant, sum(len(b) for b in blobs))
+        pipe.execute()
+        pipe = self.r.pipeline(transaction=True)  # the session's slot
         for i, b in zip(ids, blobs):
             pipe.set(self.k.segment(i), b, px=ttl_ms)
         pipe.zadd(self.k.pending(session), dict.fromkeys(ids, due))
         pipe.pexpire(self.k.pending(session), ttl_ms)
-        pipe.zadd(self.k.pending_index, {_member(tenant, session): due}, lt=True)  # the session's first deadline
-        pipe.hincrby(self.k.totals, tenant, sum(len(b) for b in blobs))
         pipe.execute()
         return ids
 
@@ -298,7 +317,9 @@ class SessionStore:
     # ---- manifest ---------------------------------------------------------------------------
 
     def read(self, session: str) -> Manifest | None:
-        got = self.r.hgetall(self.k.manifest(session))
+        return self._parse(session, self.r.hgetall(self.k.manifest(session)))
+
+    def _parse(self, session: str, got: dict[Any, Any]) -> Manifest | None:
         if not got:
             return None
         try:
@@ -339,25 +360,66 @@ class SessionStore:
             evicted.add(victim)
 
     def _try_commit(self, m: Manifest, lease: Lease) -> tuple[str, str]:
-        stored = self.read(m.session) if m.gen else None  # what the script replaces, if it is still there
+        k = self.k
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(k.manifest(m.session))
+        pipe.hget(k.totals, m.tenant)
+        pipe.hget(k.tenant_bytes(m.tenant), m.session)
+        got, total, counted = pipe.execute()
+        stored = self._parse(m.session, got) if m.gen else None  # what the script replaces, if it is still there
         if m.gen and (stored is None or stored.gen != m.gen):
             return "stale", "0" if stored is None else str(stored.gen)
         old = _named(stored)
         new = _named(m)
+        if self.cluster and (foreign := [i for i in new if owner(i) != m.session]):
+            raise BadInput(f"{m.session}: on a Redis Cluster a manifest names its own segments only, not {foreign[0]}")
         added = [i for i in new if i not in old]
         kept = [i for i in new if i in old]
         removed = [i for i in old if i not in new]
-        k = self.k
-        keys = [k.manifest(m.session), k.lease(m.session), k.lru(m.tenant), k.used, k.tenant_bytes(m.tenant),
-                k.totals, k.pending(m.session), k.pending_index]
+        keys = [k.manifest(m.session), k.lease(m.session), k.pending(m.session)]
         for group in (added, kept, removed):
             keys += [k.segment(i) for i in group] + [k.ref(i) for i in group]
+        held = int(counted or 0)  # what the account holds for this session now
         args: list[str | int] = [m.gen, m.gen + 1, m.body(), m.tenant, lease.token, self.s.session_ttl_s * 1000,
-                                 int(time.time() * 1000), m.session, self.s.session_budget_bytes,
-                                 self.s.tenant_budget_bytes, len(added), len(kept), len(removed),
-                                 _member(m.tenant, m.session), *added]
-        status, detail = (_text(x) for x in self._cas(keys=keys, args=args))
+                                 self.s.session_budget_bytes, self.s.tenant_budget_bytes, int(total or 0), held,
+                                 len(added), len(kept), len(removed), *added]
+        status, detail, *rest = (_text(x) for x in self._cas(keys=keys, args=args))
+        if status == "ok":
+            pend, first = rest
+            self._account(m.tenant, m.session, int(detail) - held - int(pend), int(detail), first)
         return status, detail
+
+    def _account(self, tenant: str, session: str, delta: int, counted: int, first_pending: str) -> None:
+        """After a commit: the tenant's account moves by delta, the session's count and its
+        places in the LRU orders and the pending index follow (single-key commands: they may lie
+        in other slots than the session's).  A writer killed between its commit and this leaves
+        the account off by that commit's delta: see the module's note on budgets."""
+        k, now, member = self.k, int(time.time() * 1000), _member(tenant, session)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hincrby(k.totals, tenant, delta)
+        pipe.hset(k.tenant_bytes(tenant), session, counted)
+        pipe.zadd(k.lru(tenant), {session: now})
+        pipe.zadd(k.used, {member: now})
+        if first_pending:
+            pipe.zadd(k.pending_index, {member: int(float(first_pending))})
+        else:
+            pipe.zrem(k.pending_index, member)
+        self._clamped(tenant, pipe.execute()[0])
+
+    def _uncount(self, tenant: str, session: str) -> None:
+        """The session leaves its tenant's account and LRU orders (once: whoever takes its count
+        out gives it back)."""
+        k = self.k
+        held = int(self._uncount_script(keys=[k.tenant_bytes(tenant)], args=[session]))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hincrby(k.totals, tenant, -held)
+        pipe.zrem(k.lru(tenant), session)
+        pipe.zrem(k.used, _member(tenant, session))
+        self._clamped(tenant, pipe.execute()[0])
+
+    def _clamped(self, tenant: str, account: int) -> None:
+        if account < 0:
+            self._clamp(keys=[self.k.totals], args=[tenant])
 
     # ---- budgets, eviction, forks, sweeping -------------------------------------------------------
 
@@ -388,17 +450,20 @@ class SessionStore:
         `state` its manifest's state (what a restore reads; default empty: nothing to restore)."""
         if not 0 < slot <= parent.slots:
             raise BadInput(f"fork slot {slot} outside (0, {parent.slots}]")
-        ids: list[str] = []
+        shared: list[str] = []
+        copies: list[bytes] = []  # written under the child: the one the slot cuts (and on a cluster all)
         for sid, blob in zip(parent.segments, self.get_segments(parent.segments)):
             meta, payload = segments.decode(blob, parent.fingerprint)
             if meta.end <= slot:
-                ids.append(sid)
+                # on a Redis Cluster a script touches one slot: the child gets copies in its own
+                # (its account counts them as copies either way)
+                copies.append(blob) if self.cluster else shared.append(sid)
                 continue
             if meta.start < slot:
                 cut = meta.with_slots(meta.start, slot)
-                ids += self.put_segments(child, parent.tenant,
-                                         [segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes])])
+                copies.append(segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes]))
             break
+        ids = shared + self.put_segments(child, parent.tenant, copies)
         # the parent is not evicted to make room: it holds the shared segments (which the child's
         # account counts again: forks are budgeted as copies)
         return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot,
@@ -437,12 +502,13 @@ class SessionStore:
             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
         named = _named(m)
         k = self.k
-        keys = [k.manifest(session), k.lease(session), k.lru(tenant), k.used, k.tenant_bytes(tenant), k.totals]
-        keys += [k.segment(i) for i in named] + [k.ref(i) for i in named]
-        status, deleted = self._forget(keys=keys, args=[token, "" if m is None else str(m.gen), session, tenant,
-                                                        len(named), _member(tenant, session)])
+        keys = [k.manifest(session), k.lease(session)] + [k.segment(i) for i in named] + [k.ref(i) for i in named]
+        status, deleted = self._forget(keys=keys, args=[token, "" if m is None else str(m.gen), len(named)])
         status = _text(status)
-        return f"ok:{int(deleted)}" if status == "ok" else status
+        if status != "ok":
+            return status
+        self._uncount(tenant, session)
+        return f"ok:{int(deleted)}"
 
     def sweep(self, batch: int = SWEEP_BATCH) -> dict[str, int]:
         """What nobody will name any more, found from deadlines, never by scanning the keyspace:
@@ -460,8 +526,12 @@ class SessionStore:
                 continue
             tenant, session = who
             ids = [_text(x) for x in self.r.zrangebyscore(k.pending(session), "-inf", now)]
-            keys = [k.pending(session), k.pending_index, k.totals] + [k.segment(i) for i in ids] + [k.ref(i) for i in ids]
-            done["segments_freed"] += int(self._sweep_pending(keys=keys, args=[now, _text(raw), tenant, *ids]))
+            keys = [k.pending(session)] + [k.segment(i) for i in ids] + [k.ref(i) for i in ids]
+            deleted, freed, first = self._sweep_pending(keys=keys, args=[now, *ids])
+            if int(freed):
+                self._clamped(tenant, self.r.hincrby(k.totals, tenant, -int(freed)))
+            self._reindex(keys=[k.pending_index], args=[_text(raw), now, _text(first)])
+            done["segments_freed"] += int(deleted)
         # idle sessions go a little before their TTL, through the script that gives back their
         # segments' counts (a manifest that expired on its own cannot: a fork's shared segments
         # would then outlive both, counted by nobody, until their own TTL)
@@ -476,8 +546,10 @@ class SessionStore:
                 except NotFound:  # the id now names another tenant's session
                     self.r.zrem(k.used, _text(raw))
                 continue
-            keys = [k.manifest(session), k.lru(tenant), k.used, k.tenant_bytes(tenant), k.totals]
-            done["sessions_expired"] += int(self._sweep_expired(keys=keys, args=[session, tenant, _text(raw)]))
+            # its manifest expired (TTL): it leaves the LRU orders and its tenant's account (its
+            # segments expired with it, or live on with a fork that refreshed them)
+            self._uncount(tenant, session)
+            done["sessions_expired"] += 1
         return done
 
     def _unmember(self, index: str, raw: Any) -> tuple[str, str] | None:

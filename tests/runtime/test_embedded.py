@@ -7,7 +7,9 @@ import tempfile
 import pytest
 import redis
 
-from runtime.embedded import EmbeddedRedis
+from runtime.embedded import EmbeddedRedis, from_url
+from runtime.settings import Settings
+from workers.celery_app import broker_url
 
 
 def test_start_share_and_stop() -> None:
@@ -30,3 +32,11 @@ def test_start_share_and_stop() -> None:
 def test_a_too_long_socket_path_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="socket path too long"):
         EmbeddedRedis("/tmp/" + "x" * 120)
+
+
+def test_a_cluster_url_gets_a_cluster_client_and_cannot_be_the_broker(cluster_url: str, redis_url: str) -> None:
+    assert isinstance(from_url(cluster_url), redis.RedisCluster)
+    assert not isinstance(from_url(redis_url), redis.RedisCluster)
+    with pytest.raises(ValueError, match="Redis Cluster.*BROKER_URL"):
+        broker_url(Settings(redis_url=cluster_url))
+    assert broker_url(Settings(redis_url=cluster_url, broker_url=redis_url)) == redis_url

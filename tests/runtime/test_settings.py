@@ -22,7 +22,8 @@ def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.redis_url == "redis://example:6379/3" and s.lease_ms == 1234
 
 
-@pytest.mark.parametrize("bad", [{"segment_bytes": 2**21}, {"lease_ms": 0}, {"no_such_setting": 1}])
-def test_bad_values_are_refused(bad: dict[str, int]) -> None:
+@pytest.mark.parametrize("bad", [{"segment_bytes": 2**21}, {"lease_ms": 0}, {"no_such_setting": 1},
+                                 {"key_prefix": "sf{x}"}])  # braces would break the keys' cluster hash tags
+def test_bad_values_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         Settings(**bad)

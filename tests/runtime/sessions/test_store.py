@@ -11,12 +11,19 @@ import pytest
 import redis
 
 from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
+from runtime.keys import owner
 from runtime.sessions.segments import SegmentMeta, decode, split
 from runtime.sessions.store import Manifest, SessionStore
 from runtime.settings import Settings
 
 FP = "6cfff3ff2058a6b3"
 META = SegmentMeta(FP, "float32", n_layers=4, n_kv_heads=2, head_dim=32, start=0, end=600)
+
+
+@pytest.fixture
+def client(any_client: redis.Redis) -> redis.Redis:
+    """Each test here runs on one Redis server and on a local Redis Cluster (tests/conftest.py)."""
+    return any_client
 
 
 def _kv() -> bytes:
@@ -70,7 +77,7 @@ def test_a_manifest_never_names_a_missing_segment(store: SessionStore) -> None:
     m, ids = _first(store)
     lease = store.acquire("s1")
     with pytest.raises(CorruptState, match="missing segment"):
-        store.commit(replace(m, segments=ids + ["no-such-segment"]), lease)
+        store.commit(replace(m, segments=ids + ["s1/no-such-segment"]), lease)
     assert store.read("s1") is None
 
 
@@ -217,7 +224,11 @@ def test_fork_shares_bytes_and_diverges_independently(store: SessionStore) -> No
     parent = _session(store, "parent", 600)  # two segments (512 slots of 2 KiB fit in 1 MiB)
     first_end = decode(store.get_segments(parent.segments[:1])[0], FP)[0].end
     edge = store.fork(parent, "edge", first_end, store.acquire("edge"))  # at a segment boundary
-    assert edge.segments == parent.segments[:1], "whole segments are shared, not copied"
+    if store.cluster:  # a script touches one slot: the child's copies lie in its own
+        assert [owner(i) for i in edge.segments] == ["edge"]
+        assert store.get_segments(edge.segments) == store.get_segments(parent.segments[:1])
+    else:
+        assert edge.segments == parent.segments[:1], "whole segments are shared, not copied"
     mid = store.fork(parent, "mid", 300, store.acquire("mid"), state={"turns": 1})  # inside the first segment
     assert mid.slots == 300 and len(mid.segments) == 1 and mid.segments[0] not in parent.segments
     assert mid.state == {"turns": 1} and edge.state == {}, "the child's state is the caller's"
@@ -230,6 +241,12 @@ def test_fork_shares_bytes_and_diverges_independently(store: SessionStore) -> No
         store.fork(parent, "bad", 601, store.acquire("bad"))
 
 
+def _sharing(store: SessionStore) -> None:
+    """The test is of segments a fork shares: on a Redis Cluster a fork copies (checked above)."""
+    if store.cluster:
+        pytest.skip("a fork on a Redis Cluster copies its parent's segments into its own slot: nothing is shared")
+
+
 def _kv_of(store: SessionStore, m: Manifest) -> bytes:
     return b"".join(bytes(decode(b, FP)[1]) for b in store.get_segments(m.segments))
 
@@ -237,6 +254,7 @@ def _kv_of(store: SessionStore, m: Manifest) -> bytes:
 def test_what_no_manifest_names_goes_at_once_and_a_crashed_writers_segments_at_their_deadline(
         client: redis.Redis, settings: Settings) -> None:
     store = SessionStore(client, settings.model_copy(update={"lease_ms": 100}))  # pending deadline: 200 ms
+    _sharing(store)
     parent = _session(store, "parent", 600)
     shared = parent.segments[0]
     child = store.fork(parent, "child", decode(store.get_segments([shared])[0], FP)[0].end, store.acquire("child"))
@@ -257,6 +275,7 @@ def test_what_no_manifest_names_goes_at_once_and_a_crashed_writers_segments_at_t
 
 def test_drop_deletes_a_session_and_its_own_segments_and_keeps_a_forks(store: SessionStore,
                                                                        client: redis.Redis) -> None:
+    _sharing(store)
     parent = _session(store, "parent", 600)  # two segments
     shared = parent.segments[0]
     forking = store.acquire("child")
@@ -305,6 +324,7 @@ def test_the_sweep_drops_index_members_an_older_version_wrote(store: SessionStor
 
 def test_an_idle_fork_is_let_go_with_its_counts_so_the_shared_segment_goes_with_the_parent(
         store: SessionStore, client: redis.Redis) -> None:
+    _sharing(store)
     parent = _session(store, "parent", 600)
     shared = parent.segments[0]
     lease = store.acquire("child")
