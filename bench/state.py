@@ -18,7 +18,10 @@ On a Redis server of its own (a fresh embedded one, so that `used_memory` is thi
 
 Prints a table, then one JSON line:
 {"bench": "state", "max_used_memory_over_budget": .., "orphan_bytes": .., "delete_ms_ratio": ..,
- "commit_ms_ratio": .., "cluster": null, ...}  (cluster: Redis Cluster is not supported yet)
+ "commit_ms_ratio": .., "cluster": {.., "passed": ..}, ...}
+3. the churn and the latency rows again on a local Redis Cluster of 3 masters (the bundled
+   redis-server; runtime/embedded.py EmbeddedCluster): `cluster` holds its figures and whether
+   they pass the targets (no orphan, exact accounts, memory <= budgets + 10%, ratios <= 1.5).
 
     python bench/state.py [--quick] [--ops N] [--sessions 1000,20000] [--samples N]
 """
@@ -42,7 +45,7 @@ from typing import Any
 
 import redis
 
-from runtime.embedded import EmbeddedRedis
+from runtime.embedded import EmbeddedCluster, EmbeddedRedis, from_url
 from runtime.errors import SetflowError
 from runtime.keys import Keys
 from runtime.sessions.store import Manifest, SessionStore
@@ -60,6 +63,10 @@ BASELINE_SAMPLES = 10  # the store before: its delete reads every manifest (seco
 
 
 def used_memory(r: redis.Redis) -> int:
+    """used_memory of the server, or the sum over a cluster's masters."""
+    if isinstance(r, redis.RedisCluster):
+        per_node = r.info("memory", target_nodes=redis.RedisCluster.PRIMARIES)
+        return sum(int(info["used_memory"]) for info in per_node.values())
     return int(r.info("memory")["used_memory"])
 
 
@@ -119,12 +126,13 @@ class Churn:
                     self.store.commit(replace(m, segments=m.segments + ids, behind=[]), lease)
                 finally:
                     self.store.release(lease)
-            elif op == "fork":  # at a segment boundary: the child names the parent's segments (copy on write)
-                child = secrets.token_hex(6)
+            elif op == "fork":  # at a segment boundary: the child names the parent's segments (copy on write;
+                child = secrets.token_hex(6)  # on a cluster, copies in the child's slot, as store.fork writes them)
+                segs = (self.store.put_segments(child, tenant, self.store.get_segments(m.segments))
+                        if getattr(self.store, "cluster", False) else list(m.segments))
                 lease = self.store.acquire(child)
                 try:
-                    self.store.commit(Manifest(child, tenant, FP, segments=list(m.segments)), lease,
-                                      keep=frozenset({sid}))
+                    self.store.commit(Manifest(child, tenant, FP, segments=segs), lease, keep=frozenset({sid}))
                 finally:
                     self.store.release(lease)
                 mine.append(child)
@@ -161,8 +169,8 @@ def orphans(r: redis.Redis, k: Keys) -> tuple[int, int]:
             m = json.loads(body)
             named.update(m["segments"], m.get("behind", []))
     n = size = 0
-    for key in r.scan_iter(k.segment("*"), count=1000):
-        if key.decode().rsplit(":", 1)[1] not in named:
+    for key in r.scan_iter(k.segments, count=1000):
+        if k.segment_id(key) not in named:
             n += 1
             size += int(r.strlen(key))
     return n, size
@@ -265,6 +273,34 @@ def latency(r: redis.Redis, settings: Settings, n: int, samples: int, baseline: 
             "commit_ms": round(statistics.median(commit_ms), 3), "delete_ms": round(statistics.median(delete_ms), 3)}
 
 
+def on_cluster(folder: Path, ops: int, counts: list[int], samples: int) -> dict[str, Any]:
+    """The churn and the latency rows again, on a local Redis Cluster of 3 masters; passed: no
+    orphan, exact accounts, used memory within the budgets + 10%, ratios <= 1.5."""
+    with EmbeddedCluster(folder) as c:
+        r = from_url(c.url)
+        try:
+            s = Settings(data_dir=folder, lease_ms=100, tenant_budget_bytes=BUDGET, session_budget_bytes=BUDGET)
+            print(f"the same on a local Redis Cluster of {c.masters} masters:", flush=True)
+            run = churn(r, s, ops, SAMPLES, baseline=False)
+            print(f"  now     max used_memory / budgets {run['max_used_memory_over_budget']:6.3f}   at end "
+                  f"{run['used_memory_over_budget_at_end']:6.3f}   orphan segments {run['orphan_segments']:5d} "
+                  f"({run['orphan_bytes']} bytes)   {run['seconds']} s", flush=True)
+            rows = []
+            for n in counts:
+                rows.append(latency(r, s, n, samples))
+                print(f"  now     {n:6d} sessions: commit {rows[-1]['commit_ms']} ms, delete {rows[-1]['delete_ms']} ms "
+                      f"(medians of {samples})", flush=True)
+        finally:
+            r.close()
+    out = {"masters": c.masters, "max_used_memory_over_budget": run["max_used_memory_over_budget"],
+           "orphan_bytes": run["orphan_bytes"], "accounts_exact": run["accounts_exact"],
+           "delete_ms_ratio": round(rows[-1]["delete_ms"] / rows[0]["delete_ms"], 2),
+           "commit_ms_ratio": round(rows[-1]["commit_ms"] / rows[0]["commit_ms"], 2), "churn": run, "latency": rows}
+    out["passed"] = (out["orphan_bytes"] == 0 and out["accounts_exact"] and out["max_used_memory_over_budget"] <= 1.1
+                     and out["delete_ms_ratio"] <= 1.5 and out["commit_ms_ratio"] <= 1.5)
+    return out
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_OPS} churn ops, sessions 1k and 5k")
@@ -305,13 +341,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         finally:
             r.close()
             server.stop()
+        cluster = on_cluster(Path(tmp) / "cluster", ops, counts, args.samples)
     lo, hi = rows[0], rows[-1]
     now = runs["now"]
     result = {"bench": "state", "max_used_memory_over_budget": now["max_used_memory_over_budget"],
               "orphan_bytes": now["orphan_bytes"], "accounts_exact": now["accounts_exact"],
               "delete_ms_ratio": round(hi["delete_ms"] / lo["delete_ms"], 2),
               "commit_ms_ratio": round(hi["commit_ms"] / lo["commit_ms"], 2),
-              "cluster": None, "churn": runs, "latency": rows, "latency_before": before,
+              "cluster": cluster, "churn": runs, "latency": rows, "latency_before": before,
               "before": {"delete_ms_ratio": round(before[-1]["delete_ms"] / before[0]["delete_ms"], 2),
                          "commit_ms_ratio": round(before[-1]["commit_ms"] / before[0]["commit_ms"], 2)},
               "budgets": {"tenants": TENANTS, "bytes_each": BUDGET}, "wall_s": round(time.perf_counter() - t_start, 1)}
