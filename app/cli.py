@@ -1,5 +1,6 @@
 """The `setflow` console script: `demo [--serve]`, `serve`, `worker`, `submit KIND SPEC`, `tour`,
-`bench decode|quality|resume|load [args...]`, `train --preset P --out DIR`.
+`bench decode|quality|resume|load [args...]`, `train --preset P --out DIR`, `import SRC --out DIR
+[--dry-run]`.
 
 Imports torch and the model only inside the subcommands, so `setflow --help` stays instant.
 """
@@ -68,6 +69,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.preset not in PRESETS or args.preset == "test":
         raise CliError(f"unknown or untrainable preset {args.preset!r}; trainable: toy, small")
     cfg = ModelConfig.from_name(args.preset)
+    if args.init is not None and not (args.init / "config.json").is_file():
+        raise CliError(f"--init {args.init}: not a checkpoint folder (no config.json)")
 
     # imports torch: only once the input is known good
     from model import checkpoint
@@ -85,17 +88,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:  # the shipped model: the three use-case corpora, and a tokenizer learnt from them
         from model.corpus import mixture
         from model.tokenizer import Tokenizer
-        recipe = dict(mixture.RECIPE)
+        recipe = dict(mixture.FINETUNE if args.init is not None else mixture.RECIPE)
         saved = args.out / checkpoint.TOKENIZER
-        # a resumed run keeps the tokenizer its weights were trained with
-        tok = Tokenizer.from_file(saved) if (args.out / "trainer.json").exists() and saved.exists() \
-            else mixture.train_tokenizer()
+        # a resumed run keeps the tokenizer its weights were trained with; a fine-tune its base's
+        if (args.out / "trainer.json").exists() and saved.exists():
+            tok = Tokenizer.from_file(saved)
+        elif args.init is not None:
+            tok = Tokenizer.from_file(args.init / checkpoint.TOKENIZER)
+        else:
+            tok = mixture.train_tokenizer()
         if tok.vocab_size > cfg.vocab_size:
             raise CliError(f"the corpora's tokenizer has {tok.vocab_size} tokens > the preset's {cfg.vocab_size}")
         tokenizer_json = tok.to_str()
 
         def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
-            return mixture.batches(tok, seed, batch_size, seq_len)
+            return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None)
     if args.steps is not None:
         recipe["steps"] = args.steps
     tc = TrainConfig(seed=args.seed, **recipe)
@@ -103,12 +110,34 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
     try:
         _, losses = train(cfg, make_batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out,
-                          tokenizer_json=tokenizer_json)
+                          tokenizer_json=tokenizer_json, init=args.init)
     except ValueError as e:  # e.g. args.out holds a checkpoint of another config
         raise CliError(str(e)) from e
     tail = losses[-tc.log_every:]
     print(f"{args.preset}: step {len(losses)}, mean loss of the last {len(tail)} steps "
           f"{sum(tail) / max(len(tail), 1):.4f}; checkpoint in {args.out}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from model.importer import ImportRefused, import_checkpoint, plan_import  # imports torch
+
+    if not args.dry_run and args.out is None:
+        raise CliError("--out DIR is required (or --dry-run)")
+    opts = dict(config=args.config, base_config=args.base_config, tokenizer=args.tokenizer, name=args.name)
+    try:
+        if args.dry_run:
+            plan, _ = plan_import(args.src, **opts)
+            print("\n".join(plan.lines()))
+            print("importable" if plan.ok else "not importable as it is")
+            return 0 if plan.ok else 2
+        plan = import_checkpoint(args.src, args.out, **opts)
+    except ImportRefused as e:
+        raise CliError(f"{e.code}: {e}") from e
+    assert plan.config is not None
+    cfg = plan.config
+    print(f"imported {args.src} -> {args.out}: {cfg.n_layers} layers, d_model {cfg.d_model}, vocab {cfg.vocab_size}, "
+          f"mask id {cfg.mask_id}, eos id {cfg.eos_id}; {len(plan.mapped)} tensors, {len(plan.dropped)} dropped")
     return 0
 
 
@@ -161,7 +190,21 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--steps", type=int, default=None, help="total optimiser steps (default: the preset's recipe)")
     tr.add_argument("--out", type=Path, required=True, help="checkpoint folder; resumed when it holds a trainer state")
     tr.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default 0)")
+    tr.add_argument("--init", type=Path, default=None,
+                    help="fine-tune the weights of this checkpoint folder (small: its tokenizer kept; the recipe "
+                         "and data of model/corpus/mixture.py FINETUNE: the API's whole grammar)")
     tr.set_defaults(func=cmd_train)
+    im = sub.add_parser("import", help="convert a released SetDLM checkpoint (HF export, compiled or Composer keys; "
+                        "safetensors or tensor-only .bin/.pt) into setflow's format")
+    im.add_argument("src", type=Path, help="the checkpoint: a folder (config.json or config.yaml beside it) or a file")
+    im.add_argument("--out", type=Path, default=None, help="the setflow checkpoint folder to write")
+    im.add_argument("--dry-run", action="store_true", help="list what maps and what does not; write nothing")
+    im.add_argument("--config", type=Path, default=None, help="the reference's config.json/config.yaml (default: beside SRC)")
+    im.add_argument("--base-config", type=Path, default=None,
+                    help="the base model's config.json (default: the public Qwen3 numerics for its name)")
+    im.add_argument("--tokenizer", type=Path, default=None, help="tokenizer.json (default: beside SRC)")
+    im.add_argument("--name", default=None, help="the model's name (default: the source folder's)")
+    im.set_defaults(func=cmd_import)
     return ap
 
 

@@ -110,7 +110,7 @@ class BatchKV:
     the step mask of each sequence, narrowed to its documents (model/masks.py)."""
 
     def __init__(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
-                 pending: Sequence[int], bos_id: int, dtype: torch.dtype) -> None:
+                 pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
         """ids, pos: (N,) the packed tokens; counts, pending: each sequence's new tokens and how
         many of them (first) are its clean pending set."""
         pool = caches[0].pool
@@ -200,7 +200,7 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
     pending = [c - n for c, n in zip(counts, n_masks)]
     ids_t = torch.tensor([t for x in ids for t in x], device=dev)  # (N,): the sequences packed
     pos_t = torch.tensor([p for x in pos for p in x], device=dev)
-    kv = BatchKV(caches, ids_t, pos_t, counts, pending, model.cfg.bos_id, caches[0].k.dtype)
+    kv = BatchKV(caches, ids_t, pos_t, counts, pending, model.cfg.doc_start_id, caches[0].k.dtype)
     offsets = [sum(counts[:b]) for b in range(len(counts))]
     masks = torch.tensor([o + j for o, m, c in zip(offsets, pending, counts) for j in range(m, c)], dtype=torch.long,
                          device=dev)  # the rows whose logits are read: every sequence's masks

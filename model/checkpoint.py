@@ -1,14 +1,16 @@
 """Checkpoints: a folder with `model.safetensors`, `config.json` and (optionally) `tokenizer.json`.
 
 No pickle: weights are safetensors; optimizer state, when saved, is safetensors + JSON too.
-Also computes the model fingerprint that KV blobs carry, and imports Qwen3-backbone SetDLM
-state dicts by stripping their prefixes.
+Also computes the model fingerprint that KV blobs carry, and maps the key names of Qwen3-backbone
+SetDLM state dicts (the reference's wrappers, anywhere before the Qwen3 name) to setflow's; the
+import of a whole released checkpoint is model/importer.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,8 +24,29 @@ from model.config import ModelConfig
 from model.transformer import SetDLM
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
-# prefixes seen in released checkpoints: HF export (`backbone.model.`), compiled models (`_orig_mod.`)
-_PREFIXES = ("backbone.model.model.", "backbone.model.", "backbone.", "_orig_mod.", "model.")
+# the reference's module wrappers around the Qwen3 names: the denoiser's `backbone`, its
+# AutoModelFromPreTrained's `model` and Qwen3ForCausalLM's `model`, torch.compile's `_orig_mod`,
+# Composer's `model`, DDP's `module`: e.g. `model.backbone._orig_mod.model.model.layers.0...`
+WRAPPERS = frozenset({"backbone", "model", "_orig_mod", "module"})
+_QWEN3_NAME = re.compile(r"(?:^|\.)(layers\.\d+\.[\w.]+|embed_tokens\.weight|norm\.weight|lm_head\.weight)$")
+# what a released state dict holds that is no weight: the reference's static 2L x 2L training
+# mask (a persistent buffer), RoPE's inverse frequencies (older HF Qwen code)
+BUFFERS = ("static_attention_mask", "rotary_emb.inv_freq")
+
+
+def qwen3_name(key: str) -> str | None:
+    """setflow's (Qwen3's) name for a source key, or None where the key is not a Qwen3 weight
+    under wrappers only (the leftmost Qwen3 name wins: `layers.0.input_layernorm.weight`, not
+    `norm.weight`)."""
+    m = _QWEN3_NAME.search(key)
+    if m is None:
+        return None
+    prefix = [p for p in key[: m.start(1)].split(".") if p]
+    return m.group(1) if set(prefix) <= WRAPPERS else None
+
+
+def is_buffer(key: str) -> bool:
+    return any(key == b or key.endswith("." + b) for b in BUFFERS)
 
 
 def fingerprint(model: SetDLM) -> str:
@@ -40,6 +63,13 @@ def fingerprint(model: SetDLM) -> str:
         fp = h.hexdigest()
         model._fingerprint = fp  # type: ignore[assignment]
     return fp
+
+
+def numerics(model: SetDLM) -> str:
+    """Where and in what dtype the model runs: "cpu/float32", "cuda/bfloat16".  Its outputs are
+    reproducible only there: a session's K/V and tokens belong to its numerics as to its weights."""
+    w = next(model.parameters())
+    return f"{w.device.type}/{str(w.dtype).removeprefix('torch.')}"
 
 
 def save(model: SetDLM, folder: str | Path, tokenizer_json: str | None = None) -> Path:
@@ -96,14 +126,13 @@ def load_weights(model: SetDLM, folder: str | Path) -> None:
 
 
 def load_state(model: SetDLM, state: dict[str, torch.Tensor]) -> None:
-    """Load a state dict, stripping known prefixes; missing or unexpected keys are errors."""
+    """Load a state dict, mapping the reference's key names (qwen3_name) and dropping its buffers;
+    missing or unexpected keys are errors."""
     clean = {}
-    for name, t in state.items():
-        for p in _PREFIXES:
-            if name.startswith(p):
-                name = name[len(p):]
-                break
-        clean[name] = t
+    for key, t in state.items():
+        if is_buffer(key):
+            continue
+        clean[qwen3_name(key) or key] = t
     if model.cfg.tie_embeddings:
         clean.pop("lm_head.weight", None)
     missing, unexpected = model.load_state_dict(clean, strict=False)

@@ -1,7 +1,8 @@
 """ModelConfig: the shape of a set-diffusion transformer and its special token ids.
 
-Knows nothing about tokenisation beyond the fixed ids of the special tokens (the tokenizer puts
-them first, in this order), and nothing about sessions or storage.
+Knows nothing about tokenisation beyond the ids of the special tokens (setflow's own vocabularies
+put them first, in the order below; an imported model's ids come from its files), and nothing
+about sessions or storage.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-# Special tokens occupy the first ids of every vocabulary, in this order (see tokenizer.py).
+# setflow's own vocabularies (tokenizer.py's `train`) put these first, in this order; these ids are
+# ModelConfig's defaults, never assumed elsewhere: code reads cfg.*_id or the tokenizer's ids.
 SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")
 PAD_ID, MASK_ID, BOS_ID, EOS_ID = range(len(SPECIAL_TOKENS))
+SAME_AS_BOS = -1  # doc_start_id's default: the BOS token starts a document (setflow's own models)
 
 
 @dataclass
@@ -34,8 +37,13 @@ class ModelConfig:
     mask_id: int = MASK_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
+    # the token whose key starts a new document (per-document masking, masks.within_documents);
+    # None: no document boundaries (Qwen's BOS is its EOS: every EOS would start a document)
+    doc_start_id: int | None = SAME_AS_BOS
 
     def __post_init__(self) -> None:
+        if self.doc_start_id == SAME_AS_BOS:
+            self.doc_start_id = self.bos_id
         if self.head_dim == 0:
             self.head_dim = self.d_model // self.n_heads
         if self.max_set_size == 0:
@@ -46,8 +54,19 @@ class ModelConfig:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
         if not 1 <= self.set_size <= self.max_set_size:
             raise ValueError(f"need 1 <= set_size ({self.set_size}) <= max_set_size ({self.max_set_size})")
-        if self.vocab_size <= max(self.pad_id, self.mask_id, self.bos_id, self.eos_id):
-            raise ValueError("vocab_size must leave room for the special tokens")
+        specials = [self.pad_id, self.mask_id, self.bos_id, self.eos_id]
+        if self.doc_start_id is not None:
+            specials.append(self.doc_start_id)
+        if not all(0 <= i < self.vocab_size for i in specials):
+            raise ValueError(f"special ids {specials} must lie in the vocabulary [0, {self.vocab_size})")
+        if self.mask_id in (self.pad_id, self.bos_id, self.eos_id, self.doc_start_id):
+            raise ValueError(f"mask_id {self.mask_id} must be a token of its own")
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Every special id (pad, mask, bos, eos, document start): what decoding may skip."""
+        ids = {self.pad_id, self.mask_id, self.bos_id, self.eos_id}
+        return frozenset(ids if self.doc_start_id is None else ids | {self.doc_start_id})
 
     @classmethod
     def from_name(cls, name: str, **overrides: object) -> ModelConfig:
@@ -56,7 +75,12 @@ class ModelConfig:
         return cls(**{**PRESETS[name], "name": name, **overrides})  # type: ignore[arg-type]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        if data["doc_start_id"] == data["bos_id"]:
+            # the default meaning is left out: a config written before the field existed keeps
+            # its text, and with it the fingerprint its KV blobs carry
+            del data["doc_start_id"]
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ModelConfig:

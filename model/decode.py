@@ -67,7 +67,7 @@ def _documents(model: SetDLM, cache: KVCache, mask: Tensor, ids_t: Tensor, pos_t
     document (model/masks.py within_documents)."""
     C = cache.length
     return within_documents(mask, torch.cat([cache.pos[:C], pos_t]), torch.cat([cache.tok[:C], ids_t]),
-                            query_pos, model.cfg.bos_id)
+                            query_pos, model.cfg.doc_start_id)
 
 
 @torch.no_grad()
@@ -87,7 +87,7 @@ def fused_forward(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int],
     C = cache.length
     ids_t = torch.cat([cache.tok[:C], torch.tensor(ids, device=dev)])
     pos_t = torch.cat([cache.pos[:C], torch.tensor(pos, device=dev)])
-    mask = within_documents(step_mask(0, C + m, n_masks, dev), pos_t, ids_t, pos_t, model.cfg.bos_id)
+    mask = within_documents(step_mask(0, C + m, n_masks, dev), pos_t, ids_t, pos_t, model.cfg.doc_start_id)
     logits, kv = model(ids_t, pos_t, mask, return_kv=True, logits_at=slice(C + m, None))
     assert kv is not None
     cache.append(kv.k[:, 0, C:C + m], kv.v[:, 0, C:C + m], pos[:m], ids[:m])

@@ -83,12 +83,15 @@ def step_mask(n_cache: int, n_pending: int, n_masks: int, device: torch.device |
     return mask
 
 
-def within_documents(mask: Tensor, key_pos: Tensor, key_tok: Tensor, query_pos: Tensor, bos_id: int) -> Tensor:
+def within_documents(mask: Tensor, key_pos: Tensor, key_tok: Tensor, query_pos: Tensor, bos_id: int | None) -> Tensor:
     """mask: (T, S) bool over S keys; key_pos, key_tok: (S,) long; query_pos: (T,) long.
     A query at position q sees only keys at positions >= its document's start: the position of
     the last BOS at or before q among the keys it already sees (never one committed after it:
     a step-by-step decode and one causal prefill of its ledger must give a token the same
-    start, model/decode.py invariant I5).  Returns the narrowed mask."""
+    start, model/decode.py invariant I5).  bos_id: the document-start token (cfg.doc_start_id);
+    None: no document boundaries, the mask as it is.  Returns the narrowed mask."""
+    if bos_id is None:
+        return mask
     is_bos = key_tok == bos_id  # (S,)
     # one document from position 0 (or none): nothing to narrow.  Asked on the CPU only: on a GPU
     # the answer would cost a device sync per forward, more than the masking it saves

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from model import checkpoint
-from model.tokenizer import Tokenizer
+from model.tokenizer import SpecialIds, Tokenizer
 from model.transformer import SetDLM
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
@@ -25,7 +25,8 @@ def load(folder: str | Path = SHIPPED, device: str | torch.device = "cpu",
     if not (folder / checkpoint.TOKENIZER).is_file():
         raise FileNotFoundError(f"{folder} holds no {checkpoint.TOKENIZER}: not a shippable checkpoint")
     model = checkpoint.load(folder, device=device, dtype=dtype)
-    tok = Tokenizer.from_file(folder / checkpoint.TOKENIZER)
+    # the special ids are the model's (its config.json), never assumed from the vocabulary
+    tok = Tokenizer.from_file(folder / checkpoint.TOKENIZER, SpecialIds.of(model.cfg))
     if tok.vocab_size > model.cfg.vocab_size:
         raise ValueError(f"{folder}: tokenizer has {tok.vocab_size} tokens > the model's {model.cfg.vocab_size}")
     return model, tok

@@ -1,30 +1,64 @@
-"""Tokenizer: a thin byte-level BPE wrapper over HuggingFace `tokenizers`.
+"""Tokenizer: a thin wrapper over a HuggingFace `tokenizers` tokenizer.json.
 
-Holds the vocabulary, the fixed special ids and the workflow markup tokens;
-knows nothing about models.
+Holds the vocabulary, the special ids and the workflow markup tokens; knows nothing about models.
+setflow's own vocabularies (`train`) put [PAD] [MASK] [BOS] [EOS] at ids 0-3 and the markup right
+after; any other tokenizer.json (an imported model's) is used with the special ids its model's
+files name (`SpecialIds`), never assumed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
+from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS, ModelConfig
 
 # Markup the workflows emit and parse; each is one id, right after the special tokens.
 MARKUP_TOKENS = ("<call>", "</call>", "<result>", "</result>", "<section>", "</section>", "<hole>")
 
 
-class Tokenizer:
-    """Byte-level BPE: any str round-trips; [PAD] [MASK] [BOS] [EOS] are ids 0..3."""
+@dataclass(frozen=True)
+class SpecialIds:
+    """The ids a model gives its special tokens; doc_start None: no document boundaries."""
 
-    def __init__(self, hf: _HFTokenizer) -> None:
+    pad: int
+    mask: int
+    bos: int
+    eos: int
+    doc_start: int | None
+
+    @classmethod
+    def of(cls, cfg: ModelConfig) -> SpecialIds:
+        return cls(cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id, cfg.doc_start_id)
+
+    def all(self) -> frozenset[int]:
+        ids = {self.pad, self.mask, self.bos, self.eos}
+        return frozenset(ids if self.doc_start is None else ids | {self.doc_start})
+
+
+SETFLOW_SPECIALS = SpecialIds(PAD_ID, MASK_ID, BOS_ID, EOS_ID, BOS_ID)
+
+
+class Tokenizer:
+    """Any str round-trips through a byte-level vocabulary.  specials: the model's special ids;
+    None: setflow's own convention ([PAD] [MASK] [BOS] [EOS] at ids 0..3, the markup present),
+    checked."""
+
+    def __init__(self, hf: _HFTokenizer, specials: SpecialIds | None = None) -> None:
         self._hf = hf
-        self._check()
+        if specials is None:
+            self._check()
+            specials = SETFLOW_SPECIALS
+        self.specials = specials
+        self._special_set = specials.all()
+        outside = sorted(i for i in self._special_set if not 0 <= i < self.vocab_size)
+        if outside:
+            raise ValueError(f"special ids {outside} are not in the tokenizer's vocabulary of {self.vocab_size}")
 
     def _check(self) -> None:
         for want, tok in enumerate(SPECIAL_TOKENS):
@@ -66,12 +100,12 @@ class Tokenizer:
         return cls(_without_capital_merges(hf) if spell_capitals else hf)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Tokenizer:
-        return cls(_HFTokenizer.from_file(str(path)))
+    def from_file(cls, path: str | Path, specials: SpecialIds | None = None) -> Tokenizer:
+        return cls(_HFTokenizer.from_file(str(path)), specials)
 
     @classmethod
-    def from_str(cls, json_text: str) -> Tokenizer:
-        return cls(_HFTokenizer.from_str(json_text))
+    def from_str(cls, json_text: str, specials: SpecialIds | None = None) -> Tokenizer:
+        return cls(_HFTokenizer.from_str(json_text), specials)
 
     def to_str(self) -> str:
         """The tokenizer.json text."""
@@ -87,9 +121,10 @@ class Tokenizer:
         return self._hf.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
-        """Inverse of encode; skip_special drops [PAD]/[MASK]/[BOS]/[EOS] but keeps markup."""
+        """Inverse of encode; skip_special drops the special ids (pad, mask, bos, eos, document
+        start) and nothing else: markup, and any other token, stays."""
         if skip_special:
-            ids = [i for i in ids if i >= len(SPECIAL_TOKENS)]
+            ids = [i for i in ids if i not in self._special_set]
         return self._hf.decode(list(ids), skip_special_tokens=False)
 
     # -- vocabulary -----------------------------------------------------------------------------
@@ -100,19 +135,26 @@ class Tokenizer:
 
     @property
     def pad_id(self) -> int:
-        return PAD_ID
+        return self.specials.pad
 
     @property
     def mask_id(self) -> int:
-        return MASK_ID
+        return self.specials.mask
 
     @property
     def bos_id(self) -> int:
-        return BOS_ID
+        return self.specials.bos
 
     @property
     def eos_id(self) -> int:
-        return EOS_ID
+        return self.specials.eos
+
+    @property
+    def doc_start_id(self) -> int | None:
+        return self.specials.doc_start
+
+    def has_token(self, token: str) -> bool:
+        return self._hf.token_to_id(token) is not None
 
     def token_id(self, token: str) -> int:
         i = self._hf.token_to_id(token)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -126,10 +126,12 @@ class TrainConfig:
 
 def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], tc: TrainConfig,
           out: str | Path | None = None, tokenizer_json: str | None = None, resume: bool = True,
-          progress: bool = True) -> tuple[SetDLM, list[float]]:
+          progress: bool = True, init: str | Path | None = None) -> tuple[SetDLM, list[float]]:
     """AdamW with linear warm-up then cosine decay to 10%.  batches(start_step) yields lists of
     examples from that step on (so a resumed run sees the same data).  Checkpoints to `out`
-    every ckpt_every steps; resumes from `out` when it holds a trainer state."""
+    every ckpt_every steps; resumes from `out` when it holds a trainer state.  init: a
+    checkpoint folder whose weights a fresh run starts from (a fine-tune; its shapes must be
+    cfg's, its context may differ)."""
     torch.manual_seed(tc.seed)
     model = SetDLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95))
@@ -147,6 +149,11 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
         meta = checkpoint.load_optimizer(opt, folder)
         start, losses = int(meta["step"]), list(meta["losses"])
         gen.set_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+    elif init is not None:
+        base = checkpoint.load_config(init)
+        if replace(base, max_seq_len=cfg.max_seq_len, name=cfg.name) != cfg:
+            raise ValueError(f"{init} holds weights of another shape ({base.name}); cannot fine-tune them as {cfg.name!r}")
+        checkpoint.load_weights(model, init)
 
     def lr_at(s: int) -> float:
         if s < tc.warmup:

@@ -224,6 +224,13 @@ class Check:
     answer: str | None
 
 
+def answer_numbers(answer: str) -> list[str]:
+    """The numbers an answer states, in order (a period such as 2026-Q3 is a name, not a number)."""
+    for p in PERIODS:
+        answer = answer.replace(p, " ")
+    return _ANSWER_NUM.findall(answer)
+
+
 def check(task: Task, text: str) -> Check:
     """`text`: the assistant's side of a finished transcript (calls, results, answer)."""
     calls = [c.strip() for c in _CALLS.findall(text)]
@@ -232,5 +239,5 @@ def check(task: Task, text: str) -> Check:
         answer = text.rsplit("A:", 1)[1]
         for p in PERIODS:
             answer = answer.replace(p, " ")
-    nums = _ANSWER_NUM.findall(answer) if answer is not None else []
+    nums = answer_numbers(answer) if answer is not None else []
     return Check(calls == task.calls, nums == [task.answer], calls, answer)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from model.config import BOS_ID, EOS_ID
 from model.corpus import agent, narrative, report
 from model.corpus.report import infill_tokens
 from model.tokenizer import Tokenizer
@@ -29,6 +28,14 @@ TOKENIZER_TEXTS = 20000  # examples the tokenizer is learnt from (seed TOKENIZER
 TOKENIZER_SEED = 12345
 # what trains the `small` preset in about an hour on 2 cores: TrainConfig keywords
 RECIPE = dict(steps=8600, batch_size=8, seq_len=384, lr=4e-3, warmup=100, log_every=20, ckpt_every=200)
+# The fine-tune that widens a trained model to the API's whole grammar (`setflow train --init
+# DIR`): WILD of the narratives and sections are drawn from narrative.wild_payload (any names,
+# periods, custom metrics, numbers of 1-9 digits with up to 3 decimals), the rest as before, so
+# that what the model knew stays in its data; longer sequences (wild payloads are longer), a
+# lower peak learning rate.
+FINETUNE = dict(steps=1000, batch_size=8, seq_len=512, lr=1.5e-3, warmup=50, log_every=20, ckpt_every=50)
+FINETUNE_MIX = {"narrative": 0.45, "agent": 0.2, "section": 0.2, "infill": 0.15}
+WILD = 0.6
 VOCAB_SIZE = 896  # an upper bound: the corpora's words need fewer merges (the small preset's vocab_size)
 
 
@@ -36,28 +43,28 @@ def _ids(tok: Tokenizer, text: str) -> list[int]:
     return tok.encode(text)
 
 
-def narrative_example(tok: Tokenizer, rng: random.Random) -> Example:
-    p, text = narrative.example(rng)
-    prompt = [BOS_ID, *_ids(tok, narrative.prompt_text(p))]
-    target = [*_ids(tok, text), EOS_ID]
+def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
+    p, text = narrative.example(rng) if rng.random() >= wild else narrative.wild_example(rng)
+    prompt = [tok.bos_id, *_ids(tok, narrative.prompt_text(p))]
+    target = [*_ids(tok, text), tok.eos_id]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
 def agent_example(tok: Tokenizer, rng: random.Random) -> Example:
     task, _, pieces = agent.example(rng)
-    ids = [BOS_ID, *_ids(tok, agent.prompt_text(task.question))]
+    ids = [tok.bos_id, *_ids(tok, agent.prompt_text(task.question))]
     roles = [CONTEXT] * len(ids)
     for text, given in pieces:
         piece = _ids(tok, text)
         ids += piece
         roles += [GIVEN if given else TARGET] * len(piece)
-    return ids + [EOS_ID], roles + [TARGET]
+    return ids + [tok.eos_id], roles + [TARGET]
 
 
-def section_example(tok: Tokenizer, rng: random.Random) -> Example:
-    s, text = report.section_example(rng)
-    prompt = [BOS_ID, *_ids(tok, s.prompt_text())]
-    target = [*_ids(tok, text), EOS_ID]
+def section_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
+    s, text = report.section_example(rng, wild=rng.random() < wild)
+    prompt = [tok.bos_id, *_ids(tok, s.prompt_text())]
+    target = [*_ids(tok, text), tok.eos_id]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
@@ -68,10 +75,13 @@ def infill_example(tok: Tokenizer, rng: random.Random) -> Example:
 
 MAKERS: dict[str, Callable[[Tokenizer, random.Random], Example]] = {
     "narrative": narrative_example, "agent": agent_example, "section": section_example, "infill": infill_example}
+# the makers that draw some of their data from the API's grammar (their share of wild payloads)
+WILD_MAKERS: dict[str, Callable[[Tokenizer, random.Random, float], Example]] = {
+    "narrative": narrative_example, "section": section_example}
 
 
-def pick_task(rng: random.Random, step: int) -> str:
-    mix = WARMUP_MIX if step < COPY_WARMUP else MIX
+def pick_task(rng: random.Random, step: int, finetune: bool = False) -> str:
+    mix = FINETUNE_MIX if finetune else WARMUP_MIX if step < COPY_WARMUP else MIX
     return rng.choices(list(mix), weights=list(mix.values()))[0]
 
 
@@ -98,7 +108,8 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
     return Tokenizer.train(texts(), vocab_size)
 
 
-def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int) -> Callable[[int], Iterator[list[Example]]]:
+def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
+            finetune: bool = False) -> Callable[[int], Iterator[list[Example]]]:
     """`train()`'s data.  A batch holds one task (drawn by WARMUP_MIX, then MIX), so that short agent transcripts
     are not padded to the length of long narratives.  Examples longer than seq_len are dropped
     (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence."""
@@ -106,10 +117,11 @@ def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int) -> Callabl
         s = start
         while True:
             rng = random.Random(f"mixture/{seed}/{s}")  # str seeds hash deterministically
-            make = MAKERS[pick_task(rng, s)]
+            task = pick_task(rng, s, finetune)
+            wild = WILD if finetune and task in WILD_MAKERS else 0.0
             out: list[Example] = []
             while len(out) < batch_size:
-                ex = make(tok, rng)
+                ex = WILD_MAKERS[task](tok, rng, wild) if wild else MAKERS[task](tok, rng)
                 if len(ex[0]) <= seq_len:
                     out.append(ex)
             yield out

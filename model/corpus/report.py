@@ -25,7 +25,6 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from model.config import BOS_ID, EOS_ID
 from model.corpus import narrative as nar
 from model.corpus.narrative import Payload, comparison, direction
 
@@ -59,18 +58,24 @@ class Section:
         return f"{SECTION}{self.title}\n{self.payload.to_text()}{END_SECTION}\n"
 
 
-def make_section(rng: random.Random) -> Section:
-    p = nar.make_payload(rng)
+def make_section(rng: random.Random, wild: bool = False) -> Section:
+    """wild: its data drawn from the API's grammar (narrative.wild_payload), its title too."""
+    p = nar.wild_payload(rng) if wild else nar.make_payload(rng)
     p.metrics = p.metrics[:2]
-    return Section(rng.choice(TITLES[p.metrics[0].key]), p)
+    if p.breakdown is not None and p.breakdown.metric not in [m.key for m in p.metrics]:
+        p.breakdown.metric = p.metrics[0].key
+    first = p.metrics[0]
+    title = rng.choice(TITLES[first.key]) if not first.custom and (not wild or rng.random() < 0.5) else \
+        nar.wild_name(rng)
+    return Section(title, p)
 
 
 def section_text(rng: random.Random, s: Section) -> str:
     return f"## {s.title}\n{nar.narrative(rng, s.payload)}"
 
 
-def section_example(rng: random.Random) -> tuple[Section, str]:
-    s = make_section(rng)
+def section_example(rng: random.Random, wild: bool = False) -> tuple[Section, str]:
+    s = make_section(rng, wild)
     return s, section_text(rng, s)
 
 
@@ -128,10 +133,10 @@ def template(p: Payload) -> Template:
 def infill_tokens(tok: Tokenizer, t: Template) -> tuple[list[int], list[bool]]:
     """[BOS] context template [EOS] and which tokens are holes.  Pieces are encoded one by
     one, so a hole is a whole number of tokens (the same split in training and at inference)."""
-    ids = [BOS_ID, *tok.encode(t.context_text())]
+    ids = [tok.bos_id, *tok.encode(t.context_text())]
     hole = [False] * len(ids)
     for text, is_hole in t.pieces:
         piece = tok.encode(text)
         ids += piece
         hole += [is_hole] * len(piece)
-    return ids + [EOS_ID], hole + [False]
+    return ids + [tok.eos_id], hole + [False]

@@ -7,7 +7,6 @@ it correctly.
 """
 
 import random
-from dataclasses import asdict
 
 import pytest
 
@@ -54,7 +53,7 @@ def test_the_shipped_checkpoint_is_small_and_complete(loaded: tuple[SetDLM, Toke
 
 @pytest.mark.parametrize("policy", ["ar", "set", "prefix"])
 def test_a_fully_correct_narrative(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(PAYLOAD)), params=PARAMS[policy])
+    spec = NarrativeSpec(payload=PayloadSpec.of(PAYLOAD), params=PARAMS[policy])
     r = narrative_flow.run(LocalTurns(*loaded), spec)
     c = narrative.check(PAYLOAD, r["text"])
     assert c.fully_correct and r["text"].endswith("."), (c.problems, r["text"])

@@ -132,3 +132,21 @@ def test_wrong_special_order_refused(corpus: list[str]) -> None:
 def test_missing_markup_refused(corpus: list[str]) -> None:
     with pytest.raises(ValueError, match="markup tokens missing"):
         Tokenizer.from_str(_raw_bpe_json(list(SPECIAL_TOKENS), corpus))
+
+
+def test_any_tokenizer_json_with_the_models_special_ids() -> None:
+    """A Qwen-style vocabulary: specials past 151k, BOS = EOS; ids 0-3 are ordinary bytes
+    (!"#$ in Qwen's) and survive skip_special, only the model's special ids are dropped."""
+    from model.tokenizer import SpecialIds
+    from tests.model.released import ENDOFTEXT, MASK, qwen_tokenizer_json
+
+    tok = Tokenizer.from_str(qwen_tokenizer_json(), SpecialIds(ENDOFTEXT, MASK, ENDOFTEXT, ENDOFTEXT, None))
+    assert (tok.pad_id, tok.mask_id, tok.bos_id, tok.eos_id, tok.doc_start_id) == (ENDOFTEXT, MASK, ENDOFTEXT,
+                                                                                   ENDOFTEXT, None)
+    text = '!"#$ the theory'
+    ids = tok.encode(text)
+    assert ids[:4] == [0, 1, 2, 3]
+    assert tok.decode([ENDOFTEXT, *ids, MASK, ENDOFTEXT], skip_special=True) == text
+    assert tok.decode(ids + [ENDOFTEXT]) == text + "<|endoftext|>"
+    with pytest.raises(ValueError, match="not in the tokenizer's vocabulary"):
+        Tokenizer.from_str(qwen_tokenizer_json(), SpecialIds(0, 160_000, 1, 2, None))
