@@ -12,7 +12,10 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── RateLimited         code "rate_limited"   a tenant submits faster than its rate (retry_after_s)
     ├── Cancelled           code "cancelled"      a job was cancelled while it ran
     ├── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
-    └── TimeLimit           code "time_limit"     a job ran past task_soft_time_limit_s
+    ├── TimeLimit           code "time_limit"     a job ran past task_soft_time_limit_s
+    ├── Unverified          code "unverified"     a job's output failed its checker, also after the AR retry
+    └── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
+                                                  is hosted by no live worker
 
     CliError                                      bad command-line input: `setflow` prints it, exits 2
 """
@@ -74,6 +77,22 @@ class ClaimLost(SetflowError):
 
 class TimeLimit(SetflowError):
     code = "time_limit"
+
+
+class Unverified(SetflowError):
+    """What the checker found wrong (`problems`) goes into the failed job's error beside the message."""
+
+    code = "unverified"
+
+    def __init__(self, message: str, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+class ModelNotHosted(SetflowError):
+    """Refused at submission: no live worker hosts the model (and numerics) the job needs."""
+
+    code = "model_not_hosted"
 
 
 class CliError(Exception):

@@ -29,6 +29,9 @@ On one Redis server the tags change nothing.
     {p}:model           string the fingerprint of the model a worker loaded last (the current card)
     {p}:model:{fp}      hash   that model's card: fingerprint, config (JSON), tokenizer (JSON);
                                no TTL: a card never changes (the fingerprint names the weights)
+    {p}:host:{worker}   string what the worker hosts: "model/device/dtype/fingerprint", with a TTL
+    {p}:hosts           zset   host id -> its last heartbeat (s): the models and numerics hosted
+    {p}:hosted:{id}     zset   worker -> its last heartbeat (s): the workers hosting that host id
     {p}:celery:*        the Celery broker's own keys (queues, unacked), under kombu's global prefix
 
 Segment ids written before tags (no "/") keep their old keys ({p}:seg:{id}, {p}:ref:{id}).
@@ -36,6 +39,7 @@ Segment ids written before tags (no "/") keep their old keys ({p}:seg:{id}, {p}:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -126,9 +130,25 @@ class Keys:
     def model_card(self, fingerprint: str) -> str:
         return f"{self.prefix}:model:{fingerprint}"
 
+    def host(self, worker: str) -> str:
+        return f"{self.prefix}:host:{worker}"
+
+    @property
+    def hosts(self) -> str:
+        return f"{self.prefix}:hosts"
+
+    def hosted(self, host_id: str) -> str:
+        return f"{self.prefix}:hosted:{host_id}"
+
     @property
     def broker(self) -> str:
         return f"{self.prefix}:celery:"
+
+
+def model_name(name: str) -> str:
+    """A model's name as sessions, queues and keys carry it (its config's name): letters,
+    digits, '.', '_' and '-', at most 64."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name)[:64] or "model"
 
 
 def segment_id(session: str, own: str) -> str:

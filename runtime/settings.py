@@ -39,6 +39,15 @@ class Settings(BaseSettings):
     worker_name: str | None = None  #: this worker's name (its own queue); `setflow worker` sets it
     torch_threads: int = 1  #: torch threads per worker process (several processes share the cores)
     device: str = "auto"  #: "auto" (CUDA with bf16 when present, else CPU), "cpu" or "cuda"
+    #: the worker's weights' dtype: "auto" (bf16 on CUDA, fp32 on CPUs), "float32" or "bfloat16";
+    #: with the device, the numerics a session is bound to ("cpu/float32", "cuda/bfloat16")
+    dtype: str = "auto"
+    #: the checkpoint folder a worker loads (setflow's format, e.g. `setflow import`'s output,
+    #: with its profile.json); None: the shipped model
+    model_dir: Path | None = None
+    #: the model a job runs on when it names none and has no session yet (its config's name);
+    #: None: the model a worker published last (one model per deployment needs nothing more)
+    default_model: str | None = None
     #: turns one worker process decodes together (runtime/sessions/batcher.py): > 1 runs that
     #: many jobs at once on Celery's thread pool, their turns in one batch; 1: one job at a
     #: time per process (the prefork pool); unset: `setflow worker` picks (batch_size)
@@ -58,6 +67,9 @@ class Settings(BaseSettings):
     task_time_limit_s: int = 660  #: the worker process is killed past this (the job is redelivered)
     visibility_timeout_s: int = 3600  #: an unacked message goes back to its queue after this
     worker_heartbeat_s: float = 2.0  #: a worker says it is alive this often (dead after 3 misses)
+    #: a model (and numerics) counts as hosted this long after a worker last said it hosts it: a
+    #: job submitted while its workers restart waits for them rather than being refused
+    host_grace_s: float = 600.0
     reaper_interval_s: float = 5.0  #: how often a worker looks for jobs whose lease expired
     #: how often the reaper also deletes K/V segments no manifest names (a scan of the keyspace:
     #: kept well apart from the reaper's own passes)
@@ -123,11 +135,23 @@ class Settings(BaseSettings):
         p99: docs/BENCHMARKS.md, bench/load.py).  The GPU figure is a default, not measured here."""
         return self.batch_sessions or (GPU_BATCH if gpu else CPU_BATCH)
 
+    def numerics(self, device: str) -> str:
+        """What a worker on `device` ("cpu", "cuda") runs in: "cpu/float32", "cuda/bfloat16"."""
+        dtype = self.dtype if self.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+        return f"{device}/{dtype}"
+
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
         if v not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {v!r}")
+        return v
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype must be auto, float32 or bfloat16, got {v!r}")
         return v
 
     @model_validator(mode="after")

@@ -38,7 +38,9 @@ class SessionRecord(Base):
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(128), index=True)
-    model_fingerprint: Mapped[str] = mapped_column(String(32))
+    model_fingerprint: Mapped[str] = mapped_column(String(32))  # its weights' ("": bound by its first turn)
+    model: Mapped[str] = mapped_column(String(64), default="", server_default="")  # its model's name ("": none yet)
+    numerics: Mapped[str] = mapped_column(String(32), default="", server_default="")  # "cpu/float32", ...
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
     turns: Mapped[list[TurnRecord]] = relationship(back_populates="session", order_by="TurnRecord.index")
@@ -89,6 +91,8 @@ class JobRecord(Base):
     worker: Mapped[str | None] = mapped_column(String(128), default=None)  # the worker that holds or held it
     lease_until: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds
     queue: Mapped[str] = mapped_column(String(200), default="")  # where it was last sent
+    #: the model and numerics of its session (runtime/jobs/hosts.py pool): only their workers run it
+    pool: Mapped[str] = mapped_column(String(128), default="", server_default="")
     dispatched_at: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds of the last send
     step: Mapped[int] = mapped_column(Integer, default=0)  # steps committed (turns written), for resuming
     progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -45,7 +45,7 @@ def uncached_logits(model: SetDLM, cache: KVCache, state: DecodeState, active: l
     pos = cache.positions + state.pending + active
     dev = cache.k.device
     ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
-    mask = within_documents(step_mask(0, C + m, n, dev), pos_t, ids_t, pos_t, model.cfg.bos_id)  # BOS starts a document
+    mask = within_documents(step_mask(0, C + m, n, dev), pos_t, ids_t, pos_t, model.cfg.doc_start_id)  # BOS starts a document
     logits, _ = model(ids_t, pos_t, mask)
     return logits[0, C + m:]
 

@@ -68,6 +68,9 @@ def make_app(settings: Settings) -> Celery:
         # process (a queue declared twice with other arguments is refused)
         task_queues=[Queue(shared, Exchange(shared), routing_key=shared,  # type: ignore[no-untyped-call]
                            queue_arguments={"x-max-priority": AMQP_MAX_PRIORITY})] if is_amqp(settings) else None,
+        # ... and so is every queue created on the way (a model's pool queues, a worker's own):
+        # an interactive job outranks the batch ones in each
+        task_queue_max_priority=AMQP_MAX_PRIORITY if is_amqp(settings) else None,
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=False,  # a turn survives a broker blip
         worker_hijack_root_logger=False,

@@ -13,16 +13,22 @@ process started it; the database schema is migrated once, before any worker star
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
 from runtime.errors import CliError
+from runtime.jobs.hosts import pool
+from runtime.keys import model_name
 from runtime.settings import Settings
+
+SHIPPED = Path(__file__).resolve().parents[1] / "model" / "shipped"  # model/shipped.py's (that one imports torch)
 
 
 def default_processes(settings: Settings) -> tuple[int, int]:
@@ -51,6 +57,14 @@ def launch(name: str | None, processes: int | None, loglevel: str) -> int:
             server.stop()
 
 
+def hosted_pool(settings: Settings, gpu: bool) -> str:
+    """The pool (model and numerics, runtime/jobs/hosts.py) this worker hosts, known before its
+    model loads (torch loads in the pool process): its config's name, the device and dtype."""
+    folder = settings.model_dir or SHIPPED
+    name = json.loads((folder / "config.json").read_text()).get("name", "custom")
+    return pool(model_name(str(name)), settings.numerics("cuda" if gpu else "cpu"))
+
+
 def _gpus(settings: Settings) -> int:
     import torch  # only here: counting GPUs
 
@@ -64,10 +78,12 @@ def _one(s: Settings, name: str, loglevel: str) -> int:
 
     # batching: that many jobs at once on threads of this process, their turns in one batch
     # (runtime/sessions/batcher.py); 1: one job at a time in one forked pool process
-    batch = s.batch_size(gpu=_gpus(s) > 0)
+    gpu = _gpus(s) > 0
+    batch = s.batch_size(gpu=gpu)
     os.environ["SETFLOW_BATCH_SESSIONS"] = str(batch)  # what the runtime in this process reads
     pool = ["-P", "threads", "-c", str(batch)] if batch > 1 else ["-P", "prefork", "-c", "1"]
-    app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(consumed_by(s, name)), *pool,
+    queues = consumed_by(s, name, hosted_pool(s, gpu))
+    app.worker_main(["worker", "-n", f"{name}@%h", "-Q", ",".join(queues), *pool,
                      "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat"])
     return 0
 

@@ -52,9 +52,11 @@ class LocalCluster:
     def env(self) -> dict[str, str]:
         return worker_env(self.settings)
 
-    def start(self, *names: str) -> None:
+    def start(self, *names: str, **overrides: Any) -> None:
+        """overrides: Settings fields for these workers only (model_dir, dtype: a mixed fleet)."""
+        env = {**self.env(), **{f"SETFLOW_{k.upper()}": str(v) for k, v in overrides.items()}}
         for name in names:
-            self.procs[name] = spawn_worker(name, self.env(), self.logs, "info")
+            self.procs[name] = spawn_worker(name, env, self.logs, "info")
 
     def ready(self, *names: str, timeout_s: float = 60.0) -> None:
         """Alive (heartbeat) and warm: each has run a small turn from its own queue (its engine

@@ -1,6 +1,7 @@
 """One worker process's runtime, built once in the pool process (when it is forked, else on its
 first job) and kept for the process's life:
-the model on its device (CUDA with bf16 when present, else CPU with capped torch threads), the
+the model (Settings.model_dir, else the shipped one) with its profile, on its device (CUDA with
+bf16 when present, else CPU with capped torch threads; Settings.dtype), the
 engine with its warm sessions, and clients of Redis and the database.  Once built, its model's
 card (fingerprint, config, tokenizer) is published for the API (runtime/jobs/models.py).
 Celery's prefork pool forks before the first job, so nothing here (torch above all) is loaded in
@@ -16,14 +17,16 @@ from dataclasses import dataclass
 import redis
 import torch
 
-from model import shipped
+from model import profiles, shipped
 from model.batch import KVPool
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.embedded import client as redis_client
 from runtime.jobs import models
 from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.hosts import Host
 from runtime.jobs.rows import Jobs
 from runtime.sessions.batcher import Batcher
 from runtime.sessions.engine import Engine
@@ -41,6 +44,8 @@ class Runtime:
     tokenizer: Tokenizer
     jobs: Jobs
     dispatcher: Dispatcher
+    profile: Profile | None = None  # the model's (beside its weights); None: its default
+    host: Host | None = None  # what it hosts: jobs of another pool are sent on (runner.py)
 
 
 _runtime: Runtime | None = None
@@ -53,7 +58,8 @@ def worker_name(settings: Settings) -> str:
 
 def device(settings: Settings) -> tuple[str, torch.dtype]:
     cuda = torch.cuda.is_available() if settings.device == "auto" else settings.device == "cuda"
-    return ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    dev = "cuda" if cuda else "cpu"
+    return dev, getattr(torch, settings.numerics(dev).split("/")[1])
 
 
 def runtime() -> Runtime:
@@ -82,7 +88,9 @@ def _build() -> Runtime:
     s = Settings()
     torch.set_num_threads(s.torch_threads)  # several processes share the cores: 4x slower without
     dev, dtype = device(s)
-    model, tok = shipped.load(device=dev, dtype=dtype)
+    folder = s.model_dir or shipped.SHIPPED
+    model, tok = shipped.load(folder, device=dev, dtype=dtype)
+    profile = profiles.load(folder, model.cfg, tok)
     client = redis_client(s)
     sql = make_engine(s)
     jobs = Jobs(sql, s)
@@ -93,6 +101,9 @@ def _build() -> Runtime:
         pass  # Redis is away: measured at the first turn that needs it
     # what the API checks submissions against (vocabulary, context) and decodes text with: now,
     # and again whenever Redis lost it (away at the start, or restarted empty)
-    models.keep_published(client, s, models.ModelCard(eng.fp, model.cfg, tok.to_str()),
-                          every_s=s.worker_heartbeat_s, stop=threading.Event())
-    return Runtime(s, worker_name(s), eng, tok, jobs, Dispatcher(client, jobs, sender(app)))
+    # and which model and numerics this worker hosts (with the card, every heartbeat): what
+    # submissions are bound to and routed by
+    name, host = worker_name(s), Host(eng.model_name, eng.fp, eng.numerics)
+    models.keep_published(client, s, models.ModelCard(eng.fp, model.cfg, tok.to_str(), profile.to_json()),
+                          every_s=s.worker_heartbeat_s, stop=threading.Event(), host=(name, host))
+    return Runtime(s, name, eng, tok, jobs, Dispatcher(client, jobs, sender(app)), profile, host)

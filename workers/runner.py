@@ -4,6 +4,8 @@ of its session.  Called by the Celery task (workers/tasks.py), and nothing else 
 Celery.
 
 Outcomes of a delivery:
+  - a job of a model or numerics this worker does not host (a stray message): sent on to its
+    pool's shared queue, not claimed
   - not claimed (finished already, running under another live lease, waiting for an earlier job
     of its session): a no-op; a redelivered or duplicated task lands here
   - the workflow returns: succeeded, with its result
@@ -11,6 +13,8 @@ Outcomes of a delivery:
     retried in this process with exponential backoff (0.25 s doubling to 5 s) for up to
     job_retry_s, each time from the job's last committed step, then failed with "unavailable"
   - bad input, an unknown session, a decode error, any other error: failed at once, no retry
+  - output that failed its checker after the AR retry (workflows/checked.py): failed with
+    "unverified", the checker's problems in the error
   - cancelled: the turn in flight is abandoned (the session stays at its last committed turn)
   - the soft time limit: failed with "time_limit"
   - its claim lost (the reaper requeued it): this holder stops and writes nothing more
@@ -31,7 +35,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from model.params import DecodeError
-from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, SetflowError, StaleWrite
+from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, SetflowError, StaleWrite, Unverified
 from runtime.jobs.context import JobContext
 from runtime.jobs.rows import JOB_ID
 from runtime.jobs.specs import check_spec
@@ -58,6 +62,11 @@ def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 def run(rt: Runtime, job_id: str) -> str:
     """Run the job if this delivery may; returns what happened (for logs and tests)."""
     started = time.monotonic()  # the delivery's time limits count from here (JobContext)
+    if rt.host is not None:  # a job of another model or numerics (a stray message): sent on, not run
+        found = _retrying(rt, lambda: rt.jobs.get(job_id))  # NotFound for an unknown id
+        if found.pool and found.pool != rt.host.pool and found.status == "queued":
+            rt.dispatcher.send_job(found, shared=True)
+            return "rerouted"
     claim = _retrying(rt, lambda: rt.jobs.claim(job_id, rt.worker))  # NotFound for an unknown id
     events = rt.dispatcher.events
     if claim.owner is None:
@@ -134,7 +143,7 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float
         if workflow is None:
             return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
         ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
-                         rt.dispatcher.routing, started)
+                         rt.dispatcher.routing, started, profile=rt.profile)
         try:
             spec = check_spec(job.kind, job.spec, job.session_id)  # parsed once; a stored payload is not trusted
             return "succeeded", {**workflow(ctx, spec), "worker": rt.worker}, None
@@ -156,6 +165,8 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float
             if ctx.channel.lost.is_set():
                 return None, None, None
             delay = min(delay * 2, 5.0)
+        except Unverified as e:  # the checker's problems go with it
+            return "failed", None, {**_err(e.code, e.message), "problems": e.problems}
         except SetflowError as e:
             return "failed", None, _err(e.code, e.message)
         except DecodeError as e:

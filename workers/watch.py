@@ -17,6 +17,7 @@ from celery.signals import worker_ready, worker_shutdown
 from runtime.db import make_engine
 from runtime.embedded import client as redis_client
 from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.hosts import Hosts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.sessions.store import SessionStore
@@ -90,6 +91,8 @@ def _stop_loop(**_: Any) -> None:
     s = Settings()
     if s.worker_name is not None:
         try:  # gone now, not when the key expires: its sessions' next turns go to the shared queue
-            Routing(redis_client(s), s).gone(s.worker_name)
+            client = redis_client(s)
+            Routing(client, s).gone(s.worker_name)
+            Hosts(client, s).gone(s.worker_name)
         except Exception:  # noqa: BLE001
             pass

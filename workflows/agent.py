@@ -10,30 +10,43 @@ Tools: workflows/tools.py (their semantics are model.corpus.agent's, as in train
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from model.corpus import agent as corpus
 from model.params import DecodeError
+from model.profiles import Profile
+from runtime.jobs.plans import agent_input
 from runtime.jobs.specs import AgentSpec
+from runtime.sessions.turn import TurnResult
 from workflows import tools
-from workflows.turn import Turns, decode_params, summary
+from workflows.checked import Retry, check
+from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
 
 
 def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     """Answer spec.question with tools; the result has the transcript, the calls with their
-    results, the answer, why it ended, and each turn's summary (resume path, nfe, timing)."""
+    results, the answer, why it ended, and each turn's summary (resume path, nfe, timing).
+
+    The answer is checked (workflows/checked.py): it must state the number the last call
+    returned.  Its retry cannot be a turn after it (that would see the failed answer): it is the
+    whole document again (the question, the calls and their results, as the turns wrote them)
+    as one new input, a document of its own, and the answer decoded after it with greedy AR.
+    An answer without a call to check it against (none made, the last one failed), or no answer
+    (the call limit, the token limit, a full session), is not checked: `verified` is None."""
     tok = turns.tokenizer
-    end_call, eos = tok.token_id(corpus.END_CALL), turns.cfg.eos_id
+    # `</call>` is one id in setflow's vocabularies, a multi-token stop sequence in another's
+    end_call = Profile.markup(tok, corpus.END_CALL)
     params = decode_params(spec.params)
-    seg = replace(params, stop=[*params.stop, [end_call]])  # a segment ends at a call, or at EOS
+    seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
     data = corpus.Dataset(spec.dataset_seed)
     text_in = corpus.prompt_text(spec.question)
-    ids = [turns.cfg.bos_id, *tok.encode(text_in)]
+    ids = agent_input(tok, spec.question, turns.profile)
+    doc: list[int] = []  # the document before the segment being decoded: every input, every segment
     pieces: list[str] = []  # the assistant's side: segments and results
     calls: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []  # each turn's summary
     session, finished, reason = "", False, "length"
+    r: TurnResult | None = None
     while True:
         # 1) decode a segment: up to a call, the answer's EOS, or its token limit
         try:
@@ -45,12 +58,14 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
             break
         session = r.session
         done.append(summary(r))
-        text = tok.decode(r.tokens, skip_special=True)
+        doc += ids
+        text = text_of(turns, r.tokens)
         pieces.append(text)
-        if not r.tokens or r.tokens[-1] != end_call:  # EOS (the answer), or the segment's token limit
-            finished = bool(r.tokens) and r.tokens[-1] == eos
+        if not at_call(r.tokens, end_call):  # EOS or a stop (the answer), or the segment's token limit
+            finished = ended(turns, r.tokens)
             reason = "answer" if finished else "length"
             break
+        doc += r.tokens
         if len(calls) == spec.max_calls:  # the call limit: this call is not run
             reason = "call_limit"
             break
@@ -61,7 +76,34 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
         pieces.append(text_in)
         ids = tok.encode(text_in)
         turns.report(calls=len(calls))
+    verdict: dict[str, Any] = {"verified": None, "attempt": None, "problems": []}
+    number = calls[-1]["result"] if calls and calls[-1]["ok"] else None
+    if finished and r is not None and number is not None:
+        # 3) the answer states the number the last call returned, or is decoded again
+        def read(a: TurnResult) -> tuple[str, list[str]]:
+            text = text_of(turns, a.tokens)
+            if not ended(turns, a.tokens):
+                return text, ["no answer: the segment ended at a call or its token limit"]
+            if "A:" not in text:
+                return text, ["no answer (A: ...) after the last result"]
+            nums = corpus.answer_numbers(text.rsplit("A:", 1)[1])
+            return text, [] if number in nums else [f"the answer states {nums}, not {number}, "
+                                                     "the number the last call returned"]
+
+        retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
+        checked = check(turns, "answer", r, read, retry, allow_unverified=spec.allow_unverified)
+        if checked.attempt == "ar_retry":  # the retry's segment is the transcript's last (flagged, it may not answer)
+            pieces[-1] = checked.value
+            done.append(summary(checked.turn))
+            finished = ended(turns, checked.turn.tokens)
+            reason = "answer" if finished else "length"
+        verdict = checked.fields()
     transcript = "".join(pieces)
     answer = transcript.rsplit("A:", 1)[1].strip() if finished and "A:" in transcript else None
     return {"session": session, "question": spec.question, "text": transcript, "answer": answer, "calls": calls,
-            "finished": finished, "reason": reason, "turns": done}
+            "finished": finished, "reason": reason, "turns": done, **verdict}
+
+
+def at_call(tokens: list[int], end_call: list[int]) -> bool:
+    """The segment stopped at a call: it ends with `</call>`'s ids."""
+    return len(tokens) >= len(end_call) and tokens[-len(end_call):] == end_call

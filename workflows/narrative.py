@@ -1,24 +1,43 @@
 """The `narrative` job kind: one dashboard narrative from a metrics payload, a single turn with
-the payload as its prompt (high volume); the facts read back out of the text."""
+the payload as its prompt (high volume); the facts read back out of the text before it is
+returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from model.corpus import narrative as corpus
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
+from runtime.jobs.plans import DEFAULT, narrative_input
 from runtime.jobs.specs import NarrativeSpec
-from workflows.turn import Turns, decode_params, summary
+from runtime.sessions.turn import TurnResult
+from workflows.checked import Retry, check
+from workflows.turn import Turns, decode_params, summary, text_of, with_stops
 
 
-def prompt_ids(tok: Tokenizer, payload: corpus.Payload) -> list[int]:
-    return [tok.bos_id, *tok.encode(corpus.prompt_text(payload))]
+def prompt_ids(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT) -> list[int]:
+    """The prompt as the model's profile renders it (setflow's models: [BOS] payload narrative:)."""
+    return narrative_input(tok, payload, profile)
+
+
+def problems(c: corpus.Check) -> list[str]:
+    """What a fact check found wrong; [] only when it is fully correct."""
+    return c.problems or ([] if c.fully_correct else [f"{c.facts_ok} of {c.facts_total} facts right"])
 
 
 def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
     tok, payload = turns.tokenizer, spec.payload.to_payload()
-    r = turns.turn(prompt_ids(tok, payload), decode_params(spec.params), text=corpus.prompt_text(payload))
-    text = tok.decode(r.tokens, skip_special=True)
-    c = corpus.check(payload, text)  # the facts read back out of the text
-    return {"session": r.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
-            "problems": c.problems, **summary(r)}
+    ids, text_in = prompt_ids(tok, payload, turns.profile), corpus.prompt_text(payload)
+    params = with_stops(turns, decode_params(spec.params))
+
+    def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
+        text = text_of(turns, r.tokens)
+        c = corpus.check(payload, text)  # the facts read back out of the text
+        return (text, c), problems(c)
+
+    done = check(turns, "narrative", turns.turn(ids, params, text=text_in), read, Retry(ids, params, text_in),
+                 allow_unverified=spec.allow_unverified)
+    text, c = done.value
+    return {"session": done.turn.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
+            **summary(done.turn), **done.fields()}

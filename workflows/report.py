@@ -1,6 +1,8 @@
 """The `report` job kind: a section per outline item, each a turn of one session (the earlier
 sections stay in its cache; each is a document of its own, model/masks.py), then the key-figures
-template filled by infill in the same session; the report as Markdown and HTML."""
+template filled by infill in the same session; the report as Markdown and HTML.  Each section
+and the key figures are read back before the report is returned (workflows/checked.py: a part
+that fails is decoded again, greedy AR, where the plan leaves room for it)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ from typing import Any
 from model.corpus import narrative as corpus
 from model.corpus.report import Section, check_section
 from model.params import DecodeParams
-from runtime.jobs.plans import check_fits, report_template, section_input, section_payload
+from runtime.jobs.plans import check_fits, report_parts, report_template, section_input, section_payload
 from runtime.jobs.specs import ReportSpec
-from workflows.turn import Turns, decode_params, fill, summary
+from runtime.sessions.turn import TurnResult
+from workflows.checked import Retry, check, positions
+from workflows.narrative import problems
+from workflows.turn import Turns, decode_params, filled, summary, text_of, with_stops
 
 
 def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
@@ -20,48 +25,94 @@ def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
     Progress after each section: {"section": sections done, "sections": n, "title": the last
     one done}."""
     # the session without this job's own turns (a rerun has written some already): the plan counts them
-    check_fits("report", spec, turns.tokenizer, turns.used(), turns.cfg.max_seq_len)
+    used = turns.used()
+    check_fits("report", spec, turns.tokenizer, used, turns.cfg.max_seq_len, turns.profile)
+    # positions the plan leaves over (each part at most): a part's retry may take them, and what
+    # a part takes less than its share; never what a later part may still need
+    need = report_parts(spec, turns.tokenizer, turns.profile)
+    spare = turns.cfg.max_seq_len - used - sum(need)
     data = spec.data.to_payload()
     n = len(spec.outline) + int(spec.summary)
     turns.report(section=0, sections=n, title=None)
     sections: list[dict[str, Any]] = []
     session = ""
     for i, item in enumerate(spec.outline):
-        done, session = section(turns, item.title, section_payload(data, list(item.metrics)),
-                                decode_params(spec.params))
+        done, session, took = section(turns, item.title, section_payload(data, list(item.metrics)),
+                                      decode_params(spec.params), room=spare + need[i],
+                                      allow_unverified=spec.allow_unverified)
+        spare += need[i] - took
         sections.append(done)
         turns.report(section=i + 1, sections=n, title=item.title)
     figs = None
     if spec.summary:
-        figs = figures(turns, data, decode_params(spec.infill_params))
+        figs = figures(turns, data, decode_params(spec.infill_params), room=spare + need[-1],
+                       allow_unverified=spec.allow_unverified)
         turns.report(section=n, sections=n, title="Key figures")
     md = [f"# {spec.title}", f"*{data.tenant}, {data.period}*", *(x["markdown"] for x in sections)]
     if figs is not None:
         md += ["## Key figures", figs["markdown"]]
     markdown = "\n\n".join(md) + "\n"
+    parts = sections + ([figs] if figs is not None else [])
     return {"session": session, "title": spec.title, "markdown": markdown, "html": to_html(markdown),
-            "sections": sections, "figures": figs}
+            "sections": sections, "figures": figs, "verified": all(x["verified"] for x in parts),
+            "attempt": "ar_retry" if any(x["attempt"] == "ar_retry" for x in parts) else "first"}
 
 
-def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodeParams
-            ) -> tuple[dict[str, Any], str]:
+def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodeParams, *, room: int | None = None,
+            allow_unverified: bool = False) -> tuple[dict[str, Any], str, int]:
     """One section as a turn: its input ends with the heading, the model writes the body; the
-    facts read back out of it.  Returns the section's result and the session's id."""
-    ids, text_in = section_input(turns.tokenizer, title, payload)
-    r = turns.turn(ids, params, text=text_in)
-    text = f"## {title}\n" + turns.tokenizer.decode(r.tokens, skip_special=True).strip()
-    c = check_section(Section(title, payload), text)
-    return {"title": title, "markdown": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
-            "problems": c.problems, **summary(r)}, r.session
+    facts read back out of it (checked).  room: positions the section may take, its retry
+    included (None: what the model's context has left).  Returns the section's result, the
+    session's id and the positions it took."""
+    ids, text_in = section_input(turns.tokenizer, title, payload, turns.profile)
+    params = with_stops(turns, params)
+    sec = Section(title, payload)
+
+    def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
+        text = f"## {title}\n" + text_of(turns, r.tokens).strip()
+        c = check_section(sec, text)
+        return (text, c), problems(c)
+
+    first = turns.turn(ids, params, text=text_in)
+    took = positions(ids, first)
+    done = check(turns, "section", first, read, Retry(ids, params, text_in, room=None if room is None else room - took),
+                 allow_unverified=allow_unverified, label=title)
+    took += positions(ids, done.turn) if done.attempt == "ar_retry" else 0
+    text, c = done.value
+    return ({"title": title, "markdown": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
+             **summary(done.turn), **done.fields()}, done.turn.session, took)
 
 
-def figures(turns: Turns, data: corpus.Payload, params: DecodeParams) -> dict[str, Any]:
+def figures(turns: Turns, data: corpus.Payload, params: DecodeParams, *, room: int | None = None,
+            allow_unverified: bool = False) -> dict[str, Any]:
     """The key-figures template of `data` (its breakdown left out) filled by infill; exact: every
-    hole holds the answer the data fixes."""
-    masked, answers, text_in = report_template(turns.tokenizer, data, turns.cfg.mask_id)
-    filled, r = fill(turns, masked, params, text=text_in)
-    body = turns.tokenizer.decode(filled, skip_special=True).split("fill: ", 1)[-1].strip()
-    return {"markdown": body, "exact": filled == answers, **summary(r)}
+    hole holds the answer the data fixes (checked).  room: as for a section."""
+    tok, mask = turns.tokenizer, turns.cfg.mask_id
+    masked, answers, text_in = report_template(tok, data, mask)
+    holes = _runs([t == mask for t in masked])  # each hole's [a, b): one number or word
+
+    def read(r: TurnResult) -> tuple[list[int], list[str]]:
+        got = filled(masked, r, mask)
+        return got, [f"{tok.decode(got[a:b])!r} where the data has {tok.decode(answers[a:b])!r}"
+                     for a, b in holes if got[a:b] != answers[a:b]]
+
+    first = turns.turn(masked, params, text=text_in, infill=True)
+    room_left = None if room is None else room - positions(masked, first, infill=True)
+    done = check(turns, "figures", first, read, Retry(masked, params, text_in, infill=True, room=room_left),
+                 allow_unverified=allow_unverified)
+    body = tok.decode(done.value, skip_special=True).split("fill: ", 1)[-1].strip()
+    return {"markdown": body, "exact": done.value == answers, **summary(done.turn), **done.fields()}
+
+
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """[a, b) of each run of True in flags."""
+    out: list[tuple[int, int]] = []
+    for i, f in enumerate(flags):
+        if f and (i == 0 or not flags[i - 1]):
+            out.append((i, i + 1))
+        elif f:
+            out[-1] = (out[-1][0], i + 1)
+    return out
 
 
 def to_html(markdown: str) -> str:

@@ -5,12 +5,15 @@ fill.  Who runs the turns (a job's session, or a session in this process) is not
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
 from model.config import ModelConfig
 from model.params import DecodeError, DecodeParams
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput
+from runtime.jobs.plans import turn_input
 from runtime.jobs.specs import HOLE, InfillSpec, ParamsSpec, TurnSpec
 from runtime.sessions.turn import TurnResult
 
@@ -28,6 +31,12 @@ class Turns(Protocol):
         plain attribute satisfies them too)."""
         ...
 
+    @property
+    def profile(self) -> Profile:
+        """How this model's prompts are rendered and which tokens stop it (model/profiles.py:
+        the profile beside its weights, or its default)."""
+        ...
+
     def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
         """Append `ids` to the session and decode after them (infill: `ids` holds mask_id at
         holes, decoded in place); text: the input as rendered, for the session's record."""
@@ -41,12 +50,40 @@ class Turns(Protocol):
         """Progress for whoever watches (sections done, calls made)."""
         ...
 
+    def checked(self, part: str, outcome: str) -> None:
+        """A checked part's outcome (workflows/checked.py: "first", "ar_retry", "unverified",
+        "flagged"), counted for /metrics."""
+        ...
+
 
 def decode_params(p: ParamsSpec) -> DecodeParams:
     try:
         return DecodeParams(**p.model_dump())
     except DecodeError as e:
         raise BadInput(str(e)) from None
+
+
+def with_stops(turns: Turns, params: DecodeParams, *more: list[int]) -> DecodeParams:
+    """params with `more` stop sequences and the profile's (none for setflow's own models: the
+    same params) added after its own."""
+    extra = [s for s in [*more, *turns.profile.stop_ids(turns.tokenizer)] if s not in params.stop]
+    return replace(params, stop=[*params.stop, *extra]) if extra else params
+
+
+def ended(turns: Turns, tokens: list[int]) -> bool:
+    """The turn ended its answer: at EOS or at one of the profile's stops."""
+    ends = [[turns.cfg.eos_id], *turns.profile.stop_ids(turns.tokenizer)]
+    return any(tokens[-len(e):] == e for e in ends if len(tokens) >= len(e))
+
+
+def text_of(turns: Turns, tokens: list[int]) -> str:
+    """What a turn wrote, as text: its special ids and a final profile stop (a chat model's
+    end-of-turn token) left out."""
+    for stop in turns.profile.stop_ids(turns.tokenizer):
+        if len(tokens) >= len(stop) and tokens[-len(stop):] == stop:
+            tokens = tokens[:-len(stop)]
+            break
+    return turns.tokenizer.decode(tokens, skip_special=True)
 
 
 def summary(r: TurnResult) -> dict[str, Any]:
@@ -58,20 +95,26 @@ def summary(r: TurnResult) -> dict[str, Any]:
 
 def fill(turns: Turns, masked: list[int], params: DecodeParams, text: str = "") -> tuple[list[int], TurnResult]:
     """One infill turn: `masked` holds mask_id at the holes; returns it filled, and the turn."""
-    mask = turns.cfg.mask_id
     r = turns.turn(masked, params, text=text, infill=True)
+    return filled(masked, r, turns.cfg.mask_id), r
+
+
+def filled(masked: list[int], r: TurnResult, mask_id: int) -> list[int]:
+    """`masked` with its holes (mask_id) replaced by what the infill turn `r` decoded there."""
     holes = iter(r.tokens)  # the holes' tokens, in position order
-    return [next(holes) if t == mask else t for t in masked], r
+    return [next(holes) if t == mask_id else t for t in masked]
 
 
 def run(turns: Turns, spec: TurnSpec) -> dict[str, Any]:
+    """A text input is rendered by the profile's `turn` format (no BOS: a turn continues its
+    session); token ids are taken as they are.  The profile's stops are added."""
     tok, cfg = turns.tokenizer, turns.cfg
-    ids = spec.input_ids if spec.input_ids is not None else tok.encode(spec.text or "")
+    ids = spec.input_ids if spec.input_ids is not None else turn_input(turns.profile, tok, spec.text or "")
     if not ids:
         raise BadInput("the input text encodes to no tokens")
     if any(not 0 <= t < cfg.vocab_size or t == cfg.mask_id for t in ids):
         raise BadInput(f"input token ids must be real token ids in [0, {cfg.vocab_size})")
-    r = turns.turn(ids, decode_params(spec.params), text=spec.text or "")
+    r = turns.turn(ids, with_stops(turns, decode_params(spec.params)), text=spec.text or "")
     return {"session": r.session, "turn": r.turn, "tokens": r.tokens, "text": tok.decode(r.tokens, skip_special=True),
             "path": r.path, "nfe": r.nfe, "costs": {k: round(v, 6) for k, v in r.costs.items()}, "events": r.events}
 

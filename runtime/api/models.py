@@ -55,6 +55,11 @@ class JobRequest(BaseModel):
     spec: dict[str, Any] = Field(description="NarrativeSpec, AgentSpec, ReportSpec, TurnSpec or InfillSpec")
     session: str | None = Field(default=None, pattern=ID)
     priority: Priority = "interactive"
+    #: the model a new session runs on (its name, as workers host it); None: the deployment's
+    #: default.  A job on a session runs on the session's model (naming another is refused)
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    #: its numerics ("cpu/float32", "cuda/bfloat16"); None: those most of its workers run
+    numerics: str | None = Field(default=None, pattern=r"^(cpu|cuda)/(float32|bfloat16)$")
 
 
 class JobView(BaseModel):

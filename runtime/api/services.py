@@ -18,13 +18,14 @@ from runtime.db import make_engine
 from runtime.embedded import async_from_url
 from runtime.errors import BadInput
 from runtime.jobs.dispatch import Dispatcher, Send
+from runtime.jobs.hosts import Host, Hosts
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.models import Cards
 from runtime.jobs.plans import check_fits, check_ids, positions
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import check_spec
-from runtime.keys import Keys
+from runtime.keys import Keys, model_name
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
@@ -72,17 +73,41 @@ class Services:
         self.close()
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None, priority: str,
-               open_session: bool = False) -> JobRecord:
-        """Dispatcher.submit with the API's own check of the parsed spec (`fits`): nothing is
-        written for a job refused."""
-        return self.dispatcher.submit(kind, tenant, spec, session, priority, open_session,
-                                      admit=lambda parsed: self.fits(kind, parsed, session, tenant))
+               open_session: bool = False, model: str | None = None, numerics: str | None = None) -> JobRecord:
+        """Dispatcher.submit with the API's own checks of the parsed spec: which model runs it
+        (`host`) and whether it fits that model (`fits`); nothing is written for a job refused."""
+        def admit(parsed: BaseModel) -> Host | None:  # after the spec's checks; its host binds the session
+            host = self.host(session, tenant, model, numerics)
+            self.fits(kind, parsed, session, tenant, host)
+            return host
 
-    def fits(self, kind: str, spec: BaseModel, session: str | None, tenant: str) -> None:
+        return self.dispatcher.submit(kind, tenant, spec, session, priority, open_session, admit=admit)
+
+    def host(self, session: str | None, tenant: str, model: str | None, numerics: str | None) -> Host | None:
+        """What the job runs on: its session's model and numerics where it is bound to them, else
+        `model` (default: Settings.default_model, else the current card's) in `numerics`, as a
+        live worker hosts it.  ModelNotHosted where none does; None (any worker, the session
+        bound by its first turn) where no worker says what it hosts and the job names no model
+        (workers of an earlier version, or none started yet: its jobs wait in the queue)."""
+        hosts = Hosts(self.client, self.settings)
+        if session is not None:
+            rec = self.records.get_session(session, tenant)  # NotFound first
+            if rec.model:
+                if model is not None and model != rec.model:
+                    raise BadInput(f"session {session} runs model {rec.model}, not {model}")
+                return hosts.require(rec.model, rec.numerics, rec.model_fingerprint)
+        if model is None and numerics is None and not hosts.live():
+            return None
+        name = model or self.settings.default_model or model_name(self.cards.require().config.name)
+        return hosts.choose(name, numerics)
+
+    def fits(self, kind: str, spec: BaseModel, session: str | None, tenant: str, host: Host | None = None) -> None:
         """BadInput when the job cannot fit the session's context or names a token id the model
         has not; NotFound for another tenant's session; NoModel where no worker has published
-        its model (its vocabulary and context are not known)."""
-        card = self.cards.require()
+        its model (its vocabulary and context are not known).  host: the model it runs on
+        (None: the current card's)."""
+        card = self.cards.of(host.fingerprint) if host is not None else None
+        card = card if card is not None else self.cards.require()
         check_ids(spec, card.config)
         used = 0
         if session is not None:  # what it holds, and what the jobs queued or running on it will add
@@ -90,10 +115,10 @@ class Services:
             used = self.records.length(session, tenant, except_jobs={j.id for j in ahead})
             for j in ahead:
                 try:
-                    used += positions(j.kind, check_spec(j.kind, j.spec, session), card.tokenizer)
+                    used += positions(j.kind, check_spec(j.kind, j.spec, session), card.tokenizer, card.profile)
                 except BadInput:
                     pass  # a stored spec that no longer checks: its job fails without writing
-        check_fits(kind, spec, card.tokenizer, used, card.config.max_seq_len)
+        check_fits(kind, spec, card.tokenizer, used, card.config.max_seq_len, card.profile)
 
     def tokenizer(self, fingerprint: str = "") -> Tokenizer | None:
         """The tokenizer of the model a session was bound to (its fingerprint; "": none yet),

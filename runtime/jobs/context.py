@@ -20,6 +20,7 @@ import redis
 
 from model.config import ModelConfig
 from model.params import DecodeParams
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, Cancelled, ClaimLost, TimeLimit
 from runtime.jobs.channel import JobChannel
@@ -38,15 +39,18 @@ class JobContext:
     cancellation, lease and step events around each turn."""
 
     def __init__(self, job: JobRecord, owner: str, worker: str, engine: Engine, tokenizer: Tokenizer,
-                 jobs: Jobs, events: JobEvents, routing: Routing, started: float | None = None) -> None:
+                 jobs: Jobs, events: JobEvents, routing: Routing, started: float | None = None, *,
+                 profile: Profile | None = None) -> None:
         """started: when this delivery began (time.monotonic(); default now): the time limits
-        count from it, across the delivery's transient retries."""
+        count from it, across the delivery's transient retries.  profile: the model's (beside
+        its weights); None: its default."""
         self.job = job
         self.owner = owner
         self.worker = worker
         self.engine = engine
         self.tokenizer = tokenizer
         self.cfg: ModelConfig = engine.model.cfg
+        self.profile = profile if profile is not None else Profile.for_model(self.cfg, tokenizer)
         self.jobs = jobs
         self.events = events
         self.routing = routing
@@ -92,6 +96,13 @@ class JobContext:
         self.progress.update(progress)
         self.jobs.step_done(self.job.id, self.owner, int(self.progress.get("steps", 0)), self.progress)
         self._publish({"type": "progress", **progress})
+
+    def checked(self, part: str, outcome: str) -> None:
+        """A checked part's outcome, counted for /metrics (best effort, as the turn metrics)."""
+        try:
+            self.metrics.checked(part, outcome)
+        except redis.RedisError:
+            pass
 
     def used(self) -> int:
         """Positions the job's session holds without this job's own turns (a rerun has written

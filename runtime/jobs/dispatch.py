@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from runtime.errors import BadInput, NotFound
 from runtime.jobs.events import JobEvents
+from runtime.jobs.hosts import Host
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
@@ -31,7 +32,9 @@ from runtime.keys import Keys
 from runtime.tables import TERMINAL, JobRecord
 
 Send = Callable[[str, str, str], None]  # (job id, queue, priority)
-Admit = Callable[[BaseModel], None]  # the parsed spec -> raises where the caller refuses it (the API: context)
+#: the parsed spec -> raises where the caller refuses it (the API: context, hosts), else the
+#: model and numerics it binds the job's session to (None: as submit's `host`)
+Admit = Callable[[BaseModel], Host | None]
 log = logging.getLogger("setflow.dispatch")
 
 
@@ -57,22 +60,26 @@ class Dispatcher:
         self.send = send
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive", open_session: bool = False, admit: Admit | None = None) -> JobRecord:
+               priority: str = "interactive", open_session: bool = False, admit: Admit | None = None,
+               host: Host | None = None) -> JobRecord:
         """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
         written the job is accepted: a failed send is left to the reaper (next pass).
         open_session: a job submitted without a session runs on a new one (Jobs.create).
         admit: the caller's own check of the parsed spec, after the spec's and before the
-        session's and the rate limit's (the API's: does it fit the model's context?)."""
+        session's and the rate limit's (the API's: does it fit the model's context?).
+        host: binds a session bound to no model yet (a new one) to that model and numerics
+        (Jobs.create); the job then goes only to workers that host them."""
         opens = session is None and open_session
         parsed = check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
         check_size(spec, self.s.max_input_tokens)
         if admit is not None:
-            admit(parsed)
+            host = admit(parsed) or host
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)
-        job, _ = self.jobs.create(kind, tenant, spec, session, priority, open_session=opens)  # queued, not sent
+        job, _ = self.jobs.create(kind, tenant, spec, session, priority, open_session=opens,
+                                  host=host)  # queued, not sent
         self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
         self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)
@@ -96,9 +103,9 @@ class Dispatcher:
         sent = 0
         for job in self.jobs.admissible(tenant, self.s.tenant_max_waiting):
             try:
-                queue = self.routing.route(job.session_id, job.priority)
-            except redis.RedisError:  # affinity unknown: any worker can restore the session
-                queue = self.routing.shared(job.priority)
+                queue = self.routing.route(job.session_id, job.priority, job.pool)
+            except redis.RedisError:  # affinity unknown: any worker of its pool can restore the session
+                queue = self.routing.shared(job.priority, job.pool)
             if not self.jobs.mark_sending(job.id, queue):  # another admission took it
                 continue
             try:
@@ -111,7 +118,8 @@ class Dispatcher:
         return sent
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
-        queue = self.routing.shared(job.priority) if shared else self.routing.route(job.session_id, job.priority)
+        queue = (self.routing.shared(job.priority, job.pool) if shared
+                 else self.routing.route(job.session_id, job.priority, job.pool))
         self.jobs.mark_dispatched(job.id, queue)  # before the send: a fast worker must not see it unsent
         self.send(job.id, queue, job.priority)
         return queue
@@ -181,12 +189,13 @@ class Dispatcher:
                     out["gave_up"] += 1
                     self._event(job.id, {"type": "status", "status": "failed", "error": final.error})
                     self.dispatch_next(job.session_id)
-        dead = [q for q in self.jobs.queued_queues()
-                if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
-        # a shared queue with a backlog: its jobs wait their turn (every worker serves it), not
-        # lost; a worker's own queue is another matter (alive and not consuming strands them)
-        busy = [q for q in dict.fromkeys([self.routing.shared("interactive"), self.routing.shared("batch")])
-                if self.routing.depth(q)]
+        queued = self.jobs.queued_queues()
+        dead = [q for q in queued if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
+        # a shared queue with a backlog: its jobs wait their turn (every worker of its pool serves
+        # it), not lost; a worker's own queue is another matter (alive and not consuming strands them)
+        shared = [self.routing.shared("interactive"), self.routing.shared("batch"),
+                  *(q for q in queued if self.routing.worker_of(q) is None)]
+        busy = [q for q in dict.fromkeys(shared) if self.routing.depth(q)]
         for job in self.jobs.stale(dead, busy):  # none waits for an earlier job of its session
             out["resent"] += 1
             self.send_job(job, shared=True)

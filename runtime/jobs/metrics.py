@@ -2,12 +2,14 @@
 
 Per resume path ("new", "warm", "restore", "recompute", "done"): turns, and a histogram of the
 seconds spent loading the session (the resume itself) and of the turn's whole time; per tenant:
-turns.  One pipelined HINCRBY/HINCRBYFLOAT round trip per turn (best effort: a metric never
-fails a turn).  The API exposes them with KV bytes per tenant and queue depths
-(runtime/api/routes/ops.py).
+turns.  Per checked part (workflows/checked.py: narrative, section, figures, answer): its
+outcomes (first, ar_retry, unverified, flagged).  One pipelined HINCRBY/HINCRBYFLOAT round trip
+per turn (best effort: a metric never fails a turn).  The API exposes them with KV bytes per
+tenant and queue depths (runtime/api/routes/ops.py).
 
     {p}:metrics   hash   turns|{path}, turns_tenant|{tenant}, {kind}_sum|{path},
-                         {kind}_bucket|{path}|{le}   (kind: load, turn; le: BUCKETS, "+Inf")
+                         {kind}_bucket|{path}|{le}   (kind: load, turn; le: BUCKETS, "+Inf"),
+                         checked|{part}|{outcome}
 """
 
 from __future__ import annotations
@@ -39,14 +41,19 @@ class TurnMetrics:
             p.hincrby(self.key, f"{kind}_bucket|{path}|+Inf", 1)
         p.execute()
 
+    def checked(self, part: str, outcome: str) -> None:
+        self.r.hincrby(self.key, f"checked|{part}|{outcome}", 1)
+
     def read(self) -> dict[str, Any]:
         """{"turns": {path: n}, "tenants": {tenant: n}, "load"/"turn": {path: {"sum": s,
-        "buckets": [(le, cumulative count), ...]}}}."""
+        "buckets": [(le, cumulative count), ...]}}, "checked": {part: {outcome: n}}}."""
         raw = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in self.r.hgetall(self.key).items()}
-        out: dict[str, Any] = {"turns": {}, "tenants": {}, "load": {}, "turn": {}}
+        out: dict[str, Any] = {"turns": {}, "tenants": {}, "load": {}, "turn": {}, "checked": {}}
         for k, v in raw.items():
             name, *rest = k.split("|")
-            if name == "turns":
+            if name == "checked":
+                out["checked"].setdefault(rest[0], {})[rest[1]] = int(v)
+            elif name == "turns":
                 out["turns"][rest[0]] = int(v)
             elif name == "turns_tenant":
                 out["tenants"][rest[0]] = int(v)

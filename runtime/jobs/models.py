@@ -20,8 +20,10 @@ from functools import cached_property
 import redis
 
 from model.config import ModelConfig
-from model.tokenizer import Tokenizer
+from model.profiles import Profile
+from model.tokenizer import SpecialIds, Tokenizer
 from runtime.errors import SetflowError
+from runtime.jobs.hosts import Host, Hosts
 from runtime.keys import Keys
 from runtime.settings import Settings
 
@@ -46,19 +48,30 @@ class ModelCard:
     fingerprint: str  # the engine's (checkpoint.fingerprint(model)[:16]): what sessions record
     config: ModelConfig
     tokenizer_json: str
+    profile_json: str = ""  # its profile (model/profiles.py); "": the model's default
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        return Tokenizer.from_str(self.tokenizer_json)
+        return Tokenizer.from_str(self.tokenizer_json, SpecialIds.of(self.config))
+
+    @cached_property
+    def profile(self) -> Profile:
+        """How its prompts are rendered: what a job's positions are counted with (plans.py)."""
+        if self.profile_json:
+            return Profile.from_json(self.profile_json)
+        return Profile.for_model(self.config, self.tokenizer)
 
     def to_fields(self) -> dict[str, str]:
-        return {"fingerprint": self.fingerprint, "config": self.config.to_json(), "tokenizer": self.tokenizer_json}
+        return {"fingerprint": self.fingerprint, "config": self.config.to_json(), "tokenizer": self.tokenizer_json,
+                "profile": self.profile_json}
 
     @classmethod
     def from_fields(cls, fields: Mapping[bytes | str, bytes | str]) -> ModelCard:
-        """KeyError or ValueError for a hash that is not a card."""
+        """KeyError or ValueError for a hash that is not a card (a card without a profile,
+        published before profiles, is the model's default)."""
         text = {_text(k): _text(v) for k, v in fields.items()}
-        return cls(text["fingerprint"], ModelConfig.from_json(text["config"]), text["tokenizer"])
+        return cls(text["fingerprint"], ModelConfig.from_json(text["config"]), text["tokenizer"],
+                   text.get("profile", ""))
 
 
 def _text(x: bytes | str) -> str:
@@ -74,17 +87,21 @@ def publish(client: redis.Redis, settings: Settings, card: ModelCard) -> None:
 
 
 def keep_published(client: redis.Redis, settings: Settings, card: ModelCard, every_s: float,
-                   stop: threading.Event) -> threading.Thread:
+                   stop: threading.Event, host: tuple[str, Host] | None = None) -> threading.Thread:
     """A daemon thread that publishes `card` now and again whenever it or the pointer is gone
     (Redis was away when the worker started, or came back empty), checked every `every_s` until
-    `stop` is set.  An EXISTS per interval while all is well."""
+    `stop` is set.  An EXISTS per interval while all is well.  host: (worker, what it hosts),
+    said every interval too (runtime/jobs/hosts.py: its heartbeat as a host of that model)."""
     k = Keys(settings.key_prefix)
+    hosts = Hosts(client, settings)
 
     def loop() -> None:
         while True:
             try:
                 if not (client.exists(k.model_card(card.fingerprint)) and client.exists(k.model)):
                     publish(client, settings, card)
+                if host is not None:
+                    hosts.beat(*host)
             except redis.RedisError:
                 log.warning("model card not published (Redis away): retrying in %.0f s", every_s)
             if stop.wait(every_s):

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from model.config import ModelConfig
+from model.corpus import agent as agent_corpus
 from model.corpus import narrative as corpus
 from model.corpus.report import HOLE, Section, infill_tokens, template
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput
 from runtime.jobs.specs import HOLE as HOLE_MARK
@@ -31,11 +33,32 @@ def section_payload(data: corpus.Payload, keys: list[str]) -> corpus.Payload:
     return corpus.Payload(data.tenant, data.period, data.style, [by_key[k] for k in keys], b)
 
 
-def section_input(tok: Tokenizer, title: str, payload: corpus.Payload) -> tuple[list[int], str]:
-    """[BOS] <section>title / payload</section> ## title\\n: ids and text."""
+DEFAULT = Profile()  # setflow's own models' profile: BOS, then the prompt as it is; no extra stops
+
+
+def section_input(tok: Tokenizer, title: str, payload: corpus.Payload, profile: Profile = DEFAULT
+                  ) -> tuple[list[int], str]:
+    """The profile's `report` format around <section>title / payload</section>, then "## title\\n"
+    (setflow's models: [BOS] <section>...</section> ## title\\n): ids and text."""
     sec = Section(title, payload)
     head = f"## {title}\n"
-    return [tok.bos_id, *tok.encode(sec.prompt_text()), *tok.encode(head)], sec.prompt_text() + head
+    return profile.render("report", sec.prompt_text(), tok) + tok.encode(head), sec.prompt_text() + head
+
+
+def narrative_input(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT) -> list[int]:
+    """A narrative's prompt: the profile's `narrative` format around the payload's text."""
+    return profile.render("narrative", corpus.prompt_text(payload), tok)
+
+
+def agent_input(tok: Tokenizer, question: str, profile: Profile = DEFAULT) -> list[int]:
+    """An agent's first input: the profile's `agent` format around the question."""
+    return profile.render("agent", agent_corpus.prompt_text(question), tok)
+
+
+def turn_input(profile: Profile, tok: Tokenizer, text: str) -> list[int]:
+    """A turn's text input: the profile's `turn` format around it, no BOS (a turn continues its
+    session; setflow's models: the text's ids as they are)."""
+    return profile.render("turn", text, tok, bos=False) if text else []
 
 
 def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int
@@ -47,23 +70,30 @@ def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int
     return [mask_id if h else x for x, h in zip(ids, hole)], ids, t.context_text() + t.text(hole=HOLE)
 
 
-def positions(kind: str, spec: object, tok: Tokenizer) -> int:
+def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
     """Positions the job appends to its session at most (inputs + tokens it may decode); 0 for
     kinds whose length depends on what the model writes (an agent's tool results: the agent
     ends early, with reason "context", where its session is full)."""
     if isinstance(spec, ReportSpec):
-        data = spec.data.to_payload()
-        n = sum(len(section_input(tok, s.title, section_payload(data, list(s.metrics)))[0])
-                + spec.params.max_new_tokens for s in spec.outline)
-        return n + (len(report_template(tok, data, 0)[0]) if spec.summary else 0)
+        return sum(report_parts(spec, tok, profile))
     if isinstance(spec, NarrativeSpec):
-        return 1 + len(tok.encode(corpus.prompt_text(spec.payload.to_payload()))) + spec.params.max_new_tokens
+        return len(narrative_input(tok, spec.payload.to_payload(), profile)) + spec.params.max_new_tokens
     if isinstance(spec, TurnSpec):
-        n = len(spec.input_ids) if spec.input_ids is not None else len(tok.encode(spec.text or ""))
+        n = len(spec.input_ids) if spec.input_ids is not None else len(turn_input(profile, tok, spec.text or ""))
         return n + spec.params.max_new_tokens
     if isinstance(spec, InfillSpec):
         return len(tok.encode(spec.text))
     return 0
+
+
+def report_parts(spec: ReportSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> list[int]:
+    """Positions each part of a report appends at most, in order: each section (its input and
+    max_new_tokens), then the key figures if `summary` (the template: its holes are inside it)."""
+    data = spec.data.to_payload()
+    parts = [len(section_input(tok, s.title, section_payload(data, list(s.metrics)), profile)[0])
+             + spec.params.max_new_tokens
+             for s in spec.outline]
+    return parts + ([len(report_template(tok, data, 0)[0])] if spec.summary else [])
 
 
 def check_ids(spec: object, cfg: ModelConfig) -> None:
@@ -76,9 +106,10 @@ def check_ids(spec: object, cfg: ModelConfig) -> None:
         raise BadInput(f"token ids must be in [0, {cfg.vocab_size}) and not the mask id {cfg.mask_id} (holes: infill)")
 
 
-def check_fits(kind: str, spec: object, tok: Tokenizer, used: int, max_seq_len: int) -> None:
+def check_fits(kind: str, spec: object, tok: Tokenizer, used: int, max_seq_len: int,
+               profile: Profile = DEFAULT) -> None:
     """BadInput when the job cannot fit: `used` positions of the session are taken already."""
-    need = positions(kind, spec, tok)
+    need = positions(kind, spec, tok, profile)
     if used + need > max_seq_len:
         raise BadInput(f"context_overflow: this {kind} needs up to {need} positions and the session has "
                        f"{max_seq_len - used} of {max_seq_len} left (fewer sections, shorter inputs or a smaller "

@@ -5,13 +5,17 @@ Queues (every name starts with the key prefix, so deployments sharing a broker s
     {p}.interactive     turns and narratives: the shared queue workers serve first
     {p}.batch           reports and other long jobs
     {p}.w.{worker}      one worker's own queue: turns of the sessions it holds warm
+    {p}.h.{pool}.interactive, {p}.h.{pool}.batch
+                        the shared queues of one model and numerics (runtime/jobs/hosts.py's
+                        pool, "small.cpu-float32"): a bound session's jobs, served by every
+                        worker that hosts them; the two above serve sessions bound to no model
 
 A worker says it is alive by refreshing `{p}:alive:{worker}` (TTL: three heartbeats) and its
 time in `{p}:workers` (the list of live workers reads that sorted set: O(log n), no scan).  After a
 turn it records itself as the session's last worker (`{p}:aff:{session}`, TTL affinity_ttl_s).
 A session's next job goes to that worker's queue while the worker is alive and not busy past a
-bound (its own queue's backlog), else to the shared queue of its priority, where any worker
-restores the session from Redis.
+bound (its own queue's backlog), else to the shared queue of its priority (and of its model
+and numerics), where any worker that hosts them restores the session from Redis.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import redis
 
+from runtime.jobs.hosts import Hosts
 from runtime.keys import Keys
 from runtime.settings import Settings
 
@@ -36,10 +41,12 @@ AMQP_PRIORITY = {"interactive": 9, "batch": 1}
 AMQP_MAX_PRIORITY = 10
 
 
-def shared_queue(settings: Settings, priority: str) -> str:
+def shared_queue(settings: Settings, priority: str, pool: str = "") -> str:
     """The shared queue of a priority: a queue each on Redis (a worker polls interactive before
-    batch, workers/queue_order.py); one priority queue on RabbitMQ."""
-    return f"{settings.key_prefix}.shared" if is_amqp(settings) else f"{settings.key_prefix}.{priority}"
+    batch, workers/queue_order.py); one priority queue on RabbitMQ.  pool: of one model and
+    numerics (runtime/jobs/hosts.py); "": of sessions bound to none."""
+    head = f"{settings.key_prefix}.h.{pool}" if pool else settings.key_prefix
+    return f"{head}.shared" if is_amqp(settings) else f"{head}.{priority}"
 
 
 def own_queue(settings: Settings, worker: str) -> str:
@@ -55,8 +62,8 @@ class Routing:
 
     # ---- queue names ------------------------------------------------------------------------
 
-    def shared(self, priority: str) -> str:
-        return shared_queue(self.s, priority)
+    def shared(self, priority: str, pool: str = "") -> str:
+        return shared_queue(self.s, priority, pool)
 
     def own(self, worker: str) -> str:
         return own_queue(self.s, worker)
@@ -97,25 +104,35 @@ class Routing:
         w = self.r.get(self.k.affinity(session))
         return _text(w) if w is not None else None
 
-    def route(self, session: str | None, priority: str) -> str:
-        """The queue for a job: the session's last worker's, while it is alive and its own queue
-        holds fewer than affinity_max_waiting messages; else shared (a busy worker's session is
-        restored from Redis by another rather than waiting behind its backlog)."""
+    def route(self, session: str | None, priority: str, pool: str = "") -> str:
+        """The queue for a job: the session's last worker's, while it is alive, hosts the
+        session's model and numerics (pool) and its own queue holds fewer than
+        affinity_max_waiting messages; else the shared queue of its priority and pool (a busy
+        worker's session is restored from Redis by another rather than waiting behind its
+        backlog)."""
         w = self.last_worker(session) if session is not None else None
-        if w is not None and self.alive(w) and self.depth(self.own(w)) < self.s.affinity_max_waiting:
+        if w is not None and self.alive(w) and self.depth(self.own(w)) < self.s.affinity_max_waiting \
+                and (not pool or self._hosts(w, pool)):
             return self.own(w)
-        return self.shared(priority)
+        return self.shared(priority, pool)
+
+    def _hosts(self, worker: str, pool: str) -> bool:
+        host = Hosts(self.r, self.s).of(worker)
+        return host is not None and host.pool == pool
 
 
 def _text(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
-def consumed_by(settings: Settings, worker: str) -> list[str]:
+def consumed_by(settings: Settings, worker: str, pool: str = "") -> list[str]:
     """A worker's queues, in the order it serves them: its own (warm sessions), then
-    interactive, then batch (on RabbitMQ: its own, then the shared priority queue)."""
-    return list(dict.fromkeys([own_queue(settings, worker), shared_queue(settings, "interactive"),
-                               shared_queue(settings, "batch")]))
+    interactive, then batch (on RabbitMQ: its own, then the shared priority queue); with a pool
+    (the model and numerics it hosts), that pool's shared queues before the unbound ones of the
+    same priority."""
+    pools = [pool, ""] if pool else [""]
+    return list(dict.fromkeys([own_queue(settings, worker), *(shared_queue(settings, "interactive", p) for p in pools),
+                               *(shared_queue(settings, "batch", p) for p in pools)]))
 
 
 class QueueDepth:

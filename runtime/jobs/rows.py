@@ -29,6 +29,8 @@ from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, ClaimLost, NotFound, RateLimited
+from runtime.jobs import hosts
+from runtime.jobs.hosts import Host
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, SessionRecord
 
@@ -62,18 +64,21 @@ class Jobs:
             raise BadInput("tenant must be 1..128 characters")
 
     def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
-               priority: str = "interactive", queue: str = "", open_session: bool = False) -> tuple[JobRecord, bool]:
+               priority: str = "interactive", queue: str = "", open_session: bool = False,
+               host: Host | None = None) -> tuple[JobRecord, bool]:
         """A queued job, and whether it is blocked (an earlier job of its session is
         unfinished: that one's end sends it).  A session's jobs get consecutive seq numbers in
         submission order.  queue: where it is about to be sent, recorded as sent now unless it
         is blocked (then recorded as never sent: the reaper sends it if nobody else does).
         open_session (with session None): the job runs on a new session, written in the same
-        transaction (a refused job leaves no session behind)."""
+        transaction (a refused job leaves no session behind).  host: what the session is bound
+        to where it is bound to no model yet (its model, numerics and weights); the job carries
+        its session's pool, and only workers of that pool run it."""
         self.check(tenant, priority)
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
                 with self._write.begin() as db:
-                    seq = 0
+                    seq, pool = 0, ""
                     if session is None and open_session:
                         session = secrets.token_hex(16)
                         db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
@@ -88,13 +93,18 @@ class Jobs:
                         owner = db.get(SessionRecord, session, with_for_update=True)  # vs a delete (Records.delete_session)
                         if owner is None or owner.tenant != tenant:
                             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+                        if host is not None and not owner.model:  # bound now, by its first job
+                            owner.model, owner.numerics = host.model, host.numerics
+                            owner.model_fingerprint = owner.model_fingerprint or host.fingerprint
+                        pool = hosts.pool(owner.model, owner.numerics) if owner.model else ""
                         seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session))
                                   or 0) + 1
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(
                         JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
                     sent = bool(queue) and not blocked
                     job = JobRecord(id=secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
-                                    priority=priority, spec=spec, status="queued", attempts=0, lease_until=0.0,
+                                    priority=priority, pool=pool, spec=spec, status="queued", attempts=0,
+                                    lease_until=0.0,
                                     queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0, step=0,
                                     progress={}, cancel_requested=False)
                     db.add(job)

@@ -13,7 +13,7 @@ from model.corpus import narrative as corpus  # plain Python: the payload's voca
 from runtime.errors import BadInput
 
 HOLE = "<hole>"  # one masked token in an infill text
-TOKEN_ID = Annotated[int, Field(ge=0, lt=2**16)]  # the model's vocabulary: plans.check_ids, the worker
+TOKEN_ID = Annotated[int, Field(ge=0, lt=2**24)]  # coarse (Qwen3 has 151936 ids); the vocabulary: plans.check_ids, the worker
 SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a control token, not to characters
 
 
@@ -28,8 +28,10 @@ def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
             raise ValueError(f"{special} is a control token, not text" + (
                 f" (write a hole as {HOLE})" if special == "[MASK]" else ""))
     return v
-_NUMBER = re.compile(r"^\d{1,9}(\.\d{1,3})?$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .&'/-]{0,39}$")  # tenant, region, segment names: one line, no '|'
+# the payload's grammar is the corpus's (model/corpus/narrative.py): what the API accepts is what
+# the shipped model's training data is drawn from (narrative.wild_payload), and what it checks
+_NUMBER = re.compile(corpus.NUMBER_RE)
+_NAME = re.compile(corpus.NAME_RE)  # tenant, breakdown rows, custom metrics: one line, no '|'
 
 
 class ParamsSpec(BaseModel):
@@ -98,19 +100,37 @@ def _number(v: str | None) -> str | None:
 
 
 class MetricSpec(BaseModel):
+    """A built-in metric by its `key`, or a dashboard's own by its display `name` and `unit`."""
+
     model_config = ConfigDict(extra="forbid")
-    key: Literal[tuple(corpus.METRIC)]  # type: ignore[valid-type]
+    key: Literal[tuple(corpus.METRIC)] | None = None  # type: ignore[valid-type]
+    name: str | None = Field(default=None, pattern=corpus.NAME_RE)
+    unit: str | None = Field(default=None, pattern=corpus.UNIT_RE)
     value: str
     prev: str
     target: str | None = None
 
     _numbers = field_validator("value", "prev", "target")(classmethod(lambda cls, v: _number(v)))
 
+    @model_validator(mode="after")
+    def _builtin_or_custom(self) -> MetricSpec:
+        if (self.key is None) == (self.name is None) or (self.name is None) != (self.unit is None):
+            raise ValueError("a metric is a built-in `key`, or a custom `name` with its `unit`")
+        return self
+
+    @property
+    def label(self) -> str:
+        """How a breakdown or a report section names it: its key, or a custom metric's name."""
+        return self.key if self.key is not None else str(self.name)
+
+    def to_metric(self) -> corpus.Metric:
+        return corpus.Metric(self.label, self.value, self.prev, self.target, custom_unit=self.unit)
+
 
 class BreakdownSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["region", "segment"]
-    metric: Literal[tuple(corpus.METRIC)]  # type: ignore[valid-type]
+    metric: str  # the key or custom name of one of the payload's metrics
     rows: list[tuple[str, str, str]] = Field(min_length=1, max_length=4)  # (name, value, prev)
 
     @field_validator("rows")
@@ -127,26 +147,41 @@ class PayloadSpec(BaseModel):
     """A dashboard's numbers: what a narrative or a report section is written from."""
 
     model_config = ConfigDict(extra="forbid")
-    tenant: str = Field(pattern=_NAME.pattern)
-    period: str = Field(pattern=r"^[A-Za-z0-9-]{1,16}$")
+    tenant: str = Field(pattern=corpus.NAME_RE)
+    period: str = Field(pattern=corpus.PERIOD_RE)
     style: Literal["brief", "formal", "casual"] = "formal"
     metrics: list[MetricSpec] = Field(min_length=1, max_length=4)
     breakdown: BreakdownSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> PayloadSpec:
-        keys = [m.key for m in self.metrics]
+        keys = [m.label for m in self.metrics]
         if len(set(keys)) != len(keys):
             raise ValueError("each metric at most once")
         if self.breakdown is not None and self.breakdown.metric not in keys:
             raise ValueError(f"the breakdown's metric {self.breakdown.metric!r} is not among the metrics")
+        # the narrative names each metric (by its display name) and each row once: the checker
+        # finds each clause by its name
+        names = [f.name for f in self.to_payload().facts()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"each metric and breakdown row needs a name of its own; named twice: {twice}")
         return self
 
     def to_payload(self) -> corpus.Payload:
         b = self.breakdown
-        return corpus.Payload(self.tenant, self.period, self.style,
-                              [corpus.Metric(m.key, m.value, m.prev, m.target) for m in self.metrics],
+        return corpus.Payload(self.tenant, self.period, self.style, [m.to_metric() for m in self.metrics],
                               corpus.Breakdown(b.kind, b.metric, [(r[0], r[1], r[2]) for r in b.rows]) if b else None)
+
+    @classmethod
+    def of(cls, p: corpus.Payload) -> PayloadSpec:
+        """The spec of a corpus payload (what a client would send for it)."""
+        metrics = [{"key": m.key} if not m.custom else {"name": m.key, "unit": m.unit} for m in p.metrics]
+        return cls.model_validate({
+            "tenant": p.tenant, "period": p.period, "style": p.style,
+            "metrics": [{**k, "value": m.value, "prev": m.prev, "target": m.target} for k, m in zip(metrics, p.metrics)],
+            "breakdown": None if p.breakdown is None else {"kind": p.breakdown.kind, "metric": p.breakdown.metric,
+                                                           "rows": [list(r) for r in p.breakdown.rows]}})
 
 
 class NarrativeSpec(BaseModel):
@@ -155,6 +190,9 @@ class NarrativeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     payload: PayloadSpec
     params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=256)
+    #: a narrative that fails its checker, also after the greedy AR retry, comes back flagged
+    #: (`verified: false`, its problems) instead of failing the job with "unverified"
+    allow_unverified: bool = False
 
 
 class AgentSpec(BaseModel):
@@ -166,6 +204,10 @@ class AgentSpec(BaseModel):
     dataset_seed: int = Field(default=2026, ge=0, lt=2**31)
     max_calls: int = Field(default=6, ge=0, le=8)
     params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=96)
+    #: an answer that fails its checker (it must state the number its last tool returned), also
+    #: after the greedy AR retry, comes back flagged (`verified: false`, its problems) instead of
+    #: failing the job with "unverified"
+    allow_unverified: bool = False
 
     _plain_question = field_validator("question")(classmethod(lambda cls, v: _plain(v)))
 
@@ -173,7 +215,7 @@ class AgentSpec(BaseModel):
 class SectionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(min_length=1, max_length=60, pattern=r"^[^\x00-\x1f<>]+$")
-    metrics: list[Literal[tuple(corpus.METRIC)]] = Field(min_length=1, max_length=2)  # type: ignore[valid-type]
+    metrics: list[str] = Field(min_length=1, max_length=2)  # keys or custom names of the report data's metrics
 
     _plain_title = field_validator("title")(classmethod(lambda cls, v: _plain(v)))
 
@@ -197,10 +239,13 @@ class ReportSpec(BaseModel):
     summary: bool = True
     params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
     infill_params: ParamsSpec = _defaults(policy="set", window=8, tau=0.7)
+    #: a section or the key figures failing their checker, also after the greedy AR retry, come
+    #: back flagged (`verified: false`, their problems) instead of failing the job with "unverified"
+    allow_unverified: bool = False
 
     @model_validator(mode="after")
     def _known_metrics(self) -> ReportSpec:
-        have = {m.key for m in self.data.metrics}
+        have = {m.label for m in self.data.metrics}
         for s in self.outline:
             missing = [k for k in s.metrics if k not in have]
             if missing:

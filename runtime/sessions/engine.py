@@ -46,6 +46,7 @@ from model.kv_cache import KVCache
 from model.params import DecodeError, DecodeParams, DecodeState
 from model.transformer import SetDLM
 from runtime.errors import BadInput, Busy, CorruptState
+from runtime.keys import model_name
 from runtime.sessions import kv
 from runtime.sessions.batcher import Batcher
 from runtime.sessions.decoding import Stepper, TurnDecode, infill_holes
@@ -101,6 +102,8 @@ class Engine:
         self.records = records
         self.s = settings
         self.fp = checkpoint.fingerprint(model)[:FP_LEN]
+        # what its sessions are bound to besides the weights: the model's name and numerics
+        self.model_name, self.numerics = model_name(model.cfg.name), checkpoint.numerics(model)
         self.warm: OrderedDict[str, _Warm] = OrderedDict()
         self.warm_sessions = warm_sessions
         self._rates: dict[str, float] | None = None
@@ -112,7 +115,7 @@ class Engine:
     # ---- sessions ---------------------------------------------------------------------------
 
     def open(self, tenant: str, session_id: str | None = None) -> str:
-        return self.records.create_session(tenant, self.fp, session_id).id
+        return self.records.create_session(tenant, self.fp, session_id, model=(self.model_name, self.numerics)).id
 
     def fork(self, session: str, tenant: str, turn: int, new_id: str | None = None) -> str:
         """A new session whose turns are copies of `session`'s turns 0..turn, sharing their K/V
@@ -187,6 +190,8 @@ class Engine:
         rec = self.records.get_session(session, tenant)
         if rec.model_fingerprint not in ("", self.fp):  # "": opened by the API, bound by its first turn
             raise BadInput(f"session {session} belongs to model {rec.model_fingerprint}, this engine runs {self.fp}")
+        if rec.numerics not in ("", self.numerics):  # a CPU fp32 session is not decoded in bf16 on a GPU
+            raise BadInput(f"session {session} is bound to numerics {rec.numerics}, this engine runs {self.numerics}")
         if not input_ids or len(input_ids) > self.s.max_input_tokens:
             raise BadInput(f"input must be 1..{self.s.max_input_tokens} tokens, got {len(input_ids)}")
         if infill:
@@ -225,7 +230,8 @@ class Engine:
         if turn.holes is not None:
             meta["infill"] = turn.holes
         self.records.append_turn(session, tenant, "assistant", text, turn.row, turn.ledger, meta=meta,
-                                 index=load.turns, job=job, fingerprint=self.fp)
+                                 index=load.turns, job=job, fingerprint=self.fp,
+                                 model=(self.model_name, self.numerics))
         load.costs["sql_s"] = time.perf_counter() - t
 
     def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> None:

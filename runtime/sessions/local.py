@@ -5,11 +5,13 @@ engine's own (TurnDecode), so the same turns give the same tokens."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import BadInput
@@ -20,15 +22,18 @@ from runtime.sessions.turn import TurnResult
 class LocalTurns:
     session = "local"  #: the name its TurnResults carry
 
-    def __init__(self, model: SetDLM, tokenizer: Tokenizer) -> None:
+    def __init__(self, model: SetDLM, tokenizer: Tokenizer, profile: Profile | None = None) -> None:
+        """profile: the model's (model/profiles.load, beside its weights); None: its default."""
         self.model = model
         self.tokenizer = tokenizer
         self.cfg: ModelConfig = model.cfg
+        self.profile = profile if profile is not None else Profile.for_model(model.cfg, tokenizer)
         w = next(model.parameters())
         self.cache = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
         self.state: DecodeState | None = None
         self.turns = 0
         self.progress: dict[str, Any] = {}
+        self.checks: Counter[tuple[str, str]] = Counter()  # (part, outcome) -> n
 
     def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
         """One turn, as Engine.turn decodes it: `ids` appended and decoded after (infill: ids holds
@@ -56,3 +61,7 @@ class LocalTurns:
     def report(self, **progress: Any) -> None:
         """Workflow progress: kept (the last value of each key), shown to nobody."""
         self.progress.update(progress)
+
+    def checked(self, part: str, outcome: str) -> None:
+        """A checked part's outcome (workflows/checked.py): counted here, as the job's go to /metrics."""
+        self.checks[part, outcome] += 1

@@ -37,14 +37,18 @@ class Records:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
 
-    def create_session(self, tenant: str, fingerprint: str, session_id: str | None = None) -> SessionRecord:
+    def create_session(self, tenant: str, fingerprint: str, session_id: str | None = None,
+                       model: tuple[str, str] | None = None) -> SessionRecord:
+        """model: (name, numerics) the session is bound to; None: bound by its first job or turn."""
         if not tenant or len(tenant) > 128:
             raise BadInput("tenant must be 1..128 characters")
         if session_id is not None and not _SESSION_ID.fullmatch(session_id):
             raise BadInput("a session id is 1..64 characters of letters, digits, '-' and '_'")
         if session_id is not None and self._exists(session_id):
             raise BadInput(f"session {session_id!r} exists already")
-        rec = SessionRecord(id=session_id or secrets.token_hex(12), tenant=tenant, model_fingerprint=fingerprint)
+        name, numerics = model or ("", "")
+        rec = SessionRecord(id=session_id or secrets.token_hex(12), tenant=tenant, model_fingerprint=fingerprint,
+                            model=name, numerics=numerics)
         with self._write.begin() as db:
             db.add(rec)
         return rec
@@ -69,7 +73,8 @@ class Records:
                 if new_id is not None and db.get(SessionRecord, new_id) is not None:
                     raise BadInput(f"session {new_id!r} exists already")
                 child = SessionRecord(id=new_id or secrets.token_hex(12), tenant=tenant,
-                                      model_fingerprint=parent.model_fingerprint)
+                                      model_fingerprint=parent.model_fingerprint, model=parent.model,
+                                      numerics=parent.numerics)
                 db.add(child)
                 # the rows are immutable once written: those read here are the parent's for good
                 for t in db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id,
@@ -124,14 +129,14 @@ class Records:
     def append_turn(self, session_id: str, tenant: str, role: str, text: str, token_ids: list[int],
                     ledger: list[tuple[int, int]], meta: dict[str, object] | None = None,
                     index: int | None = None, job: JobStep | None = None,
-                    fingerprint: str | None = None) -> TurnRecord:
+                    fingerprint: str | None = None, model: tuple[str, str] | None = None) -> TurnRecord:
         """The turn becomes durable when this returns.  index: the turn's place, as the writer
         read it (under the session's lease); a row already there is a StaleWrite, not a second
         turn at the same place.  None: the next free one.  job: the job step that writes it; a
         second turn for the same (job, step) is a StaleWrite, and a job no longer held under
         job.owner (requeued, cancelled, given up) is ClaimLost: in the same transaction, the
         job's step counter moves on with the turn.  fingerprint: binds a session opened without
-        a model (by the API) to the writer's model."""
+        a model (by the API) to the writer's model; model: (name, numerics), the same."""
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
         try:
@@ -153,6 +158,8 @@ class Records:
                         raise ClaimLost(f"job {job.job_id} is no longer held by this writer: turn not written")
                 if fingerprint and not owner.model_fingerprint:
                     owner.model_fingerprint = fingerprint
+                if model is not None and not owner.model:
+                    owner.model, owner.numerics = model
         except IntegrityError as e:  # two writers at the same index, or the same job step, at once
             raise StaleWrite(f"session {session_id}: turn {index} (job step {job}) was written by another holder"
                              ) from e

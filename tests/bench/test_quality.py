@@ -15,14 +15,14 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert json.loads(last) == json.loads(json.dumps(result)), "the last line is the JSON result"
     assert result["bench"] == "quality"
     rows = result["rows"]
-    assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in ("narrative", "agent", "section", "infill")
-                                                       for p in ("ar", "set", "prefix")}
+    tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood")
+    assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in tasks for p in ("ar", "set", "prefix")}
     for r in rows:
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
         assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0
         if r["policy"] == "ar":
             assert r["W"] == 1 and r["tau"] is None and r["nfe_per_token"] >= 1.0
-    assert set(result["targets"]) == {"narrative", "agent", "section", "infill"}
+    assert set(result["targets"]) == set(tasks)
 
 
 def test_bad_arguments_exit_with_a_usage_error() -> None:

@@ -12,6 +12,7 @@ import pytest
 from model.config import ModelConfig
 from model.corpus import agent as corpus
 from model.params import DecodeError, DecodeParams
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.specs import AgentSpec, ParamsSpec
@@ -42,6 +43,7 @@ def test_the_agent_calls_its_tools_and_answers_with_their_results(session: Calla
     assert [t["path"] for t in r["turns"]] == ["new"] + ["warm"] * len(CALLS)
     assert [t["turn"] for t in r["turns"]] == list(range(len(CALLS) + 1))
     assert turns.progress["calls"] == len(CALLS) and "worker" not in r
+    assert r["verified"] and r["attempt"] == "first"  # the answer states the last call's number
 
 
 def test_the_call_limit_ends_the_loop_before_the_next_call_runs(session: Callable[[], LocalTurns]) -> None:
@@ -56,6 +58,7 @@ class Scripted:
 
     def __init__(self, tok: Tokenizer, cfg: ModelConfig, script: list[list[int] | Exception]) -> None:
         self.tokenizer, self.cfg, self.script = tok, cfg, script
+        self.profile = Profile.for_model(cfg, tok)
         self.inputs: list[list[int]] = []
 
     def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
@@ -69,6 +72,9 @@ class Scripted:
         return 0
 
     def report(self, **progress: Any) -> None:
+        pass
+
+    def checked(self, part: str, outcome: str) -> None:
         pass
 
 

@@ -4,7 +4,6 @@ payload with every fact read back, for AR and set decoding."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 
 import pytest
 
@@ -24,11 +23,12 @@ PARAMS = {"ar": ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200),
 
 @pytest.mark.parametrize("policy", ["ar", "set", "prefix"])
 def test_a_narrative_reads_back_every_fact_of_its_payload(session: Callable[[], LocalTurns], policy: str) -> None:
-    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(PAYLOAD)), params=PARAMS[policy])
+    spec = NarrativeSpec(payload=PayloadSpec.of(PAYLOAD), params=PARAMS[policy])
     r = narrative.run(session(), spec)
     assert r["facts_total"] > 0 and r["facts_ok"] == r["facts_total"] and r["problems"] == [], r["text"]
     assert corpus.check(PAYLOAD, r["text"]).fully_correct and r["text"].endswith(".")
     assert r["path"] == "new" and r["turn"] == 0 and "worker" not in r
+    assert r["verified"] and r["attempt"] == "first"  # read back right on its first decode: no retry
     if policy == "ar":  # one token per step, plus the prompt's prefill and the last token's commit
         assert r["nfe"] == r["tokens"] + 2
     else:  # parallel decoding: fewer forwards than tokens
@@ -36,6 +36,6 @@ def test_a_narrative_reads_back_every_fact_of_its_payload(session: Callable[[], 
 
 
 def test_the_same_spec_writes_the_same_text_on_each_new_session(session: Callable[[], LocalTurns]) -> None:
-    spec = NarrativeSpec(payload=PayloadSpec.model_validate(asdict(PAYLOAD)))  # the kind's default setting
+    spec = NarrativeSpec(payload=PayloadSpec.of(PAYLOAD))  # the kind's default setting
     a, b = narrative.run(session(), spec), narrative.run(session(), spec)
     assert a["text"] == b["text"] and a["nfe"] == b["nfe"] and a["facts_ok"] == a["facts_total"]

@@ -47,6 +47,7 @@ def test_a_report_reads_back_every_section_and_fills_its_key_figures(session: Ca
         assert x["facts_total"] > 0 and x["facts_ok"] == x["facts_total"] and x["problems"] == [], x["markdown"]
         assert x["markdown"].startswith(f"## {x['title']}\n") and x["markdown"] in r["markdown"]
     assert r["figures"]["exact"] and r["figures"]["markdown"] in r["markdown"]
+    assert r["verified"] and r["attempt"] == "first" and all(x["attempt"] == "first" for x in r["sections"])
     assert r["markdown"].startswith(f"# {SPEC.title}\n") and "<h2>Key figures</h2>" in r["html"]
     assert [x["path"] for x in r["sections"]] + [r["figures"]["path"]] == ["new", "warm", "warm", "warm"]
     assert turns.progress == {"section": 4, "sections": 4, "title": "Key figures"}

@@ -28,10 +28,13 @@ MAX_STREAM_S = 3600.0  # a stream ends after this; the client reconnects with La
 
 @router.post("", status_code=202, response_model=JobView, responses=ERRORS)
 def create_job(req: JobRequest, who: Tenant, svc: Svc) -> JobView:
-    """Queue a job; without a session it runs on a new one (the job names it).  A job that
-    cannot fit the session's context (the model's max_seq_len) is refused with 422; one
-    submitted before any worker has published its model, with 503 no_model."""
-    return JobView.of(svc.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True))
+    """Queue a job; without a session it runs on a new one (the job names it), bound to `model`
+    (and `numerics`), or to the deployment's default model.  A job that cannot fit the session's
+    context (the model's max_seq_len) is refused with 422; one submitted before any worker has
+    published its model, with 503 no_model; one whose model (and numerics) no live worker
+    hosts, with 409 model_not_hosted."""
+    return JobView.of(svc.submit(req.kind, who, req.spec, req.session, req.priority, open_session=True,
+                                 model=req.model, numerics=req.numerics))
 
 
 @router.get("", response_model=JobList, responses=ERRORS)

@@ -1,7 +1,8 @@
 """Operations: /healthz (Redis, the database, the live workers) and /metrics (Prometheus: turns
-and their resume paths with timing histograms, jobs by kind and status, queue depths, KV bytes
-in Redis per tenant).  Neither needs an API key: they carry no session content; /metrics names
-tenants, so a deployment may require a token of its own for it (SETFLOW_METRICS_TOKEN)."""
+and their resume paths with timing histograms, checked output by outcome, jobs by kind and
+status, queue depths, KV bytes in Redis per tenant).  Neither needs an API key: they carry no
+session content; /metrics names tenants, so a deployment may require a token of its own for it
+(SETFLOW_METRICS_TOKEN)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,12 @@ class _Collector(Collector):
             for path, v in sorted(m[kind].items()):
                 h.add_metric([path], v["buckets"], v["sum"])
             yield h
+        checked = CounterMetricFamily("setflow_checked", "Checked job output (narratives, report sections, key "
+                                      "figures, agent answers), by part and outcome", labels=["part", "outcome"])
+        for part, outcomes in sorted(m["checked"].items()):
+            for outcome, n in sorted(outcomes.items()):
+                checked.add_metric([part, outcome], n)
+        yield checked
         jobs = GaugeMetricFamily("setflow_jobs", "Jobs in the database, by kind and status", labels=["kind", "status"])
         for (k, s), n in sorted(svc.jobs.counts().items()):
             jobs.add_metric([k, s], n)

@@ -93,6 +93,27 @@ def test_a_narrative_is_the_text_the_model_writes_in_process(c: Client) -> None:
     ref = tok.decode([t for t in out if t != model.cfg.mask_id], skip_special=True)
     assert r["text"] == ref  # the worker's greedy decode is the in-process one
     assert r["facts_ok"] == r["facts_total"] > 0 and r["path"] == "new"
+    assert r["verified"] and r["attempt"] == "first" and r["problems"] == []  # read back before it succeeded
+
+
+def test_a_custom_metric_round_trips_through_the_api_the_worker_and_the_checker(c: Client) -> None:
+    payload = {"tenant": "Zq9 & Co.", "period": "FY2027", "style": "brief",
+               "metrics": [{"name": "Net revenue retention", "unit": "%", "value": "104.25", "prev": "101.5"},
+                           {"key": "revenue", "value": "123456789", "prev": "98765432.1", "target": "120000000"}]}
+    job = c.create_job("narrative", {"payload": payload, "allow_unverified": True})
+    r = _ok(c.wait(job["id"], 120))
+    p = corpus.Payload("Zq9 & Co.", "FY2027", "brief",
+                       [corpus.Metric("Net revenue retention", "104.25", "101.5", custom_unit="%"),
+                        corpus.Metric("revenue", "123456789", "98765432.1", "120000000")])
+    assert "Net revenue retention: up, 104.25 %, prev 101.5\n" in corpus.prompt_text(p)
+    model, tok = shipped.load()
+    out, _, _ = generate(model, prompt_ids(tok, p), DecodeParams(policy="prefix", window=8, tau=0.99,
+                                                                 max_new_tokens=256))
+    assert r["text"] == tok.decode([t for t in out if t != model.cfg.mask_id], skip_special=True) or \
+        r["attempt"] == "ar_retry", "the worker decoded the prompt the custom metric renders to"
+    want = corpus.check(p, r["text"])  # the checker counts the custom metric's facts too
+    assert (r["facts_ok"], r["facts_total"]) == (want.facts_ok, want.facts_total) and want.facts_total == 8
+    assert r["verified"] == (not want.problems) and r["problems"] == want.problems
 
 
 def test_an_agent_calls_its_tools_and_resumes_from_the_cached_state(c: Client) -> None:
@@ -198,6 +219,7 @@ def test_health_and_metrics(c: Client, stack: Stack) -> None:
     m = httpx.get(f"{stack.api.url}/metrics", headers={"Authorization": "Bearer metrics-t0ken"}).text
     assert 'setflow_turns_total{path="new"}' in m and 'setflow_load_seconds_bucket{le="+Inf",path="warm"}' in m
     assert 'setflow_jobs{kind="narrative",status="succeeded"}' in m and 'setflow_kv_bytes{tenant="acme"}' in m
+    assert 'setflow_checked_total{outcome="first",part="narrative"}' in m  # checked output, by outcome
     assert f'setflow_queue_depth{{queue="{stack.s.key_prefix}.interactive"}} 0.0' in m
 
 

@@ -1,0 +1,58 @@
+"""workers/runner.py in this process (a real Redis and a SQLite file, no Celery): a narrative job
+whose output its checker refutes, also after the greedy AR retry, fails with "unverified" and the
+checker's problems in its error, and /metrics' counter says so; with `allow_unverified` the same
+job succeeds, flagged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from model import shipped
+from model.corpus import narrative as corpus
+from runtime.db import make_engine
+from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.metrics import TurnMetrics
+from runtime.jobs.rows import Jobs
+from runtime.jobs.specs import PayloadSpec
+from runtime.sessions.engine import Engine
+from runtime.sessions.records import Records
+from runtime.sessions.store import SessionStore
+from runtime.settings import Settings
+from tests.workflows.test_narrative import PAYLOAD
+from workers import runner
+from workers.process import Runtime
+
+
+def refuted(p: corpus.Payload, text: str) -> corpus.Check:
+    return corpus.Check(0, 3, ["revenue: numbers ['1250'] != ['1240']"])
+
+
+def test_a_narrative_its_checker_refutes_fails_unverified_or_succeeds_flagged(
+        client: redis.Redis, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = shipped.load()
+    s = settings.model_copy(update={"data_dir": tmp_path})
+    sql = make_engine(s)
+    records, jobs = Records(sql), Jobs(sql, s)
+    engine = Engine(model, SessionStore(client, s), records, s)
+    rt = Runtime(s, "w1", engine, tok, jobs, Dispatcher(client, jobs, lambda job_id, queue, priority="interactive": None))
+    monkeypatch.setattr(corpus, "check", refuted)  # every narrative reads wrong: the first and the retry
+    spec = {"payload": PayloadSpec.of(PAYLOAD).model_dump(exclude_none=True)}
+
+    sid = records.create_session("acme", "").id
+    job, _ = jobs.create("narrative", "acme", spec, sid)
+    assert runner.run(rt, job.id) == "failed"
+    done = jobs.get(job.id)
+    assert done.result is None and done.error is not None and done.error["code"] == "unverified"
+    assert done.error["problems"] == ["revenue: numbers ['1250'] != ['1240']"]
+    assert "after the greedy AR retry" in done.error["message"]
+    assert [t.job_step for t in records.turns(sid, "acme")] == [0, 1]  # the first decode and its retry
+
+    job, _ = jobs.create("narrative", "acme", {**spec, "allow_unverified": True}, records.create_session("acme", "").id)
+    assert runner.run(rt, job.id) == "succeeded"
+    r = jobs.get(job.id).result
+    assert r is not None and r["verified"] is False and r["attempt"] == "ar_retry" and r["problems"]
+    assert TurnMetrics(client, s).read()["checked"] == {"narrative": {"unverified": 1, "flagged": 1}}
+    sql.dispose()

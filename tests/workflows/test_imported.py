@@ -1,0 +1,88 @@
+"""Workflows end to end on an imported checkpoint (a released-layout Qwen3 SetDLM with a
+Qwen-style tokenizer: BOS = EOS, the mask id past 150k), over a session in this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model import profiles, shipped
+from model.corpus import agent as corpus
+from model.importer import import_checkpoint
+from model.params import DecodeParams
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, TurnSpec
+from runtime.sessions.local import LocalTurns
+from runtime.sessions.turn import TurnResult
+from tests.model.released import ENDOFTEXT, IM_END, IM_START, MASK, qwen3_state, write_release
+from tests.workflows.test_narrative import PAYLOAD
+from workflows import agent, narrative, turn
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[SetDLM, Tokenizer, Path]:
+    tmp = tmp_path_factory.mktemp("imported")
+    import_checkpoint(write_release("hf_bin", qwen3_state(seed=4), tmp / "src"), tmp / "out")
+    model, tok = shipped.load(tmp / "out")
+    return model, tok, tmp / "out"
+
+
+def test_a_turn_on_an_imported_model(imported: tuple[SetDLM, Tokenizer, Path]) -> None:
+    model, tok, out = imported
+    assert (model.cfg.mask_id, model.cfg.bos_id, model.cfg.eos_id) == (MASK, ENDOFTEXT, ENDOFTEXT)
+    prompt = profiles.load(out, model.cfg, tok).render("turn", "the theory", tok)
+    spec = TurnSpec(input_ids=prompt, params=ParamsSpec(policy="set", window=4, tau=0.5, max_new_tokens=12))
+    r = turn.run(LocalTurns(model, tok), spec)
+    assert 0 < len(r["tokens"]) <= 12 and MASK not in r["tokens"]
+    assert r["text"] == tok.decode([t for t in r["tokens"] if t != ENDOFTEXT])
+
+
+def test_a_narrative_on_an_imported_model(imported: tuple[SetDLM, Tokenizer, Path]) -> None:
+    model, tok, _ = imported
+    spec = NarrativeSpec(payload=PayloadSpec.of(PAYLOAD), allow_unverified=True,
+                         params=ParamsSpec(policy="prefix", window=8, tau=0.9, max_new_tokens=16))
+    r = narrative.run(LocalTurns(model, tok), spec)  # random weights: the text is noise, the job completes
+    assert r["session"] == "local" and isinstance(r["text"], str) and r["tokens"] > 0
+
+
+def test_an_agent_job_on_an_imported_model(imported: tuple[SetDLM, Tokenizer, Path]) -> None:
+    model, tok, out = imported
+    assert not tok.has_token(corpus.END_CALL) and len(tok.encode(corpus.END_CALL)) > 1  # no markup tokens
+    spec = AgentSpec(question="What is 1 + 1?", max_calls=2, allow_unverified=True,
+                     params=ParamsSpec(policy="prefix", window=4, tau=0.9, max_new_tokens=16))
+    turns = LocalTurns(model, tok, profiles.load(out, model.cfg, tok))
+    r = agent.run(turns, spec)  # random weights: noise, but the loop runs and ends for a stated reason
+    assert r["session"] == "local" and r["reason"] in ("answer", "length", "call_limit", "context")
+    assert 1 <= len(r["turns"]) == turns.turns and r["turns"][0]["path"] == "new"
+    assert r["finished"] == (r["reason"] == "answer") and isinstance(r["text"], str)
+
+
+class Scripted(LocalTurns):
+    """The imported model's turns, answered with scripted tokens; what each turn was asked, kept."""
+
+    def __init__(self, model: SetDLM, tok: Tokenizer, profile: profiles.Profile, script: list[list[int]]) -> None:
+        super().__init__(model, tok, profile)
+        self.script = script
+        self.asked: list[tuple[list[int], DecodeParams]] = []
+
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+        self.asked.append((ids, params))
+        return TurnResult("scripted", self.script[len(self.asked) - 1], "warm", turn=len(self.asked) - 1)
+
+
+def test_the_agent_markup_is_multi_token_stop_sequences_on_a_vocabulary_without_it(
+        imported: tuple[SetDLM, Tokenizer, Path]) -> None:
+    model, tok, out = imported
+    profile = profiles.load(out, model.cfg, tok)
+    assert profile.stop == ["<|im_end|>"] and not profile.bos  # the chat template of a Qwen-style vocabulary
+    script = [tok.encode(f'{corpus.CALL}calc("1+1"){corpus.END_CALL}'), [*tok.encode("A: 2"), IM_END]]
+    turns = Scripted(model, tok, profile, script)
+    r = agent.run(turns, AgentSpec(question="What is 1 + 1?"))
+    (first, seg), (second, _) = turns.asked
+    assert first[0] == IM_START and first[-1] != ENDOFTEXT  # ChatML around the question, no BOS
+    assert tok.encode(corpus.END_CALL) in seg.stop and [IM_END] in seg.stop  # a call ends at its ids
+    assert second == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, as text
+    assert r["calls"] == [{"call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True}]
+    assert r["finished"] and r["reason"] == "answer" and r["answer"] == "2" and r["verified"] is True
