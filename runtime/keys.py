@@ -5,7 +5,8 @@ writes (a segment id is "S/random": its writer's id, then its own), so that ever
 runtime/sessions/store.py touches one slot: the manifest, the lease, the pending record and the
 segments and counts of one session.  What spans sessions (a tenant's LRU order and byte
 accounts, the indexes the sweep visits) is written by single-key commands beside the scripts.
-On one Redis server the tags change nothing.
+On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix and `{tenant}`,
+`{job}` ... for values; the braces of `{S}` (a session's id) are written into the key: its tag.
 
     {p}:m:{S}           hash   the manifest: gen (the fencing counter), body (JSON), tenant
     {p}:seg:{S}:{id}    string one immutable KV segment (header + K/V bytes of a slot range)
