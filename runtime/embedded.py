@@ -136,9 +136,10 @@ def from_url(url: str, **kwargs: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **kwargs)
 
 
-def async_from_url(url: str, **kwargs: Any) -> aioredis.Redis:
-    """The asyncio client for url (a cluster one when url names a Redis Cluster)."""
-    if is_cluster(url):
+def async_from_url(url: str, cluster: bool, **kwargs: Any) -> aioredis.Redis:
+    """The asyncio client for url; cluster: url names a Redis Cluster (the caller knows it from
+    its own client: no probe on the event loop)."""
+    if cluster:
         return aioredis.RedisCluster.from_url(url, **kwargs)  # type: ignore[return-value]
     return aioredis.Redis.from_url(url, **kwargs)
 

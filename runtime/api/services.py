@@ -66,7 +66,8 @@ class Services:
         capped per tenant.  A finite socket timeout: a half-open connection fails the read
         (retried) instead of hanging the stream."""
         url = self.settings.redis_url or _url(self.client)
-        return async_from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        return async_from_url(url, isinstance(self.client, redis.RedisCluster), socket_timeout=5,
+                              socket_connect_timeout=5)
 
     async def aclose(self) -> None:
         """At the app's shutdown."""

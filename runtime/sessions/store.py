@@ -457,7 +457,10 @@ class SessionStore:
             if meta.end <= slot:
                 # on a Redis Cluster a script touches one slot: the child gets copies in its own
                 # (its account counts them as copies either way)
-                copies.append(blob) if self.cluster else shared.append(sid)
+                if self.cluster:
+                    copies.append(blob)
+                else:
+                    shared.append(sid)
                 continue
             if meta.start < slot:
                 cut = meta.with_slots(meta.start, slot)
