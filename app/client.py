@@ -11,6 +11,9 @@ twin for scripts and notebooks.
     with Client("http://127.0.0.1:8000", api_key="...") as c:
         sid = c.create_session()["id"]
         print(c.wait(c.turn(sid, text="...")["id"])["result"]["text"])
+        # an agent whose metric tool runs here, on the client's own data
+        job = c.create_job("agent", {"question": "...", "client_tools": ["metric"]})
+        done = c.wait(job["id"], tools={"metric": lambda metric, region, period: my_lookup(...)})
 
 Errors come back as ApiError with the API's stable code; a 429 is retried after its
 Retry-After (up to `retries` times) before it is raised.
@@ -20,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import json
 import threading
 import time
-from collections.abc import AsyncGenerator, Coroutine, Iterator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from contextlib import aclosing
 from typing import Any, TypeVar, cast
 
@@ -32,6 +36,8 @@ from asyncio_throttle import Throttler  # type: ignore[attr-defined]
 
 T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: tool name -> the function the client runs for it (the call's arguments by name -> the output)
+Tools = dict[str, Callable[..., Any]]
 
 
 class ApiError(Exception):
@@ -152,15 +158,51 @@ class AsyncClient:
                 wait = e.retry_after_s if isinstance(e, ApiError) and e.retry_after_s else 0.5
                 await asyncio.sleep(min(wait, 5.0))  # then reconnect after the last event seen
 
-    async def wait(self, job: str, timeout_s: float = 600.0) -> dict[str, Any]:
-        """The job once it finished (its events, then GET)."""
+    async def tool_outputs(self, job: str, outputs: dict[str, str]) -> dict[str, Any]:
+        """Answer calls the waiting job made to tools its client runs: call id -> output (a
+        number as the tools write it, or "error: <reason>"); returns the job (queued again
+        once every pending call has its output)."""
+        body = {"tool_outputs": [{"call_id": k, "output": v} for k, v in outputs.items()]}
+        return await self.request("POST", f"/v1/jobs/{job}/tool_outputs", body)  # type: ignore[no-any-return]
+
+    async def wait(self, job: str, timeout_s: float = 600.0, tools: Tools | None = None) -> dict[str, Any]:
+        """The job once it finished (its events, then GET); or, without `tools`, once it waits
+        for tool outputs (status requires_action: its `required_action` names the calls).
+        tools: tool name -> a function of the call's arguments (by name) returning its output,
+        or raising (its message goes back as "error: ..."); a coroutine function is awaited.
+        Each call the job waits for is answered so, and the job followed to its end."""
         async def follow() -> dict[str, Any]:
             async with aclosing(self.events(job)) as events:
                 async for ev in events:
                     if ev["event"] == "result":
                         return {k: v for k, v in ev.items() if k not in ("event", "id")}
+                    if ev["event"] == "status" and ev.get("status") == "requires_action":
+                        waiting = await self.get_job(job)
+                        if waiting["status"] != "requires_action":
+                            continue  # answered already (by another client): it runs on
+                        if tools is None:
+                            return waiting
+                        await self._answer(waiting, tools)
             return await self.get_job(job)
         return await asyncio.wait_for(follow(), timeout_s)
+
+    async def _answer(self, job: dict[str, Any], tools: Tools) -> None:
+        outputs = {}
+        for call in job["required_action"]["calls"]:
+            fn = tools.get(call["tool"])
+            try:
+                if fn is None:
+                    raise LookupError(f"this client runs no tool {call['tool']!r}")
+                out = fn(**call["arguments"])
+                out = await out if inspect.isawaitable(out) else out
+            except Exception as e:  # noqa: BLE001 - the tool's failure is the model's result, as a server tool's
+                out = f"error: {e}"
+            outputs[call["id"]] = str(out)
+        try:
+            await self.tool_outputs(job["id"], outputs)
+        except ApiError as e:
+            if e.code not in ("already_answered", "not_waiting"):  # another client answered first
+                raise
 
 
 class Client:

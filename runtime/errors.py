@@ -14,13 +14,23 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
     ├── TimeLimit           code "time_limit"     a job ran past task_soft_time_limit_s
     ├── Unverified          code "unverified"     a job's output failed its checker, also after the AR retry
-    └── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
-                                                  is hosted by no live worker
+    ├── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
+    │                                             is hosted by no live worker
+    └── tool outputs (POST /v1/jobs/{id}/tool_outputs), refused:
+        ├── NotWaiting      code "not_waiting"    the job waits for no tool output (any more)
+        ├── UnknownCall     code "unknown_call"   no call of the job has that id
+        ├── AlreadyAnswered code "already_answered" that call has its output already
+        └── DeadlinePassed  code "deadline_passed" the job's wait for its client expired
+
+    RequiresAction                                not an error: a workflow stops at calls its
+                                                  client runs (the job waits, holding no worker)
 
     CliError                                      bad command-line input: `setflow` prints it, exits 2
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class SetflowError(Exception):
@@ -93,6 +103,31 @@ class ModelNotHosted(SetflowError):
     """Refused at submission: no live worker hosts the model (and numerics) the job needs."""
 
     code = "model_not_hosted"
+
+
+class NotWaiting(SetflowError):
+    code = "not_waiting"
+
+
+class UnknownCall(SetflowError):
+    code = "unknown_call"
+
+
+class AlreadyAnswered(SetflowError):
+    code = "already_answered"
+
+
+class DeadlinePassed(SetflowError):
+    code = "deadline_passed"
+
+
+class RequiresAction(Exception):  # noqa: N818 - a state the job enters, not an error
+    """Raised by a workflow at calls of tools its client runs: `calls` ([{"id", "tool",
+    "arguments", "call"}]) are what the job waits for; the worker records them and lets go."""
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        super().__init__(f"waiting for the client's output of {[c['id'] for c in calls]}")
+        self.calls = calls
 
 
 class CliError(Exception):

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     job_max_attempts: int = 3  #: deliveries of one job (worker lost, time limit) before it fails
     job_retry_s: float = 60.0  #: transient errors (Redis, database, a busy session) are retried this long
     job_requeue_after_s: float = 300.0  #: a queued job not started after this is sent again
+    #: a job waiting for its client's tool outputs (requires_action) fails with "tool_deadline"
+    #: after this (an agent spec may set its own, tool_timeout_s)
+    tool_wait_s: float = Field(default=3600.0, gt=0, le=30 * 24 * 3600.0)
     #: a session's next job goes to its last worker's own queue only while that queue holds fewer
     #: messages than this (a busy worker's sessions go to the shared queue, restored elsewhere)
     affinity_max_waiting: int = Field(default=4, ge=1)

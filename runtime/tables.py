@@ -65,7 +65,9 @@ class TurnRecord(Base):
     session: Mapped[SessionRecord] = relationship(back_populates="turns")
 
 
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+#: requires_action: the job stopped at a call of a tool its client runs (an agent's client_tools)
+#: and waits for the output (POST /v1/jobs/{id}/tool_outputs); no worker holds it meanwhile
+STATUSES = ("queued", "running", "requires_action", "succeeded", "failed", "cancelled")
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -99,6 +101,12 @@ class JobRecord(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # {"code": ..., "message": ...}
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: while requires_action: {"calls": [{"id", "tool", "arguments", "call"}, ...]}, the calls it
+    #: waits for; None otherwise
+    action: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    #: call id -> the output its client sent, every one so far (a rerun replays them)
+    tool_outputs: Mapped[dict[str, str] | None] = mapped_column(JSON, default=None)
+    wait_until: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds: a waiting job expires then
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)

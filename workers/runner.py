@@ -18,6 +18,9 @@ Outcomes of a delivery:
   - cancelled: the turn in flight is abandoned (the session stays at its last committed turn)
   - the soft time limit: failed with "time_limit"
   - its claim lost (the reaper requeued it): this holder stops and writes nothing more
+  - at a call of a tool its client runs (RequiresAction): requires_action, with the calls; the
+    claim and lease are let go, and nothing of its session is sent (the job still holds its
+    place); its client's outputs queue it again (Dispatcher.answer)
 The job's outcome is written to SQL (retried while the database is away); the events and the
 sending of the session's next job after it are best effort (the reaper sends that job anyway).
 """
@@ -35,7 +38,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from model.params import DecodeError
-from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, SetflowError, StaleWrite, Unverified
+from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, RequiresAction, SetflowError, StaleWrite, Unverified
 from runtime.jobs.context import JobContext
 from runtime.jobs.rows import JOB_ID
 from runtime.jobs.specs import check_spec
@@ -93,6 +96,17 @@ def run(rt: Runtime, job_id: str) -> str:
             return "claim lost"
         if result is not None:
             result["affinity"] = "none" if affinity is None else ("hit" if affinity == rt.worker else "miss")
+    if status == "requires_action" and result is not None:
+        calls, wait_s = result["calls"], result["wait_s"]
+        try:
+            _retrying(rt, lambda: rt.jobs.suspend(job_id, owner, calls, wait_s))
+        except ClaimLost:
+            return "claim lost"
+        _quietly(lambda: events.publish(job_id, {"type": "status", "status": "requires_action", "calls": calls,
+                                                 "deadline": time.time() + wait_s}))
+        if _retrying(rt, lambda: rt.jobs.get(job_id)).cancel_requested:  # asked while it ran: it ends waiting
+            _quietly(lambda: rt.dispatcher.cancel(job_id, job.tenant))
+        return status
     final = status
     try:
         try:
@@ -149,6 +163,9 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float
             return "succeeded", {**workflow(ctx, spec), "worker": rt.worker}, None
         except ClaimLost:
             return None, None, None
+        except RequiresAction as e:  # its client runs the tool: the job waits for the output
+            wait_s = getattr(spec, "tool_timeout_s", None) or rt.settings.tool_wait_s
+            return "requires_action", {"calls": e.calls, "wait_s": wait_s}, None
         except Cancelled as e:
             return "cancelled", None, {**_err(e.code, e.message), "seen_at": ctx.channel.seen_at}
         except SoftTimeLimitExceeded:

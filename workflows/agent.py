@@ -6,6 +6,12 @@ Each decoding segment (up to a call, or the answer) is a turn of the session, th
 the next turn's input, so a job's session resumes from its cached state (warm, or from Redis on
 another worker) and can be read, forked or continued with another question.
 Tools: workflows/tools.py (their semantics are model.corpus.agent's, as in training).
+
+A tool the spec names in `client_tools` is run by the job's client: at its call the workflow
+raises RequiresAction and the job waits, holding no worker; once the client has sent the output
+the job runs again from the top, its committed turns replayed (not decoded) and the output read
+where the call was (Turns.tool_output), so the session resumes after the call from its cached
+state, on whichever worker takes it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 from model.corpus import agent as corpus
 from model.params import DecodeError
 from model.profiles import Profile
+from runtime.errors import RequiresAction
 from runtime.jobs.plans import agent_input
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.turn import TurnResult
@@ -69,10 +76,12 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
         if len(calls) == spec.max_calls:  # the call limit: this call is not run
             reason = "call_limit"
             break
-        # 2) run the call; its result is the next turn's input
-        call = tools.run_call(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL), data)
-        calls.append({"call": call.call.strip(), "tool": call.tool, "result": call.result, "ok": call.ok})
-        text_in = f"{corpus.RESULT}{call.result}{corpus.END_RESULT}\n"
+        # 2) run the call (here, or its client does: the job waits for the output); its result
+        #    is the next turn's input
+        call = _run_call(turns, spec, text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL),
+                         f"call_{len(calls) + 1}", data)
+        calls.append(call)
+        text_in = f"{corpus.RESULT}{call['result']}{corpus.END_RESULT}\n"
         pieces.append(text_in)
         ids = tok.encode(text_in)
         turns.report(calls=len(calls))
@@ -102,6 +111,23 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     answer = transcript.rsplit("A:", 1)[1].strip() if finished and "A:" in transcript else None
     return {"session": session, "question": spec.question, "text": transcript, "answer": answer, "calls": calls,
             "finished": finished, "reason": reason, "turns": done, **verdict}
+
+
+def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corpus.Dataset) -> dict[str, Any]:
+    """One call's record ({"id", "call", "tool", "result", "ok", "by"}): run here, or its
+    client's output (RequiresAction while there is none).  A call that does not parse is
+    answered here (its error), whoever runs the tool it names."""
+    if spec.client_tools:
+        asked = tools.client_call(text, call_id)
+        if isinstance(asked, dict) and asked["tool"] in spec.client_tools:
+            output = turns.tool_output(call_id)
+            if output is None:
+                raise RequiresAction([asked])
+            return {"id": call_id, "call": asked["call"], "tool": asked["tool"], "result": output,
+                    "ok": not output.startswith("error:"), "by": "client"}
+    run = tools.run_call(text, data)
+    return {"id": call_id, "call": run.call.strip(), "tool": run.tool, "result": run.result, "ok": run.ok,
+            "by": "server"}
 
 
 def at_call(tokens: list[int], end_call: list[int]) -> bool:

@@ -1,4 +1,6 @@
-"""The agent's tools: a calculator and a metric lookup over a sample dataset.
+"""The agent's tools: a calculator and a metric lookup over a sample dataset, run here (server
+side), or by the job's client (an agent's `client_tools`: `client_call` says what the client is
+asked, the output it sends back is the result).
 
 A call is the text the model wrote between `<call>` and `</call>`, e.g.
 `metric("churn", "EMEA", "2026-Q3")` or `calc("(3.1-2.5)/2.5*100")`.  Its arguments are checked
@@ -86,3 +88,15 @@ def run_call(call: str, data: corpus.Dataset) -> ToolResult:
         return ToolResult(call, name, tool.run(parsed, data), True)
     except corpus.ToolError as e:
         return ToolResult(call, name, f"error: {e}", False)
+
+
+def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | ToolResult:
+    """A call the client runs, as the client is asked it: {"id", "tool", "arguments" (by the
+    tool's field names, as the model wrote them: the client's data may hold any name), "call"};
+    a call that does not parse is answered here as any other (the error result)."""
+    try:
+        name, args = corpus.parse_call(call)
+    except corpus.ToolError as e:
+        return ToolResult(call, None, f"error: {e}", False)
+    fields = list(TOOLS[name].args.model_fields)  # parse_call checked their number
+    return {"id": call_id, "tool": name, "arguments": dict(zip(fields, args, strict=True)), "call": call.strip()}

@@ -46,6 +46,11 @@ class Turns(Protocol):
         """Positions the session holds before this job's own turns."""
         ...
 
+    def tool_output(self, call_id: str) -> str | None:
+        """The output the client sent for the call `call_id` of a tool it runs (an agent's
+        client_tools); None: none yet (the workflow raises RequiresAction)."""
+        ...
+
     def report(self, **progress: Any) -> None:
         """Progress for whoever watches (sections done, calls made)."""
         ...

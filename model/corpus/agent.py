@@ -91,6 +91,11 @@ class Dataset:
         return f"{rng.uniform(lo, hi):.{dec}f}"
 
 
+#: what a result may be, as the model reads it after `<result>`: a number as the tools write it
+#: (format_number, Dataset.lookup) or an error line; a client's tool output is held to it
+RESULT_RE = r"-?\d{1,15}(?:\.\d{1,6})?|error: [^<>\x00-\x1f]{1,200}"
+
+
 def call_text(tool: str, *args: str) -> str:
     return f'{tool}({", ".join(chr(34) + a + chr(34) for a in args)})'
 

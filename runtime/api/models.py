@@ -3,7 +3,7 @@ runtime/jobs/specs.py's, shared with the workers."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,10 +62,24 @@ class JobRequest(BaseModel):
     numerics: str | None = Field(default=None, pattern=r"^(cpu|cuda)/(float32|bfloat16)$")
 
 
+class PendingCall(BaseModel):
+    id: str = Field(description="the call's id: answer it by this (tool_outputs' call_id)")
+    tool: str
+    arguments: dict[str, str] = Field(description="the tool's arguments by name, as the model wrote them")
+    call: str = Field(description="the call as the model wrote it")
+
+
+class RequiredAction(BaseModel):
+    type: Literal["tool_outputs"] = "tool_outputs"
+    calls: list[PendingCall]
+    deadline: datetime = Field(description="the job fails with tool_deadline if the outputs have not come by then")
+
+
 class JobView(BaseModel):
     id: str
     kind: str
-    status: str
+    status: str = Field(description="queued, running, requires_action (waiting for its client's tool outputs: "
+                                    "see required_action), succeeded, failed, cancelled")
     session: str | None
     seq: int
     priority: str
@@ -74,15 +88,21 @@ class JobView(BaseModel):
     progress: dict[str, Any]
     result: dict[str, Any] | None
     error: dict[str, Any] | None
+    required_action: RequiredAction | None = None
     created_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
 
     @classmethod
     def of(cls, j: JobRecord) -> JobView:
+        action = None
+        if j.status == "requires_action" and j.action:
+            action = RequiredAction(calls=[PendingCall(**c) for c in j.action.get("calls", [])],
+                                    deadline=datetime.fromtimestamp(j.wait_until, UTC))
         return cls(id=j.id, kind=j.kind, status=j.status, session=j.session_id, seq=j.seq, priority=j.priority,
                    attempts=j.attempts, worker=j.worker, progress=j.progress or {}, result=j.result, error=j.error,
-                   created_at=j.created_at, started_at=j.started_at, finished_at=j.finished_at)
+                   required_action=action, created_at=j.created_at, started_at=j.started_at,
+                   finished_at=j.finished_at)
 
 
 class JobList(BaseModel):

@@ -109,6 +109,10 @@ class JobContext:
         some already)."""
         return self.engine.records.length(self._session(), self.job.tenant, except_jobs={self.job.id})
 
+    def tool_output(self, call_id: str) -> str | None:
+        """The client's output of the call, as the job row holds it (sent with tool_outputs)."""
+        return (self.job.tool_outputs or {}).get(call_id)
+
     def _session(self) -> str:
         if self.job.session_id is None:  # the spec check refuses such a job first
             raise BadInput(f"a {self.job.kind!r} job runs on a session")

@@ -5,7 +5,9 @@
             -> send the job id to its queue (unless an earlier job of its session is unfinished:
                the one finishing sends it, so a session's jobs run in submission order)
     reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
-            send again queued jobs that sat on a dead worker's queue or were never delivered
+            send again queued jobs that sat on a dead worker's queue or were never delivered;
+            fail jobs whose wait for their client's tool outputs ran out
+    answer: a waiting job's tool outputs -> queued and sent again once every call has one
 
 Tasks are sent by name through `send(job_id, queue)` (workers/celery_app.py provides one over
 Celery), so this module imports no Celery, no torch, and no workflow.
@@ -141,6 +143,17 @@ class Dispatcher:
             self._admit_quietly(job.tenant)
         return job
 
+    def answer(self, job_id: str, tenant: str, outputs: dict[str, str]) -> JobRecord:
+        """The client's outputs of calls the job waits for (Jobs.answer: refused, nothing
+        written, for a call unknown, answered already, or past its deadline); once every
+        pending call has one, the job is queued and sent (to its session's last worker while
+        that one is alive and free: the session is warm there)."""
+        job, resumed = self.jobs.answer(job_id, tenant, outputs)
+        if resumed:
+            self._event(job.id, {"type": "status", "status": "queued", "reason": "tool outputs received"})
+            self._admit_quietly(job.tenant)
+        return self.jobs.get(job.id)
+
     def _event(self, job_id: str, event: dict[str, Any]) -> None:
         try:
             self.events.publish(job_id, event)
@@ -148,21 +161,25 @@ class Dispatcher:
             log.warning("job %s: event not published: %s", job_id, event)
 
     def wait(self, job_id: str, timeout_s: float) -> JobRecord:
-        """The job once finished, or as it is at the timeout.  Woken by its final status event;
-        SQL is read too (before, and after every quiet second), since events are best effort."""
+        """The job once finished or waiting for its client (requires_action), or as it is at the
+        timeout.  Woken by its status events; SQL is read too (before, and after every quiet
+        second), since events are best effort."""
         deadline, after, checked = time.monotonic() + timeout_s, "0", 0.0
+        stops = (*TERMINAL, "requires_action")
         while True:
             now = time.monotonic()
             if now - checked >= 1.0 or now >= deadline:  # not at every batch of step events
                 job, checked = self.jobs.get(job_id), now
-                if job.status in TERMINAL or now >= deadline:
+                if job.status in stops or now >= deadline:
                     return job
             left = deadline - now
             try:
                 for eid, ev in self.events.read(job_id, after, block_ms=max(1, int(min(left, 1.0) * 1000))):
                     after = eid
-                    if ev.get("type") == "status" and ev.get("status") in TERMINAL:
-                        return self.jobs.get(job_id)
+                    if ev.get("type") == "status" and ev.get("status") in stops:
+                        job = self.jobs.get(job_id)
+                        if job.status in stops:  # not an earlier wait of a job that runs on
+                            return job
             except redis.RedisError:
                 time.sleep(min(0.2, max(0.0, left)))
 
@@ -172,7 +189,7 @@ class Dispatcher:
         """One pass; several workers run it, one at a time (a Redis lock for the interval)."""
         if not self.r.set(self.k.reaper, 1, nx=True, px=max(1, int(self.s.reaper_interval_s * 900))):
             return {}
-        out = {"requeued": 0, "gave_up": 0, "resent": 0, "admitted": 0}
+        out = {"requeued": 0, "gave_up": 0, "resent": 0, "admitted": 0, "expired": 0}
         for job in self.jobs.expired():
             if self.jobs.requeue(job):
                 out["requeued"] += 1
@@ -189,6 +206,10 @@ class Dispatcher:
                     out["gave_up"] += 1
                     self._event(job.id, {"type": "status", "status": "failed", "error": final.error})
                     self.dispatch_next(job.session_id)
+        for job in self.jobs.expire_waits():  # its client never sent the tool outputs it waited for
+            out["expired"] += 1
+            self._event(job.id, {"type": "status", "status": "failed", "error": job.error})
+            self.dispatch_next(job.session_id)
         queued = self.jobs.queued_queues()
         dead = [q for q in queued if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
         # a shared queue with a backlog: its jobs wait their turn (every worker of its pool serves

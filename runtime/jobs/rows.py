@@ -1,8 +1,15 @@
 """Jobs in SQL: their lifecycle, claimed and finished under a fencing token.
 
     create -> queued --claim--> running --finish--> succeeded | failed | cancelled
-                 ^                 |
-                 +---- requeue ----+   (the reaper: the running job's lease expired)
+               ^ ^                 |  |
+               | +---- requeue ----+  |  (the reaper: the running job's lease expired)
+               |                      | suspend (at calls its client runs)
+               +------ answer ---- requires_action --cancel / expire--> cancelled | failed
+
+A job waiting for its client (requires_action) holds no claim, no lease and no worker; the
+outputs its client sends are kept (`tool_outputs`), and once every pending call has one it is
+queued again, its attempts counted afresh, and any worker reruns it: its committed steps replay,
+and the outputs stand where the calls were.
 
 A claim is an optimistic UPDATE conditioned on the row being as it was read (status and
 attempts), so two deliveries of one job never both run it: the loser sees a running job under a
@@ -28,7 +35,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
-from runtime.errors import BadInput, ClaimLost, NotFound, RateLimited
+from runtime.errors import AlreadyAnswered, BadInput, ClaimLost, DeadlinePassed, NotFound, NotWaiting, RateLimited, UnknownCall
 from runtime.jobs import hosts
 from runtime.jobs.hosts import Host
 from runtime.settings import Settings
@@ -261,17 +268,78 @@ class Jobs:
         if n != 1:
             raise ClaimLost(f"job {job_id}: no longer held by this worker (lease expired, requeued or cancelled)")
 
+    def suspend(self, job_id: str, owner: str, calls: list[dict[str, Any]], wait_s: float) -> None:
+        """The holder stops at `calls` its client runs: requires_action for up to wait_s, its
+        claim and lease let go."""
+        self._own(job_id, owner, status="requires_action", action={"calls": calls}, owner=None, lease_until=0.0,
+                  wait_until=time.time() + wait_s)
+
+    def answer(self, job_id: str, tenant: str, outputs: dict[str, str]) -> tuple[JobRecord, bool]:
+        """Record the client's outputs of calls the job waits for; returns the job and whether it
+        was queued again (every pending call has its output now: send it).  NotFound (another
+        tenant's), UnknownCall, AlreadyAnswered, NotWaiting, DeadlinePassed: nothing written."""
+        self.get(job_id, tenant)
+        with self._write.begin() as db:
+            job = db.get(JobRecord, job_id, with_for_update=True)  # two answers at once: one after the other
+            if job is None:
+                raise NotFound(f"no job {job_id!r}")
+            have = dict(job.tool_outputs or {})
+            pending = [c["id"] for c in (job.action or {}).get("calls", [])]
+            for call in outputs:
+                if call in have:
+                    raise AlreadyAnswered(f"call {call!r} of job {job_id} has its output already")
+            error = job.error or {}
+            if job.status != "requires_action" and error.get("code") == "tool_deadline":
+                raise DeadlinePassed(f"job {job_id} waits for its tool outputs no more: {error.get('message')}")
+            if job.status != "requires_action":
+                raise NotWaiting(f"job {job_id} is {job.status}, not waiting for tool outputs")
+            if job.wait_until < time.time():
+                raise DeadlinePassed(f"job {job_id} waited for its tool outputs until "
+                                     f"{datetime.fromtimestamp(job.wait_until, UTC).isoformat()}; it has expired")
+            for call in outputs:
+                if call not in pending:
+                    raise UnknownCall(f"job {job_id} has no call {call!r} waiting (it waits for {pending})")
+            job.tool_outputs = {**have, **outputs}
+            resumed = all(c in job.tool_outputs for c in pending)
+            if resumed:
+                job.status, job.action, job.wait_until, job.attempts = "queued", None, 0.0, 0
+                job.queue, job.dispatched_at = "", 0.0  # unsent: the caller sends it (or the reaper)
+        return self.get(job_id), resumed
+
+    def expire_waits(self, limit: int = 100) -> list[JobRecord]:
+        """Fail the jobs whose wait for their client's tool outputs ran out; returns them."""
+        now = time.time()
+        with self._db() as db:
+            late = list(db.scalars(select(JobRecord).where(JobRecord.status == "requires_action",
+                                                           JobRecord.wait_until < now).limit(limit)))
+        out = []
+        for job in late:
+            calls = [c["id"] for c in (job.action or {}).get("calls", [])]
+            with self._write.begin() as db:
+                n = _rows(db.execute(update(JobRecord).where(
+                    JobRecord.id == job.id, JobRecord.status == "requires_action", JobRecord.wait_until < now)
+                    .values(status="failed", action=None, finished_at=datetime.now(UTC),
+                            error={"code": "tool_deadline",
+                                   "message": f"no output of {calls} came before its deadline"})))
+            if n == 1:
+                out.append(self.get(job.id))
+        return out
+
     # ---- cancellation -----------------------------------------------------------------------
 
     def cancel(self, job_id: str, tenant: str) -> tuple[JobRecord, bool]:
-        """A queued job is cancelled here (returns it with True: this call ended it); a running
-        one is marked, and its holder stops at its next step.  A finished job stays as it is."""
-        self.get(job_id, tenant)
+        """A queued job, or one waiting for its client's tool outputs, is cancelled here (returns
+        it with True: this call ended it); a running one is marked, and its holder stops at its
+        next step.  A finished job stays as it is."""
+        job = self.get(job_id, tenant)
         with self._write.begin() as db:
-            ended = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "queued")
-                                     .values(status="cancelled", cancel_requested=True, owner=None,
+            ended = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id,
+                                                             JobRecord.status.in_(("queued", "requires_action")))
+                                     .values(status="cancelled", cancel_requested=True, owner=None, action=None,
                                              finished_at=datetime.now(UTC),
-                                             error={"code": "cancelled", "message": "cancelled while queued"})))
+                                             error={"code": "cancelled", "message": (
+                                                 "cancelled while waiting for tool outputs"
+                                                 if job.status == "requires_action" else "cancelled while queued")})))
             db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "running")
                        .values(cancel_requested=True))
         return self.get(job_id), ended == 1

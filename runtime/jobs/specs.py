@@ -9,10 +9,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from model.corpus import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
 from model.corpus import narrative as corpus  # plain Python: the payload's vocabulary, no torch
 from runtime.errors import BadInput
 
 HOLE = "<hole>"  # one masked token in an infill text
+MAX_TOOL_WAIT_S = 30 * 24 * 3600.0  # a job waits for its client's tool outputs for at most this
 TOKEN_ID = Annotated[int, Field(ge=0, lt=2**24)]  # coarse (Qwen3 has 151936 ids); the vocabulary: plans.check_ids, the worker
 SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a control token, not to characters
 
@@ -208,8 +210,20 @@ class AgentSpec(BaseModel):
     #: after the greedy AR retry, comes back flagged (`verified: false`, its problems) instead of
     #: failing the job with "unverified"
     allow_unverified: bool = False
+    #: the tools the job's client runs (on its own data or services): at such a call the job
+    #: waits (requires_action) for POST /v1/jobs/{id}/tool_outputs, holding no worker
+    client_tools: list[Literal["metric", "calc"]] = Field(default_factory=list, max_length=2)
+    #: how long the job waits for its client's outputs, per call (None: the tool_wait_s setting)
+    tool_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TOOL_WAIT_S)
 
     _plain_question = field_validator("question")(classmethod(lambda cls, v: _plain(v)))
+
+    @field_validator("client_tools")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"client_tools names a tool twice: {v}")
+        return v
 
 
 class SectionSpec(BaseModel):
@@ -274,3 +288,26 @@ def check_spec(kind: str, spec: Any, session: str | None) -> BaseModel:
     except ValidationError as e:
         reasons = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'spec'}: {err['msg']}" for err in e.errors())
         raise BadInput(f"bad {kind} spec: {reasons}") from None
+
+
+class ToolOutput(BaseModel):
+    """The client's output of one call its job waits for: a number as the tools write it
+    (2.4, -12.5, 1240) or "error: <reason>", which the model reads as it read its tools' in
+    training."""
+
+    model_config = ConfigDict(extra="forbid")
+    call_id: str = Field(pattern=r"^call_[0-9]{1,3}$")
+    output: str = Field(min_length=1, max_length=207, pattern=f"^(?:{agent_corpus.RESULT_RE})$")
+
+
+class ToolOutputs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool_outputs: list[ToolOutput] = Field(min_length=1, max_length=8)
+
+    @field_validator("tool_outputs")
+    @classmethod
+    def _one_each(cls, v: list[ToolOutput]) -> list[ToolOutput]:
+        ids = [o.call_id for o in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"a call has two outputs: {ids}")
+        return v

@@ -22,8 +22,11 @@ from runtime.sessions.turn import TurnResult
 class LocalTurns:
     session = "local"  #: the name its TurnResults carry
 
-    def __init__(self, model: SetDLM, tokenizer: Tokenizer, profile: Profile | None = None) -> None:
-        """profile: the model's (model/profiles.load, beside its weights); None: its default."""
+    def __init__(self, model: SetDLM, tokenizer: Tokenizer, profile: Profile | None = None,
+                 tool_outputs: dict[str, str] | None = None) -> None:
+        """profile: the model's (model/profiles.load, beside its weights); None: its default.
+        tool_outputs: call id -> output, for the tools a workflow's client runs (an agent's
+        client_tools): the answers a job's client would send, given up front."""
         self.model = model
         self.tokenizer = tokenizer
         self.cfg: ModelConfig = model.cfg
@@ -34,6 +37,7 @@ class LocalTurns:
         self.turns = 0
         self.progress: dict[str, Any] = {}
         self.checks: Counter[tuple[str, str]] = Counter()  # (part, outcome) -> n
+        self.tool_outputs = dict(tool_outputs or {})
 
     def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
         """One turn, as Engine.turn decodes it: `ids` appended and decoded after (infill: ids holds
@@ -57,6 +61,9 @@ class LocalTurns:
     def used(self) -> int:
         """Positions the session holds: its next turn starts here."""
         return len(self.state.tokens) if self.state is not None else 0
+
+    def tool_output(self, call_id: str) -> str | None:
+        return self.tool_outputs.get(call_id)
 
     def report(self, **progress: Any) -> None:
         """Workflow progress: kept (the last value of each key), shown to nobody."""

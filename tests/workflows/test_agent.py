@@ -15,6 +15,7 @@ from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
+from runtime.errors import RequiresAction
 from runtime.jobs.specs import AgentSpec, ParamsSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.turn import TurnResult
@@ -53,6 +54,27 @@ def test_the_call_limit_ends_the_loop_before_the_next_call_runs(session: Callabl
     assert r["text"].endswith(corpus.END_CALL)  # the second call, written but not run
 
 
+def test_a_client_tool_stops_the_agent_at_its_call_and_its_output_reads_as_the_servers(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    spec = AgentSpec(question=QUESTION, dataset_seed=DATA.seed, client_tools=["metric"])
+    with pytest.raises(RequiresAction) as e:
+        agent.run(LocalTurns(*loaded), spec)
+    assert e.value.calls == [{"id": "call_1", "tool": "metric", "call": CALLS[0],
+                              "arguments": {"metric": "revenue", "region": "EMEA", "period": "2026-Q2"}}]
+    with pytest.raises(RequiresAction) as e:  # the first answered: it stops at the next metric call
+        agent.run(LocalTurns(*loaded, tool_outputs={"call_1": V1}), spec)
+    assert [c["id"] for c in e.value.calls] == ["call_2"] and e.value.calls[0]["call"] == CALLS[1]
+    # the client's outputs are the dataset's values: the run the server's own tools make
+    client = agent.run(LocalTurns(*loaded, tool_outputs={"call_1": V1, "call_2": V2}), spec)
+    server = agent.run(LocalTurns(*loaded), AgentSpec(question=QUESTION, dataset_seed=DATA.seed))
+    assert client["text"] == server["text"] and client["answer"] == server["answer"] and client["verified"]
+    assert [(c["id"], c["by"]) for c in client["calls"]] == [("call_1", "client"), ("call_2", "client"),
+                                                              ("call_3", "server")]  # calc stays here
+    # the client's own data: another value, another answer, computed from it
+    mine = agent.run(LocalTurns(*loaded, tool_outputs={"call_1": "200", "call_2": "250"}), spec)
+    assert [c["result"] for c in mine["calls"]] == ["200", "250", "25"] and "25" in (mine["answer"] or "")
+
+
 class Scripted:
     """Turns that answer each turn with the next scripted tokens, or raise the scripted error."""
 
@@ -86,7 +108,7 @@ def test_a_full_session_ends_the_answer_early_and_a_first_turn_error_fails_it(
     turns = Scripted(tok, model.cfg, [call, full])
     r = agent.run(turns, AgentSpec(question="What is 1 + 1?"))
     assert r["reason"] == "context" and not r["finished"] and r["answer"] is None
-    assert r["calls"] == [{"call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True}]
+    assert r["calls"] == [{"id": "call_1", "call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True, "by": "server"}]
     assert turns.inputs[1] == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, appended
     assert turns.inputs[0][0] == model.cfg.bos_id
     with pytest.raises(DecodeError):  # nothing written yet: the job fails

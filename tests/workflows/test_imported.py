@@ -84,5 +84,6 @@ def test_the_agent_markup_is_multi_token_stop_sequences_on_a_vocabulary_without_
     assert first[0] == IM_START and first[-1] != ENDOFTEXT  # ChatML around the question, no BOS
     assert tok.encode(corpus.END_CALL) in seg.stop and [IM_END] in seg.stop  # a call ends at its ids
     assert second == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, as text
-    assert r["calls"] == [{"call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True}]
+    assert r["calls"] == [{"id": "call_1", "call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True,
+                           "by": "server"}]
     assert r["finished"] and r["reason"] == "answer" and r["answer"] == "2" and r["verified"] is True

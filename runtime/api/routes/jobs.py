@@ -19,6 +19,7 @@ from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
 from runtime.api.services import Services
 from runtime.errors import BadInput, RateLimited
 from runtime.jobs.events import entries
+from runtime.jobs.specs import ToolOutputs
 from runtime.tables import STATUSES, TERMINAL
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -54,9 +55,21 @@ def get_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
 
 @router.post("/{job_id}/cancel", response_model=JobView, responses=ERRORS)
 def cancel_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
-    """Cancel: a queued job ends at once; a running one stops at its next decode step (the
-    turn it was decoding is not written).  A finished job is returned unchanged."""
+    """Cancel: a queued job, or one waiting for its tool outputs, ends at once (its session
+    takes its next job); a running one stops at its next decode step (the turn it was decoding
+    is not written).  A finished job is returned unchanged."""
     return JobView.of(svc.dispatcher.cancel(job_id, who))
+
+
+@router.post("/{job_id}/tool_outputs", status_code=202, response_model=JobView, responses=ERRORS)
+def tool_outputs(job_id: JobId, body: ToolOutputs, who: Tenant, svc: Svc) -> JobView:
+    """Answer calls a waiting job (requires_action) made to tools its client runs: each output a
+    number as the tools write it or "error: <reason>".  Once every pending call has its output
+    the job is queued and resumes on any worker, its session restored from where it stopped.
+    Refused, changing nothing: 404 (no such job for the tenant; unknown_call: no such call
+    waiting), 409 already_answered (that call has its output), not_waiting (the job waits for
+    none), deadline_passed (its wait expired), 422 (a malformed output)."""
+    return JobView.of(svc.dispatcher.answer(job_id, who, {o.call_id: o.output for o in body.tool_outputs}))
 
 
 @router.get("/{job_id}/events", responses={**ERRORS, 200: {"content": {"text/event-stream": {}},

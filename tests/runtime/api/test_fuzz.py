@@ -32,6 +32,7 @@ SESSION_OPS = [("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{s
                ("POST", "/v1/sessions/{session_id}/turns"), ("POST", "/v1/sessions/{session_id}/infill"),
                ("POST", "/v1/sessions/{session_id}/fork")]
 JOB_OPS = [("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel")]
+TOOL_OUTPUTS = ("POST", "/v1/jobs/{job_id}/tool_outputs")
 OTHER_OPS = [("POST", "/v1/sessions"), ("GET", "/v1/sessions"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs"),
              ("GET", "/healthz"), ("GET", "/metrics")]
 NO_PARAMETERS = {("POST", "/v1/sessions"), ("GET", "/healthz"), ("GET", "/metrics")}  # nothing to make invalid
@@ -60,12 +61,19 @@ def schema(fuzz_api: Api) -> Iterator[Any]:
 
 def seeds(api: Api) -> dict[str, str]:
     """Fresh real ids for one operation's fuzz, written behind the API (no rate-limit token):
-    a session with two turns, one without turns, a queued job and a cancelled one."""
+    a session with two turns, one without turns, a queued job, a cancelled one and one waiting
+    for its client's output of call_1 (as a worker leaves it)."""
     queued, _ = api.svc.jobs.create("narrative", "acme", NARRATIVE, None, "interactive", open_session=True)
     cancelled, _ = api.svc.jobs.create("agent", "acme", AGENT, None, "interactive", open_session=True)
     api.svc.jobs.cancel(cancelled.id, "acme")
+    waiting, _ = api.svc.jobs.create("agent", "acme", {**AGENT, "client_tools": ["metric"]}, None, "interactive",
+                                     open_session=True)
+    owner = api.svc.jobs.claim(waiting.id, "fuzz-worker").owner
+    assert owner is not None
+    api.svc.jobs.suspend(waiting.id, owner, [{"id": "call_1", "tool": "metric", "call": 'metric("churn", "APAC", "2026-Q3")',
+                                              "arguments": {"metric": "churn", "region": "APAC", "period": "2026-Q3"}}], 3600)
     return {"session": api.seed_session("acme", turns=2), "empty": api.svc.records.create_session("acme", "").id,
-            "queued": queued.id, "cancelled": cancelled.id}
+            "queued": queued.id, "cancelled": cancelled.id, "waiting": waiting.id}
 
 
 def fuzz(api: Api, schema: Any, method: str, path: str, mode: GenerationMode, variant: str,
@@ -103,7 +111,7 @@ def statuses(label: str, variant: str) -> set[int]:
 
 def test_the_fuzz_covers_every_operation(schema: Any) -> None:
     ops = {(method.upper(), path) for path, item in schema.raw_schema["paths"].items() for method in item}
-    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS) | {EVENTS}
+    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS) | {EVENTS, TOOL_OUTPUTS}
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
@@ -153,6 +161,22 @@ def test_fuzz_on_jobs(fuzz_api: Api, schema: Any, method: str, path: str, varian
         assert seen == {200}, seen
     got = fuzz_api.svc.jobs.get(ids["cancelled"], "acme")
     assert got.status == "cancelled"  # a finished job stays as it is, cancel or not
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize("variant", ["random", "queued", "waiting"])
+def test_fuzz_tool_outputs(fuzz_api: Api, schema: Any, variant: str, mode: GenerationMode) -> None:
+    ids = seeds(fuzz_api)
+    method, path = TOOL_OUTPUTS
+    fixed = None if variant == "random" else {"job_id": ids[variant]}
+    fuzz(fuzz_api, schema, method, path, mode, f"{variant} {mode}", fixed)
+    seen = statuses(f"{method} {path}", f"{variant} {mode}")
+    assert seen and max(seen) < 500
+    if mode is GenerationMode.POSITIVE and variant == "queued":
+        # a well-formed answer to a job that waits for none; 422: what the schema cannot say (a call twice)
+        assert seen <= {404, 409, 422}, seen
+    if mode is GenerationMode.POSITIVE and variant == "waiting":
+        assert seen <= {202, 404, 409, 422}, seen  # call_1 answered once (then already_answered); others unknown
 
 
 # ---- job specs: the schema says only "an object"; these are near-valid ones ---------------------

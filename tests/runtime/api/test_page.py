@@ -2,22 +2,32 @@
 and a worker process (app/demo.py Stack) on the test Redis.  A narrative job started from the
 page: its step events place tokens at their positions on the canvas (several per step: set
 decoding), the result arrives over SSE, the jobs table shows it succeeded; then a report job.
-Screenshot: .cache/screenshots/web-page.png (and the test's tmp dir); docs/web-page.png with
-SETFLOW_UPDATE_SCREENSHOT=1."""
+The sessions view: a job's session in the list, its transcript (each turn's resume path and
+costs) and K/V cache; a follow-up turn, a fork at turn 0, the fork deleted.  A pending tool call:
+the agent with `metric` run on the client stops at each metric call; the page shows it and sends
+the output.
+Screenshots: .cache/screenshots/web-page.png and web-page-sessions.png (and the tests' tmp dirs);
+docs/web-page.png (the sessions view) with SETFLOW_UPDATE_SCREENSHOT=1."""
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.demo import Stack
+from model.corpus import agent as agent_corpus
 from runtime.settings import Settings
 from tests.runtime.api.conftest import delete_keys
+from workflows import tools
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -47,12 +57,15 @@ def _run(page: Any, button: str) -> str:
     kind = button.removeprefix("#run-")
     page.click(button)
     page.wait_for_selector(f"#notice:has-text('queued {kind} job')", timeout=10_000)
-    job_id = page.text_content("#notice").rsplit(" ", 1)[-1]
+    job_id: str = (page.text_content("#notice") or "").rsplit(" ", 1)[-1]
     page.wait_for_selector(f"#status[data-job='{job_id}'][data-status=succeeded]", timeout=TIMEOUT_MS)
     return job_id
 
 
-def test_page_runs_a_narrative_and_a_report(stack: Stack, tmp_path: Path) -> None:
+@contextmanager
+def _browser(stack: Stack) -> Iterator[tuple[Any, list[str]]]:
+    """The page in headless Chromium, with the key given in the fragment; the errors it met
+    (console errors, page errors, failed requests, HTTP 4xx/5xx answers) are collected."""
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (the page test drives a real browser)")
     from playwright.sync_api import sync_playwright
@@ -68,40 +81,182 @@ def test_page_runs_a_narrative_and_a_report(stack: Stack, tmp_path: Path) -> Non
             page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
             page.goto(f"{stack.api.url}/#key={KEY}")
             assert page.input_value("#key") == KEY
-
-            # 1) a narrative: tokens placed at their positions, a set per step, the text at the end
-            job_id = _run(page, "#run-narrative")
-            final = page.text_content("#final") or ""
-            assert final.strip(), "no result text"
-            assert "Northwind" in final or "1240" in final, final
-            toks = page.locator("#canvas span.tok")
-            n = toks.count()
-            assert n > 10, f"only {n} tokens on the canvas"
-            positions = [int(x) for x in toks.evaluate_all("els => els.map(e => e.dataset.pos)")]
-            assert len(set(positions)) == n, "a position holds two tokens"
-            steps = int(page.get_attribute("#canvas", "data-steps") or 0)
-            assert 0 < steps < n, f"{steps} step events for {n} tokens: no step committed a set"
-            row = page.locator(f"#jobs tr.job[data-id='{job_id}']")
-            row.locator("td.succeeded").wait_for(timeout=10_000)  # the table polls every 1.5 s
-            assert row.locator("td").nth(1).text_content() == "narrative"
-            assert row.locator(".bar > div").get_attribute("style") == "width:100%"
-            page.wait_for_timeout(2000)  # the new-token highlight fades (0.6 s, then a 1.2 s transition)
-            shot = page.screenshot(full_page=True)
-            (tmp_path / "web-page.png").write_bytes(shot)
-            # every run keeps its screenshot under .cache/ (ignored by git); the one in docs/ is
-            # refreshed on request: SETFLOW_UPDATE_SCREENSHOT=1 make test
-            out = ROOT / ".cache" / "screenshots"
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "web-page.png").write_bytes(shot)
-            if os.environ.get("SETFLOW_UPDATE_SCREENSHOT") == "1":
-                (ROOT / "docs" / "web-page.png").write_bytes(shot)
-
-            # 2) a report: its markdown ends with the key figures
-            _run(page, "#run-report")
-            final = page.text_content("#final") or ""
-            assert "Key figures" in final, final
-            page.screenshot(path=str(tmp_path / "web-page-report.png"), full_page=True)
-            print(f"narrative: {n} tokens in {steps} steps; screenshots in {tmp_path}")
+            yield page, errors
         finally:
             browser.close()
+
+
+def _screenshot(page: Any, tmp_path: Path, name: str, docs: bool = False) -> None:
+    """Kept in the test's tmp dir and under .cache/ (ignored by git); docs/web-page.png is
+    refreshed on request: SETFLOW_UPDATE_SCREENSHOT=1 make test."""
+    page.wait_for_timeout(2000)  # the new-token highlight fades (0.6 s, then a 1.2 s transition)
+    shot = page.screenshot(full_page=True)
+    (tmp_path / name).write_bytes(shot)
+    out = ROOT / ".cache" / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_bytes(shot)
+    if docs and os.environ.get("SETFLOW_UPDATE_SCREENSHOT") == "1":
+        (ROOT / "docs" / "web-page.png").write_bytes(shot)
+
+
+def _get(stack: Stack, path: str) -> tuple[int, Any]:
+    """GET on the API from the test (not the page): its status and JSON body."""
+    req = urllib.request.Request(stack.api.url + path, headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def _notice_error(page: Any) -> str | None:
+    """The API's error the page shows in its notice area, if it shows one."""
+    return page.text_content("#notice") if page.locator("#notice.error").count() else None
+
+
+def test_page_runs_a_narrative_and_a_report(stack: Stack, tmp_path: Path) -> None:
+    with _browser(stack) as (page, errors):
+        # 1) a narrative: tokens placed at their positions, a set per step, the text at the end
+        job_id = _run(page, "#run-narrative")
+        final = page.text_content("#final") or ""
+        assert final.strip(), "no result text"
+        assert "Northwind" in final or "1240" in final, final
+        toks = page.locator("#canvas span.tok")
+        n = toks.count()
+        assert n > 10, f"only {n} tokens on the canvas"
+        positions = [int(x) for x in toks.evaluate_all("els => els.map(e => e.dataset.pos)")]
+        assert len(set(positions)) == n, "a position holds two tokens"
+        steps = int(page.get_attribute("#canvas", "data-steps") or 0)
+        assert 0 < steps < n, f"{steps} step events for {n} tokens: no step committed a set"
+        row = page.locator(f"#jobs tr.job[data-id='{job_id}']")
+        row.locator("td.succeeded").wait_for(timeout=10_000)  # the table polls every 1.5 s
+        assert row.locator("td").nth(1).text_content() == "narrative"
+        assert row.locator(".bar > div").get_attribute("style") == "width:100%"
+        _screenshot(page, tmp_path, "web-page.png")
+
+        # 2) a report: its markdown ends with the key figures
+        _run(page, "#run-report")
+        final = page.text_content("#final") or ""
+        assert "Key figures" in final, final
+        page.screenshot(path=str(tmp_path / "web-page-report.png"), full_page=True)
+        print(f"narrative: {n} tokens in {steps} steps; screenshots in {tmp_path}")
     assert not errors, errors
+
+
+PATHS = ("new", "warm", "restore", "recompute")
+
+
+def test_page_sessions_view_follow_up_fork_delete(stack: Stack, tmp_path: Path) -> None:
+    """A narrative's session from the list: its transcript (turns with their resume path and
+    costs), its K/V cache; a follow-up turn decoded live and added to the transcript; a fork at
+    turn 0 (a new session of one turn); the fork deleted (gone from the list and the API)."""
+    with _browser(stack) as (page, errors):
+        job_id = _run(page, "#run-narrative")
+        sid = page.get_attribute(f"#status[data-job='{job_id}']", "data-session") or ""
+        assert sid, "the result names no session"
+
+        # 1) the list holds the job's session; opening it shows its transcript and K/V cache
+        page.click(f"#sessions tr[data-session='{sid}']", timeout=10_000)  # the list polls every 1.5 s
+        page.wait_for_selector(f"#session-view[data-session='{sid}']", timeout=10_000)
+        n0 = int(page.get_attribute("#session-view", "data-turns") or 0)
+        assert n0 >= 1, "no turns in the narrative's session"
+        first = page.locator("#transcript [data-turn='0']")
+        assert first.get_attribute("data-path") == "new", first.inner_text()  # a new session's first turn
+        assert first.locator(".path").text_content() == "new"
+        assert first.locator("a.job").get_attribute("title") == job_id
+        timings = page.locator("#transcript .turn-card .timing").all_text_contents()
+        assert any("decode" in t and "ms" in t for t in timings), timings  # the narrative's result has its costs
+        kv = page.text_content("#kv") or ""
+        assert "K/V in Redis" in kv and "last worker" in kv, kv
+
+        # 2) a follow-up turn: a turn job, followed live, then a new turn in the transcript
+        page.fill("#follow-up", "How did churn change?")
+        page.fill("#follow-up-tokens", "12")
+        page.click("#send-turn")
+        page.wait_for_selector("#notice:has-text('queued turn job')", timeout=10_000)
+        turn_job = (page.text_content("#notice") or "").rsplit(" ", 1)[-1]
+        page.wait_for_selector(f"#status[data-job='{turn_job}'][data-status=succeeded]", timeout=TIMEOUT_MS)
+        new = page.locator(f"#transcript [data-turn='{n0}']")
+        new.wait_for(timeout=10_000)  # the open session is read again when its job ends
+        assert new.get_attribute("data-path") in PATHS[1:], new.inner_text()  # resumed, not new
+        assert new.locator("a.job").get_attribute("title") == turn_job
+        assert "How did churn change?" in (new.locator(".txt.in").text_content() or "")
+        assert page.get_attribute("#session-view", "data-turns") == str(n0 + 1)
+        _screenshot(page, tmp_path, "web-page-sessions.png", docs=True)
+
+        # 3) fork at turn 0: a new session of one turn, opened, in the list
+        page.click("#fork-0")
+        page.wait_for_selector("#notice:has-text('forked session')", timeout=10_000)
+        fork = (page.text_content("#notice") or "").rsplit(" ", 1)[-1]
+        assert fork != sid
+        page.wait_for_selector(f"#session-view[data-session='{fork}']", timeout=10_000)
+        assert page.get_attribute("#session-view", "data-turns") == "1"
+        assert page.locator("#transcript [data-turn]").count() == 1
+        page.wait_for_selector(f"#sessions tr[data-session='{fork}']", timeout=10_000)
+
+        # 4) delete the fork: gone from the list and from the API; the parent stays
+        page.click("#delete-session")
+        page.wait_for_selector(f"#notice:has-text('deleted session {fork}')", timeout=10_000)
+        page.wait_for_selector(f"#sessions tr[data-session='{fork}']", state="detached", timeout=10_000)
+        assert page.is_hidden("#session-view")
+        assert page.locator(f"#sessions tr[data-session='{sid}']").count() == 1
+        assert _get(stack, f"/v1/sessions/{fork}")[0] == 404
+        status, body = _get(stack, f"/v1/sessions/{sid}")
+        assert status == 200 and len(body["turns"]) == n0 + 1, body
+        assert _notice_error(page) is None, page.text_content("#notice")
+    assert not errors, errors
+
+
+def test_page_answers_a_pending_tool_call(stack: Stack, tmp_path: Path) -> None:
+    """The agent with `metric` run on the client: the job stops at each metric call
+    (requires_action); the page shows the call (tool, arguments, deadline) and sends the output
+    typed in (here the number the server's own tool would return, so that the answer checks);
+    the job resumes and succeeds."""
+    with _browser(stack) as (page, errors):
+        page.check("#client-metric")
+        page.click("#run-agent")
+        page.wait_for_selector("#notice:has-text('queued agent job'), #notice.error", timeout=10_000)
+        assert _notice_error(page) is None, page.text_content("#notice")  # the spec refused: no backend yet
+        job_id = (page.text_content("#notice") or "").rsplit(" ", 1)[-1]
+        done = f"#status[data-job='{job_id}'][data-status]:not([data-status=''])"
+        waiting = f"#pending[data-job='{job_id}']:not([hidden]) [data-call]"
+        data = agent_corpus.Dataset(2026)  # the agent spec's default dataset_seed
+        answered: list[tuple[str, str]] = []
+        for _ in range(10):  # max_calls (6) waits at most
+            page.wait_for_selector(f"{waiting}, {done}", timeout=TIMEOUT_MS)
+            if page.locator(done).count():
+                break
+            call = page.locator(waiting).first
+            call_id = call.get_attribute("data-call") or ""
+            assert call.get_attribute("data-tool") == "metric"
+            assert "answer by" in (call.locator("[data-deadline]").text_content() or "")
+            text = call.locator("code").text_content() or ""
+            if not answered:  # the page while the job waits (the test's tmp dir and .cache/)
+                shot = page.screenshot(full_page=True)
+                (tmp_path / "web-page-pending.png").write_bytes(shot)
+                (ROOT / ".cache" / "screenshots").mkdir(parents=True, exist_ok=True)
+                (ROOT / ".cache" / "screenshots" / "web-page-pending.png").write_bytes(shot)
+            if not answered:  # a malformed output: the API's 422 is shown, the call still waits
+                call.locator(f"[data-output='{call_id}']").fill("lots")
+                call.locator(f"[data-send='{call_id}']").click()
+                page.wait_for_selector("#notice.error", timeout=10_000)
+                assert "bad_input" in (page.text_content("#notice") or ""), page.text_content("#notice")
+                assert (call.locator(f"[data-error='{call_id}']").text_content() or "").startswith("bad_input")
+                assert page.locator(f"#pending [data-call='{call_id}']").count() == 1
+            output = tools.run_call(text, data).result
+            call.locator(f"[data-output='{call_id}']").fill(output)
+            call.locator(f"[data-send='{call_id}']").click()
+            page.wait_for_selector(f"#pending [data-call='{call_id}']", state="detached", timeout=10_000)
+            assert _notice_error(page) is None, page.text_content("#notice")
+            answered.append((text, output))
+        page.wait_for_selector(done, timeout=TIMEOUT_MS)
+        assert answered, "the job never waited for a client tool output"
+        assert page.get_attribute("#status", "data-status") == "succeeded", page.text_content("#final")
+        assert page.is_hidden("#pending")
+        status, job = _get(stack, f"/v1/jobs/{job_id}")
+        assert status == 200 and job["status"] == "succeeded", job
+        assert [c["result"] for c in job["result"]["calls"] if c["tool"] == "metric"] == [o for _, o in answered]
+        page.screenshot(path=str(tmp_path / "web-page-tool-call.png"), full_page=True)
+        print(f"answered {answered}")
+    refused = [e for e in errors if "/tool_outputs" in e or "status of 422" in e]  # the malformed output's
+    assert len(refused) >= 1 and not set(errors) - set(refused), errors

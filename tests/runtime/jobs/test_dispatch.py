@@ -19,9 +19,9 @@ from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing, consumed_by
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import TurnSpec
-from runtime.tables import JobRecord
 from runtime.sessions.records import Records
 from runtime.settings import Settings
+from runtime.tables import JobRecord
 
 SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
 
@@ -98,7 +98,7 @@ def test_reaper_requeues_expired_and_resends_stranded(env: tuple[Dispatcher, Sen
     claim = d.jobs.claim(job.id, "w1")
     assert claim.owner is not None
     time.sleep(0.1)  # the holder died: its 0.05 s lease runs out
-    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0, "admitted": 0, "pruned": 0}
+    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0, "admitted": 0, "expired": 0, "pruned": 0}
     assert d.jobs.get(job.id).status == "queued" and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
     # a queued job sent to a worker that died before taking it goes back to the shared queue
     d.jobs.mark_dispatched(job.id, f"{d.s.key_prefix}.w.gone")
