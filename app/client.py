@@ -100,6 +100,27 @@ class AsyncClient:
     async def delete_session(self, session: str) -> None:
         await self.request("DELETE", f"/v1/sessions/{session}")
 
+    # ---- datasets (the agent's metric tool reads the tenant's own) ----------------------------
+
+    async def put_dataset(self, name: str, rows: list[dict[str, str]] | None = None, csv: str | None = None
+                          ) -> dict[str, Any]:
+        """Create or replace a dataset: rows of {"metric", "region", "period", "value"}, or CSV text."""
+        if (rows is None) == (csv is None):
+            raise ValueError("give rows or csv")
+        async with self.throttle:
+            r = await (self.http.put(f"/v1/datasets/{name}", json={"rows": rows}) if csv is None else
+                       self.http.put(f"/v1/datasets/{name}", content=csv, headers={"Content-Type": "text/csv"}))
+        return _result(r)  # type: ignore[no-any-return]
+
+    async def list_datasets(self) -> list[dict[str, Any]]:
+        return (await self.request("GET", "/v1/datasets"))["datasets"]  # type: ignore[no-any-return]
+
+    async def get_dataset(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/datasets/{name}")  # type: ignore[no-any-return]
+
+    async def delete_dataset(self, name: str) -> None:
+        await self.request("DELETE", f"/v1/datasets/{name}")
+
     # ---- jobs -------------------------------------------------------------------------------
 
     async def create_job(self, kind: str, spec: dict[str, Any], session: str | None = None,

@@ -110,3 +110,16 @@ class JobRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class DatasetRecord(Base):
+    """A tenant's own table for the agent's metric tool (runtime/jobs/datasets.py): rows of
+    [metric, region, period, value], replaced whole by each upload."""
+
+    __tablename__ = "datasets"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    rows: Mapped[list[list[str]]] = mapped_column(JSON)
+    n_rows: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

@@ -16,6 +16,7 @@ state, on whichever worker takes it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from model.corpus import agent as corpus
@@ -125,9 +126,18 @@ def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corp
                 raise RequiresAction([asked])
             return {"id": call_id, "call": asked["call"], "tool": asked["tool"], "result": output,
                     "ok": not output.startswith("error:"), "by": "client"}
-    run = tools.run_call(text, data)
-    return {"id": call_id, "call": run.call.strip(), "tool": run.tool, "result": run.result, "ok": run.ok,
-            "by": "server"}
+    if spec.dataset is None:  # the sample dataset: the same result every time
+        run = tools.run_call(text, data)
+        return {"id": call_id, "call": run.call.strip(), "tool": run.tool, "result": run.result, "ok": run.ok,
+                "by": "server"}
+    # the tenant's own dataset, which may change: what it answered is kept with the job, and a
+    # rerun reads that back (the session holds that answer already)
+    kept = turns.tool_output(f"server:{call_id}")
+    if kept is None:
+        run = tools.run_call(text, tools.Table.of(spec.dataset, turns.dataset(spec.dataset)))
+        kept = json.dumps({"tool": run.tool, "result": run.result, "ok": run.ok})
+        turns.keep_output(f"server:{call_id}", kept)
+    return {"id": call_id, "call": text.strip(), **json.loads(kept), "by": "server"}
 
 
 def at_call(tokens: list[int], end_call: list[int]) -> bool:

@@ -1,5 +1,5 @@
-"""The agent's tools: a calculator and a metric lookup over a sample dataset, run here (server
-side), or by the job's client (an agent's `client_tools`: `client_call` says what the client is
+"""The agent's tools: a calculator and a metric lookup over a sample dataset or the tenant's own
+(a Table), run here (server side), or by the job's client (an agent's `client_tools`: `client_call` says what the client is
 asked, the output it sends back is the result).
 
 A call is the text the model wrote between `<call>` and `</call>`, e.g.
@@ -16,20 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Protocol
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model.corpus import agent as corpus
-from model.corpus.narrative import METRIC, PERIODS, REGIONS
-
-
-def _one_of(known: tuple[str, ...], what: str) -> Callable[[str], str]:
-    def check(v: str) -> str:
-        if v not in known:
-            raise ValueError(f"unknown {what} {v!r}; known: {', '.join(known)}")
-        return v
-    return check
 
 
 class CalcArgs(BaseModel):
@@ -38,24 +29,52 @@ class CalcArgs(BaseModel):
 
 
 class MetricArgs(BaseModel):
+    """Any names: the source says which it holds (the sample dataset its known ones, a tenant's
+    table its rows')."""
+
     model_config = ConfigDict(extra="forbid")
-    metric: Annotated[str, AfterValidator(_one_of(tuple(METRIC), "metric"))]
-    region: Annotated[str, AfterValidator(_one_of(REGIONS, "region"))]
-    period: Annotated[str, AfterValidator(_one_of(PERIODS, "period"))]
+    metric: str = Field(min_length=1, max_length=64)
+    region: str = Field(min_length=1, max_length=64)
+    period: str = Field(min_length=1, max_length=64)
+
+
+class Source(Protocol):
+    """What the metric tool reads: the sample dataset (model.corpus.agent.Dataset) or a Table."""
+
+    def lookup(self, key: str, region: str, period: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Table:
+    """A tenant's own dataset (runtime/jobs/datasets.py): (metric, region, period) -> value."""
+
+    name: str
+    values: dict[tuple[str, str, str], str]
+
+    @classmethod
+    def of(cls, name: str, rows: list[list[str]]) -> Table:
+        return cls(name, {(m, r, p): v for m, r, p, v in rows})
+
+    def lookup(self, key: str, region: str, period: str) -> str:
+        try:
+            return self.values[key, region, period]
+        except KeyError:
+            raise corpus.ToolError(f"no row for metric {key!r}, region {region!r}, period {period!r} "
+                                   f"in dataset {self.name!r}") from None
 
 
 @dataclass(frozen=True)
 class Tool:
     args: type[BaseModel]
-    run: Callable[[BaseModel, corpus.Dataset], str]
+    run: Callable[[BaseModel, Source], str]
 
 
-def _calc(a: BaseModel, _data: corpus.Dataset) -> str:
+def _calc(a: BaseModel, _data: Source) -> str:
     assert isinstance(a, CalcArgs)
     return corpus.calc(a.expr)
 
 
-def _metric(a: BaseModel, data: corpus.Dataset) -> str:
+def _metric(a: BaseModel, data: Source) -> str:
     assert isinstance(a, MetricArgs)
     return data.lookup(a.metric, a.region, a.period)
 
@@ -72,7 +91,7 @@ class ToolResult:
     ok: bool
 
 
-def run_call(call: str, data: corpus.Dataset) -> ToolResult:
+def run_call(call: str, data: Source) -> ToolResult:
     """Run one call; never raises (errors are results)."""
     try:
         name, args = corpus.parse_call(call)

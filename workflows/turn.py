@@ -48,7 +48,17 @@ class Turns(Protocol):
 
     def tool_output(self, call_id: str) -> str | None:
         """The output the client sent for the call `call_id` of a tool it runs (an agent's
-        client_tools); None: none yet (the workflow raises RequiresAction)."""
+        client_tools), or one kept by keep_output; None: none yet."""
+        ...
+
+    def keep_output(self, key: str, output: str) -> None:
+        """Keep a tool's output with the job (a rerun reads it back with tool_output instead of
+        running the tool again: a tenant's dataset may have changed meanwhile)."""
+        ...
+
+    def dataset(self, name: str) -> list[list[str]]:
+        """The job's tenant's dataset `name`: rows of [metric, region, period, value];
+        NotFound where there is none."""
         ...
 
     def report(self, **progress: Any) -> None:

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.types import Send as AsgiSend
 
 from runtime.api import errors
-from runtime.api.routes import jobs, ops, page, sessions
+from runtime.api.routes import datasets, jobs, ops, page, sessions
 from runtime.api.services import Services
 from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
@@ -51,7 +51,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
 
     app.add_middleware(Bounded, limit=settings.max_body_bytes)
 
-    for r in (sessions.router, jobs.router, ops.router, page.router):
+    for r in (sessions.router, jobs.router, datasets.router, ops.router, page.router):
         app.include_router(r)
     return app
 

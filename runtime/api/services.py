@@ -17,6 +17,7 @@ from runtime.api.auth import KeyRing
 from runtime.db import make_engine
 from runtime.embedded import async_from_url
 from runtime.errors import BadInput
+from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Dispatcher, Send
 from runtime.jobs.hosts import Host, Hosts
 from runtime.jobs.metrics import TurnMetrics
@@ -24,7 +25,7 @@ from runtime.jobs.models import Cards
 from runtime.jobs.plans import check_fits, check_ids, positions
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import check_spec
+from runtime.jobs.specs import AgentSpec, check_spec
 from runtime.keys import Keys, model_name
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
@@ -46,6 +47,7 @@ class Services:
     cards: Cards
     keys: Keys
     keyring: KeyRing  # the API keys, hashed (settings.api_keys is emptied: no key kept in clear)
+    datasets: Datasets
     streams: dict[str, int] = field(default_factory=dict)  # tenant -> event streams open (this process)
 
     @classmethod
@@ -57,7 +59,7 @@ class Services:
         jobs = Jobs(sql, settings)
         return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
-                   Cards(client, settings), Keys(settings.key_prefix), keyring)
+                   Cards(client, settings), Keys(settings.key_prefix), keyring, Datasets(sql))
 
     def aclient(self) -> aioredis.Redis:
         """An async Redis client for one event stream (it waits on it without holding a
@@ -78,6 +80,8 @@ class Services:
         """Dispatcher.submit with the API's own checks of the parsed spec: which model runs it
         (`host`) and whether it fits that model (`fits`); nothing is written for a job refused."""
         def admit(parsed: BaseModel) -> Host | None:  # after the spec's checks; its host binds the session
+            if isinstance(parsed, AgentSpec) and parsed.dataset is not None:
+                self.datasets.get(tenant, parsed.dataset)  # NotFound: the tenant has no such dataset
             host = self.host(session, tenant, model, numerics)
             self.fits(kind, parsed, session, tenant, host)
             return host

@@ -24,6 +24,7 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, Cancelled, ClaimLost, TimeLimit
 from runtime.jobs.channel import JobChannel
+from runtime.jobs.datasets import Datasets
 from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.routing import Routing
@@ -60,6 +61,7 @@ class JobContext:
         # committed steps without decoding them and resumes at its first uncommitted one
         self.step = 0
         self.progress: dict[str, Any] = dict(job.progress or {})
+        self._datasets: dict[str, list[list[str]]] = {}  # read once per attempt
         # the time limits, kept here too: Celery enforces them by signals in a prefork pool
         # process only, and a batching worker runs its jobs on threads.  Past the soft one a step
         # raises TimeLimit; past the hard one the lease is no longer renewed, so that a job whose
@@ -110,8 +112,19 @@ class JobContext:
         return self.engine.records.length(self._session(), self.job.tenant, except_jobs={self.job.id})
 
     def tool_output(self, call_id: str) -> str | None:
-        """The client's output of the call, as the job row holds it (sent with tool_outputs)."""
+        """The client's output of the call (sent with tool_outputs), or one kept, as the job
+        row holds it."""
         return (self.job.tool_outputs or {}).get(call_id)
+
+    def keep_output(self, key: str, output: str) -> None:
+        """In the job's row, under this holder's claim (ClaimLost where it is no longer ours)."""
+        self.jobs.keep_output(self.job.id, self.owner, key, output)
+        self.job.tool_outputs = {**(self.job.tool_outputs or {}), key: output}
+
+    def dataset(self, name: str) -> list[list[str]]:
+        if name not in self._datasets:
+            self._datasets[name] = Datasets(self.jobs.engine).get(self.job.tenant, name).rows
+        return self._datasets[name]
 
     def _session(self) -> str:
         if self.job.session_id is None:  # the spec check refuses such a job first

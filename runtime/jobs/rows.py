@@ -306,6 +306,14 @@ class Jobs:
                 job.queue, job.dispatched_at = "", 0.0  # unsent: the caller sends it (or the reaper)
         return self.get(job_id), resumed
 
+    def keep_output(self, job_id: str, owner: str, key: str, output: str) -> None:
+        """A tool's output kept with the running job (under its holder's claim: ClaimLost)."""
+        with self._write.begin() as db:
+            job = db.get(JobRecord, job_id, with_for_update=True)
+            if job is None or job.owner != owner or job.status != "running":
+                raise ClaimLost(f"job {job_id}: no longer held by this worker")
+            job.tool_outputs = {**(job.tool_outputs or {}), key: output}
+
     def expire_waits(self, limit: int = 100) -> list[JobRecord]:
         """Fail the jobs whose wait for their client's tool outputs ran out; returns them."""
         now = time.time()

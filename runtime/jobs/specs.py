@@ -199,7 +199,8 @@ class NarrativeSpec(BaseModel):
 
 class AgentSpec(BaseModel):
     """A question answered with tools (a calculator, a metric lookup over the sample dataset
-    `dataset_seed` names); each decoding segment (up to a tool call, or the answer) is a turn."""
+    `dataset_seed` names, or over the tenant's own `dataset`, or run by the client:
+    `client_tools`); each decoding segment (up to a tool call, or the answer) is a turn."""
 
     model_config = ConfigDict(extra="forbid")
     question: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f<>]+$")
@@ -215,6 +216,9 @@ class AgentSpec(BaseModel):
     client_tools: list[Literal["metric", "calc"]] = Field(default_factory=list, max_length=2)
     #: how long the job waits for its client's outputs, per call (None: the tool_wait_s setting)
     tool_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TOOL_WAIT_S)
+    #: the tenant's own dataset (PUT /v1/datasets/{name}) the metric tool reads, instead of the
+    #: sample dataset dataset_seed draws
+    dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
 
     _plain_question = field_validator("question")(classmethod(lambda cls, v: _plain(v)))
 
@@ -224,6 +228,12 @@ class AgentSpec(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError(f"client_tools names a tool twice: {v}")
         return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AgentSpec:
+        if self.dataset is not None and "metric" in self.client_tools:
+            raise ValueError("the metric tool runs on the client (client_tools): it reads no dataset here")
+        return self
 
 
 class SectionSpec(BaseModel):

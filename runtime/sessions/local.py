@@ -14,7 +14,7 @@ from model.params import DecodeParams, DecodeState
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.errors import BadInput
+from runtime.errors import BadInput, NotFound
 from runtime.sessions.decoding import TurnDecode, infill_holes
 from runtime.sessions.turn import TurnResult
 
@@ -23,10 +23,11 @@ class LocalTurns:
     session = "local"  #: the name its TurnResults carry
 
     def __init__(self, model: SetDLM, tokenizer: Tokenizer, profile: Profile | None = None,
-                 tool_outputs: dict[str, str] | None = None) -> None:
+                 tool_outputs: dict[str, str] | None = None, datasets: dict[str, list[list[str]]] | None = None) -> None:
         """profile: the model's (model/profiles.load, beside its weights); None: its default.
         tool_outputs: call id -> output, for the tools a workflow's client runs (an agent's
-        client_tools): the answers a job's client would send, given up front."""
+        client_tools): the answers a job's client would send, given up front.  datasets: name
+        -> rows, what a tenant's datasets would hold."""
         self.model = model
         self.tokenizer = tokenizer
         self.cfg: ModelConfig = model.cfg
@@ -38,6 +39,7 @@ class LocalTurns:
         self.progress: dict[str, Any] = {}
         self.checks: Counter[tuple[str, str]] = Counter()  # (part, outcome) -> n
         self.tool_outputs = dict(tool_outputs or {})
+        self.datasets = dict(datasets or {})
 
     def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
         """One turn, as Engine.turn decodes it: `ids` appended and decoded after (infill: ids holds
@@ -64,6 +66,14 @@ class LocalTurns:
 
     def tool_output(self, call_id: str) -> str | None:
         return self.tool_outputs.get(call_id)
+
+    def keep_output(self, key: str, output: str) -> None:
+        self.tool_outputs[key] = output
+
+    def dataset(self, name: str) -> list[list[str]]:
+        if name not in self.datasets:
+            raise NotFound(f"no dataset {name!r}")
+        return self.datasets[name]
 
     def report(self, **progress: Any) -> None:
         """Workflow progress: kept (the last value of each key), shown to nobody."""

@@ -15,7 +15,7 @@ from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.errors import RequiresAction
+from runtime.errors import NotFound, RequiresAction
 from runtime.jobs.specs import AgentSpec, ParamsSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.turn import TurnResult
@@ -73,6 +73,27 @@ def test_a_client_tool_stops_the_agent_at_its_call_and_its_output_reads_as_the_s
     # the client's own data: another value, another answer, computed from it
     mine = agent.run(LocalTurns(*loaded, tool_outputs={"call_1": "200", "call_2": "250"}), spec)
     assert [c["result"] for c in mine["calls"]] == ["200", "250", "25"] and "25" in (mine["answer"] or "")
+
+
+def test_the_metric_tool_reads_the_tenants_dataset_and_a_rerun_reads_what_it_read_then(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    table = [["revenue", "EMEA", "2026-Q2", "200"], ["revenue", "EMEA", "2026-Q3", "250"]]
+    spec = AgentSpec(question=QUESTION, dataset="sales")
+    turns = LocalTurns(*loaded, datasets={"sales": table})
+    r = agent.run(turns, spec)
+    assert [(c["result"], c["by"]) for c in r["calls"]] == [("200", "server"), ("250", "server"), ("25", "server")]
+    assert r["verified"] and "25" in (r["answer"] or "")
+    kept = dict(turns.tool_outputs)  # what each call answered, kept with the job
+    assert set(kept) == {"server:call_1", "server:call_2", "server:call_3"}
+    # a rerun (the job redelivered) after the dataset changed: the calls read what they read then
+    again = agent.run(LocalTurns(*loaded, tool_outputs=kept, datasets={"sales": [["revenue", "EMEA", "2026-Q2", "1"]]}),
+                      spec)
+    assert (again["text"], again["calls"]) == (r["text"], r["calls"])
+    # a row the dataset does not hold is an error result, as any tool's
+    short = agent.run(LocalTurns(*loaded, datasets={"sales": table[:1]}), spec.model_copy(update={"max_calls": 2}))
+    assert short["calls"][1]["result"].startswith("error: no row for metric 'revenue', region 'EMEA', period '2026-Q3'")
+    with pytest.raises(NotFound):
+        agent.run(LocalTurns(*loaded), spec)
 
 
 class Scripted:

@@ -185,6 +185,19 @@ def test_a_client_tool_waits_for_the_client_and_every_bad_answer_is_refused_chan
         sql.dispose()
 
 
+def test_an_agent_reads_the_tenants_own_dataset(c: Client) -> None:
+    q = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+    c.put_dataset("warehouse", csv="metric,region,period,value\nrevenue,EMEA,2026-Q2,400\nrevenue,EMEA,2026-Q3,500\n")
+    assert [d["name"] for d in c.list_datasets()] == ["warehouse"]
+    r = _ok(c.wait(c.create_job("agent", {"question": q, "dataset": "warehouse"})["id"], 120))
+    assert [(x["result"], x["by"]) for x in r["calls"]] == [("400", "server"), ("500", "server"), ("25", "server")]
+    assert r["verified"] and "25" in r["answer"]
+    c.delete_dataset("warehouse")
+    with pytest.raises(ApiError) as e:
+        c.create_job("agent", {"question": q, "dataset": "warehouse"})
+    assert (e.value.status, e.value.code) == (404, "not_found")
+
+
 def test_a_report_streams_its_progress_in_order_and_returns_markdown_and_html(c: Client) -> None:
     job = c.create_job("report", REPORT)
     events = list(c.events(job["id"]))

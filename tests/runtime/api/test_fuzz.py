@@ -33,9 +33,11 @@ SESSION_OPS = [("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{s
                ("POST", "/v1/sessions/{session_id}/fork")]
 JOB_OPS = [("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel")]
 TOOL_OUTPUTS = ("POST", "/v1/jobs/{job_id}/tool_outputs")
+DATASET_OPS = [("PUT", "/v1/datasets/{name}"), ("GET", "/v1/datasets/{name}"), ("DELETE", "/v1/datasets/{name}")]
 OTHER_OPS = [("POST", "/v1/sessions"), ("GET", "/v1/sessions"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs"),
-             ("GET", "/healthz"), ("GET", "/metrics")]
-NO_PARAMETERS = {("POST", "/v1/sessions"), ("GET", "/healthz"), ("GET", "/metrics")}  # nothing to make invalid
+             ("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/datasets")]
+NO_PARAMETERS = {("POST", "/v1/sessions"), ("GET", "/healthz"), ("GET", "/metrics"),
+                 ("GET", "/v1/datasets")}  # nothing to make invalid
 ONLY_AN_ID = {("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{session_id}"),
               ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel")}  # nothing else to make invalid
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
@@ -111,7 +113,7 @@ def statuses(label: str, variant: str) -> set[int]:
 
 def test_the_fuzz_covers_every_operation(schema: Any) -> None:
     ops = {(method.upper(), path) for path, item in schema.raw_schema["paths"].items() for method in item}
-    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS) | {EVENTS, TOOL_OUTPUTS}
+    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS) | {EVENTS, TOOL_OUTPUTS}
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
@@ -177,6 +179,16 @@ def test_fuzz_tool_outputs(fuzz_api: Api, schema: Any, variant: str, mode: Gener
         assert seen <= {404, 409, 422}, seen
     if mode is GenerationMode.POSITIVE and variant == "waiting":
         assert seen <= {202, 404, 409, 422}, seen  # call_1 answered once (then already_answered); others unknown
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize("method,path", DATASET_OPS, ids=[m for m, _ in DATASET_OPS])
+def test_fuzz_datasets(fuzz_api: Api, schema: Any, method: str, path: str, mode: GenerationMode) -> None:
+    fuzz_api.http.put("/v1/datasets/sales", headers=ACME, json={"rows": [
+        {"metric": "revenue", "region": "EMEA", "period": "2026-Q3", "value": "512"}]})
+    fuzz(fuzz_api, schema, method, path, mode, str(mode))
+    seen = statuses(f"{method} {path}", str(mode))
+    assert seen and max(seen) < 500
 
 
 # ---- job specs: the schema says only "an object"; these are near-valid ones ---------------------

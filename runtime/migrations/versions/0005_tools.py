@@ -1,5 +1,6 @@
 """a job may wait for its client's tool outputs (status requires_action): the calls it waits
-for, the outputs received so far, and when the wait expires
+for, the outputs received so far, and when the wait expires; a tenant's own datasets for the
+agent's metric tool
 
 Revision ID: 0005
 Revises: 0004
@@ -21,9 +22,18 @@ def upgrade() -> None:
         t.add_column(sa.Column("action", sa.JSON(), nullable=True))
         t.add_column(sa.Column("tool_outputs", sa.JSON(), nullable=True))
         t.add_column(sa.Column("wait_until", sa.Float(), nullable=False, server_default="0"))
+    op.create_table(
+        "datasets",
+        sa.Column("tenant", sa.String(128), primary_key=True),
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("rows", sa.JSON, nullable=False),
+        sa.Column("n_rows", sa.Integer, nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("datasets")
     with op.batch_alter_table("jobs") as t:
         t.drop_column("wait_until")
         t.drop_column("tool_outputs")

@@ -1,0 +1,79 @@
+"""/v1/datasets on a real Redis and SQLite (no worker): a tenant's own tables for the agent's
+metric tool, uploaded as JSON or CSV, replaced whole, listed, read, deleted; each bad upload
+refused with its reason and nothing written; another tenant's invisible; an agent job naming a
+dataset the tenant has not is refused at submission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.runtime.api.conftest import ACME, AGENT, GLOBEX, Api
+
+ROWS = [{"metric": "revenue", "region": "EMEA", "period": "2026-Q2", "value": "500"},
+        {"metric": "revenue", "region": "EMEA", "period": "2026-Q3", "value": "550.5"}]
+CSV = "metric,region,period,value\nchurn,APAC,2026-Q3,2.4\nchurn,APAC,2026-Q2,-1\n"
+
+
+def test_a_dataset_is_uploaded_replaced_listed_read_and_deleted(api: Api) -> None:
+    h = api.http
+    r = h.put("/v1/datasets/sales", json={"rows": ROWS}, headers=ACME)
+    assert r.status_code == 200 and r.json()["rows"] == 2, r.text
+    assert h.get("/v1/datasets/sales", headers=ACME).json()["data"] == [
+        ["revenue", "EMEA", "2026-Q2", "500"], ["revenue", "EMEA", "2026-Q3", "550.5"]]
+    r = h.put("/v1/datasets/sales", content=CSV, headers={**ACME, "Content-Type": "text/csv; charset=utf-8"})
+    assert r.status_code == 200 and r.json()["rows"] == 2  # replaced whole
+    assert h.get("/v1/datasets/sales", headers=ACME).json()["data"] == [["churn", "APAC", "2026-Q3", "2.4"],
+                                                                     ["churn", "APAC", "2026-Q2", "-1"]]
+    assert [d["name"] for d in h.get("/v1/datasets", headers=ACME).json()["datasets"]] == ["sales"]
+    assert h.get("/v1/datasets", headers=GLOBEX).json()["datasets"] == []
+    assert h.get("/v1/datasets/sales", headers=GLOBEX).status_code == 404  # another tenant's: not there
+    assert h.delete("/v1/datasets/sales", headers=GLOBEX).status_code == 404
+    assert h.delete("/v1/datasets/sales", headers=ACME).status_code == 204
+    assert h.get("/v1/datasets/sales", headers=ACME).status_code == 404
+    assert h.delete("/v1/datasets/sales", headers=ACME).status_code == 404
+
+
+BAD: list[tuple[str, dict[str, Any], int, str]] = [
+    ("a duplicate key", {"json": {"rows": ROWS + ROWS[:1]}}, 422, "twice"),
+    ("a value that is no number", {"json": {"rows": [{**ROWS[0], "value": "12k"}]}}, 422, "not a number"),
+    ("an exponent", {"json": {"rows": [{**ROWS[0], "value": 1e20}]}}, 422, "not a number"),
+    ("a quote in a name", {"json": {"rows": [{**ROWS[0], "region": 'E"MEA'}]}}, 422, "without quotes"),
+    ("a missing field", {"json": {"rows": [{"metric": "a", "region": "b", "period": "c"}]}}, 422, "exactly the fields"),
+    ("no rows", {"json": {"rows": []}}, 422, "1..10000 rows"),
+    ("not an object", {"json": [1, 2]}, 422, "a dataset is"),
+    ("a CSV without the header", {"content": "revenue,EMEA,2026-Q3,1\n", "headers": {"Content-Type": "text/csv"}},
+     422, "header"),
+    ("a short CSV row", {"content": "metric,region,period,value\na,b,c\n", "headers": {"Content-Type": "text/csv"}},
+     422, "3 fields"),
+    ("bytes that are not UTF-8", {"content": b"\xff\xfe", "headers": {"Content-Type": "text/csv"}}, 422, "not text/csv"),
+    ("broken JSON", {"content": b"{", "headers": {"Content-Type": "application/json"}}, 422, "not application/json"),
+    ("another media type", {"content": b"x", "headers": {"Content-Type": "text/plain"}}, 415, "text/csv"),
+]
+
+
+@pytest.mark.parametrize("what,kwargs,status,reason", BAD, ids=[b[0] for b in BAD])
+def test_a_bad_upload_says_why_and_writes_nothing(api: Api, what: str, kwargs: dict[str, Any], status: int,
+                                                   reason: str) -> None:
+    api.http.put("/v1/datasets/sales", json={"rows": ROWS}, headers=ACME)
+    before, rows = api.snapshot(), api.http.get("/v1/datasets/sales", headers=ACME).json()["data"]
+    headers = {**ACME, **kwargs.pop("headers", {})}
+    r = api.http.put("/v1/datasets/sales", headers=headers, **kwargs)
+    assert r.status_code == status and reason in r.json()["error"]["message"], (what, r.text)
+    assert api.snapshot() == before and api.http.get("/v1/datasets/sales", headers=ACME).json()["data"] == rows
+
+
+def test_an_agent_job_names_a_dataset_its_tenant_has(api: Api) -> None:
+    api.http.put("/v1/datasets/sales", json={"rows": ROWS}, headers=ACME)
+    before = api.snapshot()
+    r = api.http.post("/v1/jobs", json={"kind": "agent", "spec": {**AGENT, "dataset": "nope"}}, headers=ACME)
+    assert r.status_code == 404 and "no dataset 'nope'" in r.json()["error"]["message"]
+    r = api.http.post("/v1/jobs", json={"kind": "agent", "spec": {**AGENT, "dataset": "sales"}}, headers=GLOBEX)
+    assert r.status_code == 404  # acme's dataset is not globex's
+    r = api.http.post("/v1/jobs", json={"kind": "agent", "spec": {**AGENT, "dataset": "sales",
+                                                                  "client_tools": ["metric"]}}, headers=ACME)
+    assert r.status_code == 422 and "runs on the client" in r.json()["error"]["message"]
+    assert api.snapshot() == before
+    r = api.http.post("/v1/jobs", json={"kind": "agent", "spec": {**AGENT, "dataset": "sales"}}, headers=ACME)
+    assert r.status_code == 202, r.text
