@@ -1,4 +1,4 @@
-"""The `setflow` console script: `demo [--serve]`, `serve`, `worker`, `submit KIND SPEC`, `tour`,
+"""The `setflow` console script: `demo [--serve]`, `serve`, `worker`, `submit KIND SPEC`, `answer`, `tour`,
 `bench decode|quality|resume|load [args...]`, `train --preset P --out DIR`, `import SRC --out DIR
 [--dry-run]`.
 
@@ -54,6 +54,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from app.submit import submit
 
     return submit(args)
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    from app.submit import answer
+
+    return answer(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -172,6 +178,14 @@ def parser() -> argparse.ArgumentParser:
     sm.add_argument("--key", default=None, help="API key (default: SETFLOW_API_KEY)")
     sm.add_argument("--no-wait", action="store_true", help="print the queued job and return")
     sm.set_defaults(func=cmd_submit)
+    an = sub.add_parser("answer", help="send the output of a call a waiting job made to a tool its client runs: "
+                        "answer JOB CALL_ID OUTPUT")
+    an.add_argument("job")
+    an.add_argument("call_id", help="the call's id, as the job's required_action names it (call_1, ...)")
+    an.add_argument("output", help="a number as the tools write it (2.4, -12.5, 1240), or 'error: <reason>'")
+    an.add_argument("--url", default=None, help="the API (default: SETFLOW_API_URL or http://127.0.0.1:8000)")
+    an.add_argument("--key", default=None, help="API key (default: SETFLOW_API_KEY)")
+    an.set_defaults(func=cmd_answer)
     wk = sub.add_parser("worker", help="start Celery worker processes (one engine each) on this machine")
     wk.add_argument("--name", default=None, help="worker name, its own queue's name (default: host-pid); with "
                     "several processes, NAME-0, NAME-1, ...")

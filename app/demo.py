@@ -1,7 +1,9 @@
 """`setflow demo` (`make demo`): the product end to end on this machine, with no server
 installed: the embedded Redis and a SQLite file, the API, one worker process; a report job over
 a sample dataset with a progress bar (the report printed), a two-question agent session with
-each turn's resume path and timing, the web page's address; then everything stopped cleanly
+each turn's resume path and timing (the second question's metric tool runs on the client: the
+job waits for its answer, its worker is replaced meanwhile, and the answer resumes the session
+from Redis), the web page's address; then everything stopped cleanly
 (`--serve` keeps it running until Ctrl-C)."""
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ DATA = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
 REPORT = {"title": "Northwind quarterly review", "data": DATA,
           "outline": [{"title": "Revenue", "metrics": ["revenue"]}, {"title": "Customer health", "metrics": ["churn"]},
                       {"title": "Platform performance", "metrics": ["latency"]}]}
+#: the client's own warehouse, which its metric tool reads (the second question's)
+CLIENT_DATA = {("churn", "APAC", "2026-Q3"): "2.7", ("churn", "APAC", "2026-Q2"): "3.1"}
 QUESTIONS = ("By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?",
              "What was the churn in APAC in 2026-Q3?")
 
@@ -167,8 +171,12 @@ def _follow(c: Client, job_id: str, label: str) -> dict[str, Any]:
     return done
 
 
-def _turns(result: dict[str, Any]) -> str:
-    return "\n".join(f"     turn {t['turn']}: {t['path']:<9} load {t['load_ms']:7.1f} ms, "
+def _turns(result: dict[str, Any], paths: dict[int, str]) -> str:
+    """Each turn of the job's result, with its path as the session's record has it (a turn the
+    job decoded before it waited was replayed, not decoded, when it resumed: "done")."""
+    return "\n".join(f"     turn {t['turn']}: {paths.get(t['turn'], t['path']):<9} decoded before the wait"
+                     if t["path"] == "done" else
+                     f"     turn {t['turn']}: {t['path']:<9} load {t['load_ms']:7.1f} ms, "
                      f"decode {t['decode_ms']:7.1f} ms, {t['tokens']} tokens" for t in result["turns"])
 
 
@@ -202,28 +210,40 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
                   f"session {r['session']}\n")
 
             print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
-                  "   runs each tool and appends its result, and decoding resumes from the cached state.  The tools\n"
-                  "   read the sample metric store (model/corpus/agent.py Dataset, seed 2026), not the report's "
-                  "data.\n",
+                  "   runs each tool and appends its result, and decoding resumes from the cached state.  The first\n"
+                  "   question's tools read the sample metric store (model/corpus/agent.py Dataset, seed 2026); the\n"
+                  "   second's metric tool runs on this client, which answers from its own data.\n",
                   flush=True)
             session = None
             for i, q in enumerate(QUESTIONS):
-                if i:  # the session's worker goes away: the next one resumes it from Redis (or SQL)
-                    old, new = stack.replace_worker()
-                    print(f"   (worker {old} stopped, {new} started: nothing of the session is warm there)\n",
-                          flush=True)
-                job = c.create_job("agent", {"question": q}, session=session)
+                # the second question's metric tool runs here, on this client's own data: the job
+                # waits for its answer holding no worker, and its worker is replaced meanwhile
+                spec: dict[str, Any] = {"question": q, **({"client_tools": ["metric"]} if i else {})}
+                job = c.create_job("agent", spec, session=session)
                 session = job["session"]
+                print(f"   Q: {q}", flush=True)
                 a = c.wait(job["id"], 300)
+                if a["status"] == "requires_action":
+                    calls = a["required_action"]["calls"]
+                    print(f"   (the metric tool runs on this client: the job waits for its answer to "
+                          f"{', '.join(x['call'] for x in calls)}; status requires_action, no worker holds it)")
+                    old, new = stack.replace_worker()
+                    print(f"   (worker {old} stopped, {new} started while it waited: nothing of the session is "
+                          f"warm there)", flush=True)
+                    answers = {x["id"]: CLIENT_DATA.get(tuple(x["arguments"].values()), "error: no such row")
+                               for x in calls}
+                    print(f"   the client answers {answers} from its own data", flush=True)
+                    c.tool_outputs(job["id"], answers)
+                    a = c.wait(job["id"], 300)
                 if a["status"] != "succeeded":
                     print(f"   the agent job {a['status']}: {a.get('error')}")
                     return 1
                 res = a["result"]
-                print(f"   Q: {q}")
                 for call in res["calls"]:
-                    print(f"     tool {call['call']} -> {call['result']}")
+                    print(f"     tool {call['call']} -> {call['result']} ({call['by']})")
+                paths = {t["index"]: t["path"] for t in c.get_session(session)["turns"]}
                 print(f"   A: {res['answer']}\n   turns (how the session was resumed, and the timing):\n"
-                      f"{_turns(res)}\n")
+                      f"{_turns(res, paths)}\n")
         print(f"3) The web page (jobs, and decoding as it happens): {stack.api.url}/#key={stack.key}\n", flush=True)
         if serve:
             print("   serving until Ctrl-C ...", flush=True)

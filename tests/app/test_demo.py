@@ -33,6 +33,10 @@ def test_the_demo_runs_the_product_end_to_end_and_stops_cleanly(
     paths1, paths2 = re.findall(r"turn \d+: (\w+) +load", q1), re.findall(r"turn \d+: (\w+) +load", q2)
     assert paths1[0] == "new" and set(paths1[1:]) == {"warm"}  # its worker keeps it warm between tool calls
     assert paths2[0] in ("restore", "recompute") and set(paths2[1:]) <= {"warm"}  # a new worker: from Redis or SQL
+    # the second question waited for the client's metric, holding no worker, across the replacement
+    assert "status requires_action, no worker holds it" in q1 and "the client answers {'call_1': '2.7'}" in q2
+    assert 'tool metric("churn", "APAC", "2026-Q3") -> 2.7 (client)' in q2
+    assert re.search(r"turn \d+: warm +decoded before the wait", q2)
     assert len({q for q in re.findall(r"   Q: (.*)", out)}) == 2 and out.count("   A: ") == 2
     assert re.search(r"web page .*: http://127\.0\.0\.1:\d+/#key=setflow-demo-key", out)
     assert out.rstrip().endswith("setflow demo: stopped (worker, API, Redis).")

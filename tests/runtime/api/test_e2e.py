@@ -298,3 +298,24 @@ def test_setflow_submit_follows_a_job_and_prints_its_result(stack: Stack, tmp_pa
     bad = subprocess.run([sys.executable, "-m", "app.cli", "submit", "narrative", '{"payload": {}}', "--url",
                           stack.api.url, "--key", KEY], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "bad_input" in bad.stderr and "payload.tenant" in bad.stderr
+
+
+def test_setflow_submit_leaves_a_waiting_job_to_setflow_answer(stack: Stack, c: Client) -> None:
+    cli = [sys.executable, "-m", "app.cli"]
+    auth = ["--url", stack.api.url, "--key", KEY]
+    spec = json.dumps({"question": "What was the churn in APAC in 2026-Q3?", "client_tools": ["metric"]})
+    out = subprocess.run([*cli, "submit", "agent", spec, *auth], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, stdin=subprocess.DEVNULL)  # no terminal to ask on
+    assert out.returncode == 3, out.stderr
+    action = json.loads(out.stdout)
+    job = out.stderr.split("job ", 1)[1].split()[0]
+    assert [x["call"] for x in action["calls"]] == ['metric("churn", "APAC", "2026-Q3")']
+    assert f"setflow answer {job} CALL_ID OUTPUT" in out.stderr
+    bad = subprocess.run([*cli, "answer", job, "call_1", "lots", *auth], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert bad.returncode == 2 and "bad_input" in bad.stderr
+    ok = subprocess.run([*cli, "answer", job, "call_1", "3.7", *auth], capture_output=True, text=True, cwd=ROOT,
+                        timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    r = _ok(c.wait(job, 120))
+    assert r["calls"][0]["result"] == "3.7" and "3.7" in r["answer"]
