@@ -10,6 +10,8 @@ Tasks (examples drawn with another seed than training's, at most the training le
              (model/corpus/narrative.py wild_payload: any names, periods, custom metrics, numbers
              of 1-9 digits with up to 3 decimals), not the corpus's vocabulary lists; at most the
              fine-tune's training length
+  agent_ood  questions over a metric store of any names and periods (model/corpus/agent.py
+             wild_task), read as a tenant's own dataset is
 Each example runs the job's own workflow (workflows/) on a new session in this process
 (runtime/sessions/local.py), which decodes a turn as the engine does.  What is measured is the
 setting's first decode, not the job's checked output (workflows/checked.py decodes a failed part
@@ -52,15 +54,17 @@ from workflows.turn import decode_params
 EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "quality/<seed>/<task>/<i>"
 MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
 MAX_LEN_OOD = int(mixture.FINETUNE["seq_len"])  # ... and of the payloads drawn from the API's grammar
-TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood")
+TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood")
 # set: the reference's order policy; prefix: only the confident run from the leftmost mask
 # (model/decode.py choose)
 SETTINGS: tuple[tuple[str, int, float | None], ...] = (
     ("ar", 1, None), ("set", 4, 0.9), ("set", 8, 0.9), ("set", 8, 0.7), ("set", 16, 0.9), ("set", 16, 0.7),
     ("prefix", 4, 0.9), ("prefix", 8, 0.9), ("prefix", 8, 0.99), ("prefix", 16, 0.99))
 QUICK_SETTINGS = (("ar", 1, None), ("set", 4, 0.9), ("prefix", 8, 0.99))
-N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100, "narrative_ood": 200, "section_ood": 100}
-N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4, "narrative_ood": 8, "section_ood": 4}
+N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100, "narrative_ood": 200, "section_ood": 100,
+          "agent_ood": 200}
+N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4, "narrative_ood": 8, "section_ood": 4,
+           "agent_ood": 8}
 # masks opened per generation (no cost: only W are fed); a wild payload's narrative is longer
 MAX_NEW = {"narrative": 200, "section": 200, "narrative_ood": 400, "section_ood": 400}
 AGENT_SEGMENT = 96  # masks opened per agent segment (a call, or the answer)
@@ -80,8 +84,8 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
             p, ref = narrative.example(rng) if task == "narrative" else narrative.wild_example(rng)
             n = 1 + len(tok.encode(narrative.prompt_text(p) + ref)) + 1
             ex: Any = p
-        elif task == "agent":
-            task_, data, pieces = agent.example(rng)
+        elif task in ("agent", "agent_ood"):
+            task_, data, pieces = agent.example(rng) if task == "agent" else agent.wild_example(rng)
             n = 1 + len(tok.encode(agent.prompt_text(task_.question) + "".join(t for t, _ in pieces))) + 1
             ex = (task_, data)
         elif task in ("section", "section_ood"):
@@ -114,10 +118,18 @@ def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: Params
                    nfe=r["nfe"] - 1, seconds=seconds)
 
 
-def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset], params: ParamsSpec) -> Outcome:
+def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset | agent.Store],
+              params: ParamsSpec) -> Outcome:
+    """An agent question: over the sample dataset, or (agent_ood) a store of any names, read as
+    a tenant's dataset is."""
     task, data = ex
-    spec = AgentSpec(question=task.question, dataset_seed=data.seed, params=params, allow_unverified=True)
-    r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok)
+    if isinstance(data, agent.Dataset):
+        spec = AgentSpec(question=task.question, dataset_seed=data.seed, params=params, allow_unverified=True)
+        tables: dict[str, list[list[str]]] = {}
+    else:
+        spec = AgentSpec(question=task.question, dataset="ood", params=params, allow_unverified=True)
+        tables = {"ood": [[*k, v] for k, v in data.values.items()]}
+    r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
     c = agent.check(task, r["text"])
     retried = r["attempt"] == "ar_retry"
     turns = r["turns"][:-1] if retried else r["turns"]  # the retry is the last turn
@@ -134,17 +146,18 @@ def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: Params
                    seconds=seconds)
 
 
-def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Tokenizer) -> tuple[dict[str, Any], float]:
+def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Tokenizer,
+           datasets: dict[str, list[list[str]]] | None = None) -> tuple[dict[str, Any], float]:
     """job's result on a new session in this process, and its seconds.  A turn's nfe counts its
     forwards: its input's prefill, its steps, and the commit of its last set."""
     t0 = time.perf_counter()
-    r = job(LocalTurns(model, tok))
+    r = job(LocalTurns(model, tok, datasets=datasets))
     return r, time.perf_counter() - t0
 
 
 RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, ParamsSpec], Outcome]] = {
     "narrative": run_narrative, "agent": run_agent, "section": run_section, "infill": run_infill,
-    "narrative_ood": run_narrative, "section_ood": run_section}
+    "narrative_ood": run_narrative, "section_ood": run_section, "agent_ood": run_agent}
 
 
 def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) -> dict[str, Any]:
@@ -154,7 +167,7 @@ def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) 
                          "fully_correct": round(sum(o["ok"] for o in outs) / len(outs), 4)}
     if task in ("narrative", "section", "narrative_ood", "section_ood"):
         r["facts_correct"] = round(sum(o["facts_ok"] for o in outs) / max(1, sum(o["facts"] for o in outs)), 4)
-    if task == "agent":
+    if task in ("agent", "agent_ood"):
         r["tool_call_ok"] = round(sum(o["tool_ok"] for o in outs) / len(outs), 4)
     r.update(tokens=gen, nfe_per_token=round(sum(o["nfe"] for o in outs) / max(gen, 1), 4),
              tokens_per_s=round(gen / secs, 1) if secs else None)

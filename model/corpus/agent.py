@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from model.corpus import narrative
 from model.corpus.narrative import METRIC, METRICS, PERIODS, REGIONS
 
 CALL, END_CALL, RESULT, END_RESULT = "<call>", "</call>", "<result>", "</result>"
@@ -116,7 +117,7 @@ def parse_call(text: str) -> tuple[str, list[str]]:
     return m.group(1), args
 
 
-def run_call(text: str, data: Dataset) -> str:
+def run_call(text: str, data: Dataset | Store) -> str:
     """The tool result for one call's text; a ToolError's message when it cannot run."""
     try:
         tool, args = parse_call(text)
@@ -194,7 +195,76 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
     return Task(q, [call_text("calc", expr)], res, f"The result is {res}.")
 
 
-def transcript(task: Task, data: Dataset) -> list[tuple[str, bool]]:
+@dataclass(frozen=True)
+class Store:
+    """A metric store of any names (a tenant's own dataset, as the runtime's Table reads one):
+    (metric, region, period) -> value; lookup as Dataset's."""
+
+    values: dict[tuple[str, str, str], str]
+
+    def lookup(self, key: str, region: str, period: str) -> str:
+        try:
+            return self.values[key, region, period]
+        except KeyError:
+            raise ToolError(f"no row for metric {key!r}, region {region!r}, period {period!r}") from None
+
+
+def _wild_arg(rng: random.Random) -> str:
+    """A name as a call's argument holds it: the API's name grammar, lower case for a metric."""
+    return narrative.wild_name(rng)
+
+
+def wild_task(rng: random.Random) -> tuple[Task, Store]:
+    """A question over a store whose metrics, regions and periods are drawn from the API's
+    grammar (any names, periods, numbers of 1-9 digits with up to 2 decimals), not the corpus's
+    lists: the same four kinds as make_task's, the calls copying the names from the question."""
+    metric, unit = _wild_arg(rng).lower(), narrative.wild_unit(rng) if rng.random() < 0.7 else ""
+    regions = list(dict.fromkeys(_wild_arg(rng) for _ in range(3)))
+    periods = list(dict.fromkeys(narrative.wild_period(rng) for _ in range(2)))
+    dec = rng.choice((0, 0, 1, 2))
+    values: dict[tuple[str, str, str], str] = {}
+
+    def value(r: str, p: str) -> str:
+        if (metric, r, p) not in values:
+            v = narrative.wild_number(rng, rng.randint(1, 6), dec)
+            values[metric, r, p] = format_number(float(v))
+        return values[metric, r, p]
+
+    tail = f" {unit}" if unit else ""
+    kind = rng.choice(("lookup", "change", "total", "diff"))
+    r, p = regions[0], periods[0]
+    if kind == "lookup" or (kind == "change" and len(periods) < 2) or (kind != "lookup" and len(regions) < 2):
+        v = value(r, p)
+        q = rng.choice((f"What was {metric} in {r} in {p}?", f"Look up {metric} for {r}, {p}."))
+        return Task(q, [call_text("metric", metric, r, p)], v, f"{metric} in {r} in {p} was {v}{tail}."), Store(values)
+    if kind == "change":
+        p1, p2 = periods
+        v1, v2 = value(r, p1), value(r, p2)
+        if float(v1) == 0:
+            return wild_task(rng)
+        expr = f"({v2}-{v1})/{v1}*100"
+        res = calc(expr)
+        q = f"By how much did {metric} in {r} change from {p1} to {p2}, in percent?"
+        return Task(q, [call_text("metric", metric, r, p1), call_text("metric", metric, r, p2), call_text("calc", expr)],
+                    res, f"{metric} in {r} changed by {res}% from {p1} to {p2}."), Store(values)
+    if kind == "total":
+        vals = [value(x, p) for x in regions]
+        expr = "+".join(vals)
+        res = calc(expr)
+        where = ", ".join(regions[:-1]) + " and " + regions[-1]
+        q = f"What was the total {metric} across {where} in {p}?"
+        return Task(q, [call_text("metric", metric, x, p) for x in regions] + [call_text("calc", expr)], res,
+                    f"Total {metric} across {where} in {p} was {res}{tail}."), Store(values)
+    r1, r2 = regions[:2]
+    v1, v2 = value(r1, p), value(r2, p)
+    expr = f"{v1}-{v2}"
+    res = calc(expr)
+    q = f"How much higher was {metric} in {r1} than in {r2} in {p}?"
+    return Task(q, [call_text("metric", metric, r1, p), call_text("metric", metric, r2, p), call_text("calc", expr)],
+                res, f"{metric} in {r1} was {res}{tail} higher than in {r2}."), Store(values)
+
+
+def transcript(task: Task, data: Dataset | Store) -> list[tuple[str, bool]]:
     """The assistant's side after the prompt, as (text, given) pieces: given pieces are the
     runtime's tool results."""
     out: list[tuple[str, bool]] = []
@@ -213,6 +283,11 @@ def example(rng: random.Random) -> tuple[Task, Dataset, list[tuple[str, bool]]]:
     data = Dataset(rng.randrange(2**31))
     task = make_task(rng, data)
     return task, data, transcript(task, data)
+
+
+def wild_example(rng: random.Random) -> tuple[Task, Store, list[tuple[str, bool]]]:
+    task, store = wild_task(rng)
+    return task, store, transcript(task, store)
 
 
 # ---- checking -----------------------------------------------------------------------------
@@ -242,7 +317,10 @@ def check(task: Task, text: str) -> Check:
     answer = None
     if "A:" in text:
         answer = text.rsplit("A:", 1)[1]
-        for p in PERIODS:
-            answer = answer.replace(p, " ")
+        # names are not numbers: the periods, and whatever the task's metric calls name (a wild
+        # store's names and periods may hold digits)
+        names = {a for c in task.calls if c.startswith("metric(") for a in _ARG_RE.findall(c)}
+        for p in sorted(names | set(PERIODS), key=len, reverse=True):  # a whole name, not a number's digits
+            answer = re.sub(rf"(?<![\w.]){re.escape(p)}(?!\w)", " ", answer)
     nums = answer_numbers(answer) if answer is not None else []
     return Check(calls == task.calls, nums == [task.answer], calls, answer)

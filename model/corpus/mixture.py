@@ -50,8 +50,8 @@ def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> 
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
-def agent_example(tok: Tokenizer, rng: random.Random) -> Example:
-    task, _, pieces = agent.example(rng)
+def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
+    task, _, pieces = agent.example(rng) if rng.random() >= wild else agent.wild_example(rng)
     ids = [tok.bos_id, *_ids(tok, agent.prompt_text(task.question))]
     roles = [CONTEXT] * len(ids)
     for text, given in pieces:
@@ -77,7 +77,7 @@ MAKERS: dict[str, Callable[[Tokenizer, random.Random], Example]] = {
     "narrative": narrative_example, "agent": agent_example, "section": section_example, "infill": infill_example}
 # the makers that draw some of their data from the API's grammar (their share of wild payloads)
 WILD_MAKERS: dict[str, Callable[[Tokenizer, random.Random, float], Example]] = {
-    "narrative": narrative_example, "section": section_example}
+    "narrative": narrative_example, "section": section_example, "agent": agent_example}
 
 
 def pick_task(rng: random.Random, step: int, finetune: bool = False) -> str:

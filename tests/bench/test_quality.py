@@ -15,7 +15,7 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert json.loads(last) == json.loads(json.dumps(result)), "the last line is the JSON result"
     assert result["bench"] == "quality"
     rows = result["rows"]
-    tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood")
+    tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood")
     assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in tasks for p in ("ar", "set", "prefix")}
     for r in rows:
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)

@@ -85,3 +85,21 @@ def test_the_api_refuses_what_is_outside_the_grammar(bad: dict[str, object], why
                **bad}
     with pytest.raises(BadInput, match=why):
         check_spec("narrative", {"payload": payload}, "s1")
+
+
+def test_every_wild_agent_question_is_one_the_api_accepts_and_its_tools_answer_as_a_tenants_dataset() -> None:
+    from model.corpus import agent
+    from runtime.jobs.specs import AgentSpec
+    from workflows import tools
+
+    for seed in range(300):
+        task, store, pieces = agent.wild_example(random.Random(seed))
+        AgentSpec(question=task.question, dataset="d")  # the API takes the question as it is
+        table = tools.Table.of("d", [[*k, v] for k, v in store.values.items()])
+        for call in task.calls:  # the runtime's tools read the store as a tenant's dataset: what training gave
+            r = tools.run_call(call, table if call.startswith("metric") else store)
+            assert r.ok and r.result == agent.run_call(call, store), call
+            args = re.findall(r'"([^"]*)"', call)
+            assert call.startswith("calc") or all(a in task.question for a in args), "the call copies the question"
+        text = "".join(t for t, _ in pieces)
+        assert agent.check(task, text).answer_ok, text  # names with digits are not read as the answer
