@@ -90,10 +90,11 @@ class Services:
 
     def host(self, session: str | None, tenant: str, model: str | None, numerics: str | None) -> Host | None:
         """What the job runs on: its session's model and numerics where it is bound to them, else
-        `model` (default: Settings.default_model, else the current card's) in `numerics`, as a
-        live worker hosts it.  ModelNotHosted where none does; None (any worker, the session
-        bound by its first turn) where no worker says what it hosts and the job names no model
-        (workers of an earlier version, or none started yet: its jobs wait in the queue)."""
+        `model` (default: Settings.default_model, else the model most live workers host, else
+        the current card's) in `numerics`, as a live worker hosts it.  ModelNotHosted where
+        none does; None (any worker, the session bound by its first turn) where no worker says
+        what it hosts and the job names no model (workers of an earlier version, or none
+        started yet: its jobs wait in the queue)."""
         hosts = Hosts(self.client, self.settings)
         if session is not None:
             rec = self.records.get_session(session, tenant)  # NotFound first
@@ -103,7 +104,8 @@ class Services:
                 return hosts.require(rec.model, rec.numerics, rec.model_fingerprint)
         if model is None and numerics is None and not hosts.live():
             return None
-        name = model or self.settings.default_model or model_name(self.cards.require().config.name)
+        name = (model or self.settings.default_model or hosts.most_hosted(numerics)
+                or model_name(self.cards.require().config.name))
         return hosts.choose(name, numerics)
 
     def fits(self, kind: str, spec: BaseModel, session: str | None, tenant: str, host: Host | None = None) -> None:

@@ -103,6 +103,17 @@ class Hosts:
         return sorted(w.decode() if isinstance(w, bytes) else str(w)
                       for w in self.r.zrangebyscore(self.k.hosted(host.id), self._since(), "+inf"))
 
+    def most_hosted(self, numerics: str | None = None) -> str | None:
+        """The model (in `numerics`, if given) most live workers host, then by name: a
+        deployment's default where it names none (a mixed fleet's main model, not whichever
+        worker started last).  None: no live worker says what it hosts."""
+        count: dict[str, int] = {}
+        for h in self.live():
+            if numerics in (None, h.numerics):
+                count[h.model] = count.get(h.model, 0) + len(self.workers(h))
+        best = max(((n, m) for m, n in count.items() if n), default=None)
+        return best[1] if best is not None else None
+
     def choose(self, model: str, numerics: str | None = None) -> Host:
         """The host a new session of `model` (in `numerics`, if given) is bound to: of those
         live, the one most workers host (then by id).  ModelNotHosted where none is live."""
