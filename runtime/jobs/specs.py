@@ -309,6 +309,8 @@ class ToolOutput(BaseModel):
     call_id: str = Field(pattern=r"^call_[0-9]{1,3}$")
     output: str = Field(min_length=1, max_length=207, pattern=f"^(?:{agent_corpus.RESULT_RE})$")
 
+    _plain_output = field_validator("output")(classmethod(lambda cls, v: _plain(v)))
+
 
 class ToolOutputs(BaseModel):
     model_config = ConfigDict(extra="forbid")
