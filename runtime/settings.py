@@ -87,9 +87,10 @@ class Settings(BaseSettings):
     tenant_max_unfinished: int = Field(default=1000, ge=1)
     #: a tenant's jobs sent to the broker and not started, at most: the rest of its backlog waits
     #: in SQL (sent as these start), so another tenant's job queues behind at most this many of its.
-    #: Set it to the workers' total slots (processes x batch): one job per slot; below the
-    #: tenant's own concurrency it costs throughput (bench/load.py: 4 for 12 sessions, -11%)
-    tenant_max_waiting: int = Field(default=16, ge=1)
+    #: None (the default): the live workers' slots together (processes x batch, as each says
+    #: with its heartbeat): one job per slot; below the tenant's own concurrency a cap costs
+    #: throughput (bench/load.py: 4 for 12 sessions, -11%)
+    tenant_max_waiting: int | None = Field(default=None, ge=1)
 
     # ---- the HTTP API (runtime/api/) ----------------------------------------------------------
     #: API key -> tenant, as JSON in SETFLOW_API_KEYS: '{"key-1": "acme", "key-2": "globex"}'

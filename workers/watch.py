@@ -32,7 +32,7 @@ def _beat(settings: Settings, worker: str) -> None:
     routing = Routing(redis_client(settings), settings)
     while not _stop.is_set():
         try:
-            routing.beat(worker)
+            routing.beat(worker, settings.batch_sessions or 1)  # its slots: the jobs it runs at once
         except Exception:  # noqa: BLE001 - Redis away: keep trying, never die
             log.warning("heartbeat failed", exc_info=True)
         _stop.wait(settings.worker_heartbeat_s)

@@ -97,13 +97,13 @@ class Dispatcher:
     def admit(self, tenant: str) -> int:
         """Send the tenant's queued jobs that may go now (Jobs.admissible: not waiting for an
         earlier job of their session; interactive, then oldest, first) while fewer than
-        tenant_max_waiting of its jobs sit in the broker, sent and not started: one tenant's
+        waiting_cap() of its jobs sit in the broker, sent and not started: one tenant's
         backlog waits in SQL, and another tenant's job goes behind at most that many of its
         messages in a shared queue.  Each job is sent once (Jobs.mark_sending).  Called at a
         submission, when a job starts (a place frees up) or ends (its session's next may go),
         and by the reaper.  A failed send is left to the reaper.  Returns the jobs sent."""
         sent = 0
-        for job in self.jobs.admissible(tenant, self.s.tenant_max_waiting):
+        for job in self.jobs.admissible(tenant, self.waiting_cap()):
             try:
                 queue = self.routing.route(job.session_id, job.priority, job.pool)
             except redis.RedisError:  # affinity unknown: any worker of its pool can restore the session
@@ -118,6 +118,17 @@ class Dispatcher:
                 self.jobs.mark_dispatched(job.id, queue, sent=False)
                 break
         return sent
+
+    def waiting_cap(self) -> int:
+        """A tenant's jobs in the broker, sent and not started, at most: tenant_max_waiting, or
+        by default the live workers' slots together (one job per slot: another tenant's job
+        waits behind at most one of its per slot; at least 1)."""
+        if self.s.tenant_max_waiting is not None:
+            return self.s.tenant_max_waiting
+        try:
+            return max(1, self.routing.live_slots())
+        except redis.RedisError:
+            return 1
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
         queue = (self.routing.shared(job.priority, job.pool) if shared

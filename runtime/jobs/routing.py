@@ -75,10 +75,11 @@ class Routing:
 
     # ---- liveness and affinity --------------------------------------------------------------
 
-    def beat(self, worker: str) -> None:
+    def beat(self, worker: str, slots: int = 1) -> None:
+        """Alive for three heartbeats; slots: the jobs it runs at once (its batch)."""
         now = time.time()
         pipe = self.r.pipeline(transaction=False)
-        pipe.set(self.k.alive(worker), 1, px=int(3000 * self.s.worker_heartbeat_s))
+        pipe.set(self.k.alive(worker), max(1, slots), px=int(3000 * self.s.worker_heartbeat_s))
         pipe.zadd(self.k.workers, {worker: now})
         pipe.zremrangebyscore(self.k.workers, "-inf", now - 3 * self.s.worker_heartbeat_s)  # the dead leave
         pipe.execute()
@@ -96,6 +97,20 @@ class Routing:
         """Every worker that beat within three heartbeats, by name."""
         since = time.time() - 3 * self.s.worker_heartbeat_s
         return sorted(_text(w) for w in self.r.zrangebyscore(self.k.workers, since, "+inf"))
+
+    def live_slots(self) -> int:
+        """The jobs the live workers run at once, together (each says its own with its beat)."""
+        workers = self.live_workers()
+        pipe = self.r.pipeline(transaction=False)
+        for w in workers:
+            pipe.get(self.k.alive(w))
+        total = 0
+        for got in pipe.execute() if workers else []:
+            try:
+                total += int(got) if got is not None else 0
+            except ValueError:
+                total += 1
+        return total
 
     def touch(self, session: str, worker: str) -> None:
         self.r.set(self.k.affinity(session), worker, ex=self.s.affinity_ttl_s)

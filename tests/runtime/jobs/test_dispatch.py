@@ -234,6 +234,26 @@ def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starve
     client.delete(d.k.broker + q, d.k.broker + own)
 
 
+def test_by_default_a_tenants_jobs_in_the_broker_are_one_per_live_worker_slot(
+        env: tuple[Dispatcher, Sent, str]) -> None:
+    d, sent, _ = env
+    d.s = d.jobs.s = d.s.model_copy(update={"tenant_burst": 10_000, "tenant_rate_per_s": 10_000.0,
+                                            "worker_heartbeat_s": 5.0})
+    d.limiter.s = d.routing.s = d.s
+    assert d.s.tenant_max_waiting is None and d.waiting_cap() == 1  # no worker alive: one at a time
+    d.routing.beat("w1", 3)  # a batching worker: 3 jobs at once
+    d.routing.beat("w2")  # one at a time
+    assert d.waiting_cap() == 4
+    records = Records(d.jobs.engine)
+    backlog = [d.submit("turn", "acme", SPEC, records.create_session("acme", "").id) for _ in range(10)]
+    assert [j for j, _ in sent] == [j.id for j in backlog[:4]], "one per slot goes; the rest wait in SQL"
+    other = d.submit("turn", "globex", SPEC, records.create_session("globex", "").id)
+    assert sent[-1][0] == other.id  # behind at most one of acme's jobs per slot
+    d.routing.gone("w1")
+    assert d.waiting_cap() == 1
+    d.routing.gone("w2")
+
+
 def test_affinity_falls_back_to_the_shared_queue_when_the_last_worker_is_busy(
         env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
     d, sent, sid = env
@@ -251,9 +271,10 @@ def test_affinity_falls_back_to_the_shared_queue_when_the_last_worker_is_busy(
 def test_one_tenants_backlog_waits_in_sql_and_another_tenants_job_goes_at_once(
         env: tuple[Dispatcher, Sent, str]) -> None:
     d, sent, _ = env
-    d.s = d.jobs.s = d.s.model_copy(update={"tenant_burst": 10_000, "tenant_rate_per_s": 10_000.0})
+    d.s = d.jobs.s = d.s.model_copy(update={"tenant_burst": 10_000, "tenant_rate_per_s": 10_000.0,
+                                            "tenant_max_waiting": 16})
     d.limiter.s = d.s
-    cap = d.s.tenant_max_waiting
+    cap = 16
     records = Records(d.jobs.engine)
     backlog = [d.submit("turn", "acme", SPEC, records.create_session("acme", "").id) for _ in range(3 * cap)]
     assert [j for j, _ in sent] == [j.id for j in backlog[:cap]], "the first ones go; the rest wait in SQL"
