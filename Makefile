@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/documents.py
 	$(BIN)/python bench/api.py
+	$(BIN)/python bench/agent.py
 	$(BIN)/python bench/batch.py
 
 clean:

@@ -136,6 +136,11 @@ class JobContext:
         (SQL) when it returns.  infill: ids holds mask ids at holes, decoded in place (Engine.turn)."""
         session, step = self._session(), self.step
         self.tick()  # cancelled before it started: nothing to undo
+        if step < self.job.step:  # committed by an earlier attempt, as the row's counter says: read back, no lease
+            done = self.engine.replay(session, self.job.tenant, ids, JobStep(self.job.id, step, self.owner))
+            if done is not None:
+                self.step = step + 1
+                return done
         result: TurnResult | None = None
         with closing(self.engine.turn(session, self.job.tenant, ids, params, text=text,
                                       job=JobStep(self.job.id, step, self.owner), infill=infill,

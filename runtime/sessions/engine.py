@@ -158,7 +158,7 @@ class Engine:
         before batch ones."""
         rec = self._check(session, tenant, input_ids, prefer, infill)  # before anything is taken
         with self.store.lease(session) as lease:
-            if (done := self._replay(session, tenant, input_ids, job)) is not None:
+            if (done := self.replay(session, tenant, input_ids, job)) is not None:
                 yield done
                 return
             load = self._load(session, tenant, rec, prefer)
@@ -198,10 +198,11 @@ class Engine:
             infill_holes(self.model.cfg, input_ids)
         return rec
 
-    def _replay(self, session: str, tenant: str, input_ids: list[int], job: JobStep | None) -> TurnResult | None:
-        """The turn this job step wrote already, if it did (checked under the lease: a holder
-        that wrote this step has released it by now): the tokens it generated, after the input
-        or at an infill's holes."""
+    def replay(self, session: str, tenant: str, input_ids: list[int], job: JobStep | None) -> TurnResult | None:
+        """The turn this job step wrote already, if it did: the tokens it generated, after the
+        input or at an infill's holes.  turn() checks under the lease (a holder that wrote this
+        step has released it by now); without it, only for a step the job's row counts as
+        committed (runtime/jobs/context.py)."""
         done = self.records.turn_by_job(session, tenant, job.job_id, job.step) if job is not None else None
         if done is None:
             return None

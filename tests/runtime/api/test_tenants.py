@@ -71,7 +71,8 @@ def calls_on(sessions: list[str], jobs: list[str]) -> list[tuple[str, str, dict[
     for jid in jobs:
         out += [("GET", f"/v1/jobs/{jid}", None),
                 ("POST", f"/v1/jobs/{jid}/cancel", None),
-                ("GET", f"/v1/jobs/{jid}/events", None)]
+                ("GET", f"/v1/jobs/{jid}/events", None),
+                ("POST", f"/v1/jobs/{jid}/tool_outputs", {"tool_outputs": [{"call_id": "call_1", "output": "1"}]})]
     return out
 
 
@@ -146,11 +147,14 @@ def all_routes(api: Api, w: World) -> Iterator[tuple[str, str, dict[str, Any] | 
     bodies: dict[tuple[str, str], dict[str, Any]] = {
         ("POST", "/v1/sessions/{session_id}/turns"): TURN, ("POST", "/v1/sessions/{session_id}/infill"): INFILL,
         ("POST", "/v1/sessions/{session_id}/fork"): {"turn": 0},
-        ("POST", "/v1/jobs"): {"kind": "narrative", "spec": NARRATIVE}}
+        ("POST", "/v1/jobs"): {"kind": "narrative", "spec": NARRATIVE},
+        ("POST", "/v1/jobs/{job_id}/tool_outputs"): {"tool_outputs": [{"call_id": "call_1", "output": "1"}]},
+        ("PUT", "/v1/datasets/{name}"): {"rows": [{"metric": "churn", "region": "APAC", "period": "2026-Q3",
+                                                 "value": "2.4"}]}}
     for path, ops in api.app.openapi()["paths"].items():
         for method in ops:
             m = method.upper()
-            yield m, path.format(session_id=w.session, job_id=w.turn_job), bodies.get((m, path))
+            yield m, path.format(session_id=w.session, job_id=w.turn_job, name="sales"), bodies.get((m, path))
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer key-wrong-0001"}, {"X-API-Key": "key-acme-0002"},
