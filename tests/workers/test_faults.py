@@ -52,6 +52,9 @@ def test_kill_9_mid_turn_completes_elsewhere_token_identical(trio: LocalCluster,
     sid = c.open("acme")
     first = c.wait(c.submit(sid, specs[0]))
     c.dispatcher.routing.touch(sid, "victim")  # the session's last worker: its next turn goes there
+    deadline = time.monotonic() + 10
+    while not c.dispatcher.routing.alive("victim") and time.monotonic() < deadline:
+        time.sleep(0.05)  # a heartbeat late under load (0.3 s, dead after 3 missed) would route it elsewhere
     job = c.submit(sid, specs[1])
     assert job.queue == c.dispatcher.routing.own("victim")
     steps_seen(c, job, 20)
