@@ -23,7 +23,7 @@ next committed set, stamped by the worker).  Each session's resumes are forced d
 History: a session may first hold --earlier agent conversations (the server runs their tools;
 each starts its own document, [BOS]), so that the state a resume finds is long: 0 (the measured
 conversation alone: about 80 tokens at its calls) and 4 (about 750 tokens; the shipped model's
-context is 1024).  A row of figures per (earlier, path).
+context is 2048).  A row of figures per (earlier, path).
 
 Each resumed turn's path is read back from its SQL row (meta["path"]); a turn whose path is not
 the intended one is reported (`mismatched`) and not counted in the row's figures.
@@ -372,8 +372,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     args = ap.parse_args(argv)
     if args.sessions < 1 or args.threads < 1 or args.delay < 0:
         ap.error("--sessions and --threads must be >= 1, --delay >= 0")
-    if max(args.earlier) > 4:
-        ap.error("--earlier: at most 4 (the shipped model's context is 1024 tokens)")
+    if max(args.earlier) > 8:
+        ap.error("--earlier: at most 8 (about 180 tokens each; the shipped model's context is 2048 tokens)")
     per_path = QUICK["sessions"] if args.quick else args.sessions
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()

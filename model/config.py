@@ -102,5 +102,5 @@ PRESETS: dict[str, dict[str, object]] = {
     # the shipped model (model/shipped/, `setflow train --preset small`): sized so that it trains
     # in about an hour on a 2-core CPU (1M parameters; see docs/BENCHMARKS.md)
     "small": dict(vocab_size=896, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=512,
-                  max_seq_len=1024, set_size=4),
+                  max_seq_len=2048, set_size=4),
 }

@@ -28,7 +28,7 @@ def test_a_tiny_run_reports_every_path_verified_and_identical(capsys: pytest.Cap
     assert result["rows"][1]["workers_used"] == result["rows"][2]["workers_used"] == ["w1", "w2"]
 
 
-@pytest.mark.parametrize("args", [["--sessions", "0"], ["--earlier", "5"], ["--earlier", "x"], ["--delay", "-1"]])
+@pytest.mark.parametrize("args", [["--sessions", "0"], ["--earlier", "9"], ["--earlier", "x"], ["--delay", "-1"]])
 def test_bad_arguments_exit_with_a_usage_error(args: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         _bench_main("agent")(args, prog="agent")

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import redis
 
-from app.demo import REPORT
 from model.config import ModelConfig
 from model.corpus import agent as agent_corpus
 from model.params import DecodeParams
@@ -32,13 +31,14 @@ from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, ReportSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec
 from runtime.sessions.engine import Engine
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult
 from runtime.settings import Settings
+from tests.workflows.conftest import report_spec
 from tests.workflows.test_agent import DATA, QUESTION
 from tests.workflows.test_narrative import PAYLOAD
 from workflows import agent, narrative, report
@@ -124,11 +124,6 @@ def test_a_narrative_decoded_with_greedy_ar_is_not_decoded_again(loaded: tuple[S
 
 # ---- report ---------------------------------------------------------------------------------
 
-def report_spec(n_sections: int, **update: Any) -> ReportSpec:
-    spec = ReportSpec.model_validate(REPORT)
-    return spec.model_copy(update={"outline": spec.outline[:n_sections], **update})
-
-
 def test_a_wrong_section_and_wrong_key_figures_are_decoded_again(loaded: tuple[SetDLM, Tokenizer]) -> None:
     spec = report_spec(1)
     data = spec.data.to_payload()
@@ -146,7 +141,7 @@ def test_a_wrong_section_and_wrong_key_figures_are_decoded_again(loaded: tuple[S
 
 
 def test_a_section_retry_that_the_plan_has_no_room_for_is_not_decoded(loaded: tuple[SetDLM, Tokenizer]) -> None:
-    spec = report_spec(3)  # 1006 of the 1024 positions, each part at most: a retry would starve the later ones
+    spec = report_spec(6)  # 1861 of the 2048 positions, each part at most: a retry would starve the later ones
     old = spec.data.to_payload().metrics[0].value
     turns = Wrong(*loaded, wrong={0}, old=old, new=str(int(float(old)) + 7))
     with pytest.raises(Unverified) as e:
@@ -154,7 +149,7 @@ def test_a_section_retry_that_the_plan_has_no_room_for_is_not_decoded(loaded: tu
     assert turns.turns == 1 and "leave it" in e.value.problems[-1] and "Revenue" in e.value.message
     flagged = report.run(Wrong(*loaded, wrong={0}, old=old, new=str(int(float(old)) + 7)),
                          spec.model_copy(update={"allow_unverified": True}))
-    assert [x["verified"] for x in flagged["sections"]] == [False, True, True] and flagged["verified"] is False
+    assert [x["verified"] for x in flagged["sections"]] == [False] + [True] * 5 and flagged["verified"] is False
     assert flagged["attempt"] == "first" and flagged["figures"]["exact"]  # the later parts: all there
 
 

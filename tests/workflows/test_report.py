@@ -29,6 +29,7 @@ from runtime.sessions.local import LocalTurns
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
+from tests.workflows.conftest import report_spec
 from workflows import report
 
 SPEC = ReportSpec.model_validate(REPORT)
@@ -51,10 +52,10 @@ def test_a_report_reads_back_every_section_and_fills_its_key_figures(session: Ca
     assert r["markdown"].startswith(f"# {SPEC.title}\n") and "<h2>Key figures</h2>" in r["html"]
     assert [x["path"] for x in r["sections"]] + [r["figures"]["path"]] == ["new", "warm", "warm", "warm"]
     assert turns.progress == {"section": 4, "sections": 4, "title": "Key figures"}
-    # the session now holds most of the context: the same plan again does not fit, refused at once
+    # the session holds part of the context now: a plan of six sections more does not fit, refused at once
     used = turns.used()
     with pytest.raises(BadInput, match="context_overflow"):
-        report.run(turns, SPEC)
+        report.run(turns, report_spec(6))
     assert turns.used() == used
 
 
@@ -77,8 +78,9 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
         assert claim.owner is not None, claim.reason
         return JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
 
+    spec = report_spec(6)  # 1861 of 2048 positions: its own first section must not count twice
     sid = records.create_session("acme", "").id
-    job, _ = jobs.create("report", "acme", REPORT, sid)
+    job, _ = jobs.create("report", "acme", spec.model_dump(mode="json"), sid)
     first = ctx_for(job.id)
     progress_of_first = first.report
 
@@ -89,27 +91,34 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
 
     first.report = dies_after_section_1  # type: ignore[method-assign]
     with pytest.raises(Died):
-        report.run(first, SPEC)
+        report.run(first, spec)
     first.close()
     time.sleep(0.4)
     [expired] = jobs.expired()
     assert jobs.requeue(expired)
     second = ctx_for(job.id)
     try:
-        r = report.run(second, SPEC)  # 1006 of 1024 positions: its own first section must not count twice
+        r = report.run(second, spec)
     finally:
         second.close()
     assert [x["path"] for x in r["sections"]][0] == "done"
     assert all(x["path"] != "done" for x in r["sections"][1:]) and r["figures"]["path"] != "done"
-    assert [(t.job_id, t.job_step) for t in records.turns(sid, "acme")] == [(job.id, i) for i in range(4)]
+    assert [(t.job_id, t.job_step) for t in records.turns(sid, "acme")] == [(job.id, i) for i in range(7)]
 
     ref_sid = records.create_session("acme", "").id
-    ref_job, _ = jobs.create("report", "acme", REPORT, ref_sid)
+    ref_job, _ = jobs.create("report", "acme", spec.model_dump(mode="json"), ref_sid)
     third = ctx_for(ref_job.id)
     try:
-        ref = report.run(third, SPEC)
+        ref = report.run(third, spec)
     finally:
         third.close()
     assert r["markdown"] == ref["markdown"] and r["figures"]["exact"]
-    assert report.run(LocalTurns(model, tok), SPEC)["markdown"] == r["markdown"]  # the in-process session's
+    assert report.run(LocalTurns(model, tok), spec)["markdown"] == r["markdown"]  # the in-process session's
     sql.dispose()
+
+
+def test_a_report_of_six_sections_fits_the_context_and_reads_back(session: Callable[[], LocalTurns]) -> None:
+    spec = report_spec(6)
+    r = report.run(session(), spec)  # 1861 positions planned at most, of the shipped model's 2048
+    assert [x["title"] for x in r["sections"]] == [p.title for p in spec.outline] and len(r["sections"]) == 6
+    assert r["verified"] and all(x["facts_ok"] == x["facts_total"] > 0 for x in r["sections"]) and r["figures"]["exact"]

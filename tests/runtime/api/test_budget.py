@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from tests.runtime.api.conftest import ACME, REPORT, Api
+from tests.runtime.api.conftest import ACME, REPORT, Api, shipped_card
 
 
 def _report(sections: int, max_new_tokens: int) -> dict[str, object]:
@@ -16,28 +16,31 @@ def _report(sections: int, max_new_tokens: int) -> dict[str, object]:
     return spec
 
 
+L = shipped_card().config.max_seq_len  # 2048: a report of 6 sections at the default lengths fits
+
+
 def test_a_report_that_cannot_fit_is_refused_before_it_runs(api: Api) -> None:
-    ok = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(3, 200)})
-    assert ok.status_code == 202, ok.text
+    ok = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 200)})
+    assert ok.status_code == 202, ok.text  # six sections of 200 tokens at most
     before = api.snapshot(rate_limits=True)
-    r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 200)})
+    r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 400)})
     assert r.status_code == 422 and r.json()["error"]["code"] == "bad_input"
-    assert "context_overflow" in r.json()["error"]["message"] and "of 1024 left" in r.json()["error"]["message"]
+    assert "context_overflow" in r.json()["error"]["message"] and f"of {L} left" in r.json()["error"]["message"]
     assert api.snapshot(rate_limits=True) == before  # no job, no session, no token
 
 
 def test_a_turn_counts_what_its_session_holds_already(api: Api) -> None:
     sid = api.seed_session("acme", turns=2)
     used = api.svc.records.length(sid, "acme")
-    too_long = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used}}
+    too_long = {"text": "revenue: up\n", "params": {"max_new_tokens": L - used}}
     r = api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=too_long)
-    assert r.status_code == 422 and f"has {1024 - used} of 1024 left" in r.json()["error"]["message"]
-    fits = {"text": "revenue: up\n", "params": {"max_new_tokens": 1024 - used - 8}}
+    assert r.status_code == 422 and f"has {L - used} of {L} left" in r.json()["error"]["message"]
+    fits = {"text": "revenue: up\n", "params": {"max_new_tokens": L - used - 8}}
     assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=fits).status_code == 202
 
 
 def test_jobs_queued_on_the_session_count_too(api: Api) -> None:
     sid = api.seed_session("acme", turns=1)
-    half = {"text": "revenue: up\n", "params": {"max_new_tokens": (1024 - api.svc.records.length(sid, "acme")) // 2}}
+    half = {"text": "revenue: up\n", "params": {"max_new_tokens": (L - api.svc.records.length(sid, "acme")) // 2}}
     assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=half).status_code == 202  # queued
     assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=half).status_code == 422  # it would not fit
