@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"  #: where `setflow serve` listens
     api_port: int = Field(default=8000, ge=0, le=65535)  #: 0: any free port
     max_body_bytes: int = 1 * MiB  #: a request body's largest size (413 beyond)
+    tenant_max_datasets: int = Field(default=100, ge=1)  #: a tenant's own datasets, at most (409 beyond)
     max_streams_per_tenant: int = 16  #: event streams one tenant may hold open per API process (429 beyond)
     metrics_token: str | None = None  #: /metrics needs `Authorization: Bearer <it>` (it names tenants)
     metrics_public: bool = False  #: /metrics without a token: only where the network is private

@@ -59,7 +59,7 @@ class Services:
         jobs = Jobs(sql, settings)
         return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
-                   Cards(client, settings), Keys(settings.key_prefix), keyring, Datasets(sql))
+                   Cards(client, settings), Keys(settings.key_prefix), keyring, Datasets(sql, settings.tenant_max_datasets))
 
     def aclient(self) -> aioredis.Redis:
         """An async Redis client for one event stream (it waits on it without holding a

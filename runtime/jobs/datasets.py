@@ -17,11 +17,11 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import sessionmaker
 
 from runtime.db import writer
-from runtime.errors import BadInput, NotFound
+from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.tables import DatasetRecord
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"  #: a dataset's name
@@ -87,15 +87,22 @@ def check(rows: list[list[str]]) -> list[list[str]]:
 
 
 class Datasets:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, max_per_tenant: int = 100) -> None:
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
+        self.max_per_tenant = max_per_tenant
 
     def put(self, tenant: str, name: str, rows: list[list[str]]) -> DatasetRecord:
-        """Create or replace the tenant's dataset `name` (rows checked by the caller: parse_*)."""
+        """Create or replace the tenant's dataset `name` (rows checked by the caller: parse_*);
+        OverBudget for a new one past max_per_tenant."""
         with self._write.begin() as db:
             rec = db.get(DatasetRecord, (tenant, name))
             if rec is None:
+                have = int(db.scalar(select(func.count()).select_from(DatasetRecord)
+                                     .where(DatasetRecord.tenant == tenant)) or 0)
+                if have >= self.max_per_tenant:
+                    raise OverBudget(f"tenant {tenant!r} has {have} datasets, the most it may have "
+                                     "(tenant_max_datasets): replace or delete one")
                 rec = DatasetRecord(tenant=tenant, name=name)
                 db.add(rec)
             rec.rows, rec.n_rows, rec.updated_at = rows, len(rows), datetime.now(UTC)

@@ -77,3 +77,15 @@ def test_an_agent_job_names_a_dataset_its_tenant_has(api: Api) -> None:
     assert api.snapshot() == before
     r = api.http.post("/v1/jobs", json={"kind": "agent", "spec": {**AGENT, "dataset": "sales"}}, headers=ACME)
     assert r.status_code == 202, r.text
+
+
+def test_a_tenant_holds_at_most_its_datasets(make_api: Any) -> None:
+    api = make_api(tenant_max_datasets=2)
+    for name in ("a", "b"):
+        assert api.http.put(f"/v1/datasets/{name}", json={"rows": ROWS}, headers=ACME).status_code == 200
+    before = api.snapshot()
+    r = api.http.put("/v1/datasets/c", json={"rows": ROWS}, headers=ACME)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "over_budget" and "tenant_max_datasets" in r.text
+    assert api.snapshot() == before
+    assert api.http.put("/v1/datasets/a", json={"rows": ROWS[:1]}, headers=ACME).status_code == 200  # a replace
+    assert api.http.put("/v1/datasets/c", json={"rows": ROWS}, headers=GLOBEX).status_code == 200  # its own count
