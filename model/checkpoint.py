@@ -14,6 +14,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,14 @@ def is_buffer(key: str) -> bool:
 
 def fingerprint(model: SetDLM) -> str:
     """sha256 over the config and every weight (in their current dtype), in name order: a cache
-    is only valid for the exact weights that computed it.  Computed once per model object and
+    is only valid for the exact weights that computed it.  The config without max_seq_len: the
+    context is a cache size (RoPE is relative), the same K/V at any length, so a longer context
+    keeps the sessions and caches of the shorter one.  Computed once per model object and
     kept on it; load_state resets it; anyone else who edits weights in place must pop
     `model._fingerprint` (training builds a fresh model, so it never has one)."""
     fp = getattr(model, "_fingerprint", None)
     if fp is None:
-        h = hashlib.sha256(model.cfg.to_json().encode())
+        h = hashlib.sha256(replace(model.cfg, max_seq_len=0).to_json().encode())
         for name, t in sorted(model.state_dict().items()):
             h.update(name.encode())
             h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())

@@ -94,7 +94,7 @@ class Dataset:
 
 #: what a result may be, as the model reads it after `<result>`: a number as the tools write it
 #: (format_number, Dataset.lookup) or an error line; a client's tool output is held to it
-RESULT_RE = r"-?\d{1,15}(?:\.\d{1,6})?|error: [^<>\x00-\x1f]{1,200}"
+RESULT_RE = r"-?[0-9]{1,15}(?:\.[0-9]{1,6})?|error: [^<>\x00-\x1f]{1,200}"
 
 
 def call_text(tool: str, *args: str) -> str:

@@ -43,15 +43,21 @@ def _ids(tok: Tokenizer, text: str) -> list[int]:
     return tok.encode(text)
 
 
+def _wild(rng: random.Random, share: float) -> bool:
+    """Draw from the API's grammar this time?  No draw at all at share 0: the base recipe's
+    data stream stays the one the shipped model was trained on."""
+    return share > 0 and rng.random() < share
+
+
 def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
-    p, text = narrative.example(rng) if rng.random() >= wild else narrative.wild_example(rng)
+    p, text = narrative.wild_example(rng) if _wild(rng, wild) else narrative.example(rng)
     prompt = [tok.bos_id, *_ids(tok, narrative.prompt_text(p))]
     target = [*_ids(tok, text), tok.eos_id]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
 def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
-    task, _, pieces = agent.example(rng) if rng.random() >= wild else agent.wild_example(rng)
+    task, _, pieces = agent.wild_example(rng) if _wild(rng, wild) else agent.example(rng)
     ids = [tok.bos_id, *_ids(tok, agent.prompt_text(task.question))]
     roles = [CONTEXT] * len(ids)
     for text, given in pieces:
@@ -62,7 +68,7 @@ def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Exam
 
 
 def section_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
-    s, text = report.section_example(rng, wild=rng.random() < wild)
+    s, text = report.section_example(rng, wild=_wild(rng, wild))
     prompt = [tok.bos_id, *_ids(tok, s.prompt_text())]
     target = [*_ids(tok, text), tok.eos_id]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)

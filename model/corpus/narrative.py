@@ -71,7 +71,7 @@ COMPARISONS: dict[str, tuple[str, ...]] = {"above": ABOVE, "below": BELOW, "on":
 # ---- the API's grammar (runtime/jobs/specs.py validates payloads with these; wild_payload draws from them)
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9 .&'/-]{0,39}$"  # tenants, breakdown rows, custom metrics: one line, no '|'
 PERIOD_RE = r"^[A-Za-z0-9-]{1,16}$"
-NUMBER_RE = r"^\d{1,9}(\.\d{1,3})?$"  # a number as text: 1-9 digits, up to 3 decimals
+NUMBER_RE = r"^[0-9]{1,9}(\.[0-9]{1,3})?$"  # a number as text: 1-9 digits, up to 3 decimals
 UNIT_RE = r"^[A-Za-z%$/]([A-Za-z%$/ ]{0,14}[A-Za-z%$/])?$"  # a custom metric's unit: 1-16, no digits
 NAME_FIRST = string.ascii_letters + string.digits
 NAME_REST = NAME_FIRST + " .&'/-"

@@ -81,7 +81,7 @@ class Services:
         (`host`) and whether it fits that model (`fits`); nothing is written for a job refused."""
         def admit(parsed: BaseModel) -> Host | None:  # after the spec's checks; its host binds the session
             if isinstance(parsed, AgentSpec) and parsed.dataset is not None:
-                self.datasets.get(tenant, parsed.dataset)  # NotFound: the tenant has no such dataset
+                self.datasets.exists(tenant, parsed.dataset)  # NotFound: the tenant has no such dataset
             host = self.host(session, tenant, model, numerics)
             self.fits(kind, parsed, session, tenant, host)
             return host

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
@@ -28,7 +29,7 @@ NAME = r"^[A-Za-z0-9_-]{1,64}$"  #: a dataset's name
 MAX_ROWS = 10_000
 COLUMNS = ("metric", "region", "period", "value")
 _KEY = re.compile(r'^[^"<>\x00-\x1f]{1,64}$')  # what a call's quoted argument can hold
-_VALUE = re.compile(r"^-?\d{1,15}(?:\.\d{1,6})?$")  # the number part of the tools' result grammar
+_VALUE = re.compile(r"^-?[0-9]{1,15}(?:\.[0-9]{1,6})?$")  # the number part of the tools' result grammar
 
 
 def parse_json(body: Any) -> list[list[str]]:
@@ -92,21 +93,45 @@ class Datasets:
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.max_per_tenant = max_per_tenant
 
+    def check_room(self, tenant: str, name: str) -> None:
+        """OverBudget where `name` would be a new dataset past max_per_tenant."""
+        with self._db() as db:
+            self._room(db, tenant, name)
+
+    def _room(self, db: Session, tenant: str, name: str) -> DatasetRecord | None:
+        rec = db.get(DatasetRecord, (tenant, name))
+        if rec is None:
+            have = int(db.scalar(select(func.count()).select_from(DatasetRecord)
+                                 .where(DatasetRecord.tenant == tenant)) or 0)
+            if have >= self.max_per_tenant:
+                raise OverBudget(f"tenant {tenant!r} has {have} datasets, the most it may have "
+                                 "(tenant_max_datasets): replace or delete one")
+        return rec
+
     def put(self, tenant: str, name: str, rows: list[list[str]]) -> DatasetRecord:
         """Create or replace the tenant's dataset `name` (rows checked by the caller: parse_*);
-        OverBudget for a new one past max_per_tenant."""
-        with self._write.begin() as db:
-            rec = db.get(DatasetRecord, (tenant, name))
-            if rec is None:
-                have = int(db.scalar(select(func.count()).select_from(DatasetRecord)
-                                     .where(DatasetRecord.tenant == tenant)) or 0)
-                if have >= self.max_per_tenant:
-                    raise OverBudget(f"tenant {tenant!r} has {have} datasets, the most it may have "
-                                     "(tenant_max_datasets): replace or delete one")
-                rec = DatasetRecord(tenant=tenant, name=name)
-                db.add(rec)
-            rec.rows, rec.n_rows, rec.updated_at = rows, len(rows), datetime.now(UTC)
-        return rec
+        OverBudget for a new one past max_per_tenant.  Two uploads of a new name at once: the
+        second replaces the first."""
+        for _ in range(3):
+            try:
+                with self._write.begin() as db:
+                    rec = self._room(db, tenant, name)
+                    if rec is None:
+                        rec = DatasetRecord(tenant=tenant, name=name)
+                        db.add(rec)
+                    rec.rows, rec.n_rows, rec.updated_at = rows, len(rows), datetime.now(UTC)
+                return rec
+            except IntegrityError:  # inserted by another upload between our read and our write
+                continue
+        raise BadInput(f"dataset {name!r}: too many concurrent uploads")
+
+    def exists(self, tenant: str, name: str) -> None:
+        """NotFound where the tenant has no dataset `name` (its rows not read)."""
+        with self._db() as db:
+            found = db.scalar(select(DatasetRecord.name).where(DatasetRecord.tenant == tenant,
+                                                               DatasetRecord.name == name))
+        if found is None:
+            raise NotFound(f"no dataset {name!r} for tenant {tenant!r}")
 
     def get(self, tenant: str, name: str) -> DatasetRecord:
         with self._db() as db:

@@ -111,8 +111,8 @@ class Hosts:
         for h in self.live():
             if numerics in (None, h.numerics):
                 count[h.model] = count.get(h.model, 0) + len(self.workers(h))
-        best = max(((n, m) for m, n in count.items() if n), default=None)
-        return best[1] if best is not None else None
+        ranked = sorted((-n, m) for m, n in count.items() if n)  # most workers, then by name
+        return ranked[0][1] if ranked else None
 
     def choose(self, model: str, numerics: str | None = None) -> Host:
         """The host a new session of `model` (in `numerics`, if given) is bound to: of those

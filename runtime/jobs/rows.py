@@ -49,7 +49,7 @@ JOB_ID = re.compile(r"[0-9a-f]{24}")
 class Claim:
     job: JobRecord
     owner: str | None  # the claim token; None: not claimed, see reason
-    reason: str = ""  # "claimed", "finished", "running elsewhere", "waiting", "gave up"
+    reason: str = ""  # "claimed", "finished", "running elsewhere", "waiting", "waiting for tool outputs", "gave up"
 
 
 class Jobs:
@@ -224,6 +224,8 @@ class Jobs:
             return Claim(job, None, "finished")
         if job.status == "running" and job.lease_until >= now:
             return Claim(job, None, "running elsewhere")
+        if job.status == "requires_action":  # a late or duplicated message: its client's outputs send it again
+            return Claim(job, None, "waiting for tool outputs")
         if self.blocked(job):
             return Claim(job, None, "waiting")
         if job.attempts >= self.s.job_max_attempts:
@@ -233,7 +235,8 @@ class Jobs:
         owner = secrets.token_hex(16)
         with self._write.begin() as db:
             n = _rows(db.execute(update(JobRecord).where(
-                JobRecord.id == job_id, JobRecord.status == job.status, JobRecord.attempts == job.attempts,
+                JobRecord.id == job_id, JobRecord.status == job.status, JobRecord.status.in_(("queued", "running")),
+                JobRecord.attempts == job.attempts,
                 JobRecord.owner.is_(None) if job.owner is None else JobRecord.owner == job.owner,
                 # a holder that renewed its lease since we read it keeps the job
                 *([JobRecord.lease_until < now] if job.status == "running" else []),
@@ -338,19 +341,22 @@ class Jobs:
     def cancel(self, job_id: str, tenant: str) -> tuple[JobRecord, bool]:
         """A queued job, or one waiting for its client's tool outputs, is cancelled here (returns
         it with True: this call ended it); a running one is marked, and its holder stops at its
-        next step.  A finished job stays as it is."""
-        job = self.get(job_id, tenant)
+        next step.  A finished job stays as it is.  The row is locked while this decides (a
+        holder suspending the job at the same moment goes before or after, never between)."""
+        self.get(job_id, tenant)
         with self._write.begin() as db:
-            ended = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id,
-                                                             JobRecord.status.in_(("queued", "requires_action")))
-                                     .values(status="cancelled", cancel_requested=True, owner=None, action=None,
-                                             finished_at=datetime.now(UTC),
-                                             error={"code": "cancelled", "message": (
-                                                 "cancelled while waiting for tool outputs"
-                                                 if job.status == "requires_action" else "cancelled while queued")})))
-            db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.status == "running")
-                       .values(cancel_requested=True))
-        return self.get(job_id), ended == 1
+            job = db.get(JobRecord, job_id, with_for_update=True)
+            if job is None:
+                raise NotFound(f"no job {job_id!r}")
+            ended = job.status in ("queued", "requires_action")
+            if ended:
+                waited = job.status == "requires_action"
+                job.status, job.owner, job.action, job.finished_at = "cancelled", None, None, datetime.now(UTC)
+                job.error = {"code": "cancelled", "message": "cancelled while waiting for tool outputs" if waited
+                             else "cancelled while queued"}
+            if ended or job.status == "running":  # a running one: its holder stops at its next step
+                job.cancel_requested = True
+        return self.get(job_id), ended
 
     # ---- the reaper's queries ---------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Checkpoints: safetensors round trip, fingerprints, prefix stripping of imported weights."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,15 @@ def test_atomic_folder_is_all_or_nothing(model: SetDLM, tmp_path: Path) -> None:
     target.rename(tmp_path / "ckpt.old")  # a crash between the two renames
     checkpoint.recover(target)
     assert checkpoint.load(target) is not None
+
+
+def test_the_context_length_is_not_part_of_the_fingerprint() -> None:
+    """A longer context keeps the caches and sessions of the shorter (the same K/V at any length);
+    any other part of the config does not."""
+    a = random_model(seed=0)
+    longer = SetDLM(replace(a.cfg, max_seq_len=2 * a.cfg.max_seq_len))
+    longer.load_state_dict(a.state_dict())
+    assert checkpoint.fingerprint(longer) == checkpoint.fingerprint(a)
+    other = SetDLM(replace(a.cfg, rope_theta=2 * a.cfg.rope_theta))
+    other.load_state_dict(a.state_dict())
+    assert checkpoint.fingerprint(other) != checkpoint.fingerprint(a)

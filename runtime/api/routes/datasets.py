@@ -4,6 +4,7 @@ agent job names one in its spec (`dataset`)."""
 
 from __future__ import annotations
 
+import csv
 import json
 from datetime import datetime
 from typing import Annotated, Any
@@ -63,10 +64,11 @@ async def put_dataset(name: Name, request: Request, who: Tenant, svc: Svc) -> Da
             rows = datasets.parse_json(json.loads(raw))
         else:
             raise HTTPException(415, f"a dataset is application/json or text/csv, not {kind}")
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, csv.Error, RecursionError) as e:
         if isinstance(e, BadInput):
             raise
         raise BadInput(f"the body is not {kind}: {e}") from None
+    await run_sync(svc.datasets.check_room, who, name)  # before the rate-limit token: a refusal takes none
     svc.limiter.take(who)
     return _view(await run_sync(svc.datasets.put, who, name, rows))
 

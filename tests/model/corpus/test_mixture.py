@@ -1,10 +1,11 @@
 """The training mixture: roles, lengths, determinism by step, and the shipped tokenizer."""
 
+import random
 from itertools import islice
 
 from model import shipped
 from model.config import BOS_ID, EOS_ID, ModelConfig
-from model.corpus import agent, mixture
+from model.corpus import agent, mixture, narrative, report
 from model.tokenizer import Tokenizer
 from model.train import CONTEXT, GIVEN, TARGET, roles_of
 
@@ -40,3 +41,16 @@ def test_the_corpora_reproduce_the_shipped_tokenizer(tok: Tokenizer) -> None:
     assert mixture.train_tokenizer().to_str() == tok.to_str()
     assert tok.vocab_size <= ModelConfig.from_name("small").vocab_size
     assert (shipped.SHIPPED / "tokenizer.json").read_text() == tok.to_str()
+
+
+def test_the_base_recipe_draws_what_it_drew_before_the_wild_share(tok: Tokenizer) -> None:
+    """At share 0 a maker draws exactly its corpus example (no extra random draw), so the base
+    recipe's data stream is the one the shipped model was trained on."""
+    for seed in range(20):
+        for maker, plain in ((mixture.narrative_example, lambda r: narrative.prompt_text(narrative.example(r)[0])),
+                             (mixture.agent_example, lambda r: agent.prompt_text(agent.example(r)[0].question)),
+                             (mixture.section_example, lambda r: report.section_example(r)[0].prompt_text())):
+            a, b = random.Random(seed), random.Random(seed)
+            ids, _ = maker(tok, a)
+            want = plain(b)
+            assert tok.decode(ids, skip_special=True).startswith(want) and a.getstate() == b.getstate()

@@ -6,6 +6,7 @@ back when a stream closes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -67,3 +68,34 @@ def test_open_streams_hold_no_threads_and_are_capped_per_tenant(server: ApiServe
                 await asyncio.sleep(0.1)
             raise AssertionError("closed streams did not give their places back")
     asyncio.run(go())
+
+
+def test_a_waiting_jobs_stream_says_so_from_sql_when_its_event_is_gone(server: ApiServer, redis_url: str) -> None:
+    """A wait may outlast its event stream's TTL, or its requires_action event be lost: the
+    stream says it from the job's row, with the calls to answer."""
+    from tests.runtime.api.conftest import AGENT
+
+    svc = server.app.state.services
+    jobs = svc.jobs
+    job, _ = jobs.create("agent", "acme", {**AGENT, "client_tools": ["metric"]}, None, open_session=True)
+    owner = jobs.claim(job.id, "w1").owner
+    assert owner is not None
+    call = {"id": "call_1", "tool": "metric", "call": 'metric("churn", "APAC", "2026-Q3")',
+            "arguments": {"metric": "churn", "region": "APAC", "period": "2026-Q3"}}
+    jobs.suspend(job.id, owner, [call], 60)
+    r = redis.Redis.from_url(redis_url)
+    r.delete(svc.keys.events(job.id))  # no event says it waits
+    r.close()
+    with httpx.stream("GET", f"{server.url}/v1/jobs/{job.id}/events", headers=ACME, timeout=10.0) as s:
+        event, data = "", ""
+        for line in s.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data = line[6:]
+            elif line == "" and event == "status":
+                break
+    said = json.loads(data)
+    assert said["status"] == "requires_action" and said["calls"] == [call] and said["from"] == "sql"
+    assert jobs.claim(job.id, "w2").reason == "waiting for tool outputs"  # a late message does not take it
+    assert jobs.get(job.id).status == "requires_action"
