@@ -40,7 +40,7 @@ def interactive_goes_first(c: LocalCluster, slots: int, timeout_s: float = 60) -
     def long(n: int) -> dict[str, object]:
         return {**LONG, "params": {**LONG["params"], "max_new_tokens": n}}  # type: ignore[dict-item]
 
-    busy = [c.submit(c.open("acme"), long(320 if i == 0 else 800)) for i in range(slots)]
+    busy = [c.submit(c.open("acme"), long(480 if i == 0 else 960)) for i in range(slots)]
     for job in busy:
         steps_seen(c, job, 1)
     assert all(c.jobs.get(j.id).status == "running" for j in busy), "every slot busy when the two arrive"
