@@ -7,7 +7,6 @@ that runs out fails the job; a cancelled wait ends it; the session stays usable 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from runtime.jobs.specs import AgentSpec
 from runtime.keys import Keys
 from runtime.sessions.local import LocalTurns
 from runtime.tables import JobRecord
-from tests.workers.conftest import make_cluster
 from workers.local import LocalCluster
 from workflows import agent
 
@@ -37,17 +35,6 @@ def client_metric(call: dict[str, Any]) -> str:
         return f"error: {e}"
 
 
-@pytest.fixture(scope="module")
-def pair(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = make_cluster(redis_url, tmp_path_factory.mktemp("client-tools"))
-    try:
-        c.start("w1", "w2")
-        c.ready("w1", "w2")
-        yield c
-    finally:
-        c.close()
-
-
 def waiting(c: LocalCluster, job: JobRecord | str, timeout_s: float = 60.0) -> JobRecord:
     j = c.wait(job, timeout_s)
     assert j.status == "requires_action", (j.status, j.error, c.log("w1"), c.log("w2"))
@@ -60,8 +47,8 @@ def row(c: LocalCluster, job_id: str) -> tuple[Any, ...]:
 
 
 def test_a_call_answered_after_its_worker_was_killed_resumes_token_identical(
-        pair: LocalCluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
-    c, keys = pair, Keys(pair.settings.key_prefix)
+        cluster: LocalCluster, loaded: tuple[SetDLM, Tokenizer]) -> None:
+    c, keys = cluster, Keys(cluster.settings.key_prefix)
     c.start("victim")
     c.ready("victim")
     sid = c.open("acme")
@@ -110,8 +97,8 @@ def test_a_call_answered_after_its_worker_was_killed_resumes_token_identical(
 
 
 def test_waiting_jobs_hold_no_worker_and_a_cancelled_or_expired_wait_leaves_the_session_usable(
-        pair: LocalCluster) -> None:
-    c = pair
+        cluster: LocalCluster) -> None:
+    c = cluster
     sids = [c.open("acme") for _ in range(3)]
     jobs = [c.dispatcher.submit("agent", "acme", SPEC, sids[0]),
             c.dispatcher.submit("agent", "acme", {**SPEC, "tool_timeout_s": 1.0}, sids[1]),

@@ -14,8 +14,6 @@ from starlette.testclient import TestClient
 
 from model.importer import import_checkpoint
 from runtime.api.app import create_app
-from runtime.db import make_engine
-from runtime.sessions.records import Records
 from tests.model.released import ENDOFTEXT, MASK, qwen3_state, write_release
 from tests.workers.conftest import make_cluster
 from tests.workflows.test_narrative import PAYLOAD
@@ -59,7 +57,7 @@ def test_each_job_runs_where_its_model_and_numerics_are_hosted(fleet: tuple[Loca
         assert first["worker"] == worker, (ask, first)
         again = _run(c, http, {"kind": "turn", "spec": turn, "session": first["session"]})  # the session's binding
         assert again["worker"] == worker and again["path"] == "warm"
-        rec = Records(make_engine(c.settings)).get_session(first["session"], "acme")
+        rec = c.records.get_session(first["session"], "acme")
         assert (rec.model, rec.numerics) == ((qwen if worker == "qwen" else "small"),
                                              "cpu/bfloat16" if worker == "bf16" else "cpu/float32")
     for ask in ({"model": "llama"}, {"numerics": "cuda/bfloat16"}, {"model": qwen, "numerics": "cpu/bfloat16"}):
