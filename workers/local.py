@@ -69,12 +69,16 @@ class LocalCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"worker {name} not alive after {timeout_s} s:\n{self.log(name)}")
                 time.sleep(0.1)
-            sid = self.open("warmup")
-            job, _ = self.jobs.create("turn", "warmup", {"text": "company: Acme\n", "params": {"max_new_tokens": 2}}, sid)
-            self.app.send_task(TASK, args=[job.id], queue=own_queue(self.settings, name))
+            # recorded as sent to the worker's own queue: a job recorded as never sent is the
+            # reaper's to send, to a shared queue, where another worker may warm up instead
+            sid, queue = self.open("warmup"), own_queue(self.settings, name)
+            job, _ = self.jobs.create("turn", "warmup", {"text": "company: Acme\n", "params": {"max_new_tokens": 2}}, sid,
+                                      queue=queue)
+            self.app.send_task(TASK, args=[job.id], queue=queue)
             done = self.dispatcher.wait(job.id, max(1.0, deadline - time.monotonic()))
-            if done.status != "succeeded":
-                raise RuntimeError(f"worker {name}: warm-up job {done.status} {done.error}:\n{self.log(name)}")
+            ran_on = (done.result or {}).get("worker")
+            if done.status != "succeeded" or ran_on != name:
+                raise RuntimeError(f"worker {name}: warm-up job {done.status} on {ran_on} {done.error}:\n{self.log(name)}")
 
     def open(self, tenant: str) -> str:
         return self.records.create_session(tenant, "").id

@@ -91,21 +91,27 @@ def keep_published(client: redis.Redis, settings: Settings, card: ModelCard, eve
     """A daemon thread that publishes `card` now and again whenever it or the pointer is gone
     (Redis was away when the worker started, or came back empty), checked every `every_s` until
     `stop` is set.  An EXISTS per interval while all is well.  host: (worker, what it hosts),
-    said every interval too (runtime/jobs/hosts.py: its heartbeat as a host of that model)."""
+    said every interval too (runtime/jobs/hosts.py: its heartbeat as a host of that model).
+    The first round runs before this returns: a worker that takes a job has said what it hosts
+    (a thread starved by a busy process said it seconds later, and a job submitted meanwhile
+    was bound to another host)."""
     k = Keys(settings.key_prefix)
     hosts = Hosts(client, settings)
 
+    def once() -> None:
+        try:
+            if not (client.exists(k.model_card(card.fingerprint)) and client.exists(k.model)):
+                publish(client, settings, card)
+            if host is not None:
+                hosts.beat(*host)
+        except redis.RedisError:
+            log.warning("model card not published (Redis away): retrying in %.0f s", every_s)
+
     def loop() -> None:
-        while True:
-            try:
-                if not (client.exists(k.model_card(card.fingerprint)) and client.exists(k.model)):
-                    publish(client, settings, card)
-                if host is not None:
-                    hosts.beat(*host)
-            except redis.RedisError:
-                log.warning("model card not published (Redis away): retrying in %.0f s", every_s)
-            if stop.wait(every_s):
-                return
+        while not stop.wait(every_s):
+            once()
+
+    once()
 
     thread = threading.Thread(target=loop, name="setflow-model-card", daemon=True)
     thread.start()
