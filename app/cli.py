@@ -77,6 +77,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = ModelConfig.from_name(args.preset)
     if args.init is not None and not (args.init / "config.json").is_file():
         raise CliError(f"--init {args.init}: not a checkpoint folder (no config.json)")
+    mix = None
+    if args.mix is not None:
+        from model.corpus.mixture import parse_mix
+
+        if args.init is None or args.preset != "small":
+            raise CliError("--mix sets a fine-tune's shares: it needs --preset small and --init")
+        try:
+            mix = parse_mix(args.mix)
+        except ValueError as e:
+            raise CliError(f"--mix {e}") from e
 
     # imports torch: only once the input is known good
     from model import checkpoint
@@ -108,7 +118,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         tokenizer_json = tok.to_str()
 
         def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
-            return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None)
+            return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix)
     if args.steps is not None:
         recipe["steps"] = args.steps
     tc = TrainConfig(seed=args.seed, **recipe)
@@ -207,6 +217,8 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--init", type=Path, default=None,
                     help="fine-tune the weights of this checkpoint folder (small: its tokenizer kept; the recipe "
                          "and data of model/corpus/mixture.py FINETUNE: the API's whole grammar)")
+    tr.add_argument("--mix", default=None, help="a fine-tune's task shares, e.g. narrative=0.4,agent=0.3,section=0.15,"
+                         "infill=0.15 (default: mixture.FINETUNE_MIX)")
     tr.set_defaults(func=cmd_train)
     im = sub.add_parser("import", help="convert a released SetDLM checkpoint (HF export, compiled or Composer keys; "
                         "safetensors or tensor-only .bin/.pt) into setflow's format")

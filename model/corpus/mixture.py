@@ -87,9 +87,31 @@ WILD_MAKERS: dict[str, Callable[[Tokenizer, random.Random, float], Example]] = {
     "narrative": narrative_example, "section": section_example, "agent": agent_example}
 
 
-def pick_task(rng: random.Random, step: int, finetune: bool = False) -> str:
-    mix = FINETUNE_MIX if finetune else WARMUP_MIX if step < COPY_WARMUP else MIX
-    return rng.choices(list(mix), weights=list(mix.values()))[0]
+def pick_task(rng: random.Random, step: int, finetune: bool = False, mix: dict[str, float] | None = None) -> str:
+    """mix: a fine-tune's own shares (default FINETUNE_MIX)."""
+    shares = (mix or FINETUNE_MIX) if finetune else WARMUP_MIX if step < COPY_WARMUP else MIX
+    return rng.choices(list(shares), weights=list(shares.values()))[0]
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """"narrative=0.4,agent=0.3,..." -> shares (ValueError with the reason: an unknown task, a
+    share that is not a number >= 0, none above 0)."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in MAKERS:
+            raise ValueError(f"{part!r}: expected task=share with a task of {', '.join(MAKERS)}")
+        try:
+            share = float(value)
+        except ValueError:
+            raise ValueError(f"{part!r}: the share is not a number") from None
+        if not share >= 0 or share == float("inf"):
+            raise ValueError(f"{part!r}: a share is a finite number >= 0")
+        out[name] = share
+    if not any(out.values()):
+        raise ValueError(f"{text!r}: no task has a share above 0")
+    return out
 
 
 def texts(seed: int = TOKENIZER_SEED, n: int = TOKENIZER_TEXTS) -> Iterator[str]:
@@ -116,7 +138,7 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
 
 
 def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
-            finetune: bool = False) -> Callable[[int], Iterator[list[Example]]]:
+            finetune: bool = False, mix: dict[str, float] | None = None) -> Callable[[int], Iterator[list[Example]]]:
     """`train()`'s data.  A batch holds one task (drawn by WARMUP_MIX, then MIX), so that short agent transcripts
     are not padded to the length of long narratives.  Examples longer than seq_len are dropped
     (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence."""
@@ -124,7 +146,7 @@ def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
         s = start
         while True:
             rng = random.Random(f"mixture/{seed}/{s}")  # str seeds hash deterministically
-            task = pick_task(rng, s, finetune)
+            task = pick_task(rng, s, finetune, mix)
             wild = WILD if finetune and task in WILD_MAKERS else 0.0
             out: list[Example] = []
             while len(out) < batch_size:

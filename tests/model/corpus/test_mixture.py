@@ -54,3 +54,18 @@ def test_the_base_recipe_draws_what_it_drew_before_the_wild_share(tok: Tokenizer
             ids, _ = maker(tok, a)
             want = plain(b)
             assert tok.decode(ids, skip_special=True).startswith(want) and a.getstate() == b.getstate()
+
+
+def test_a_fine_tune_draws_its_tasks_by_its_own_mix(tok: Tokenizer) -> None:
+    """`setflow train --init ... --mix agent=1`: every batch an agent one (the default mix draws
+    all four tasks); the same step draws the same batch."""
+    assert mixture.parse_mix("narrative=0.35, agent=0.35,section=0.15,infill=0.15") == {
+        "narrative": 0.35, "agent": 0.35, "section": 0.15, "infill": 0.15}
+    rng = random.Random(0)
+    assert {mixture.pick_task(rng, s, finetune=True) for s in range(200)} == set(mixture.FINETUNE_MIX)
+    make = mixture.batches(tok, seed=3, batch_size=2, seq_len=512, finetune=True, mix={"agent": 1.0})
+    batches = list(islice(make(0), 6))
+    assert list(islice(make(4), 2)) == batches[4:]
+    for batch in batches:
+        for ids, _ in batch:
+            assert tok.decode(ids, skip_special=True).startswith("Q: ")  # agent.prompt_text: a question
