@@ -94,6 +94,17 @@ class Keys:
     def totals(self) -> str:
         return f"{self.prefix}:tenants"
 
+    def event_bytes(self, tenant: str) -> str:
+        return f"{self.prefix}:evbytes:{tenant}"
+
+    @property
+    def events_due(self) -> str:
+        return f"{self.prefix}:events_due"
+
+    @property
+    def event_tenants(self) -> str:
+        return f"{self.prefix}:event_tenants"
+
     def probe(self, probe_id: str) -> str:
         return f"{self.prefix}:probe:{probe_id}"
 

@@ -74,7 +74,8 @@ def run(rt: Runtime, job_id: str) -> str:
     events = rt.dispatcher.events
     if claim.owner is None:
         if claim.reason == "gave up":
-            _quietly(lambda: events.publish(job_id, {"type": "status", "status": "failed", "error": claim.job.error}))
+            _quietly(lambda: events.publish(claim.job.tenant, job_id,
+                                            {"type": "status", "status": "failed", "error": claim.job.error}))
             _quietly(lambda: rt.dispatcher.dispatch_next(claim.job.session_id))
         return claim.reason
     job, owner, session = claim.job, claim.owner, claim.job.session_id
@@ -86,7 +87,7 @@ def run(rt: Runtime, job_id: str) -> str:
         status, result, error = "cancelled", None, _err("cancelled", "cancelled before this attempt started")
     else:
         affinity = _quietly(lambda: rt.dispatcher.routing.last_worker(session)) if session is not None else None
-        _quietly(lambda: events.publish(job_id, {"type": "status", "status": "running", "worker": rt.worker,
+        _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "running", "worker": rt.worker,
                                                  "attempt": job.attempts}))
         try:
             status, result, error = _attempts(rt, job_id, owner, started)
@@ -102,7 +103,7 @@ def run(rt: Runtime, job_id: str) -> str:
             _retrying(rt, lambda: rt.jobs.suspend(job_id, owner, calls, wait_s))
         except ClaimLost:
             return "claim lost"
-        _quietly(lambda: events.publish(job_id, {"type": "status", "status": "requires_action", "calls": calls,
+        _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "requires_action", "calls": calls,
                                                  "deadline": time.time() + wait_s}))
         if _retrying(rt, lambda: rt.jobs.get(job_id)).cancel_requested:  # asked while it ran: it ends waiting
             _quietly(lambda: rt.dispatcher.cancel(job_id, job.tenant))
@@ -118,7 +119,7 @@ def run(rt: Runtime, job_id: str) -> str:
         return "claim lost"
     # the outcome is durable; the rest helps watchers and the session's next job (the reaper
     # sends that one anyway if this fails)
-    _quietly(lambda: events.publish(job_id, {"type": "status", "status": final, "error": error}))
+    _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": final, "error": error}))
     _quietly(lambda: rt.dispatcher.dispatch_next(session))
     return final
 

@@ -57,7 +57,8 @@ def _reap(settings: Settings) -> None:
 def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True) -> dict[str, int]:
     """One reaper pass: the jobs (Dispatcher.reap), then, when `collect` (gc_interval_s has
     passed) and this worker took the pass (the reaper's lock: one worker per interval), the
-    sessions' overdue pending writes and expired manifests (SessionStore.sweep).
+    sessions' overdue pending writes and expired manifests (SessionStore.sweep), and the event
+    streams gone from their tenants' accounts (JobEvents.sweep).
     Failures are logged, never fatal: Redis or the database away, the next pass tries again.
     Returns what the pass did ({} when another worker holds the lock)."""
     done: dict[str, int] = {}
@@ -70,6 +71,7 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
     if done and collect:
         try:
             done.update(store.sweep())
+            done.update(dispatcher.events.sweep())  # expired event streams leave their tenants' accounts
         except Exception:  # noqa: BLE001 - the same: garbage waits for the next pass
             log.warning("session sweep failed", exc_info=True)
     return done

@@ -29,12 +29,12 @@ log = logging.getLogger("setflow.worker")
 
 
 class JobChannel:
-    def __init__(self, events: JobEvents, job: str, beat: Callable[[], bool] | None = None,
+    def __init__(self, events: JobEvents, tenant: str, job: str, beat: Callable[[], bool] | None = None,
                  beat_every_s: float = 20.0) -> None:
         """beat: renews the job's lease, returns whether a cancellation was asked (SQL), raises
         ClaimLost when the job is no longer ours; called every beat_every_s."""
         self.events = events
-        self.job = job
+        self.tenant, self.job = tenant, job
         self.cancelled = threading.Event()
         self.lost = threading.Event()  # the claim is no longer ours: stop, write nothing more
         self.seen_at: float | None = None  # when the cancellation reached this worker (epoch s)
@@ -62,7 +62,7 @@ class JobChannel:
             if not batch:
                 return
             try:
-                self.events.send(self.job, batch)
+                self.events.send(self.tenant, self.job, batch)
             except redis.RedisError:
                 with self._lock:  # kept, in order, for the next try
                     self._buffer[:0] = batch

@@ -69,7 +69,7 @@ class JobContext:
         t0 = time.monotonic() if started is None else started
         self.deadline = t0 + jobs.s.task_soft_time_limit_s
         hard = t0 + jobs.s.task_time_limit_s
-        self.channel = JobChannel(events, job.id, beat=lambda: time.monotonic() < hard and jobs.heartbeat(job.id, owner),
+        self.channel = JobChannel(events, job.tenant, job.id, beat=lambda: time.monotonic() < hard and jobs.heartbeat(job.id, owner),
                                   beat_every_s=jobs.s.job_lease_s / 3)
 
     def close(self) -> None:
@@ -173,6 +173,6 @@ class JobContext:
 
     def _publish(self, event: dict[str, Any]) -> None:
         try:
-            self.events.publish(self.job.id, event)
+            self.events.publish(self.job.tenant, self.job.id, event)
         except redis.RedisError:
             pass  # events are for watchers; the job's state is in SQL

@@ -82,7 +82,7 @@ class Dispatcher:
         self.limiter.take(tenant)
         job, _ = self.jobs.create(kind, tenant, spec, session, priority, open_session=opens,
                                   host=host)  # queued, not sent
-        self._event(job.id, {"type": "status", "status": "queued", "seq": job.seq})
+        self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
         self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)
 
@@ -148,9 +148,9 @@ class Dispatcher:
     def cancel(self, job_id: str, tenant: str) -> JobRecord:
         job, ended = self.jobs.cancel(job_id, tenant)
         if job.status == "running":
-            self.events.request_cancel(job.id)  # the holder stops at its next step
+            self.events.request_cancel(job.tenant, job.id)  # the holder stops at its next step
         elif ended:  # it was queued: nobody runs it now; the session's next job, or its tenant's, may go
-            self._event(job.id, {"type": "status", "status": "cancelled", "error": job.error})
+            self._event(job, {"type": "status", "status": "cancelled", "error": job.error})
             self._admit_quietly(job.tenant)
         return job
 
@@ -161,15 +161,15 @@ class Dispatcher:
         that one is alive and free: the session is warm there)."""
         job, resumed = self.jobs.answer(job_id, tenant, outputs)
         if resumed:
-            self._event(job.id, {"type": "status", "status": "queued", "reason": "tool outputs received"})
+            self._event(job, {"type": "status", "status": "queued", "reason": "tool outputs received"})
             self._admit_quietly(job.tenant)
         return self.jobs.get(job.id)
 
-    def _event(self, job_id: str, event: dict[str, Any]) -> None:
+    def _event(self, job: JobRecord, event: dict[str, Any]) -> None:
         try:
-            self.events.publish(job_id, event)
+            self.events.publish(job.tenant, job.id, event)
         except redis.RedisError:
-            log.warning("job %s: event not published: %s", job_id, event)
+            log.warning("job %s: event not published: %s", job.id, event)
 
     def wait(self, job_id: str, timeout_s: float) -> JobRecord:
         """The job once finished or waiting for its client (requires_action), or as it is at the
@@ -206,7 +206,7 @@ class Dispatcher:
                 out["requeued"] += 1
                 if not self.jobs.blocked(job):
                     self.send_job(job, shared=True)  # its worker may still look alive for a few beats
-                self._event(job.id, {"type": "status", "status": "queued",
+                self._event(job, {"type": "status", "status": "queued",
                                      "reason": f"worker {job.worker} lost its lease"})
             else:
                 try:
@@ -215,11 +215,11 @@ class Dispatcher:
                     continue
                 if final.status == "failed":
                     out["gave_up"] += 1
-                    self._event(job.id, {"type": "status", "status": "failed", "error": final.error})
+                    self._event(job, {"type": "status", "status": "failed", "error": final.error})
                     self.dispatch_next(job.session_id)
         for job in self.jobs.expire_waits():  # its client never sent the tool outputs it waited for
             out["expired"] += 1
-            self._event(job.id, {"type": "status", "status": "failed", "error": job.error})
+            self._event(job, {"type": "status", "status": "failed", "error": job.error})
             self.dispatch_next(job.session_id)
         queued = self.jobs.queued_queues()
         dead = [q for q in queued if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]

@@ -10,6 +10,15 @@ Every entry has one field, `data`, a JSON object with a `type`:
 
 The stream is trimmed to Settings.events_maxlen entries and expires events_ttl_s after its last
 event.  A worker sends step events in batches, every FLUSH_S (runtime/jobs/channel.py).
+
+A tenant's streams are in its byte account (what the budget of runtime/sessions/store.py checks):
+after each write the stream's size (MEMORY USAGE: what it holds after trimming, not the sum of
+what was written) is set in the tenant's hash `{p}:evbytes:{tenant}` (a field per job, and `*`
+their sum, moved by one script), and the stream is put in `{p}:events_due` at its expiry.
+sweep() (the workers' reaper) takes a stream that is gone out of the account, found from those
+deadlines, never by scanning the keyspace.  The hash carries the streams' TTL and a margin, as a
+backstop.  A stream written at the moment the sweep finds it gone is counted again by its next
+write (the size is set, not added).
 Cancellation is a flag `{p}:cancel:{job}` (read when a job starts) and a message published on a
 channel of the same name (heard by the worker running the job).
 Task messages that name no job go to a dead-letter stream, with the reason.
@@ -27,6 +36,25 @@ from runtime.keys import Keys
 from runtime.settings import Settings
 
 FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
+SWEEP_BATCH = 1000  # streams looked at per sweep
+
+# KEYS[1] the tenant's hash; ARGV: job, its stream's bytes now (0: gone), the hash's TTL in ms.
+# Sets the job's field, moves `*` by the difference; returns the tenant's event bytes.
+_SET = """
+local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local new = tonumber(ARGV[2])
+if new > 0 then redis.call('HSET', KEYS[1], ARGV[1], new) else redis.call('HDEL', KEYS[1], ARGV[1]) end
+local total = redis.call('HINCRBY', KEYS[1], '*', new - old)
+if total <= 0 and redis.call('HLEN', KEYS[1]) <= 1 then redis.call('DEL', KEYS[1]) return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return total
+"""
+# KEYS[1] events_due; ARGV: a member, the score it was read with.  Removes it if no write has
+# moved it since (1), else leaves it (0).
+_TAKE = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
 
 
 class JobEvents:
@@ -34,30 +62,71 @@ class JobEvents:
         self.r = client
         self.s = settings
         self.k = Keys(settings.key_prefix)
+        self._set = client.register_script(_SET)
+        self._take = client.register_script(_TAKE)
 
-    def publish(self, job: str, data: dict[str, Any]) -> None:
+    def publish(self, tenant: str, job: str, data: dict[str, Any]) -> None:
+        self.send(tenant, job, [data])
+
+    def send(self, tenant: str, job: str, batch: list[dict[str, Any]]) -> None:
+        """Events of the tenant's job (step events: a batch), in one round trip, then its
+        account in another; the stream expires events_ttl_s after the last batch."""
         key = self.k.events(job)
         with self.r.pipeline(transaction=False) as p:
-            p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
-            p.expire(key, self.s.events_ttl_s)
-            p.execute()
-
-    def send(self, job: str, batch: list[dict[str, Any]]) -> None:
-        """Step events, in one round trip; the stream expires events_ttl_s after the last batch."""
-        with self.r.pipeline(transaction=False) as p:
             for data in batch:
-                p.xadd(self.k.events(job), {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
-            p.expire(self.k.events(job), self.s.events_ttl_s)  # never a stream without a TTL
-            p.execute()
+                p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
+            p.expire(key, self.s.events_ttl_s)  # never a stream without a TTL
+            p.zadd(self.k.events_due, {json.dumps([tenant, job]): int((time.time() + self.s.events_ttl_s) * 1000)})
+            p.sadd(self.k.event_tenants, tenant)  # for /metrics (as many members as tenants)
+            p.memory_usage(key)
+            used = p.execute()[-1]
+        self._count(tenant, job, int(used or 0))
 
-    def request_cancel(self, job: str) -> None:
+    def _count(self, tenant: str, job: str, used: int) -> None:
+        """The job's stream holds `used` bytes now (0: gone)."""
+        self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, int((self.s.events_ttl_s + 60) * 1000)])
+
+    def tenant_bytes(self, tenant: str) -> int:
+        """The bytes of the tenant's event streams (as last measured)."""
+        return max(0, int(self.r.hget(self.k.event_bytes(tenant), "*") or 0))
+
+    def all_tenant_bytes(self) -> dict[str, int]:
+        """Every tenant that has had an event stream: its streams' bytes (O(tenants))."""
+        tenants = sorted(_text(t) for t in self.r.smembers(self.k.event_tenants))
+        with self.r.pipeline(transaction=False) as p:
+            for t in tenants:
+                p.hget(self.k.event_bytes(t), "*")
+            return {t: max(0, int(v or 0)) for t, v in zip(tenants, p.execute())}
+
+    def sweep(self, batch: int = SWEEP_BATCH) -> dict[str, int]:
+        """Streams past their expiry: one that is gone leaves its tenant's account; one still
+        there (written since) is looked at again at its new expiry.  Up to `batch` per call,
+        the oldest first.  Returns {"event_streams_gone": n}."""
+        now_ms = int(time.time() * 1000)
+        gone = 0
+        due: Any = self.r.zrangebyscore(self.k.events_due, "-inf", now_ms, start=0, num=batch, withscores=True)
+        for raw, score in due:
+            try:
+                tenant, job = (str(x) for x in json.loads(_text(raw)))
+            except (ValueError, TypeError):
+                self.r.zrem(self.k.events_due, raw)
+                continue
+            left_ms = int(self.r.pttl(self.k.events(job)))
+            if left_ms > 0:  # written since it was due: due again when it expires
+                self.r.zadd(self.k.events_due, {raw: now_ms + left_ms})
+            elif int(self._take(keys=[self.k.events_due], args=[raw, str(int(score))])):
+                self._count(tenant, job, 0)
+                gone += 1
+        return {"event_streams_gone": gone}
+
+    def request_cancel(self, tenant: str, job: str) -> None:
         """The flag (for a worker that starts the job later) and a message on the same name (for
         the worker running it now: runtime/jobs/channel.py)."""
         with self.r.pipeline(transaction=False) as p:
             p.set(self.k.cancel(job), 1, ex=self.s.events_ttl_s)
             p.publish(self.k.cancel(job), 1)
             p.execute()
-        self.publish(job, {"type": "cancel_requested"})
+        self.publish(tenant, job, {"type": "cancel_requested"})
 
     def cancelled(self, job: str) -> bool:
         return bool(self.r.exists(self.k.cancel(job)))

@@ -24,7 +24,10 @@ Budgets: the commit script measures the bytes a manifest names; over the session
 refused (OverBudget), over the tenant's the least recently used idle sessions of the tenant are
 evicted first (a leased session never is).  A tenant's account is one counter: every byte its
 sessions' manifests name (a fork counts its shared segments again, as a copy would) plus their
-pending writes, so it moves by a delta per commit (O(1) in the number of sessions).
+pending writes, so it moves by a delta per commit (O(1) in the number of sessions).  The
+budget is checked against that account plus the bytes of the tenant's job event streams (kept
+by runtime/jobs/events.py in a hash of its own): a tenant whose streams are large has its idle
+sessions evicted sooner.
 
 Redis Cluster: every script touches one session's keys, which share its hash tag (one slot,
 runtime/keys.py); a fork there copies its parent's segments instead of sharing them.  The
@@ -365,7 +368,8 @@ class SessionStore:
         pipe.hgetall(k.manifest(m.session))
         pipe.hget(k.totals, m.tenant)
         pipe.hget(k.tenant_bytes(m.tenant), m.session)
-        got, total, counted = pipe.execute()
+        pipe.hget(k.event_bytes(m.tenant), "*")  # its jobs' event streams (runtime/jobs/events.py)
+        got, total, counted, streams = pipe.execute()
         stored = self._parse(m.session, got) if m.gen else None  # what the script replaces, if it is still there
         if m.gen and (stored is None or stored.gen != m.gen):
             return "stale", "0" if stored is None else str(stored.gen)
@@ -381,7 +385,8 @@ class SessionStore:
             keys += [k.segment(i) for i in group] + [k.ref(i) for i in group]
         held = int(counted or 0)  # what the account holds for this session now
         args: list[str | int] = [m.gen, m.gen + 1, m.body(), m.tenant, lease.token, self.s.session_ttl_s * 1000,
-                                 self.s.session_budget_bytes, self.s.tenant_budget_bytes, int(total or 0), held,
+                                 self.s.session_budget_bytes, self.s.tenant_budget_bytes,
+                                 int(total or 0) + max(0, int(streams or 0)), held,
                                  len(added), len(kept), len(removed), *added]
         status, detail, *rest = (_text(x) for x in self._cas(keys=keys, args=args))
         if status == "ok":
@@ -566,7 +571,8 @@ class SessionStore:
             return None
 
     def tenant_bytes(self) -> dict[str, int]:
-        """Each tenant's account: the bytes its sessions hold in Redis (named and pending)."""
+        """Each tenant's account: the bytes its sessions hold in Redis (named and pending).
+        Its event streams are apart (JobEvents.tenant_bytes)."""
         return {_text(t): int(v) for t, v in self.r.hgetall(self.k.totals).items()}
 
     # ---- lease ------------------------------------------------------------------------------

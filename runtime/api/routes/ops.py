@@ -88,6 +88,11 @@ class _Collector(Collector):
         for tenant, held in sorted(svc.client.hgetall(svc.keys.totals).items()):  # one hash: O(tenants)
             kv.add_metric([_text(tenant)], int(held))
         yield kv
+        ev = GaugeMetricFamily("setflow_event_bytes", "Job event stream bytes held in Redis, by tenant (in its "
+                               "budget with its KV bytes)", labels=["tenant"])
+        for name, size in svc.dispatcher.events.all_tenant_bytes().items():
+            ev.add_metric([name], size)
+        yield ev
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}},

@@ -282,7 +282,7 @@ def test_events_route_by_hand(fuzz_api: Api) -> None:
     assert s.status_code == 200 and "event: result" in text and '"status":"cancelled"' in text
     # an EventSource reconnecting with the last id it read is told to stop (204), not fed it again
     for status in ("running", "cancelled"):
-        api.svc.dispatcher.events.publish(ids["cancelled"], {"type": "status", "status": status})
+        api.svc.dispatcher.events.publish("acme", ids["cancelled"], {"type": "status", "status": status})
     with api.http.stream("GET", f"/v1/jobs/{ids['cancelled']}/events", headers=ACME) as s:
         text = "".join(s.iter_text())
     last = [line[4:] for line in text.splitlines() if line.startswith("id: ")][-1]

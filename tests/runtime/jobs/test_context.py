@@ -73,8 +73,8 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
     second = ctx_for(job.id)
     seen: list[int] = []
     publish = second.events.publish
-    second.events.publish = lambda j, ev: (seen.append(ev["section"]) if "section" in ev else None,  # type: ignore
-                                           publish(j, ev))[-1]
+    second.events.publish = lambda t, j, ev: (seen.append(ev["section"]) if "section" in ev else None,  # type: ignore
+                                              publish(t, j, ev))[-1]
     try:
         r = workflow(second)
     finally:

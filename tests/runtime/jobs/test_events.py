@@ -1,0 +1,91 @@
+"""A tenant's job event streams are in its byte account: counted at their size after trimming,
+taken out by the sweep once they are gone (found from deadlines), and checked with its sessions'
+bytes against the tenant budget.  On one Redis server and on a local Redis Cluster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from runtime.errors import OverBudget
+from runtime.jobs.events import JobEvents
+from runtime.sessions.segments import split
+from runtime.sessions.store import Manifest, SessionStore
+from runtime.settings import Settings
+from tests.runtime.sessions.test_store import FP, META, _kv
+
+
+@pytest.fixture
+def client(any_client: redis.Redis) -> redis.Redis:
+    return any_client
+
+
+def _step(i: int) -> dict[str, object]:
+    return {"type": "step", "turn": 0, "step": i, "positions": list(range(8)), "tokens": [100 + i] * 8}
+
+
+def test_a_stream_is_counted_at_its_size_after_trimming(client: redis.Redis, settings: Settings) -> None:
+    ev = JobEvents(client, settings.model_copy(update={"events_maxlen": 50}))
+    ev.publish("acme", "a" * 24, {"type": "status", "status": "queued"})
+    one = ev.tenant_bytes("acme")
+    assert one == client.memory_usage(ev.k.events("a" * 24)) and one > 0
+    for i in range(20):
+        ev.send("acme", "a" * 24, [_step(20 * i + j) for j in range(20)])  # 400 events, kept ~50
+    held = ev.tenant_bytes("acme")
+    stream = ev.k.events("a" * 24)
+    assert held == client.memory_usage(stream), "the stream's size now, not a sum of what was written"
+    assert client.xlen(stream) < 400
+    ev.publish("acme", "b" * 24, {"type": "status", "status": "queued"})
+    assert ev.tenant_bytes("acme") == held + client.memory_usage(ev.k.events("b" * 24))
+    assert ev.tenant_bytes("globex") == 0
+    assert ev.all_tenant_bytes() == {"acme": ev.tenant_bytes("acme")}
+
+
+def test_the_sweep_takes_out_a_gone_stream_and_looks_again_at_one_written_since(
+        client: redis.Redis, settings: Settings) -> None:
+    ev = JobEvents(client, settings.model_copy(update={"events_ttl_s": 1}))
+    gone, alive = "c" * 24, "d" * 24
+    for job in (gone, alive):
+        ev.publish("acme", job, {"type": "status", "status": "queued"})
+    assert ev.sweep() == {"event_streams_gone": 0}, "nothing is due yet"
+    client.expire(ev.k.events(alive), 30)  # as a write would: its stream lives on past its due time
+    time.sleep(1.1)  # both due; the other expired
+    assert ev.sweep() == {"event_streams_gone": 1}
+    assert ev.tenant_bytes("acme") == client.memory_usage(ev.k.events(alive))
+    assert client.zscore(ev.k.events_due, f'["acme", "{alive}"]') is not None, "due again at its new expiry"
+    client.delete(ev.k.events(alive))  # pruned with its job
+    client.zadd(ev.k.events_due, {f'["acme", "{alive}"]': 0})
+    assert ev.sweep() == {"event_streams_gone": 1}
+    assert ev.tenant_bytes("acme") == 0 and not client.exists(ev.k.event_bytes("acme"))
+    assert client.zcard(ev.k.events_due) == 0
+
+
+def test_the_tenant_budget_counts_its_event_streams(client: redis.Redis, settings: Settings) -> None:
+    """A session that fits the budget alone does not fit beside the tenant's event streams, and
+    fits again once they are gone."""
+    kv = len(_kv())
+    s = settings.model_copy(update={"tenant_budget_bytes": kv + 64 * 1024})
+    store, ev = SessionStore(client, s), JobEvents(client, s)
+
+    def written(session: str) -> Manifest:
+        ids = store.put_segments(session, "acme", split(META, _kv(), s.segment_bytes))
+        return Manifest(session, "acme", FP, segments=ids, slots=META.end, state={})
+
+    def commit(m: Manifest) -> None:
+        with store.lease(m.session) as held:
+            store.commit(m, held.lease)
+
+    commit(written("s1"))  # fits alone
+    store.drop("s1", "acme")
+    m = written("s2")
+    for i in range(40):  # ~100 KiB of step events
+        ev.send("acme", "e" * 24, [_step(40 * i + j) for j in range(40)])
+    assert ev.tenant_bytes("acme") > 64 * 1024
+    with pytest.raises(OverBudget, match="tenant acme"):
+        commit(m)
+    client.delete(ev.k.events("e" * 24))  # pruned with its job
+    client.zadd(ev.k.events_due, {f'["acme", "{"e" * 24}"]': 0})
+    assert ev.sweep() == {"event_streams_gone": 1}
+    commit(m)  # the streams are gone: it fits again
