@@ -15,6 +15,7 @@ import redis
 import model
 from model.config import ModelConfig
 from runtime.jobs import models
+from runtime.jobs.hosts import Host, Hosts
 from runtime.jobs.models import Cards, ModelCard, NoModel
 from runtime.keys import Keys
 from runtime.settings import Settings
@@ -85,3 +86,16 @@ def test_a_worker_publishes_its_card_again_when_redis_lost_it(client: redis.Redi
         stop.set()
         thread.join(5)
     assert not thread.is_alive()
+
+
+def test_a_worker_has_said_what_it_hosts_before_keep_published_returns(client: redis.Redis, settings: Settings) -> None:
+    """The first round runs in the caller: a worker takes no job before its host is known (a
+    starved thread said it seconds later, and a job submitted meanwhile went to another host)."""
+    stop, mine = threading.Event(), card("dddd000011112222")
+    host = Host("small", mine.fingerprint, "cpu/float32")
+    thread = models.keep_published(client, settings, mine, every_s=60, stop=stop, host=("w1", host))
+    try:
+        assert models.read(client, settings) == mine and Hosts(client, settings).of("w1") == host
+    finally:
+        stop.set()
+        thread.join(5)
