@@ -23,6 +23,10 @@ On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix
     {p}:alive:{worker}  string present while the worker is alive (heartbeat with a TTL)
     {p}:workers         zset   worker -> its last heartbeat (s): the live workers, without a scan
     {p}:ev:{job}        stream the job's step events, progress and status changes
+    {p}:evbytes:{tenant} hash  job -> bytes of its stream (MEMORY USAGE), `*` -> their sum: in the
+                               tenant's budget beside its KV bytes (runtime/jobs/events.py)
+    {p}:events_due      zset   [tenant, job] -> when its stream expires (ms): what the sweep visits
+    {p}:event_tenants   set    the tenants that have had a stream (for /metrics)
     {p}:cancel:{job}    string present when the job is to stop (checked every step)
     {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
     {p}:reaper          string the reaper's lock (one reaper at a time across workers)

@@ -71,9 +71,12 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
     if done and collect:
         try:
             done.update(store.sweep())
-            done.update(dispatcher.events.sweep())  # expired event streams leave their tenants' accounts
         except Exception:  # noqa: BLE001 - the same: garbage waits for the next pass
             log.warning("session sweep failed", exc_info=True)
+        try:  # expired event streams leave their tenants' accounts
+            done.update(dispatcher.events.sweep())
+        except Exception:  # noqa: BLE001 - the same
+            log.warning("event stream sweep failed", exc_info=True)
     return done
 
 

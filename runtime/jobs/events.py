@@ -16,9 +16,11 @@ after each write the stream's size (MEMORY USAGE: what it holds after trimming, 
 what was written) is set in the tenant's hash `{p}:evbytes:{tenant}` (a field per job, and `*`
 their sum, moved by one script), and the stream is put in `{p}:events_due` at its expiry.
 sweep() (the workers' reaper) takes a stream that is gone out of the account, found from those
-deadlines, never by scanning the keyspace.  The hash carries the streams' TTL and a margin, as a
-backstop.  A stream written at the moment the sweep finds it gone is counted again by its next
-write (the size is set, not added).
+deadlines, never by scanning the keyspace; a deleted session's streams leave it at once
+(forget).  The hash carries the streams' TTL and a margin, as a backstop.  The count is best
+effort, after the write (a failed count never sends events again): a running job's stream is
+counted at most once a second, a status event at once; a stream written at the moment the sweep
+finds it gone is counted again by its next write (the size is set, not added).
 Cancellation is a flag `{p}:cancel:{job}` (read when a job starts) and a message published on a
 channel of the same name (heard by the worker running the job).
 Task messages that name no job go to a dead-letter stream, with the reason.
@@ -27,6 +29,7 @@ Task messages that name no job go to a dead-letter stream, with the reason.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -36,7 +39,9 @@ from runtime.keys import Keys
 from runtime.settings import Settings
 
 FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
-SWEEP_BATCH = 1000  # streams looked at per sweep
+SWEEP_BATCH = 1000  # streams looked at per round of a sweep
+SWEEP_S = 2.0  # a sweep's rounds go on this long at most (the reaper's pass)
+log = logging.getLogger("setflow.events")
 
 # KEYS[1] the tenant's hash; ARGV: job, its stream's bytes now (0: gone), the hash's TTL in ms.
 # Sets the job's field, moves `*` by the difference; returns the tenant's event bytes.
@@ -64,30 +69,68 @@ class JobEvents:
         self.k = Keys(settings.key_prefix)
         self._set = client.register_script(_SET)
         self._take = client.register_script(_TAKE)
+        # job -> (bytes last set, when, when last put in events_due) (monotonic s): what this
+        # process counted, so that a running job's flushes (every FLUSH_S) cost one round trip
+        self._seen: dict[str, tuple[int, float, float]] = {}
+        # a stream cannot expire within half its TTL of a write: until then what this process
+        # counted for it still stands (the sweep takes out only streams that are gone)
+        self._fresh_s = min(60.0, settings.events_ttl_s / 2)
 
     def publish(self, tenant: str, job: str, data: dict[str, Any]) -> None:
-        self.send(tenant, job, [data])
+        """A status, progress or cancel event; the stream's bytes counted now."""
+        self.send(tenant, job, [data], count_every_s=0.0)
 
-    def send(self, tenant: str, job: str, batch: list[dict[str, Any]]) -> None:
-        """Events of the tenant's job (step events: a batch), in one round trip, then its
-        account in another; the stream expires events_ttl_s after the last batch."""
+    def send(self, tenant: str, job: str, batch: list[dict[str, Any]], count_every_s: float = 1.0) -> None:
+        """Events of the tenant's job (step events: a batch) in one round trip; the stream
+        expires events_ttl_s after the last batch.  Its bytes are counted in the tenant's
+        account at most every count_every_s (the account lags a running job's stream by up
+        to that much: its last event is a status, published and counted at once)."""
         key = self.k.events(job)
         with self.r.pipeline(transaction=False) as p:
             for data in batch:
                 p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
             p.expire(key, self.s.events_ttl_s)  # never a stream without a TTL
-            p.zadd(self.k.events_due, {json.dumps([tenant, job]): int((time.time() + self.s.events_ttl_s) * 1000)})
-            p.sadd(self.k.event_tenants, tenant)  # for /metrics (as many members as tenants)
-            p.memory_usage(key)
-            used = p.execute()[-1]
-        self._count(tenant, job, int(used or 0))
+            p.memory_usage(key)  # its size after trimming (one key: one slot, on a cluster too)
+            used = int(p.execute()[-1] or 0)
+        self._count(tenant, job, used, count_every_s)
 
-    def _count(self, tenant: str, job: str, used: int) -> None:
-        """The job's stream holds `used` bytes now (0: gone)."""
-        self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, int((self.s.events_ttl_s + 60) * 1000)])
+    def _count(self, tenant: str, job: str, used: int, every_s: float) -> None:
+        """The account of the job's stream, which holds `used` bytes now.  Best effort: the
+        events are written already (a failure here must not send them again); the next
+        write counts the stream."""
+        now = time.monotonic()
+        size, counted_at, due_at = self._seen.get(job, (-1, -1e18, -1e18))
+        try:
+            if now - due_at >= self._fresh_s:  # due at its expiry, for the sweep; a tenant for /metrics
+                with self.r.pipeline(transaction=False) as p:
+                    p.zadd(self.k.events_due, {json.dumps([tenant, job]): int((time.time() + self.s.events_ttl_s) * 1000)})
+                    p.sadd(self.k.event_tenants, tenant)  # as many members as tenants
+                    p.execute()
+                due_at = now
+            if (used != size or now - counted_at >= self._fresh_s) and now - counted_at >= every_s:
+                self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, self._hash_ttl_ms])
+                size, counted_at = used, now
+        except redis.RedisError as e:
+            log.warning("job %s: its event stream's bytes not counted (%s); its next write counts them", job, e)
+            return
+        if len(self._seen) > 10_000:  # a worker's recent jobs; the rest are counted afresh
+            self._seen.clear()
+        self._seen[job] = (size, counted_at, due_at)
+
+    @property
+    def _hash_ttl_ms(self) -> int:
+        return int((self.s.events_ttl_s + 60) * 1000)
+
+    def forget(self, tenant: str, jobs: list[str]) -> None:
+        """The jobs' streams are deleted (their session was): out of the tenant's account now."""
+        for job in jobs:
+            self._set(keys=[self.k.event_bytes(tenant)], args=[job, 0, self._hash_ttl_ms])
+            self._seen.pop(job, None)
+        if jobs:
+            self.r.zrem(self.k.events_due, *(json.dumps([tenant, j]) for j in jobs))
 
     def tenant_bytes(self, tenant: str) -> int:
-        """The bytes of the tenant's event streams (as last measured)."""
+        """The bytes of the tenant's event streams (as last counted)."""
         return max(0, int(self.r.hget(self.k.event_bytes(tenant), "*") or 0))
 
     def all_tenant_bytes(self) -> dict[str, int]:
@@ -98,25 +141,30 @@ class JobEvents:
                 p.hget(self.k.event_bytes(t), "*")
             return {t: max(0, int(v or 0)) for t, v in zip(tenants, p.execute())}
 
-    def sweep(self, batch: int = SWEEP_BATCH) -> dict[str, int]:
-        """Streams past their expiry: one that is gone leaves its tenant's account; one still
-        there (written since) is looked at again at its new expiry.  Up to `batch` per call,
-        the oldest first.  Returns {"event_streams_gone": n}."""
-        now_ms = int(time.time() * 1000)
-        gone = 0
-        due: Any = self.r.zrangebyscore(self.k.events_due, "-inf", now_ms, start=0, num=batch, withscores=True)
-        for raw, score in due:
-            try:
-                tenant, job = (str(x) for x in json.loads(_text(raw)))
-            except (ValueError, TypeError):
-                self.r.zrem(self.k.events_due, raw)
-                continue
-            left_ms = int(self.r.pttl(self.k.events(job)))
-            if left_ms > 0:  # written since it was due: due again when it expires
-                self.r.zadd(self.k.events_due, {raw: now_ms + left_ms})
-            elif int(self._take(keys=[self.k.events_due], args=[raw, str(int(score))])):
-                self._count(tenant, job, 0)
-                gone += 1
+    def sweep(self, batch: int = SWEEP_BATCH, budget_s: float = SWEEP_S) -> dict[str, int]:
+        """Streams past their expiry, the oldest first, in batches until none is due or
+        budget_s has passed (a fleet's jobs make streams faster than one batch a pass takes
+        out): one that is gone leaves its tenant's account; one still there (written since)
+        is due again at its new expiry.  Returns {"event_streams_gone": n}."""
+        gone, started = 0, time.monotonic()
+        while time.monotonic() - started < budget_s:
+            now_ms = int(time.time() * 1000)
+            due: Any = self.r.zrangebyscore(self.k.events_due, "-inf", now_ms, start=0, num=batch, withscores=True)
+            if not due:
+                break
+            with self.r.pipeline(transaction=False) as p:
+                for raw, _ in due:
+                    p.pttl(self.k.events(_job(raw)))
+                left = p.execute()
+            for (raw, score), left_ms in zip(due, left):
+                who = _who(raw)
+                if who is None:  # not ours to read: dropped
+                    self.r.zrem(self.k.events_due, raw)
+                elif int(left_ms) > 0:  # written since it was due: due again when it expires
+                    self.r.zadd(self.k.events_due, {raw: now_ms + int(left_ms)})
+                elif int(self._take(keys=[self.k.events_due], args=[raw, str(int(score))])):
+                    self._set(keys=[self.k.event_bytes(who[0])], args=[who[1], 0, self._hash_ttl_ms])
+                    gone += 1
         return {"event_streams_gone": gone}
 
     def request_cancel(self, tenant: str, job: str) -> None:
@@ -140,6 +188,20 @@ class JobEvents:
         self.r.xadd(self.k.dead, {"data": json.dumps({"task_id": task_id, "payload": repr(payload)[:500],
                                                       "code": code, "message": message, "at": time.time()})},
                     maxlen=self.s.events_maxlen, approximate=True)
+
+
+def _who(raw: Any) -> tuple[str, str] | None:
+    """An events_due member: (tenant, job), or None for one that is not."""
+    try:
+        tenant, job = json.loads(_text(raw))
+    except (ValueError, TypeError):
+        return None
+    return (tenant, job) if isinstance(tenant, str) and isinstance(job, str) else None
+
+
+def _job(raw: Any) -> str:
+    who = _who(raw)
+    return who[1] if who is not None else ""
 
 
 def entries(got: Any) -> list[tuple[str, dict[str, Any]]]:

@@ -110,6 +110,7 @@ def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
     try:  # the jobs' streams and the session's affinity are nobody's now
         keys = [svc.keys.affinity(session_id)] + [k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))]
         svc.client.delete(*keys)
+        svc.dispatcher.events.forget(who, jobs)  # ... and out of the tenant's account now
     except redis.RedisError as e:
         log.warning("session %s deleted; its jobs' Redis keys were not (%s)", session_id, e)
     return Response(status_code=204)

@@ -27,6 +27,7 @@ from model.decode import generate
 from model.params import DecodeParams
 from runtime.db import make_engine
 from runtime.jobs import models
+from runtime.jobs.events import JobEvents
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import Records
 from runtime.settings import Settings
@@ -270,7 +271,13 @@ def test_a_session_says_where_it_is_cached_and_can_be_deleted(c: Client, stack: 
     kv = s["kv"]
     assert kv["redis_turns"] == 1 and kv["redis_bytes"] > 0 and kv["slots"] > 0
     assert kv["last_worker"] == "demo-0" and kv["last_worker_alive"]
+    r = redis.Redis.from_url(str(stack.s.redis_url))
+    events = JobEvents(r, stack.s)
+    before = events.tenant_bytes("acme")
+    assert before > 0  # its job's events, in the tenant's account
     c.delete_session(sid)
+    assert events.tenant_bytes("acme") < before  # ... and out of it with the session, not a day later
+    r.close()
     with pytest.raises(ApiError) as e:
         c.get_session(sid)
     assert e.value.status == 404 and e.value.code == "not_found"

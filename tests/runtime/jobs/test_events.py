@@ -28,19 +28,33 @@ def _step(i: int) -> dict[str, object]:
 
 def test_a_stream_is_counted_at_its_size_after_trimming(client: redis.Redis, settings: Settings) -> None:
     ev = JobEvents(client, settings.model_copy(update={"events_maxlen": 50}))
-    ev.publish("acme", "a" * 24, {"type": "status", "status": "queued"})
+    a, b = "a" * 24, "b" * 24
+    ev.publish("acme", a, {"type": "status", "status": "queued"})
     one = ev.tenant_bytes("acme")
-    assert one == client.memory_usage(ev.k.events("a" * 24)) and one > 0
+    assert one == client.memory_usage(ev.k.events(a)) and one > 0
     for i in range(20):
-        ev.send("acme", "a" * 24, [_step(20 * i + j) for j in range(20)])  # 400 events, kept ~50
+        ev.send("acme", a, [_step(20 * i + j) for j in range(20)], count_every_s=0)  # 400 events, kept ~50
     held = ev.tenant_bytes("acme")
-    stream = ev.k.events("a" * 24)
-    assert held == client.memory_usage(stream), "the stream's size now, not a sum of what was written"
-    assert client.xlen(stream) < 400
-    ev.publish("acme", "b" * 24, {"type": "status", "status": "queued"})
-    assert ev.tenant_bytes("acme") == held + client.memory_usage(ev.k.events("b" * 24))
+    assert held == client.memory_usage(ev.k.events(a)), "the stream's size now, not a sum of what was written"
+    assert client.xlen(ev.k.events(a)) < 400
+    ev.publish("acme", b, {"type": "status", "status": "queued"})
+    assert ev.tenant_bytes("acme") == held + client.memory_usage(ev.k.events(b))
     assert ev.tenant_bytes("globex") == 0
     assert ev.all_tenant_bytes() == {"acme": ev.tenant_bytes("acme")}
+
+
+def test_a_running_jobs_stream_is_counted_once_a_second_and_its_status_at_once(
+        client: redis.Redis, settings: Settings) -> None:
+    """Step batches (a flush every 30 ms) cost one round trip: the account lags them by up to
+    a second; the job's last event, a status, is counted at once."""
+    ev, job = JobEvents(client, settings), "f" * 24
+    ev.send("acme", job, [_step(0)])
+    first = ev.tenant_bytes("acme")
+    for i in range(1, 30):
+        ev.send("acme", job, [_step(i) for _ in range(5)])
+    assert ev.tenant_bytes("acme") == first < client.memory_usage(ev.k.events(job))
+    ev.publish("acme", job, {"type": "status", "status": "succeeded"})
+    assert ev.tenant_bytes("acme") == client.memory_usage(ev.k.events(job))
 
 
 def test_the_sweep_takes_out_a_gone_stream_and_looks_again_at_one_written_since(
@@ -54,10 +68,11 @@ def test_the_sweep_takes_out_a_gone_stream_and_looks_again_at_one_written_since(
     time.sleep(1.1)  # both due; the other expired
     assert ev.sweep() == {"event_streams_gone": 1}
     assert ev.tenant_bytes("acme") == client.memory_usage(ev.k.events(alive))
-    assert client.zscore(ev.k.events_due, f'["acme", "{alive}"]') is not None, "due again at its new expiry"
-    client.delete(ev.k.events(alive))  # pruned with its job
-    client.zadd(ev.k.events_due, {f'["acme", "{alive}"]': 0})
-    assert ev.sweep() == {"event_streams_gone": 1}
+    member = f'["acme", "{alive}"]'
+    score = client.zscore(ev.k.events_due, member)
+    assert score is not None and score > time.time() * 1000 + 20_000, "due again at its new expiry"
+    assert not ev._take(keys=[ev.k.events_due], args=[member, str(int(score) - 1)]), "moved since it was read: kept"
+    ev.forget("acme", [alive])  # its session was deleted (the API deletes the stream too)
     assert ev.tenant_bytes("acme") == 0 and not client.exists(ev.k.event_bytes("acme"))
     assert client.zcard(ev.k.events_due) == 0
 
@@ -82,10 +97,11 @@ def test_the_tenant_budget_counts_its_event_streams(client: redis.Redis, setting
     m = written("s2")
     for i in range(40):  # ~100 KiB of step events
         ev.send("acme", "e" * 24, [_step(40 * i + j) for j in range(40)])
+    ev.publish("acme", "e" * 24, {"type": "status", "status": "succeeded"})
     assert ev.tenant_bytes("acme") > 64 * 1024
     with pytest.raises(OverBudget, match="tenant acme"):
         commit(m)
-    client.delete(ev.k.events("e" * 24))  # pruned with its job
-    client.zadd(ev.k.events_due, {f'["acme", "{"e" * 24}"]': 0})
+    client.delete(ev.k.events("e" * 24))  # expired
+    client.zadd(ev.k.events_due, {f'["acme", "{"e" * 24}"]': 0})  # (due now, not in a day)
     assert ev.sweep() == {"event_streams_gone": 1}
     commit(m)  # the streams are gone: it fits again
