@@ -160,8 +160,10 @@ class JobEvents:
                 who = _who(raw)
                 if who is None:  # not ours to read: dropped
                     self.r.zrem(self.k.events_due, raw)
-                elif int(left_ms) > 0:  # written since it was due: due again when it expires
-                    self.r.zadd(self.k.events_due, {raw: now_ms + int(left_ms)})
+                elif int(left_ms) > 0 or int(left_ms) == -1:  # written since it was due: due again at its expiry
+                    # (-1: no TTL, which a stream written here never lacks; looked at again a TTL on)
+                    wait_ms = int(left_ms) if int(left_ms) > 0 else self.s.events_ttl_s * 1000
+                    self.r.zadd(self.k.events_due, {raw: now_ms + wait_ms})
                 elif int(self._take(keys=[self.k.events_due], args=[raw, str(int(score))])):
                     self._set(keys=[self.k.event_bytes(who[0])], args=[who[1], 0, self._hash_ttl_ms])
                     gone += 1
