@@ -357,8 +357,10 @@ class SessionStore:
                 raise OverBudget(f"{m.session}: {detail} bytes > session budget {self.s.session_budget_bytes}")
             victim = self._lru_idle(m.tenant, exclude={m.session} | evicted | keep)
             if victim is None:
-                raise OverBudget(f"tenant {m.tenant}: {detail} bytes > tenant budget {self.s.tenant_budget_bytes}, "
-                                 "and no idle session is left to evict")
+                streams = max(0, int(self.r.hget(self.k.event_bytes(m.tenant), "*") or 0))
+                raise OverBudget(f"tenant {m.tenant}: {detail} bytes > tenant budget {self.s.tenant_budget_bytes} "
+                                 f"({streams} of them its jobs' event streams, which expire events_ttl_s after their "
+                                 "last event), and no idle session is left to evict")
             self.evict(victim, m.tenant)
             evicted.add(victim)
 
