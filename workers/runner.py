@@ -88,7 +88,7 @@ def run(rt: Runtime, job_id: str) -> str:
     else:
         affinity = _quietly(lambda: rt.dispatcher.routing.last_worker(session)) if session is not None else None
         _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "running", "worker": rt.worker,
-                                                 "attempt": job.attempts}))
+                                                             "attempt": job.attempts}))
         try:
             status, result, error = _attempts(rt, job_id, owner, started)
         except SoftTimeLimitExceeded:  # fired outside the workflow (a retry's wait, a close)
@@ -103,8 +103,8 @@ def run(rt: Runtime, job_id: str) -> str:
             _retrying(rt, lambda: rt.jobs.suspend(job_id, owner, calls, wait_s))
         except ClaimLost:
             return "claim lost"
-        _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "requires_action", "calls": calls,
-                                                 "deadline": time.time() + wait_s}))
+        _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "requires_action",
+                                                             "calls": calls, "deadline": time.time() + wait_s}))
         if _retrying(rt, lambda: rt.jobs.get(job_id)).cancel_requested:  # asked while it ran: it ends waiting
             _quietly(lambda: rt.dispatcher.cancel(job_id, job.tenant))
         return status

@@ -207,7 +207,7 @@ class Dispatcher:
                 if not self.jobs.blocked(job):
                     self.send_job(job, shared=True)  # its worker may still look alive for a few beats
                 self._event(job, {"type": "status", "status": "queued",
-                                     "reason": f"worker {job.worker} lost its lease"})
+                                  "reason": f"worker {job.worker} lost its lease"})
             else:
                 try:
                     final = self.jobs.get(job.id)

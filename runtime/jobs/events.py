@@ -108,7 +108,7 @@ class JobEvents:
                     p.execute()
                 due_at = now
             if (used != size or now - counted_at >= self._fresh_s) and now - counted_at >= every_s:
-                self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, self._hash_ttl_ms])
+                self._set_bytes(tenant, job, used)
                 size, counted_at = used, now
         except redis.RedisError as e:
             log.warning("job %s: its event stream's bytes not counted (%s); its next write counts them", job, e)
@@ -117,14 +117,15 @@ class JobEvents:
             self._seen.clear()
         self._seen[job] = (size, counted_at, due_at)
 
-    @property
-    def _hash_ttl_ms(self) -> int:
-        return int((self.s.events_ttl_s + 60) * 1000)
+    def _set_bytes(self, tenant: str, job: str, used: int) -> None:
+        """The job's field in the tenant's hash (0: gone), `*` moved with it; the hash outlives
+        the streams it counts by a minute (its backstop TTL)."""
+        self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, int((self.s.events_ttl_s + 60) * 1000)])
 
     def forget(self, tenant: str, jobs: list[str]) -> None:
         """The jobs' streams are deleted (their session was): out of the tenant's account now."""
         for job in jobs:
-            self._set(keys=[self.k.event_bytes(tenant)], args=[job, 0, self._hash_ttl_ms])
+            self._set_bytes(tenant, job, 0)
             self._seen.pop(job, None)
         if jobs:
             self.r.zrem(self.k.events_due, *(json.dumps([tenant, j]) for j in jobs))
@@ -152,12 +153,12 @@ class JobEvents:
             due: Any = self.r.zrangebyscore(self.k.events_due, "-inf", now_ms, start=0, num=batch, withscores=True)
             if not due:
                 break
+            whos = [_who(raw) for raw, _ in due]
             with self.r.pipeline(transaction=False) as p:
-                for raw, _ in due:
-                    p.pttl(self.k.events(_job(raw)))
+                for who in whos:
+                    p.pttl(self.k.events(who[1] if who is not None else ""))
                 left = p.execute()
-            for (raw, score), left_ms in zip(due, left):
-                who = _who(raw)
+            for (raw, score), who, left_ms in zip(due, whos, left):
                 if who is None:  # not ours to read: dropped
                     self.r.zrem(self.k.events_due, raw)
                 elif int(left_ms) > 0 or int(left_ms) == -1:  # written since it was due: due again at its expiry
@@ -165,7 +166,7 @@ class JobEvents:
                     wait_ms = int(left_ms) if int(left_ms) > 0 else self.s.events_ttl_s * 1000
                     self.r.zadd(self.k.events_due, {raw: now_ms + wait_ms})
                 elif int(self._take(keys=[self.k.events_due], args=[raw, str(int(score))])):
-                    self._set(keys=[self.k.event_bytes(who[0])], args=[who[1], 0, self._hash_ttl_ms])
+                    self._set_bytes(*who, 0)
                     gone += 1
         return {"event_streams_gone": gone}
 
@@ -199,11 +200,6 @@ def _who(raw: Any) -> tuple[str, str] | None:
     except (ValueError, TypeError):
         return None
     return (tenant, job) if isinstance(tenant, str) and isinstance(job, str) else None
-
-
-def _job(raw: Any) -> str:
-    who = _who(raw)
-    return who[1] if who is not None else ""
 
 
 def entries(got: Any) -> list[tuple[str, dict[str, Any]]]:
