@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +73,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.steps is not None and args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise CliError(f"--lr must be a finite number > 0, got {args.lr}")
     if args.preset not in PRESETS or args.preset == "test":
         raise CliError(f"unknown or untrainable preset {args.preset!r}; trainable: toy, small")
     cfg = ModelConfig.from_name(args.preset)
@@ -121,6 +124,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix)
     if args.steps is not None:
         recipe["steps"] = args.steps
+    if args.lr is not None:
+        recipe["lr"] = args.lr
     tc = TrainConfig(seed=args.seed, **recipe)
     print(f"training {args.preset}: {tc.steps} steps of {tc.batch_size} examples "
           f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
@@ -214,6 +219,8 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--steps", type=int, default=None, help="total optimiser steps (default: the preset's recipe)")
     tr.add_argument("--out", type=Path, required=True, help="checkpoint folder; resumed when it holds a trainer state")
     tr.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default 0)")
+    tr.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's; a further "
+                    "stage of a fine-tune may want less, to keep what the last one learnt)")
     tr.add_argument("--init", type=Path, default=None,
                     help="fine-tune the weights of this checkpoint folder (small: its tokenizer kept; the recipe "
                          "and data of model/corpus/mixture.py FINETUNE: the API's whole grammar)")

@@ -3,8 +3,10 @@
 grows); a BatchKV gathers the keys of a batched forward from the pool; step_batch runs one
 forward over B sequences, each with its own positions, window, pending set, stop state and
 committed K/V, then chooses each one's next set exactly as step() does (model/decode.py: the
-same plan and advance).  Padding, of queries and of keys, is masked: a sequence decodes the same
-tokens alone or in any batch (tests/model/test_batch.py).  Knows nothing of sessions or threads.
+same plan and advance).  Nothing is padded: the linear layers run on the sequences' tokens
+packed into one row, and each sequence attends in the call it makes alone, so it decodes the
+same tokens alone or in any batch, in bf16 too (tests/model/test_batch.py).  Knows nothing of
+sessions or threads.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from model.attention import additive, attention
 from model.config import ModelConfig
 from model.decode import StepEvent, StepPlan, advance, plan, step
 from model.kv_cache import KVCache
-from model.masks import within_documents
+from model.masks import step_mask, within_documents
 from model.params import DecodeParams, DecodeState
 from model.transformer import SetDLM
 
@@ -83,31 +85,18 @@ class KVPool:
 
 
 
-#: a sequence with more new tokens than this (a turn's input, committed in the batch) attends in
-#: a call of its own: padded to its length, the steps' queries beside it would cost that many each
-LONG = 32
-
-
-@dataclass
-class _Group:
-    """Sequences whose queries attend in one call: their tokens' places in the packed row, and
-    their additive mask (B_g, T_g, S_g) over the first S_g slots of their pool rows."""
-
-    tokens: Tensor | slice  # into the packed row; a slice for one sequence
-    unpack: tuple[Tensor, Tensor] | None  # each of those tokens' (b, t) in (B_g, T_g); None: one sequence
-    rows: Tensor | slice  # pool rows; a slice when they follow each other (a view: no gather)
-    S: int
-    mask: Tensor
-
-
 class BatchKV:
     """model.transformer.Keys for one forward over B pool rows, its tokens packed: sequence b's
     n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
-    run on real tokens only).  Sequence b has C_b cached slots; attend() writes its new K/V to
-    its row's scratch slots [C_b, C_b + n_b), then attends in groups: the steps (n_b <= LONG)
-    together, unpacked into (B_g, T_g = max n_b) queries over their rows' first S_g = max(C_b +
-    n_b) slots (padding masked out, batch_mask), and each long input alone.  Holds the masks:
-    the step mask of each sequence, narrowed to its documents (model/masks.py)."""
+    run on all N at once).  Sequence b has C_b cached slots; attend() writes its new K/V to its
+    row's scratch slots [C_b, C_b + n_b), then each sequence attends in a call of its own, over
+    its row's first C_b + n_b slots under its own step mask: the very call a batch-1 forward
+    makes (model/kv_cache.py KVCache.attend), the same shapes, strides and mask, so a sequence's
+    attention output is the same bits alone or in any batch.  Batched attention would not pay on
+    a CPU: one sequence's K/V are read once per step whatever the batch (one SDPA call of 16
+    sequences x 12 queries over 600 keys took 0.99 ms, 16 calls of one 1.10 ms), padding the
+    keys to the longest row costs more than that, and its kernel blocks the keys differently
+    (in bf16 a token then drifts from its batch-1 twin)."""
 
     def __init__(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
                  pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
@@ -119,75 +108,33 @@ class BatchKV:
             c.reserve(n)
         dev = pool.k.device
         self.pool = pool
-        offsets = [0]
-        for n in counts:
-            offsets.append(offsets[-1] + n)
-        slots = [c.length + t for c, n in zip(caches, counts) for t in range(n)]
         self.dst = (torch.tensor([c.row for c, n in zip(caches, counts) for _ in range(n)], device=dev),
-                    torch.tensor(slots, device=dev))  # each packed token's (row, slot)
-        steps = [b for b, n in enumerate(counts) if n <= LONG]
-        parts = ([steps] if steps else []) + [[b] for b, n in enumerate(counts) if n > LONG]
-        self.groups: list[_Group] = []
-        for part in parts:
-            cs = [caches[b] for b in part]
-            ns, ms = [counts[b] for b in part], [pending[b] for b in part]
-            S = max(c.length + n for c, n in zip(cs, ns))
-            mask = batch_mask([c.length for c in cs], ms, ns, S, dev)  # (B_g, T_g, S)
-            for j, (b, c) in enumerate(zip(part, cs)):  # no query reads an earlier document
-                C, n, o = c.length, counts[b], offsets[b]
-                key_pos, key_tok = torch.cat([c.pos[:C], pos[o:o + n]]), torch.cat([c.tok[:C], ids[o:o + n]])
-                mask[j, :n, : C + n] = within_documents(mask[j, :n, : C + n], key_pos, key_tok, pos[o:o + n], bos_id)
-            rows = [c.row for c in cs]
-            span = rows == list(range(rows[0], rows[0] + len(rows)))
-            if len(part) == 1:
-                tokens: Tensor | slice = slice(offsets[part[0]], offsets[part[0] + 1])
-                unpack = None
-            else:
-                tokens = torch.tensor([offsets[b] + t for b in part for t in range(counts[b])], device=dev)
-                unpack = (torch.tensor([j for j, b in enumerate(part) for _ in range(counts[b])], device=dev),
-                          torch.tensor([t for b in part for t in range(counts[b])], device=dev))
-            self.groups.append(_Group(tokens, unpack, slice(rows[0], rows[0] + len(rows)) if span
-                                      else torch.tensor(rows, device=dev), S, additive(mask, dtype, dev)))
+                    torch.tensor([c.length + t for c, n in zip(caches, counts) for t in range(n)],
+                                 device=dev))  # each packed token's (row, slot)
+        # per sequence: its tokens in the packed row, its pool row, the keys it sees (C_b + n_b)
+        # and its additive mask (1, n_b, C_b + n_b), built as model/decode.py builds it for one
+        self.seqs: list[tuple[slice, int, int, Tensor]] = []
+        o = 0
+        for c, n, m in zip(caches, counts, pending):
+            C, new = c.length, slice(o, o + n)
+            mask = within_documents(step_mask(C, m, n - m, dev), torch.cat([c.pos[:C], pos[new]]),
+                                    torch.cat([c.tok[:C], ids[new]]), pos[new], bos_id)
+            self.seqs.append((new, c.row, C + n, additive(mask[None], dtype, dev)))
+            o += n
 
     def reserve(self, n: int) -> None:
         pass  # rows are checked at construction
 
     def mask_shape(self, n: int) -> None:
-        return None  # the masks are this object's, one per group
+        return None  # the masks are this object's, one per sequence
 
     def attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """q (1, N, H, D), k, v (1, N, Hkv, D) packed -> (1, N, H * D)."""
         assert mask is None, "a batch holds its own masks"
         pk, pv = self.pool.k[i], self.pool.v[i]  # (rows, capacity, Hkv, D)
         pk[self.dst], pv[self.dst] = k[0], v[0]
-        out = q.new_empty((q.shape[1], q.shape[2] * q.shape[3]))  # (N, H * D)
-        for g in self.groups:
-            keys, values = pk[g.rows, : g.S], pv[g.rows, : g.S]  # (B_g, S_g, Hkv, D)
-            if g.unpack is None:
-                out[g.tokens] = attention(q[:, g.tokens], keys, values, g.mask)[0]
-                continue
-            qs = q.new_zeros((len(keys), g.mask.shape[1], *q.shape[2:]))  # (B_g, T_g, H, D), zeros at padding
-            qs[g.unpack] = q[0, g.tokens]
-            out[g.tokens] = attention(qs, keys, values, g.mask)[g.unpack]
-        return out[None]
-
-
-def batch_mask(cached: Sequence[int], pending: Sequence[int], new: Sequence[int], S: int,
-               device: torch.device | str = "cpu") -> Tensor:
-    """The step mask (model/masks.py step_mask) of B sequences at once: (B, T, S) over each
-    row's keys [cached C_b | new n_b | padding], T = max n_b.  Pending query j sees the cache and
-    pending 0..j; a mask query sees the cache, every pending token and itself.  A padding query
-    (t >= n_b) sees key 0 only, so its softmax stays finite; its output is never read."""
-    C = torch.tensor(cached, device=device)[:, None, None]  # (B, 1, 1)
-    m = torch.tensor(pending, device=device)[:, None, None]
-    n = torch.tensor(new, device=device)[:, None, None]
-    t = torch.arange(max(new), device=device)[None, :, None]  # (1, T, 1) query index
-    s = torch.arange(S, device=device)[None, None, :]  # (1, 1, S) key slot
-    rel = s - C  # the key's index among the new tokens (negative: a cached slot)
-    is_pending = t < m
-    sees_new = (rel >= 0) & ((is_pending & (rel <= t)) | (~is_pending & ((rel < m) | (rel == t))))
-    real = t < n
-    return (real & ((s < C) | sees_new)) | (~real & (s == 0))
+        return torch.cat([attention(q[:, new], pk[row, :S][None], pv[row, :S][None], m)
+                          for new, row, S, m in self.seqs], dim=1)
 
 
 @torch.no_grad()

@@ -20,6 +20,8 @@ def test_importing_the_cli_does_not_import_torch() -> None:
     (["train", "--preset", "huge", "--steps", "2", "--out", "x"], "unknown or untrainable preset 'huge'"),
     (["train", "--preset", "test", "--steps", "2", "--out", "x"], "untrainable preset 'test'"),
     (["train", "--steps", "0", "--out", "x"], "--steps must be >= 1"),
+    (["train", "--lr", "0", "--out", "x"], "--lr must be a finite number > 0"),
+    (["train", "--lr", "nan", "--out", "x"], "--lr must be a finite number > 0"),
     (["train", "--preset", "small", "--mix", "agent=1", "--out", "x"], "needs --preset small and --init"),
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "poetry=1", "--out", "x"], "'poetry=1': expected"),
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "agent=-1", "--out", "x"], "finite number >= 0"),
