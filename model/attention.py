@@ -17,6 +17,12 @@ def additive(mask: Tensor, dtype: torch.dtype, device: torch.device) -> Tensor:
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """q (B, T, H, D) over k, v (B, S, Hkv, D) (grouped-query), mask (B|1, T, S) additive ->
     (B, T, H * D)."""
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         attn_mask=mask[:, None], enable_gqa=True)  # (B, H, T, D)
+    out = heads(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask[:, None])  # (B, H, T, D)
     return out.transpose(1, 2).reshape(*q.shape[:2], -1)
+
+
+def heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """The same, heads first: q (B, H, T, D) over k, v (B, Hkv, S, D), mask (B|1, 1, T, S) ->
+    (B, H, T, D).  Given views of the same layout, the same call gives the same bits whoever
+    makes it (model/batch.py makes one per sequence of a batch, as a batch-1 forward does)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

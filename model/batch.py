@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from model.attention import additive, attention
+from model.attention import additive, heads
 from model.config import ModelConfig
 from model.decode import StepEvent, StepPlan, advance, plan, step
 from model.kv_cache import KVCache
@@ -111,15 +111,17 @@ class BatchKV:
         self.dst = (torch.tensor([c.row for c, n in zip(caches, counts) for _ in range(n)], device=dev),
                     torch.tensor([c.length + t for c, n in zip(caches, counts) for t in range(n)],
                                  device=dev))  # each packed token's (row, slot)
-        # per sequence: its tokens in the packed row, its pool row, the keys it sees (C_b + n_b)
-        # and its additive mask (1, n_b, C_b + n_b), built as model/decode.py builds it for one
-        self.seqs: list[tuple[slice, int, int, Tensor]] = []
+        # per sequence: its tokens in the packed row, its keys and values (all layers' views of
+        # its row's first C_b + n_b slots, heads first: (n_layers, 1, Hkv, S_b, D)) and its
+        # additive mask (1, 1, n_b, S_b), built as model/decode.py builds it for one sequence
+        self.seqs: list[tuple[slice, Tensor, Tensor, Tensor]] = []
         o = 0
         for c, n, m in zip(caches, counts, pending):
             C, new = c.length, slice(o, o + n)
             mask = within_documents(step_mask(C, m, n - m, dev), torch.cat([c.pos[:C], pos[new]]),
                                     torch.cat([c.tok[:C], ids[new]]), pos[new], bos_id)
-            self.seqs.append((new, c.row, C + n, additive(mask[None], dtype, dev)))
+            keys, values = (t[:, c.row, : C + n].transpose(1, 2)[:, None] for t in (pool.k, pool.v))
+            self.seqs.append((new, keys, values, additive(mask[None, None], dtype, dev)))
             o += n
 
     def reserve(self, n: int) -> None:
@@ -133,8 +135,11 @@ class BatchKV:
         assert mask is None, "a batch holds its own masks"
         pk, pv = self.pool.k[i], self.pool.v[i]  # (rows, capacity, Hkv, D)
         pk[self.dst], pv[self.dst] = k[0], v[0]
-        return torch.cat([attention(q[:, new], pk[row, :S][None], pv[row, :S][None], m)
-                          for new, row, S, m in self.seqs], dim=1)
+        qh = q.transpose(1, 2)  # (1, H, N, D)
+        out = torch.empty_like(qh)
+        for new, keys, values, m in self.seqs:
+            out[:, :, new] = heads(qh[:, :, new], keys[i], values[i], m)
+        return out.transpose(1, 2).reshape(1, q.shape[1], -1)
 
 
 @torch.no_grad()
