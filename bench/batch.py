@@ -130,7 +130,9 @@ def sequential(model: SetDLM, sessions: list[list[Turn]], dtype: torch.dtype) ->
 def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
     """(b): what a batching worker does (runtime/sessions/batcher.py): each session on a thread
     of its own and a pool row, its turns one after another, each turn's input, steps and last
-    set in the shared batch (a session's next turn joins the batch as its last one leaves)."""
+    set in the shared batch (a session's next turn joins the batch as its last one leaves).
+    The threads are started before the clock, as a worker's pool threads stand ready before
+    its jobs arrive: all N turns arrive at once, at the start of the pass."""
     n, per = len(sessions), len(sessions[0])
     out = Pass(latency=[0.0] * (n * per), written=[[] for _ in range(n * per)])
     batcher = Batcher(model, max_batch=n)
@@ -138,8 +140,11 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
     states: list[DecodeState | None] = [None] * n
     errors: list[BaseException] = []
 
+    go = threading.Event()  # the turns arrive at once: at go, to threads that stand ready
+
     @torch.no_grad()
     def run(i: int) -> None:
+        go.wait()
         try:
             cache, state, arrived = caches[i], None, 0.0
             assert cache is not None, "the pool has a row per session"
@@ -157,9 +162,10 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    t0 = time.perf_counter()
-    for th in threads:
+    for th in threads:  # a worker's pool threads stand ready before its jobs come
         th.start()
+    t0 = time.perf_counter()
+    go.set()
     for th in threads:
         th.join()
     out.seconds = time.perf_counter() - t0

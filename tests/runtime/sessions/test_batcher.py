@@ -270,3 +270,50 @@ def test_a_load_that_fails_gives_its_pool_row_back(make_engine: Callable[..., En
     with pytest.raises(RuntimeError, match="out of memory"):
         e.run_turn(sid, "acme", second, params, prefer="recompute")
     assert len(e.pool.free) == 1, "the row the recompute took is back"
+
+
+def test_events_reach_their_threads_in_order_in_chunks_never_more_than_lead_behind(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """Batcher(lead=4, chunk=2): a slow thread takes every event of its turn, in step order, the
+    same as decoded alone; its turn never runs more than `lead` steps past the event its thread
+    holds; and the events come in chunks (fewer wake-ups than events)."""
+    from model.decode import begin_turn, decode
+    from model.kv_cache import KVCache
+
+    model, tok = loaded
+    params = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=40)
+    prompts = [[model.cfg.bos_id, *prompt_ids(tok, narrative.make_payload(random.Random(i)))] for i in range(3)]
+    alone = []
+    for ids in prompts:
+        cache = KVCache.for_model(model.cfg)
+        state = begin_turn(model, cache, None, ids, params)
+        alone.append([(ev.positions, ev.tokens) for ev in decode(model, cache, state, params)])
+    pool, batcher = KVPool(model.cfg, 3), Batcher(model, lead=4, chunk=2)
+    wakeups, real_next = [0], batcher._next
+
+    def counting(events: object) -> object:
+        wakeups[0] += 1
+        return real_next(events)  # type: ignore[arg-type]
+
+    batcher._next = counting  # type: ignore[method-assign,assignment]
+    got: dict[int, list[tuple[list[int], list[int]]]] = {}
+    ahead: list[int] = []
+
+    def run(i: int) -> None:
+        cache = pool.take()
+        assert cache is not None
+        state = begin_turn(model, cache, None, prompts[i], params, batcher.commit)
+        got[i] = []
+        for ev in batcher.steps(cache, state, params):
+            assert ev.step == len(got[i]), "in step order"
+            ahead.append(state.step - 1 - ev.step)  # steps decoded past the event this thread holds
+            got[i].append((ev.positions, ev.tokens))
+            time.sleep(0.003)  # slower than a step
+
+    try:
+        _in_threads(run, 3)
+    finally:
+        batcher.close()
+    assert [got[i] for i in range(3)] == alone
+    assert max(ahead) <= 4 and max(ahead) >= 2, "the turns ran ahead of their threads, within the lead"
+    assert wakeups[0] < sum(map(len, alone)), "events came in chunks"
