@@ -11,8 +11,11 @@ sessions or threads.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import accumulate
 
 import torch
 from torch import Tensor
@@ -113,15 +116,20 @@ class BatchKV:
                                  device=dev))  # each packed token's (row, slot)
         # per sequence: its tokens in the packed row, its keys and values (all layers' views of
         # its row's first C_b + n_b slots, heads first: (n_layers, 1, Hkv, S_b, D)) and its
-        # additive mask (1, 1, n_b, S_b), built as model/decode.py builds it for one sequence
+        # additive mask (1, 1, n_b, S_b): the one model/decode.py builds for it alone
         self.seqs: list[tuple[slice, Tensor, Tensor, Tensor]] = []
         o = 0
-        for c, n, m in zip(caches, counts, pending):
+        for c, n, m, several in zip(caches, counts, pending, _several_documents(caches, ids, pos, counts, bos_id)):
             C, new = c.length, slice(o, o + n)
-            mask = within_documents(step_mask(C, m, n - m, dev), torch.cat([c.pos[:C], pos[new]]),
-                                    torch.cat([c.tok[:C], ids[new]]), pos[new], bos_id)
+            if several:  # narrowed to each query's document (model/masks.py)
+                mask = additive(within_documents(step_mask(C, m, n - m, dev), torch.cat([c.pos[:C], pos[new]]),
+                                                 torch.cat([c.tok[:C], ids[new]]), pos[new], bos_id)[None, None],
+                                dtype, dev)
+            else:  # one document: the cache in full, then the new tokens' step block
+                mask = torch.zeros((1, 1, n, C + n), dtype=dtype, device=dev)
+                mask[0, 0, :, C:] = _step_block(m, n, dtype, dev)
             keys, values = (t[:, c.row, : C + n].transpose(1, 2)[:, None] for t in (pool.k, pool.v))
-            self.seqs.append((new, keys, values, additive(mask[None, None], dtype, dev)))
+            self.seqs.append((new, keys, values, mask))
             o += n
 
     def reserve(self, n: int) -> None:
@@ -140,6 +148,43 @@ class BatchKV:
         for new, keys, values, m in self.seqs:
             out[:, :, new] = heads(qh[:, :, new], keys[i], values[i], m)
         return out.transpose(1, 2).reshape(1, q.shape[1], -1)
+
+
+def _step_block(m: int, n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The additive step mask of n new tokens, m of them pending, over themselves: (n, n), the
+    last n columns of step_mask(C, m, n - m) whatever C.  A step's (n <= 64: a few kB each) is
+    cached and only ever read; an input's, as long as max_commit, is built each time."""
+    return (_cached_block if n <= 64 else _block)(m, n, dtype, device)
+
+
+def _block(m: int, n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return additive(step_mask(0, m, n - m, device), dtype, device)
+
+
+_cached_block = lru_cache(maxsize=1024)(_block)
+
+
+def _several_documents(caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
+                       bos_id: int | None) -> list[bool]:
+    """Per sequence: do its keys (its cache, then its new tokens) hold a document start past
+    position 0, so that its mask must be narrowed (model/masks.py within_documents)?  Asked for
+    all rows at once, and on the CPU only: on a GPU the answer would cost a device sync per
+    forward, and every mask is narrowed (a no-op for one document)."""
+    if bos_id is None:
+        return [False] * len(caches)
+    pool = caches[0].pool
+    assert pool is not None
+    if pool.k.device.type != "cpu":
+        return [True] * len(caches)
+    C = max(c.length for c in caches)
+    rows = torch.tensor([c.row for c in caches])
+    valid = torch.arange(C)[None, :] < torch.tensor([c.length for c in caches])[:, None]  # (B, C)
+    several = ((pool.tok[rows, :C] == bos_id) & (pool.pos[rows, :C] > 0) & valid).any(1).tolist()
+    starts = ((ids == bos_id) & (pos > 0)).nonzero().flatten().tolist()  # among the packed new tokens
+    ends = list(accumulate(counts))
+    for t in starts:
+        several[bisect_right(ends, t)] = True
+    return several
 
 
 @torch.no_grad()

@@ -223,6 +223,7 @@ def test_each_sequence_attends_as_it_does_alone_bit_for_bit(model: SetDLM, dtype
         rows.append(row)
         alone_.append(one)
     ids = [torch.randint(4, cfg.vocab_size, (m,), generator=g).tolist() + [cfg.mask_id] * a for _, m, a in cases]
+    ids[2][5] = cfg.bos_id  # the input holds a new document's start: its later tokens see none before it
     pos = [list(range(len(c), len(c) + len(x))) for (c, _, _), x in zip(cases, ids)]
     N, H, Hkv, D = sum(map(len, ids)), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     q, k, v = (torch.randn(1, N, h, D, generator=g).to(dtype) for h in (H, Hkv, Hkv))
