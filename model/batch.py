@@ -22,7 +22,7 @@ from torch import Tensor
 
 from model.attention import additive, heads
 from model.config import ModelConfig
-from model.decode import StepEvent, StepPlan, advance, plan, step
+from model.decode import StepEvent, StepPlan, advance, greedy, plan, step
 from model.kv_cache import KVCache
 from model.masks import step_mask, within_documents
 from model.params import DecodeParams, DecodeState
@@ -189,9 +189,10 @@ def _several_documents(caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, 
 
 @torch.no_grad()
 def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[list[int]],
-                    pos: Sequence[list[int]], n_masks: Sequence[int]) -> list[Tensor]:
+                    pos: Sequence[list[int]], n_masks: Sequence[int]) -> Tensor:
     """ONE forward over B sequences' [pending (clean) | masks]: commits each one's pending K/V and
-    returns each one's masks' logits (n_masks_b, vocab), as fused_forward does for one."""
+    returns their masks' logits (sum n_masks_b, vocab), sequence by sequence: each one's rows are
+    what fused_forward returns for it alone."""
     dev = caches[0].k.device
     counts = [len(x) for x in ids]
     pending = [c - n for c, n in zip(counts, n_masks)]
@@ -205,7 +206,7 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
     for b, c in enumerate(caches):
         m = pending[b]
         c.commit(pos[b][:m], ids[b][:m])  # their K/V are in the row's first m scratch slots
-    return list(logits[0].split(list(n_masks)))
+    return logits[0]
 
 
 def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, DecodeParams]],
@@ -226,14 +227,17 @@ def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, Dec
     mask_id = model.cfg.mask_id
     assert all(p.use_cache for _, _, p in seqs), "batched steps read the cache (use_cache=False is batch 1)"
     plans: list[StepPlan] = [plan(model, s, p) for _, s, p in seqs]
+    n_masks = [len(pl.active) for pl in plans]
     logits = batched_forward(model, [c for c, _, _ in seqs] + [c for c, _, _ in commits],
                              [pl.ids(s, mask_id) for pl, (_, s, _) in zip(plans, seqs)] + [ids for _, ids, _ in commits],
                              [pl.positions for pl in plans] + [pos for _, _, pos in commits],
-                             [len(pl.active) for pl in plans] + [0] * len(commits))
+                             n_masks + [0] * len(commits))  # (sum n_masks, vocab)
+    # the greedy sequences' tokens and probabilities in one go (the same bits as one by one)
+    tok, conf = greedy(logits, mask_id) if any(p.temperature == 0 for _, _, p in seqs) else (logits, logits)
     out: list[StepEvent | Exception] = []
-    for pl, (c, s, p), lg in zip(plans, seqs, logits):
+    for pl, (c, s, p), lg, t, cf in zip(plans, seqs, logits.split(n_masks), tok.split(n_masks), conf.split(n_masks)):
         try:
-            out.append(advance(model, c, s, p, pl, lg))
+            out.append(advance(model, c, s, p, pl, lg, (t, cf) if p.temperature == 0 else None))
         except Exception as e:  # noqa: BLE001 - see above
             out.append(e)
     return out

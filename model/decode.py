@@ -222,12 +222,13 @@ def plan(model: SetDLM, state: DecodeState, params: DecodeParams) -> StepPlan:
 
 
 def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams, p: StepPlan,
-            logits: Tensor) -> StepEvent:
+            logits: Tensor, predicted: tuple[Tensor, Tensor] | None = None) -> StepEvent:
     """After the forward (the pending set committed; logits (n_active, vocab) of p.active):
     3) choose the next set, 4) stop at EOS / a stop sequence inside the fully decoded prefix,
-    or when nothing is masked."""
+    or when nothing is masked.  predicted: greedy(logits) when the caller has it already (a
+    batch's, taken for all its greedy sequences at once: model/batch.py)."""
     state.nfe += 1
-    tok, conf = _predict(logits, model.cfg.mask_id, params, state)
+    tok, conf = predicted if predicted is not None else _predict(logits, model.cfg.mask_id, params, state)
     order = choose(tok, conf, params)  # indices into active, in position order (commit order)
     state.pending = [p.active[j] for j in order]
     for j, t in zip(order, tok[order].tolist()):  # one device sync for the whole set
@@ -296,17 +297,26 @@ def choose(tok: Tensor, conf: Tensor, params: DecodeParams) -> list[int]:
 
 def _predict(logits: Tensor, mask_id: int, params: DecodeParams, state: DecodeState) -> tuple[Tensor, Tensor]:
     """logits: (n, vocab) -> token (n,) and its probability (n,).  [MASK] is never predicted."""
+    if params.temperature == 0:
+        return greedy(logits, mask_id)
     logits = logits.float().clone()
     logits[:, mask_id] = -torch.inf
-    if params.temperature == 0:
-        conf, tok = logits.softmax(-1).max(-1)
-        return tok, conf
     assert state.rng is not None, "sampling needs the session RNG (begin_turn seeds it)"
     gen = _rng_load(state.rng)
     probs = (logits / params.temperature).softmax(-1).cpu()
     tok = torch.multinomial(probs, 1, generator=gen).flatten()
     state.rng = _rng_dump(gen)
     return tok, probs.gather(1, tok[:, None]).flatten()
+
+
+def greedy(logits: Tensor, mask_id: int) -> tuple[Tensor, Tensor]:
+    """logits: (n, vocab) -> the most probable token (n,) but [MASK], and its probability (n,).
+    Row by row: a row gives the same bits among n rows as alone (softmax and max reduce over
+    the vocabulary only), so one call may serve many sequences' rows."""
+    logits = logits.float().clone()
+    logits[:, mask_id] = -torch.inf
+    conf, tok = logits.softmax(-1).max(-1)
+    return tok, conf
 
 
 def _maybe_stop(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> int | None:
