@@ -20,7 +20,7 @@ from itertools import accumulate
 import torch
 from torch import Tensor
 
-from model.attention import additive, heads
+from model.attention import additive, attention, heads
 from model.config import ModelConfig
 from model.decode import StepEvent, StepPlan, advance, greedy, plan, step
 from model.kv_cache import KVCache
@@ -88,18 +88,41 @@ class KVPool:
 
 
 
+#: devices where each sequence of a batch attends in a call of its own: the call a batch-1
+#: forward makes, so the same bits in any batch (in bf16 too), and batched attention does not pay
+#: on a CPU (one sequence's K/V are read once per step whatever the batch: one SDPA call of 16
+#: sequences x 12 queries over 600 keys took 0.99 ms here, 16 calls of one 1.10 ms; padding the
+#: keys to the longest row costs more).  Elsewhere (a GPU: a call per sequence and layer would
+#: make the forward launch-bound) the steps attend in one padded call, each long input alone.
+ALONE_ON = ("cpu",)
+#: in that padded call, a sequence with more new tokens than this (a turn's input) attends alone:
+#: the steps' queries padded to its length would cost that many each
+LONG = 32
+
+
+@dataclass
+class _Group:
+    """Sequences whose queries attend in one padded call: their tokens' places in the packed
+    row, and their additive mask (B_g, T_g, S_g) over the first S_g slots of their pool rows."""
+
+    tokens: Tensor  # into the packed row
+    unpack: tuple[Tensor, Tensor]  # each of those tokens' (b, t) in (B_g, T_g)
+    rows: Tensor | slice  # pool rows; a slice when they follow each other (a view: no gather)
+    S: int
+    mask: Tensor
+
+
 class BatchKV:
     """model.transformer.Keys for one forward over B pool rows, its tokens packed: sequence b's
     n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
     run on all N at once).  Sequence b has C_b cached slots; attend() writes its new K/V to its
-    row's scratch slots [C_b, C_b + n_b), then each sequence attends in a call of its own, over
-    its row's first C_b + n_b slots under its own step mask: the very call a batch-1 forward
-    makes (model/kv_cache.py KVCache.attend), the same shapes, strides and mask, so a sequence's
-    attention output is the same bits alone or in any batch.  Batched attention would not pay on
-    a CPU: one sequence's K/V are read once per step whatever the batch (one SDPA call of 16
-    sequences x 12 queries over 600 keys took 0.99 ms, 16 calls of one 1.10 ms), padding the
-    keys to the longest row costs more than that, and its kernel blocks the keys differently
-    (in bf16 a token then drifts from its batch-1 twin)."""
+    row's scratch slots [C_b, C_b + n_b), then, on a device of ALONE_ON, each sequence attends in
+    a call of its own over its row's first C_b + n_b slots under its own step mask: the very
+    call a batch-1 forward makes (model/kv_cache.py KVCache.attend: the same shapes, strides and
+    mask).  Elsewhere the steps (n_b <= LONG) attend in one call, unpacked into (B_g, T_g = max
+    n_b) queries over their rows' first max(C_b + n_b) slots (padding masked out: batch_mask),
+    and each long input alone in a group of one.  The masks are each sequence's step mask,
+    narrowed to its documents (model/masks.py)."""
 
     def __init__(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
                  pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
@@ -114,10 +137,14 @@ class BatchKV:
         self.dst = (torch.tensor([c.row for c, n in zip(caches, counts) for _ in range(n)], device=dev),
                     torch.tensor([c.length + t for c, n in zip(caches, counts) for t in range(n)],
                                  device=dev))  # each packed token's (row, slot)
-        # per sequence: its tokens in the packed row, its keys and values (all layers' views of
-        # its row's first C_b + n_b slots, heads first: (n_layers, 1, Hkv, S_b, D)) and its
+        # alone: per sequence its tokens in the packed row, its keys and values (all layers' views
+        # of its row's first C_b + n_b slots, heads first: (n_layers, 1, Hkv, S_b, D)) and its
         # additive mask (1, 1, n_b, S_b): the one model/decode.py builds for it alone
         self.seqs: list[tuple[slice, Tensor, Tensor, Tensor]] = []
+        self.groups: list[_Group] = []
+        if dev.type not in ALONE_ON:
+            self._group(caches, ids, pos, counts, pending, bos_id, dtype)
+            return
         o = 0
         for c, n, m, several in zip(caches, counts, pending, _several_documents(caches, ids, pos, counts, bos_id)):
             C, new = c.length, slice(o, o + n)
@@ -132,22 +159,71 @@ class BatchKV:
             self.seqs.append((new, keys, values, mask))
             o += n
 
+    def _group(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
+               pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
+        """The padded groups: the steps together, each long input alone."""
+        dev = self.pool.k.device
+        offsets = [0, *accumulate(counts)]
+        steps = [b for b, n in enumerate(counts) if n <= LONG]
+        for part in ([steps] if steps else []) + [[b] for b, n in enumerate(counts) if n > LONG]:
+            cs = [caches[b] for b in part]
+            S = max(c.length + counts[b] for b, c in zip(part, cs))
+            mask = batch_mask([c.length for c in cs], [pending[b] for b in part], [counts[b] for b in part], S, dev)
+            for j, (b, c) in enumerate(zip(part, cs)):  # no query reads an earlier document
+                C, n, o = c.length, counts[b], offsets[b]
+                key_pos, key_tok = torch.cat([c.pos[:C], pos[o:o + n]]), torch.cat([c.tok[:C], ids[o:o + n]])
+                mask[j, :n, : C + n] = within_documents(mask[j, :n, : C + n], key_pos, key_tok, pos[o:o + n], bos_id)
+            rows = [c.row for c in cs]
+            span = rows == list(range(rows[0], rows[0] + len(rows)))
+            self.groups.append(_Group(
+                torch.tensor([offsets[b] + t for b in part for t in range(counts[b])], device=dev),
+                (torch.tensor([j for j, b in enumerate(part) for _ in range(counts[b])], device=dev),
+                 torch.tensor([t for b in part for t in range(counts[b])], device=dev)),
+                slice(rows[0], rows[0] + len(rows)) if span else torch.tensor(rows, device=dev), S,
+                additive(mask, dtype, dev)))
+
     def reserve(self, n: int) -> None:
         pass  # rows are checked at construction
 
     def mask_shape(self, n: int) -> None:
-        return None  # the masks are this object's, one per sequence
+        return None  # the masks are this object's
 
     def attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """q (1, N, H, D), k, v (1, N, Hkv, D) packed -> (1, N, H * D)."""
         assert mask is None, "a batch holds its own masks"
         pk, pv = self.pool.k[i], self.pool.v[i]  # (rows, capacity, Hkv, D)
         pk[self.dst], pv[self.dst] = k[0], v[0]
+        if self.groups:
+            out = q.new_empty((q.shape[1], q.shape[2] * q.shape[3]))  # (N, H * D)
+            for g in self.groups:
+                keys, values = pk[g.rows, : g.S], pv[g.rows, : g.S]  # (B_g, S_g, Hkv, D)
+                qs = q.new_zeros((len(keys), g.mask.shape[1], *q.shape[2:]))  # (B_g, T_g, H, D), zeros at padding
+                qs[g.unpack] = q[0, g.tokens]
+                out[g.tokens] = attention(qs, keys, values, g.mask)[g.unpack]
+            return out[None]
         qh = q.transpose(1, 2)  # (1, H, N, D)
         out = torch.empty_like(qh)
         for new, keys, values, m in self.seqs:
             out[:, :, new] = heads(qh[:, :, new], keys[i], values[i], m)
         return out.transpose(1, 2).reshape(1, q.shape[1], -1)
+
+
+def batch_mask(cached: Sequence[int], pending: Sequence[int], new: Sequence[int], S: int,
+               device: torch.device | str = "cpu") -> Tensor:
+    """The step mask (model/masks.py step_mask) of B sequences at once: (B, T, S) over each
+    row's keys [cached C_b | new n_b | padding], T = max n_b.  Pending query j sees the cache and
+    pending 0..j; a mask query sees the cache, every pending token and itself.  A padding query
+    (t >= n_b) sees key 0 only, so its softmax stays finite; its output is never read."""
+    C = torch.tensor(cached, device=device)[:, None, None]  # (B, 1, 1)
+    m = torch.tensor(pending, device=device)[:, None, None]
+    n = torch.tensor(new, device=device)[:, None, None]
+    t = torch.arange(max(new), device=device)[None, :, None]  # (1, T, 1) query index
+    s = torch.arange(S, device=device)[None, None, :]  # (1, 1, S) key slot
+    rel = s - C  # the key's index among the new tokens (negative: a cached slot)
+    is_pending = t < m
+    sees_new = (rel >= 0) & ((is_pending & (rel <= t)) | (~is_pending & ((rel < m) | (rel == t))))
+    real = t < n
+    return (real & ((s < C) | sees_new)) | (~real & (s == 0))
 
 
 def _step_block(m: int, n: int, dtype: torch.dtype, device: torch.device) -> Tensor:

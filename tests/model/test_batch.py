@@ -16,7 +16,7 @@ import torch
 
 from model import shipped
 from model.attention import additive
-from model.batch import BatchKV, KVPool, PooledCache, step_batch
+from model.batch import BatchKV, KVPool, PooledCache, batch_mask, step_batch
 from model.corpus import narrative as corpus
 from model.decode import Commit, begin_infill_turn, begin_turn, commit_pending, decode, prefill
 from model.kv_cache import KVCache
@@ -27,6 +27,15 @@ from model.transformer import SetDLM
 from tests.fakes import random_params
 
 ATOL = 1e-4
+
+
+@pytest.fixture(params=["alone", "grouped"])
+def attend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a batch attends: each sequence alone (on a CPU) and the padded groups (on a
+    GPU, model/batch.py ALONE_ON), the latter run here on the CPU."""
+    if request.param == "grouped":
+        monkeypatch.setattr("model.batch.ALONE_ON", ())
+    return str(request.param)
 
 
 @dataclass
@@ -56,7 +65,7 @@ def _open(model: SetDLM, cache: KVCache, state: DecodeState | None, t: Turn, com
 def alone(model: SetDLM, run: Run) -> Run:
     out = Run(run.turns, run.join)
     w = next(model.parameters())
-    cache, state = KVCache.for_model(model.cfg, dtype=w.dtype), None
+    cache, state = KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device), None
     for t in run.turns:
         state = _open(model, cache, state, t)
         out.logits.append([ev.logits for ev in decode(model, cache, state, t.params)])
@@ -72,7 +81,7 @@ def batched(model: SetDLM, runs: list[Run], rows: int | None = None, in_batch: b
     in_batch: a turn's input and its last set are committed in the batched forwards too (as
     runtime/sessions/batcher.py does), the input beside the others' steps."""
     w = next(model.parameters())
-    pool = KVPool(model.cfg, rows or len(runs), dtype=w.dtype)
+    pool = KVPool(model.cfg, rows or len(runs), dtype=w.dtype, device=w.device)
     outs = [Run(r.turns, r.join) for r in runs]
     caches: list[PooledCache | None] = [None] * len(runs)
     states: list[DecodeState | None] = [None] * len(runs)
@@ -144,7 +153,7 @@ def _prompt(g: torch.Generator, n: int, vocab: int) -> list[int]:
 
 
 @pytest.mark.parametrize("policy", ["set", "prefix", "block", "ar"])
-def test_every_policy_decodes_the_same_tokens_batched_as_alone(model: SetDLM, policy: str) -> None:
+def test_every_policy_decodes_the_same_tokens_batched_as_alone(model: SetDLM, policy: str, attend: str) -> None:
     g = torch.Generator().manual_seed(hash(policy) % 1000)
     runs = []
     for i in range(5):  # different prompt lengths, windows, taus and lengths in one batch
@@ -154,7 +163,7 @@ def test_every_policy_decodes_the_same_tokens_batched_as_alone(model: SetDLM, po
     assert_same(model, runs)
 
 
-def test_random_params_sessions_joining_and_leaving_with_second_turns(model: SetDLM) -> None:
+def test_random_params_sessions_joining_and_leaving_with_second_turns(model: SetDLM, attend: str) -> None:
     g = torch.Generator().manual_seed(7)
     runs = []
     for i in range(6):
@@ -164,9 +173,10 @@ def test_random_params_sessions_joining_and_leaving_with_second_turns(model: Set
     assert_same(model, runs)
 
 
-def test_inputs_committed_in_the_batch_long_and_short_beside_steps(model: SetDLM) -> None:
-    """A turn's input joins the batched forward, long or short, beside the steps: the same
-    tokens and K/V as prefilled alone."""
+def test_inputs_committed_in_the_batch_long_and_short_beside_steps(model: SetDLM, attend: str) -> None:
+    """A turn's input joins the batched forward, long or short, beside the steps (grouped: a
+    long one, more than model/batch.py LONG tokens, in a group of its own): the same tokens and
+    K/V as prefilled alone."""
     g = torch.Generator().manual_seed(5)
     runs = []
     for i, (n0, n1) in enumerate([(5, 3), (40, 36), (70, 4), (9, 50), (33, 33)]):
@@ -176,7 +186,7 @@ def test_inputs_committed_in_the_batch_long_and_short_beside_steps(model: SetDLM
     assert_same(model, runs, in_batch=True)
 
 
-def test_an_infill_beside_plain_turns_and_stop_sequences(model: SetDLM) -> None:
+def test_an_infill_beside_plain_turns_and_stop_sequences(model: SetDLM, attend: str) -> None:
     g = torch.Generator().manual_seed(3)
     mask = model.cfg.mask_id
     holes = _prompt(g, 20, model.cfg.vocab_size)
@@ -240,6 +250,17 @@ def test_each_sequence_attends_as_it_does_alone_bit_for_bit(model: SetDLM, dtype
         want = one.attend(1, q[:, o:o + n], k[:, o:o + n], v[:, o:o + n], additive(mask[None], dtype, q.device))
         assert torch.equal(got[:, o:o + n], want), f"a sequence of {n} new tokens attends differently in the batch"
         o += n
+
+
+def test_the_batch_mask_is_each_sequences_step_mask_and_padding_sees_one_key() -> None:
+    cached, pending, new = [5, 0, 3], [2, 0, 3], [6, 3, 4]
+    S = max(c + n for c, n in zip(cached, new))
+    mask = batch_mask(cached, pending, new, S)
+    assert mask.shape == (3, 6, S)
+    for b, (C, m, n) in enumerate(zip(cached, pending, new)):
+        assert torch.equal(mask[b, :n, : C + n], step_mask(C, m, n - m))
+        assert not mask[b, :n, C + n:].any(), "padded keys are nobody's"
+        assert torch.equal(mask[b, n:], torch.nn.functional.one_hot(torch.zeros(6 - n, dtype=torch.long), S).bool())
 
 
 def test_the_pool_hands_out_rows_and_refuses_when_full(model: SetDLM) -> None:

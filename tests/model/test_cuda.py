@@ -34,3 +34,19 @@ def test_cache_bytes_round_trip_from_cuda(dtype: torch.dtype) -> None:
     back = round_trip(cache, device="cuda")
     assert back.k.device.type == "cuda"
     assert_same_cache(cache, back)
+
+
+def test_batched_decoding_equals_alone_on_cuda() -> None:
+    """model/batch.py on a GPU (its steps attend in one padded call, its long inputs alone):
+    sequences of different lengths, policies and windows, joining mid-batch, with second turns
+    whose inputs are committed in the batch, decode the tokens each decodes alone (fp32)."""
+    from tests.model.test_batch import Run, Turn, _prompt, assert_same
+
+    model = random_model(0).to("cuda")
+    g = torch.Generator().manual_seed(3)
+    runs = []
+    for i, (policy, W) in enumerate([("set", 4), ("prefix", 8), ("ar", 1), ("block", 4), ("prefix", 3)]):
+        p = DecodeParams(policy=policy, window=W, tau=0.3, max_new_tokens=12 + 3 * i)
+        runs.append(Run([Turn(_prompt(g, 5 + 9 * i, model.cfg.vocab_size), p),
+                         Turn(_prompt(g, 40 if i == 2 else 4, model.cfg.vocab_size), p)], join=i))
+    assert_same(model, runs, in_batch=True)
