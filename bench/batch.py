@@ -162,10 +162,13 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for th in threads:  # a worker's pool threads stand ready before its jobs come
-        th.start()
     t0 = time.perf_counter()
-    go.set()
+    try:
+        for th in threads:  # a worker's pool threads stand ready before its jobs come
+            th.start()
+        t0 = time.perf_counter()
+    finally:
+        go.set()  # even if a start failed: no thread waits for ever
     for th in threads:
         th.join()
     out.seconds = time.perf_counter() - t0

@@ -3,9 +3,10 @@
 grows); a BatchKV gathers the keys of a batched forward from the pool; step_batch runs one
 forward over B sequences, each with its own positions, window, pending set, stop state and
 committed K/V, then chooses each one's next set exactly as step() does (model/decode.py: the
-same plan and advance).  Nothing is padded: the linear layers run on the sequences' tokens
-packed into one row, and each sequence attends in the call it makes alone, so it decodes the
-same tokens alone or in any batch, in bf16 too (tests/model/test_batch.py).  Knows nothing of
+same plan and advance).  The linear layers run on the sequences' tokens packed into one row;
+on a CPU each sequence attends in the call it makes alone (nothing padded), so it decodes the
+same tokens alone or in any batch, in bf16 too; on a GPU the steps attend in one padded call
+(padding masked), the same to float tolerance (tests/model/test_batch.py).  Knows nothing of
 sessions or threads.
 """
 
@@ -244,8 +245,8 @@ def _several_documents(caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, 
                        bos_id: int | None) -> list[bool]:
     """Per sequence: do its keys (its cache, then its new tokens) hold a document start past
     position 0, so that its mask must be narrowed (model/masks.py within_documents)?  Asked for
-    all rows at once, and on the CPU only: on a GPU the answer would cost a device sync per
-    forward, and every mask is narrowed (a no-op for one document)."""
+    all rows at once.  On another device than the CPU the answer would cost a sync: there every
+    mask is narrowed (a no-op for one document)."""
     if bos_id is None:
         return [False] * len(caches)
     pool = caches[0].pool
@@ -268,7 +269,7 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
                     pos: Sequence[list[int]], n_masks: Sequence[int]) -> Tensor:
     """ONE forward over B sequences' [pending (clean) | masks]: commits each one's pending K/V and
     returns their masks' logits (sum n_masks_b, vocab), sequence by sequence: each one's rows are
-    what fused_forward returns for it alone."""
+    what fused_forward returns for it alone (on a GPU, to float tolerance)."""
     dev = caches[0].k.device
     counts = [len(x) for x in ids]
     pending = [c - n for c, n in zip(counts, n_masks)]
@@ -309,11 +310,18 @@ def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, Dec
                              [pl.positions for pl in plans] + [pos for _, _, pos in commits],
                              n_masks + [0] * len(commits))  # (sum n_masks, vocab)
     # the greedy sequences' tokens and probabilities in one go (the same bits as one by one)
-    tok, conf = greedy(logits, mask_id) if any(p.temperature == 0 for _, _, p in seqs) else (logits, logits)
+    predicted: list[tuple[Tensor, Tensor] | None] = [None] * len(seqs)
+    if any(p.temperature == 0 for _, _, p in seqs):
+        try:  # the forward has committed: a failure here is not the forward's (each then predicts its own)
+            tok, conf = greedy(logits, mask_id)
+            predicted = [(t, cf) if p.temperature == 0 else None
+                         for t, cf, (_, _, p) in zip(tok.split(n_masks), conf.split(n_masks), seqs)]
+        except Exception:  # noqa: BLE001, S110 - each sequence's advance predicts in its own try below
+            pass
     out: list[StepEvent | Exception] = []
-    for pl, (c, s, p), lg, t, cf in zip(plans, seqs, logits.split(n_masks), tok.split(n_masks), conf.split(n_masks)):
+    for pl, (c, s, p), lg, pr in zip(plans, seqs, logits.split(n_masks), predicted):
         try:
-            out.append(advance(model, c, s, p, pl, lg, (t, cf) if p.temperature == 0 else None))
+            out.append(advance(model, c, s, p, pl, lg, pr))
         except Exception as e:  # noqa: BLE001 - see above
             out.append(e)
     return out

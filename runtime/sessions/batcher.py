@@ -79,12 +79,12 @@ class Batcher:
         thread in chunks of this many (the last one, a failure, or a turn at its lead at once).
         A thread woken for every event of every step takes the GIL from the loop's forward as
         often: with 16 turns, one wake-up each per step made the forwards 20-25% slower."""
-        assert max_batch >= 1 and lead >= 1 and 1 <= chunk <= lead
+        assert max_batch >= 1 and lead >= 1 and chunk >= 1
         self.model = model
         self.max_batch = max_batch
         self.max_commit = max_commit
         self.lead = lead
-        self.chunk = chunk
+        self.chunk = min(chunk, lead)
         self.waiting: dict[str, deque[_Seq]] = {p: deque() for p in PRIORITIES}
         self.running: list[_Seq] = []
         self.commits: list[_Commit] = []
