@@ -162,13 +162,12 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    t0 = time.perf_counter()
     try:
         for th in threads:  # a worker's pool threads stand ready before its jobs come
             th.start()
+    finally:  # even if a start failed: no thread waits for ever
         t0 = time.perf_counter()
-    finally:
-        go.set()  # even if a start failed: no thread waits for ever
+        go.set()
     for th in threads:
         th.join()
     out.seconds = time.perf_counter() - t0

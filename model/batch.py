@@ -23,9 +23,9 @@ from torch import Tensor
 
 from model.attention import additive, attention, heads
 from model.config import ModelConfig
-from model.decode import StepEvent, StepPlan, advance, greedy, plan, step
+from model.decode import StepEvent, StepPlan, advance, documents, greedy, plan, step
 from model.kv_cache import KVCache
-from model.masks import step_mask, within_documents
+from model.masks import step_mask
 from model.params import DecodeParams, DecodeState
 from model.transformer import SetDLM
 
@@ -150,8 +150,7 @@ class BatchKV:
         for c, n, m, several in zip(caches, counts, pending, _several_documents(caches, ids, pos, counts, bos_id)):
             C, new = c.length, slice(o, o + n)
             if several:  # narrowed to each query's document (model/masks.py)
-                mask = additive(within_documents(step_mask(C, m, n - m, dev), torch.cat([c.pos[:C], pos[new]]),
-                                                 torch.cat([c.tok[:C], ids[new]]), pos[new], bos_id)[None, None],
+                mask = additive(documents(step_mask(C, m, n - m, dev), c, ids[new], pos[new], bos_id)[None, None],
                                 dtype, dev)
             else:  # one document: the cache in full, then the new tokens' step block
                 mask = torch.zeros((1, 1, n, C + n), dtype=dtype, device=dev)
@@ -172,8 +171,7 @@ class BatchKV:
             mask = batch_mask([c.length for c in cs], [pending[b] for b in part], [counts[b] for b in part], S, dev)
             for j, (b, c) in enumerate(zip(part, cs)):  # no query reads an earlier document
                 C, n, o = c.length, counts[b], offsets[b]
-                key_pos, key_tok = torch.cat([c.pos[:C], pos[o:o + n]]), torch.cat([c.tok[:C], ids[o:o + n]])
-                mask[j, :n, : C + n] = within_documents(mask[j, :n, : C + n], key_pos, key_tok, pos[o:o + n], bos_id)
+                mask[j, :n, : C + n] = documents(mask[j, :n, : C + n], c, ids[o:o + n], pos[o:o + n], bos_id)
             rows = [c.row for c in cs]
             span = rows == list(range(rows[0], rows[0] + len(rows)))
             self.groups.append(_Group(

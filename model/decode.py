@@ -55,19 +55,17 @@ def prefill(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int]) -> in
         return 0
     dev = cache.k.device
     ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
-    mask = _documents(model, cache, step_mask(cache.length, len(ids), 0, dev), ids_t, pos_t, pos_t)
+    mask = documents(step_mask(cache.length, len(ids), 0, dev), cache, ids_t, pos_t, model.cfg.doc_start_id)
     model(ids_t, pos_t, mask, cache, logits_at=slice(0, 0))  # K/V only: no logits are read
     cache.commit(pos, ids)
     return 1
 
 
-def _documents(model: SetDLM, cache: KVCache, mask: Tensor, ids_t: Tensor, pos_t: Tensor, query_pos: Tensor
-               ) -> Tensor:
-    """mask: (T, C + len(ids)) over [cache | ids]; narrowed so that no query reads an earlier
-    document (model/masks.py within_documents)."""
+def documents(mask: Tensor, cache: KVCache, ids_t: Tensor, pos_t: Tensor, bos_id: int | None) -> Tensor:
+    """mask: (T, C + T) over [the cache's C slots | T new tokens ids_t at pos_t], narrowed so
+    that no query reads an earlier document (model/masks.py within_documents)."""
     C = cache.length
-    return within_documents(mask, torch.cat([cache.pos[:C], pos_t]), torch.cat([cache.tok[:C], ids_t]),
-                            query_pos, model.cfg.doc_start_id)
+    return within_documents(mask, torch.cat([cache.pos[:C], pos_t]), torch.cat([cache.tok[:C], ids_t]), pos_t, bos_id)
 
 
 @torch.no_grad()
@@ -80,7 +78,7 @@ def fused_forward(model: SetDLM, cache: KVCache, ids: list[int], pos: list[int],
     m = len(ids) - n_masks
     if use_cache:  # pending first in the input, so its K/V are the first m scratch slots
         ids_t, pos_t = torch.tensor(ids, device=dev), torch.tensor(pos, device=dev)
-        mask = _documents(model, cache, step_mask(cache.length, m, n_masks, dev), ids_t, pos_t, pos_t)
+        mask = documents(step_mask(cache.length, m, n_masks, dev), cache, ids_t, pos_t, model.cfg.doc_start_id)
         logits, _ = model(ids_t, pos_t, mask, cache, logits_at=slice(m, None))
         cache.commit(pos[:m], ids[:m])
         return logits[0]
