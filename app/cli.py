@@ -90,6 +90,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             mix = parse_mix(args.mix)
         except ValueError as e:
             raise CliError(f"--mix {e}") from e
+    if args.wild is not None and (args.init is None or args.preset != "small"):
+        raise CliError("--wild sets a fine-tune's share of the API's grammar: it needs --preset small and --init")
+    if args.wild is not None and not 0 <= args.wild <= 1:
+        raise CliError(f"--wild must be a share in [0, 1], got {args.wild}")
 
     # imports torch: only once the input is known good
     from model import checkpoint
@@ -121,7 +125,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         tokenizer_json = tok.to_str()
 
         def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
-            return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix)
+            return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix,
+                                    wild=args.wild)
     if args.steps is not None:
         recipe["steps"] = args.steps
     if args.lr is not None:
@@ -226,6 +231,9 @@ def parser() -> argparse.ArgumentParser:
                          "and data of model/corpus/mixture.py FINETUNE: the API's whole grammar)")
     tr.add_argument("--mix", default=None, help="a fine-tune's task shares, e.g. narrative=0.4,agent=0.3,section=0.15,"
                          "infill=0.15 (default: mixture.FINETUNE_MIX)")
+    tr.add_argument("--wild", type=float, default=None,
+                    help="a fine-tune's share of narratives, sections and agent questions drawn from the API's "
+                         "grammar rather than the corpus's lists (default: mixture.WILD)")
     tr.set_defaults(func=cmd_train)
     im = sub.add_parser("import", help="convert a released SetDLM checkpoint (HF export, compiled or Composer keys; "
                         "safetensors or tensor-only .bin/.pt) into setflow's format")

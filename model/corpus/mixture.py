@@ -142,16 +142,20 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
 
 
 def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
-            finetune: bool = False, mix: dict[str, float] | None = None) -> Callable[[int], Iterator[list[Example]]]:
+            finetune: bool = False, mix: dict[str, float] | None = None,
+            wild: float | None = None) -> Callable[[int], Iterator[list[Example]]]:
     """`train()`'s data.  A batch holds one task (drawn by WARMUP_MIX, then MIX), so that short agent transcripts
     are not padded to the length of long narratives.  Examples longer than seq_len are dropped
-    (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence."""
+    (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence.
+    A fine-tune's mix and wild (default FINETUNE_MIX, WILD) set its task shares and the share of
+    wild payloads."""
+    share = WILD if wild is None else wild
     def from_step(start: int) -> Iterator[list[Example]]:
         s = start
         while True:
             rng = random.Random(f"mixture/{seed}/{s}")  # str seeds hash deterministically
             task = pick_task(rng, s, finetune, mix)
-            wild = WILD if finetune and task in WILD_MAKERS else 0.0
+            wild = share if finetune and task in WILD_MAKERS else 0.0
             out: list[Example] = []
             while len(out) < batch_size:
                 ex = WILD_MAKERS[task](tok, rng, wild) if wild else MAKERS[task](tok, rng)

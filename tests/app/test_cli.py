@@ -26,6 +26,9 @@ def test_importing_the_cli_does_not_import_torch() -> None:
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "poetry=1", "--out", "x"], "'poetry=1': expected"),
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "agent=-1", "--out", "x"], "finite number >= 0"),
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "agent=0", "--out", "x"], "no task has a share"),
+    (["train", "--preset", "small", "--wild", "0.8", "--out", "x"], "needs --preset small and --init"),
+    (["train", "--preset", "small", "--init", "model/shipped", "--wild", "1.5", "--out", "x"], "--wild must be a share"),
+    (["train", "--preset", "small", "--init", "model/shipped", "--wild", "nan", "--out", "x"], "--wild must be a share"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2

@@ -69,3 +69,25 @@ def test_a_fine_tune_draws_its_tasks_by_its_own_mix(tok: Tokenizer) -> None:
     for batch in batches:
         for ids, _ in batch:
             assert tok.decode(ids, skip_special=True).startswith("Q: ")  # agent.prompt_text: a question
+
+
+def test_a_fine_tune_draws_its_own_share_of_wild_payloads(tok: Tokenizer) -> None:
+    """`setflow train --init ... --wild 1`: every narrative from the API's grammar; --wild 0: every
+    one from the corpus's lists, as the base recipe draws them."""
+    def batch(wild: float) -> list[list[int]]:
+        make = mixture.batches(tok, seed=5, batch_size=3, seq_len=512, finetune=True, mix={"narrative": 1.0},
+                               wild=wild)
+        return [ids for ids, _ in next(make(2))]
+
+    def drawn(wild: bool) -> list[list[int]]:
+        rng = random.Random("mixture/5/2")
+        mixture.pick_task(rng, 2, True, {"narrative": 1.0})
+        out: list[list[int]] = []
+        while len(out) < 3:
+            p, text = narrative.wild_example(rng) if wild and rng.random() < 1.0 else narrative.example(rng)
+            ids = [tok.bos_id, *tok.encode(narrative.prompt_text(p)), *tok.encode(text), tok.eos_id]
+            if len(ids) <= 512:
+                out.append(ids)
+        return out
+
+    assert batch(1.0) == drawn(True) and batch(0.0) == drawn(False) and batch(1.0) != batch(0.0)
