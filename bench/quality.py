@@ -12,7 +12,9 @@ Tasks (examples drawn with another seed than training's, at most the training le
              fine-tune's training length
   agent_ood  questions over a metric store of any names and periods (model/corpus/agent.py
              wild_task), read as a tenant's own dataset is
-Each example runs the job's own workflow (workflows/) on a new session in this process
+A payload goes through the API's spec first, as a job's does (names canonical: no spaces at
+their ends, none doubled; model/corpus/narrative.py canonical), an agent's question and dataset
+likewise.  Each example runs the job's own workflow (workflows/) on a new session in this process
 (runtime/sessions/local.py), which decodes a turn as the engine does.  What is measured is the
 setting's first decode, not the job's checked output (workflows/checked.py decodes a failed part
 again with greedy AR): a narrative is its one turn (as a section is), an agent's answer or the
@@ -38,12 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from model import checkpoint, shipped
 from model.corpus import agent, mixture, narrative, report
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.jobs.specs import AgentSpec, ParamsSpec, TurnSpec
+from runtime.jobs.specs import AgentSpec, ParamsSpec, PayloadSpec, TurnSpec
 from runtime.sessions.local import LocalTurns
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow
@@ -83,7 +86,7 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
         if task in ("narrative", "narrative_ood"):
             p, ref = narrative.example(rng) if task == "narrative" else narrative.wild_example(rng)
             n = 1 + len(tok.encode(narrative.prompt_text(p) + ref)) + 1
-            ex: Any = p
+            ex: Any = as_sent(p)
         elif task in ("agent", "agent_ood"):
             task_, data, pieces = agent.example(rng) if task == "agent" else agent.wild_example(rng)
             n = 1 + len(tok.encode(agent.prompt_text(task_.question) + "".join(t for t, _ in pieces))) + 1
@@ -91,13 +94,23 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
         elif task in ("section", "section_ood"):
             s, ref = report.section_example(rng, wild=task == "section_ood")
             n = 1 + len(tok.encode(s.prompt_text() + ref)) + 1
-            ex = s
+            sent = as_sent(s.payload)
+            ex = report.Section(s.title, sent) if sent is not None else None
         else:
             ex = report.make_template(rng)
             n = len(report.infill_tokens(tok, ex)[0])
-        if n <= limit:
+        if n <= limit and ex is not None:
             return ex
     raise RuntimeError(f"no {task} example of at most {limit} tokens in 100 draws")
+
+
+def as_sent(p: narrative.Payload) -> narrative.Payload | None:
+    """The payload as a job gets it through the API (runtime/jobs/specs.py PayloadSpec: names
+    canonical), or None where the API refuses it (two names one once canonical): redrawn."""
+    try:
+        return PayloadSpec.of(p).to_payload()
+    except ValidationError:
+        return None
 
 
 def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:

@@ -21,6 +21,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model.corpus import agent as corpus
+from model.corpus.narrative import canonical
 
 
 class CalcArgs(BaseModel):
@@ -53,11 +54,13 @@ class Table:
 
     @classmethod
     def of(cls, name: str, rows: list[list[str]]) -> Table:
-        return cls(name, {(m, r, p): v for m, r, p, v in rows})
+        """Its names as the runtime holds them (corpus canonical: runtime/jobs/datasets.py stores
+        them so; a row stored before that is read so)."""
+        return cls(name, {(canonical(m), canonical(r), canonical(p)): v for m, r, p, v in rows})
 
     def lookup(self, key: str, region: str, period: str) -> str:
         try:
-            return self.values[key, region, period]
+            return self.values[canonical(key), canonical(region), canonical(period)]
         except KeyError:
             raise corpus.ToolError(f"no row for metric {key!r}, region {region!r}, period {period!r} "
                                    f"in dataset {self.name!r}") from None

@@ -78,6 +78,14 @@ NAME_REST = NAME_FIRST + " .&'/-"
 UNIT_CHARS = string.ascii_letters + "%$/"
 
 
+def canonical(name: str) -> str:
+    """A name as the runtime uses it: the spaces at its ends dropped and each run of spaces inside
+    made one.  The API accepts "North  America " (a name copied from a spreadsheet often has
+    them) and writes, checks and looks up "North America": a space at the end of a name is
+    invisible in a narrative, and two names that differ only so are one to a reader."""
+    return " ".join(name.split())
+
+
 @dataclass
 class Metric:
     key: str  # a built-in metric's key (METRIC), or a custom metric's display name
@@ -244,7 +252,7 @@ def wild_name(rng: random.Random) -> str:
     else:  # any characters of the grammar
         n = min(40, 1 + int(rng.expovariate(1 / 9)))
         name = rng.choice(NAME_FIRST) + "".join(rng.choice(NAME_REST) for _ in range(n - 1))
-    return name[:40]
+    return canonical(name[:40])  # as the API passes it on
 
 
 def wild_period(rng: random.Random) -> str:
@@ -262,8 +270,8 @@ def wild_unit(rng: random.Random) -> str:
         return rng.choice(("%", "$", "USD", "EUR", "k USD", "M EUR", "ms", "s", "h", "days", "users", "points",
                            "orders", "tickets", "per day", "GB", "req/s", "units"))
     n = rng.randint(1, 16)
-    unit = "".join(rng.choice(UNIT_CHARS + "  ") for _ in range(n)).strip()
-    return unit if unit and " " not in (unit[0], unit[-1]) else rng.choice(UNIT_CHARS)
+    unit = canonical("".join(rng.choice(UNIT_CHARS + "  ") for _ in range(n)))
+    return unit or rng.choice(UNIT_CHARS)
 
 
 def wild_number(rng: random.Random, digits: int, decimals: int) -> str:

@@ -4,9 +4,11 @@ Uploaded as JSON rows or CSV (header metric,region,period,value), checked whole 
 is written, and replaced whole by the next upload of the same name.
 
 The model asks in its own words: a call is `metric("<metric>", "<region>", "<period>")` with the
-names it was trained on (model/corpus/narrative.py METRIC, REGIONS, PERIODS); a row under other
-names is kept and read when asked for, but the shipped model will not ask for it.  A value is a
-number as the tools write one (the model reads it as it read their results in training).
+names copied from the question (the shipped model is fine-tuned on names of any characters the
+API's grammar allows: model/corpus/agent.py wild_task).  Names are kept as the runtime compares
+them (model/corpus/narrative.py canonical: no spaces at the ends, none doubled), as an agent's
+question is.  A value is a number as the tools write one (the model reads it as it read their
+results in training).
 No torch here: the API process imports this."""
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from model.corpus.narrative import canonical
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.tables import DatasetRecord
@@ -74,17 +77,21 @@ def check(rows: list[list[str]]) -> list[list[str]]:
     if not 1 <= len(rows) <= MAX_ROWS:
         raise BadInput(f"a dataset has 1..{MAX_ROWS} rows, not {len(rows)}")
     seen: set[tuple[str, ...]] = set()
+    out = []
     for i, (metric, region, period, value) in enumerate(rows):
         for what, v in (("metric", metric), ("region", region), ("period", period)):
-            if not _KEY.match(v):
-                raise BadInput(f"row {i}: {what} {v!r} must be 1..64 characters, without quotes, <, > "
-                               "or control characters")
+            if not _KEY.match(v) or not canonical(v):
+                raise BadInput(f"row {i}: {what} {v!r} must be 1..64 characters, not only spaces, without "
+                               "quotes, <, > or control characters")
         if not _VALUE.match(value):
             raise BadInput(f"row {i}: value {value!r} is not a number as the tools write one (e.g. 512, -2.4)")
-        if (metric, region, period) in seen:
-            raise BadInput(f"row {i}: ({metric}, {region}, {period}) is in the dataset twice")
-        seen.add((metric, region, period))
-    return rows
+        key = (canonical(metric), canonical(region), canonical(period))  # as a question names them
+        if key in seen:
+            raise BadInput(f"row {i}: ({', '.join(key)}) is in the dataset twice (names compare without "
+                           "the spaces at their ends, runs of spaces as one)")
+        seen.add(key)
+        out.append([*key, value])
+    return out
 
 
 class Datasets:

@@ -95,6 +95,12 @@ class InfillSpec(BaseModel):
 
 # ---- the dashboard payload (narratives and reports) -------------------------------------------
 
+def _canonical(v: str | None) -> str | None:
+    """A name as the runtime writes, checks and looks it up (corpus.canonical: no spaces at its
+    ends, none doubled); the pattern has matched it before."""
+    return None if v is None else corpus.canonical(v)
+
+
 def _number(v: str | None) -> str | None:
     if v is not None and not _NUMBER.match(v):
         raise ValueError(f"a number as text, like 1240 or 2.4, got {v!r}")
@@ -113,6 +119,7 @@ class MetricSpec(BaseModel):
     target: str | None = None
 
     _numbers = field_validator("value", "prev", "target")(classmethod(lambda cls, v: _number(v)))
+    _name = field_validator("name", "unit")(classmethod(lambda cls, v: _canonical(v)))
 
     @model_validator(mode="after")
     def _builtin_or_custom(self) -> MetricSpec:
@@ -135,6 +142,8 @@ class BreakdownSpec(BaseModel):
     metric: str  # the key or custom name of one of the payload's metrics
     rows: list[tuple[str, str, str]] = Field(min_length=1, max_length=4)  # (name, value, prev)
 
+    _metric = field_validator("metric")(classmethod(lambda cls, v: _canonical(v)))
+
     @field_validator("rows")
     @classmethod
     def _rows(cls, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -142,7 +151,7 @@ class BreakdownSpec(BaseModel):
             if not _NAME.match(name):
                 raise ValueError(f"a row name is 1-40 letters, digits, spaces or .&'/-, got {name!r}")
             _number(value), _number(prev)
-        return rows
+        return [(corpus.canonical(name), value, prev) for name, value, prev in rows]
 
 
 class PayloadSpec(BaseModel):
@@ -154,6 +163,8 @@ class PayloadSpec(BaseModel):
     style: Literal["brief", "formal", "casual"] = "formal"
     metrics: list[MetricSpec] = Field(min_length=1, max_length=4)
     breakdown: BreakdownSpec | None = None
+
+    _tenant = field_validator("tenant")(classmethod(lambda cls, v: _canonical(v)))
 
     @model_validator(mode="after")
     def _consistent(self) -> PayloadSpec:
@@ -220,7 +231,15 @@ class AgentSpec(BaseModel):
     #: sample dataset dataset_seed draws
     dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
 
-    _plain_question = field_validator("question")(classmethod(lambda cls, v: _plain(v)))
+    # the names in a question as a dataset's rows hold them (corpus.canonical): a space at the
+    # end of a name, or two in a row, are one space (the pattern allows no other whitespace)
+    @field_validator("question")
+    @classmethod
+    def _question(cls, v: str) -> str:
+        v = corpus.canonical(_plain(v))
+        if not v:
+            raise ValueError("a question has more than spaces")
+        return v
 
     @field_validator("client_tools")
     @classmethod
@@ -246,6 +265,7 @@ class SectionSpec(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _once(cls, v: list[str]) -> list[str]:
+        v = [corpus.canonical(m) for m in v]  # as the data's metrics name themselves
         if len(set(v)) != len(v):
             raise ValueError("each metric at most once per section")
         return v

@@ -87,6 +87,34 @@ def test_the_api_refuses_what_is_outside_the_grammar(bad: dict[str, object], why
         check_spec("narrative", {"payload": payload}, "s1")
 
 
+def test_the_api_passes_names_on_canonical_and_refuses_two_that_are_then_one() -> None:
+    """Spaces at a name's ends dropped, runs inside made one (corpus.canonical): what the model
+    writes and the checker reads; the generator draws names so."""
+    payload = {"tenant": "Acme  Corp ", "period": "FY27",
+               "metrics": [{"name": "Net  revenue ", "unit": "k  USD", "value": "1", "prev": "2"}],
+               "breakdown": {"kind": "region", "metric": "Net revenue  ", "rows": [["North  America ", "1", "2"]]}}
+    p = PayloadSpec.model_validate(payload).to_payload()
+    assert (p.tenant, p.metrics[0].key, p.metrics[0].unit) == ("Acme Corp", "Net revenue", "k USD")
+    assert p.breakdown is not None and (p.breakdown.metric, p.breakdown.rows[0][0]) == ("Net revenue", "North America")
+    assert corpus.valid(p) is None
+    from runtime.jobs.specs import SectionSpec
+    assert SectionSpec(title="Revenue", metrics=["Net  revenue "]).metrics == ["Net revenue"]  # as the data names it
+    twice = {**payload, "breakdown": {**payload["breakdown"], "rows": [["EMEA", "1", "2"], ["EMEA ", "3", "4"]]}}
+    with pytest.raises(BadInput, match="named twice"):
+        check_spec("narrative", {"payload": twice}, "s1")
+    for seed in range(400):
+        rng = random.Random(seed)
+        assert all(corpus.canonical(n) == n for n in (corpus.wild_name(rng), corpus.wild_unit(rng)))
+
+
+def test_an_agent_question_is_passed_on_canonical() -> None:
+    from runtime.jobs.specs import AgentSpec
+
+    assert AgentSpec(question="What was x  in uLX  in 2026? ").question == "What was x in uLX in 2026?"
+    with pytest.raises(ValueError, match="more than spaces"):
+        AgentSpec(question="   ")
+
+
 def test_every_wild_agent_question_is_one_the_api_accepts_and_its_tools_answer_as_a_tenants_dataset() -> None:
     from model.corpus import agent
     from runtime.jobs.specs import AgentSpec
