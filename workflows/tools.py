@@ -45,6 +45,9 @@ class Source(Protocol):
     def lookup(self, key: str, region: str, period: str) -> str: ...
 
 
+AMBIGUOUS = ""  # a Table's value for a key two stored rows share (no value is empty: datasets.check)
+
+
 @dataclass(frozen=True)
 class Table:
     """A tenant's own dataset (runtime/jobs/datasets.py): (metric, region, period) -> value."""
@@ -55,12 +58,21 @@ class Table:
     @classmethod
     def of(cls, name: str, rows: list[list[str]]) -> Table:
         """Its names as the runtime holds them (corpus canonical: runtime/jobs/datasets.py stores
-        them so; a row stored before that is read so)."""
-        return cls(name, {(canonical(m), canonical(r), canonical(p)): v for m, r, p, v in rows})
+        them so; a row stored before that is read so, and two such rows that are then one key
+        answer neither: AMBIGUOUS)."""
+        values: dict[tuple[str, str, str], str] = {}
+        for m, r, p, v in rows:
+            key = (canonical(m), canonical(r), canonical(p))
+            values[key] = AMBIGUOUS if key in values else v
+        return cls(name, values)
 
     def lookup(self, key: str, region: str, period: str) -> str:
+        k = (canonical(key), canonical(region), canonical(period))
+        if self.values.get(k) == AMBIGUOUS:
+            raise corpus.ToolError(f"metric {k[0]!r}, region {k[1]!r}, period {k[2]!r} names two rows of dataset "
+                                   f"{self.name!r} that differ only in spaces: upload it again")
         try:
-            return self.values[canonical(key), canonical(region), canonical(period)]
+            return self.values[k]
         except KeyError:
             raise corpus.ToolError(f"no row for metric {key!r}, region {region!r}, period {period!r} "
                                    f"in dataset {self.name!r}") from None
@@ -114,11 +126,14 @@ def run_call(call: str, data: Source) -> ToolResult:
 
 def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | ToolResult:
     """A call the client runs, as the client is asked it: {"id", "tool", "arguments" (by the
-    tool's field names, as the model wrote them: the client's data may hold any name), "call"};
-    a call that does not parse is answered here as any other (the error result)."""
+    tool's field names, as the model wrote them; a metric's names canonical, as the question the
+    model copies them from is: the client matches its data's names so), "call"}; a call that
+    does not parse is answered here as any other (the error result)."""
     try:
         name, args = corpus.parse_call(call)
     except corpus.ToolError as e:
         return ToolResult(call, None, f"error: {e}", False)
     fields = list(TOOLS[name].args.model_fields)  # parse_call checked their number
+    if name == "metric":
+        args = [canonical(a) for a in args]
     return {"id": call_id, "tool": name, "arguments": dict(zip(fields, args, strict=True)), "call": call.strip()}

@@ -78,12 +78,15 @@ NAME_REST = NAME_FIRST + " .&'/-"
 UNIT_CHARS = string.ascii_letters + "%$/"
 
 
+_SPACES = re.compile(" {2,}")
+
+
 def canonical(name: str) -> str:
     """A name as the runtime uses it: the spaces at its ends dropped and each run of spaces inside
     made one.  The API accepts "North  America " (a name copied from a spreadsheet often has
     them) and writes, checks and looks up "North America": a space at the end of a name is
     invisible in a narrative, and two names that differ only so are one to a reader."""
-    return " ".join(name.split())
+    return _SPACES.sub(" ", name).strip(" ")  # only U+0020: other whitespace is another character
 
 
 @dataclass

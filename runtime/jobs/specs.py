@@ -231,8 +231,8 @@ class AgentSpec(BaseModel):
     #: sample dataset dataset_seed draws
     dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
 
-    # the names in a question as a dataset's rows hold them (corpus.canonical): a space at the
-    # end of a name, or two in a row, are one space (the pattern allows no other whitespace)
+    # the names in a question as a dataset's rows hold them (corpus.canonical): no spaces (U+0020)
+    # at its ends, a run of them one
     @field_validator("question")
     @classmethod
     def _question(cls, v: str) -> str:

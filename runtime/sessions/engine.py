@@ -207,7 +207,10 @@ class Engine:
         if done is None:
             return None
         offsets = done.meta.get("infill")
-        tokens = [done.token_ids[i] for i in offsets] if offsets is not None else list(done.token_ids[len(input_ids):])
+        # split where the row says its input ended: the input rebuilt from the job's spec now may
+        # differ from the one the step had (a job that outlived a change of how specs are read)
+        n_input = int(done.meta.get("n_input", len(input_ids)))
+        tokens = [done.token_ids[i] for i in offsets] if offsets is not None else list(done.token_ids[n_input:])
         return TurnResult(session, tokens, "done", events=[f"turn {done.index} was written by this job step already"],
                           turn=done.index)
 

@@ -111,6 +111,7 @@ def test_an_agent_question_is_passed_on_canonical() -> None:
     from runtime.jobs.specs import AgentSpec
 
     assert AgentSpec(question="What was x  in uLX  in 2026? ").question == "What was x in uLX in 2026?"
+    assert AgentSpec(question="S\u00e3o\u00a0Paulo\u2028 x").question == "S\u00e3o\u00a0Paulo\u2028 x"  # only U+0020
     with pytest.raises(ValueError, match="more than spaces"):
         AgentSpec(question="   ")
 

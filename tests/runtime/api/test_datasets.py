@@ -106,3 +106,10 @@ def test_names_are_kept_as_a_question_names_them(api: Api) -> None:
     for call in ('metric("net revenue", "North America", "FY27")', 'metric("net revenue ", "North  America", "FY27")'):
         r = tools.run_call(call, table)
         assert r.ok and r.result == "12", r.result
+    # two rows stored before names were kept so, one key now: neither answers, the model is told
+    table = tools.Table.of("sales", [["rev", "EMEA", "Q1", "1"], ["rev", "EMEA ", "Q1", "2"], ["rev", "APAC", "Q1", "3"]])
+    r = tools.run_call('metric("rev", "EMEA", "Q1")', table)
+    assert not r.ok and "differ only in spaces" in r.result
+    assert tools.run_call('metric("rev", "APAC", "Q1")', table).result == "3"
+    asked = tools.client_call('metric("rev ", "North  America", "Q1")', "call_1")
+    assert isinstance(asked, dict) and asked["arguments"] == {"metric": "rev", "region": "North America", "period": "Q1"}

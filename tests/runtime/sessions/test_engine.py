@@ -401,6 +401,22 @@ def test_a_redelivered_infill_step_returns_its_holes(engine: Engine, loaded: tup
     assert engine.records.turn_count(sid, "acme") == 2
 
 
+def test_a_redelivered_step_returns_what_it_generated_whatever_its_input_is_rebuilt_as(
+        engine: Engine, loaded: tuple[SetDLM, Tokenizer], db_engine: SqlEngine, db_settings: Settings) -> None:
+    """The replay splits the row where it says its input ended (meta n_input), not at the length of
+    the input rebuilt from the job's spec, which a job that outlived a change of how specs are
+    read (names made canonical, say) may give shorter."""
+    _, tok = loaded
+    first, _ = _inputs(tok)
+    sid = engine.open("acme")
+    jobs = Jobs(db_engine, db_settings)
+    job, _ = jobs.create("turn", "acme", {"text": "x"}, sid)
+    owner = jobs.claim(job.id, "w1").owner or ""
+    r1 = engine.run_turn(sid, "acme", first, PARAMS, job=JobStep(job.id, 0, owner))
+    again = engine.run_turn(sid, "acme", first[:-2], PARAMS, job=JobStep(job.id, 0, owner))
+    assert (again.path, again.tokens) == ("done", r1.tokens) and engine.records.turn_count(sid, "acme") == 1
+
+
 def test_a_bad_infill_input_is_refused_and_changes_nothing(engine: Engine, loaded: tuple[SetDLM, Tokenizer]) -> None:
     model, tok = loaded
     M, V = model.cfg.mask_id, model.cfg.vocab_size
