@@ -103,6 +103,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CliError(f"{args.out} holds a checkpoint of another model config; cannot resume it as {args.preset!r}")
 
     make_batches: Callable[[int, int, int], Any]
+    data: dict[str, Any] = {"seed": args.seed}
     if args.preset == "toy":
         from model.corpus import toy
         recipe: dict[str, Any] = dict(steps=250, **toy.RECIPE)
@@ -127,6 +128,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
             return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix,
                                     wild=args.wild)
+        if args.init is not None:  # what makes a fine-tune's data stream: a resume must give the same
+            data = {"seed": args.seed, "mix": mix or mixture.FINETUNE_MIX,
+                    "wild": mixture.WILD if args.wild is None else args.wild}
     if args.steps is not None:
         recipe["steps"] = args.steps
     if args.lr is not None:
@@ -136,7 +140,7 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
     try:
         _, losses = train(cfg, make_batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out,
-                          tokenizer_json=tokenizer_json, init=args.init)
+                          tokenizer_json=tokenizer_json, init=args.init, data=data)
     except ValueError as e:  # e.g. args.out holds a checkpoint of another config
         raise CliError(str(e)) from e
     tail = losses[-tc.log_every:]

@@ -9,11 +9,13 @@ excluded), per-sequence mean, then batch mean.  Knows nothing about corpora beyo
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -126,12 +128,15 @@ class TrainConfig:
 
 def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], tc: TrainConfig,
           out: str | Path | None = None, tokenizer_json: str | None = None, resume: bool = True,
-          progress: bool = True, init: str | Path | None = None) -> tuple[SetDLM, list[float]]:
+          progress: bool = True, init: str | Path | None = None,
+          data: dict[str, Any] | None = None) -> tuple[SetDLM, list[float]]:
     """AdamW with linear warm-up then cosine decay to 10%.  batches(start_step) yields lists of
     examples from that step on (so a resumed run sees the same data).  Checkpoints to `out`
     every ckpt_every steps; resumes from `out` when it holds a trainer state.  init: a
     checkpoint folder whose weights a fresh run starts from (a fine-tune; its shapes must be
-    cfg's, its context may differ)."""
+    cfg's, its context may differ).  data: what makes the run's data stream (its seed, mix,
+    share of wild payloads: JSON), kept with the trainer state; a resume with other data is
+    refused (it would go on with another stream under the same schedule)."""
     torch.manual_seed(tc.seed)
     model = SetDLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95))
@@ -147,6 +152,9 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
                              f"cannot resume it as {cfg.name!r}")
         checkpoint.load_weights(model, folder)
         meta = checkpoint.load_optimizer(opt, folder)
+        if data is not None and meta.get("data", data) != data:  # a state saved before "data": taken
+            raise ValueError(f"{folder} holds a run on other data ({json.dumps(meta['data'], sort_keys=True)}); "
+                             f"resume it with the same settings, not {json.dumps(data, sort_keys=True)}")
         start, losses = int(meta["step"]), list(meta["losses"])
         gen.set_state(torch.tensor(meta["rng"], dtype=torch.uint8))
     elif init is not None:
@@ -166,8 +174,8 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
             return
         with checkpoint.atomic_folder(folder) as tmp:  # weights, optimizer and step move together
             checkpoint.save(model, tmp, tokenizer_json)
-            checkpoint.save_optimizer(opt, tmp, {"step": step, "losses": losses,
-                                                 "rng": gen.get_state().tolist(), "saved_at": time.time()})
+            checkpoint.save_optimizer(opt, tmp, {"step": step, "losses": losses, "rng": gen.get_state().tolist(),
+                                                 "saved_at": time.time(), **({"data": data} if data else {})})
 
     model.train()
     it = batches(start)

@@ -44,6 +44,18 @@ def test_train_writes_a_checkpoint_and_resumes(tmp_path: Path, capsys: pytest.Ca
     assert "step 3" in capsys.readouterr().out
     assert main(["train", "--preset", "small", "--steps", "3", "--out", str(out)]) == 2, "another config"
     assert "another model config" in capsys.readouterr().err
+    before = (out / "trainer.json").read_text()
+    assert main(["train", "--preset", "toy", "--steps", "4", "--seed", "1", "--out", str(out)]) == 2, "other data"
+    assert "on other data" in capsys.readouterr().err and (out / "trainer.json").read_text() == before
+
+
+def test_a_fine_tune_resumes_only_on_its_own_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, base = tmp_path / "ft", ["train", "--preset", "small", "--init", str(ROOT / "model" / "shipped"),
+                                  "--mix", "agent=1", "--wild", "0.9"]
+    assert main([*base, "--steps", "1", "--out", str(out)]) == 0
+    assert main([*base[:-2], "--steps", "2", "--out", str(out)]) == 2  # the default share of wild payloads
+    assert '"wild": 0.9' in capsys.readouterr().err
+    assert main([*base, "--steps", "2", "--out", str(out)]) == 0 and "step 2" in capsys.readouterr().out
 
 
 def test_train_small_learns_its_tokenizer_from_the_corpora_and_resumes(tmp_path: Path,
