@@ -149,6 +149,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_average(args: argparse.Namespace) -> int:
+    for f in args.src:
+        if not (f / "config.json").is_file():
+            raise CliError(f"{f}: not a checkpoint folder (no config.json)")
+    from model import checkpoint  # imports torch: only once the input is known good
+
+    try:
+        checkpoint.average(args.src, args.out)
+    except ValueError as e:
+        raise CliError(str(e)) from e
+    print(f"the mean of {len(args.src)} checkpoints' weights in {args.out}")
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from model.importer import ImportRefused, import_checkpoint, plan_import  # imports torch
 
@@ -239,6 +253,11 @@ def parser() -> argparse.ArgumentParser:
                     help="a fine-tune's share of narratives, sections and agent questions drawn from the API's "
                          "grammar rather than the corpus's lists (default: mixture.WILD)")
     tr.set_defaults(func=cmd_train)
+    av = sub.add_parser("average", help="the mean of several checkpoints' weights (fine-tune stages of one model: "
+                        "the same config and tokenizer), e.g. the shipped model from its last two stages")
+    av.add_argument("src", type=Path, nargs="+", help="checkpoint folders (at least two)")
+    av.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write (replaced whole)")
+    av.set_defaults(func=cmd_average)
     im = sub.add_parser("import", help="convert a released SetDLM checkpoint (HF export, compiled or Composer keys; "
                         "safetensors or tensor-only .bin/.pt) into setflow's format")
     im.add_argument("src", type=Path, help="the checkpoint: a folder (config.json or config.yaml beside it) or a file")

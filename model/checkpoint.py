@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -86,6 +86,37 @@ def save(model: SetDLM, folder: str | Path, tokenizer_json: str | None = None) -
     if tokenizer_json is not None:
         (folder / TOKENIZER).write_text(tokenizer_json)
     return folder
+
+
+def average(folders: Sequence[str | Path], out: str | Path) -> Path:
+    """The mean of several checkpoints' weights, each tensor summed in float64 in the order given
+    and then stored in its dtype: the "soup" of fine-tune stages of one model (the shipped model
+    is one: README).  They must share the config, the tokenizer and the keys; written all or
+    nothing (atomic_folder).  ValueError says which differs."""
+    if len(folders) < 2:
+        raise ValueError("averaging takes at least two checkpoint folders")
+    cfg = load_config(folders[0])
+    tokenizers = {(Path(f) / TOKENIZER).read_text() if (Path(f) / TOKENIZER).is_file() else None for f in folders}
+    if any(load_config(f) != cfg for f in folders[1:]):
+        raise ValueError("the checkpoints hold models of different configs: only one model's weights average")
+    if len(tokenizers) > 1:
+        raise ValueError("the checkpoints hold different tokenizers: only one model's weights average")
+    states = [load_file(str(Path(f) / WEIGHTS)) for f in folders]
+    if any(s.keys() != states[0].keys() for s in states[1:]):
+        raise ValueError("the checkpoints hold different tensors")
+    mean = {}
+    for key, first in states[0].items():
+        if not first.is_floating_point():
+            raise ValueError(f"{key}: only floating-point weights average")
+        acc = first.double()
+        for s in states[1:]:
+            acc = acc + s[key].double()
+        mean[key] = (acc / len(states)).to(first.dtype)
+    model = SetDLM(cfg)
+    load_state(model, mean)
+    with atomic_folder(out) as tmp:
+        save(model, tmp, tokenizers.pop())
+    return Path(out)
 
 
 @contextmanager

@@ -27,6 +27,8 @@ def test_importing_the_cli_does_not_import_torch() -> None:
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "agent=-1", "--out", "x"], "finite number >= 0"),
     (["train", "--preset", "small", "--init", "model/shipped", "--mix", "agent=0", "--out", "x"], "no task has a share"),
     (["train", "--preset", "small", "--wild", "0.8", "--out", "x"], "needs --preset small and --init"),
+    (["average", "model/shipped", "nowhere", "--out", "x"], "nowhere: not a checkpoint folder"),
+    (["average", "model/shipped", "--out", "x"], "at least two"),
     (["train", "--preset", "small", "--init", "model/shipped", "--wild", "1.5", "--out", "x"], "--wild must be a share"),
     (["train", "--preset", "small", "--init", "model/shipped", "--wild", "nan", "--out", "x"], "--wild must be a share"),
 ])

@@ -75,3 +75,30 @@ def test_the_context_length_is_not_part_of_the_fingerprint() -> None:
     other = SetDLM(replace(a.cfg, rope_theta=2 * a.cfg.rope_theta))
     other.load_state_dict(a.state_dict())
     assert checkpoint.fingerprint(other) != checkpoint.fingerprint(a)
+
+
+def test_average_is_the_mean_of_the_weights_and_refuses_other_models(tmp_path: Path) -> None:
+    a, b, c = (tmp_path / n for n in "abc")
+    checkpoint.save(random_model(0), a, tokenizer_json='{"t": 1}')
+    checkpoint.save(random_model(1), b, tokenizer_json='{"t": 1}')
+    checkpoint.save(random_model(2), c, tokenizer_json='{"t": 1}')
+    checkpoint.average([a, b, c], tmp_path / "mean")
+    wa, wb, wc, mean = (load_file(str(f / "model.safetensors")) for f in (a, b, c, tmp_path / "mean"))
+    assert mean.keys() == wa.keys()
+    for k in wa:
+        want = ((wa[k].double() + wb[k].double() + wc[k].double()) / 3).float()
+        assert torch.equal(mean[k], want), k
+    assert (tmp_path / "mean" / "tokenizer.json").read_text() == '{"t": 1}'
+    checkpoint.average([a, a], tmp_path / "same")  # a model's mean with itself is itself
+    same = load_file(str(tmp_path / "same" / "model.safetensors"))
+    assert all(torch.equal(same[k], wa[k]) for k in wa)
+    other = tmp_path / "other"
+    checkpoint.save(random_model(0, d_model=32), other, tokenizer_json='{"t": 1}')
+    with pytest.raises(ValueError, match="different configs"):
+        checkpoint.average([a, other], tmp_path / "x")
+    (c / "tokenizer.json").write_text('{"t": 2}')
+    with pytest.raises(ValueError, match="different tokenizers"):
+        checkpoint.average([a, c], tmp_path / "x")
+    with pytest.raises(ValueError, match="at least two"):
+        checkpoint.average([a], tmp_path / "x")
+    assert not (tmp_path / "x").exists()
