@@ -13,7 +13,7 @@ import pytest
 from model.corpus import narrative as corpus
 from model.corpus.narrative import Breakdown, Metric, Payload
 from runtime.errors import BadInput
-from runtime.jobs.specs import PayloadSpec, check_spec
+from runtime.jobs.specs import AgentSpec, PayloadSpec, SectionSpec, check_spec
 
 # payloads at the grammar's edges, each valid for the API
 EDGES = [
@@ -97,7 +97,6 @@ def test_the_api_passes_names_on_canonical_and_refuses_two_that_are_then_one() -
     assert (p.tenant, p.metrics[0].key, p.metrics[0].unit) == ("Acme Corp", "Net revenue", "k USD")
     assert p.breakdown is not None and (p.breakdown.metric, p.breakdown.rows[0][0]) == ("Net revenue", "North America")
     assert corpus.valid(p) is None
-    from runtime.jobs.specs import SectionSpec
     assert SectionSpec(title="Revenue", metrics=["Net  revenue "]).metrics == ["Net revenue"]  # as the data names it
     twice = {**payload, "breakdown": {**payload["breakdown"], "rows": [["EMEA", "1", "2"], ["EMEA ", "3", "4"]]}}
     with pytest.raises(BadInput, match="named twice"):
@@ -108,8 +107,6 @@ def test_the_api_passes_names_on_canonical_and_refuses_two_that_are_then_one() -
 
 
 def test_an_agent_question_is_passed_on_canonical() -> None:
-    from runtime.jobs.specs import AgentSpec
-
     assert AgentSpec(question="What was x  in uLX  in 2026? ").question == "What was x in uLX in 2026?"
     assert AgentSpec(question="S\u00e3o\u00a0Paulo\u2028 x").question == "S\u00e3o\u00a0Paulo\u2028 x"  # only U+0020
     with pytest.raises(ValueError, match="more than spaces"):
@@ -118,7 +115,6 @@ def test_an_agent_question_is_passed_on_canonical() -> None:
 
 def test_every_wild_agent_question_is_one_the_api_accepts_and_its_tools_answer_as_a_tenants_dataset() -> None:
     from model.corpus import agent
-    from runtime.jobs.specs import AgentSpec
     from workflows import tools
 
     for seed in range(300):
