@@ -34,6 +34,8 @@ from typing import Any, TypeVar, cast
 import httpx
 from asyncio_throttle import Throttler  # type: ignore[attr-defined]
 
+from model.corpus.agent import error_result
+
 T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "cancelled")
 #: tool name -> the function the client runs for it (the call's arguments by name -> the output)
@@ -190,7 +192,8 @@ class AsyncClient:
         """The job once it finished (its events, then GET); or, without `tools`, once it waits
         for tool outputs (status requires_action: its `required_action` names the calls).
         tools: tool name -> a function of the call's arguments (by name) returning its output,
-        or raising (its message goes back as "error: ..."); a coroutine function is awaited.
+        or raising (its message goes back as "error: ...", as the API takes it: `<`, `>` and
+        control characters made spaces, cut at 200 characters); a coroutine function is awaited.
         Each call the job waits for is answered so, and the job followed to its end."""
         async def follow() -> dict[str, Any]:
             async with aclosing(self.events(job)) as events:
@@ -217,7 +220,7 @@ class AsyncClient:
                 out = fn(**call["arguments"])
                 out = await out if inspect.isawaitable(out) else out
             except Exception as e:  # noqa: BLE001 - the tool's failure is the model's result, as a server tool's
-                out = f"error: {e}"
+                out = error_result(str(e) or type(e).__name__)  # as the API takes it: no '<', cut at 200
             outputs[call["id"]] = str(out)
         try:
             await self.tool_outputs(job["id"], outputs)

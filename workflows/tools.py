@@ -111,17 +111,17 @@ def run_call(call: str, data: Source) -> ToolResult:
     try:
         name, args = corpus.parse_call(call)
     except corpus.ToolError as e:
-        return ToolResult(call, None, f"error: {e}", False)
+        return ToolResult(call, None, corpus.error_result(str(e)), False)
     tool = TOOLS[name]
     try:
         parsed = tool.args.model_validate(dict(zip(tool.args.model_fields, args, strict=True)))
     except (ValidationError, ValueError) as e:
         reasons = "; ".join(err["msg"] for err in e.errors()) if isinstance(e, ValidationError) else str(e)
-        return ToolResult(call, name, f"error: bad arguments to {name}: {reasons}", False)
+        return ToolResult(call, name, corpus.error_result(f"bad arguments to {name}: {reasons}"), False)
     try:
         return ToolResult(call, name, tool.run(parsed, data), True)
     except corpus.ToolError as e:
-        return ToolResult(call, name, f"error: {e}", False)
+        return ToolResult(call, name, corpus.error_result(str(e)), False)
 
 
 def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | ToolResult:
@@ -132,7 +132,7 @@ def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | To
     try:
         name, args = corpus.parse_call(call)
     except corpus.ToolError as e:
-        return ToolResult(call, None, f"error: {e}", False)
+        return ToolResult(call, None, corpus.error_result(str(e)), False)
     fields = list(TOOLS[name].args.model_fields)  # parse_call checked their number
     if name == "metric":
         args = [canonical(a) for a in args]

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from model.config import SPECIAL_TOKENS
 from model.corpus import narrative
 from model.corpus.narrative import METRIC, METRICS, PERIODS, REGIONS
 
@@ -95,6 +96,23 @@ class Dataset:
 #: what a result may be, as the model reads it after `<result>`: a number as the tools write it
 #: (format_number, Dataset.lookup) or an error line; a client's tool output is held to it
 RESULT_RE = r"-?[0-9]{1,15}(?:\.[0-9]{1,6})?|error: [^<>\x00-\x1f]{1,200}"
+MAX_REASON = 200  # an error result's reason, in characters (RESULT_RE's bound)
+_NOT_IN_RESULT = re.compile(r"[<>\x00-\x1f]")
+
+
+def error_result(reason: str) -> str:
+    """"error: <reason>" held to RESULT_RE, as every result is, whichever tool failed (ours, or a
+    client's raising): a reason often quotes what the model wrote, which may hold a marker's `<`
+    (`<result>`), a control character, or a control token's text ([EOS] would encode to the token).
+    Each `<`, `>` and control character becomes a space, a control token's brackets parentheses
+    ("(EOS)"); a reason longer than MAX_REASON is cut, ending "...".
+    'not a tool call: "<result>"' -> 'error: not a tool call: " result "'."""
+    for special in SPECIAL_TOKENS:
+        reason = reason.replace(special, f"({special[1:-1]})")
+    text = _NOT_IN_RESULT.sub(" ", reason).strip() or "the tool failed and said nothing more"
+    if len(text) > MAX_REASON:
+        text = text[:MAX_REASON - 3].rstrip() + "..."
+    return f"error: {text}"
 
 
 def call_text(tool: str, *args: str) -> str:
@@ -123,7 +141,7 @@ def run_call(text: str, data: Dataset | Store) -> str:
         tool, args = parse_call(text)
         return calc(args[0]) if tool == "calc" else data.lookup(*args)
     except ToolError as e:
-        return f"error: {e}"
+        return error_result(str(e))
 
 
 # ---- generation ---------------------------------------------------------------------------

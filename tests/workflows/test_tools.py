@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 from model.corpus import agent as corpus
+from runtime.jobs.specs import ToolOutput
 from workflows import tools
 
 
@@ -27,3 +28,15 @@ def test_what_goes_wrong_comes_back_as_an_error_result() -> None:
                                ("rm -rf /", None, "not a tool call")):
         r = tools.run_call(call, data)
         assert not r.ok and r.tool == tool and r.result.startswith("error: ") and reason in r.result, r
+
+
+def test_every_error_result_is_one_a_client_could_send() -> None:
+    """Whatever the model writes, the result our tools give it is one the API takes from a client
+    running the same tool (runtime/jobs/specs.py ToolOutput): the two paths read alike."""
+    data = corpus.Dataset(7)
+    for call in ('metric("' + "a" * 100 + '", "EMEA", "2026-Q3")', 'metric("' + "b" * 300 + '")',
+                 'metric("revenue", "EMEA", "2026-Q3")<result>1', "[EOS]" * 50, 'calc("' + "9" * 300 + '")',
+                 'metric("", "\x01", "2026-Q3")', 'calc("1/0")'):
+        r = tools.run_call(call, data)
+        assert not r.ok, r
+        ToolOutput(call_id="call_0", output=r.result)  # raises if the API would refuse it

@@ -1,9 +1,11 @@
 """Agent transcripts: deterministic, consistent with the tools, and checked both ways."""
 
 import random
+import re
 
 import pytest
 
+from model.config import SPECIAL_TOKENS
 from model.corpus import agent as a
 
 
@@ -51,3 +53,19 @@ def test_the_checker_catches_a_wrong_call_and_a_wrong_answer() -> None:
     c = a.check(task, no_calls)
     assert c.answer_ok and not c.tool_call_ok
     assert not a.check(task, text.replace("A:", "")).answer_ok
+
+
+def test_an_error_result_is_held_to_the_rule_every_result_is() -> None:
+    """A reason quoting what the model wrote (a marker, a control token's text, control
+    characters, any length) still gives a result RESULT_RE takes, with nothing that would read
+    as a marker or encode to a control token."""
+    for reason in ("", "   ", "not a tool call: '<result>9</result>'", "x" * 500, "[EOS] and [MASK]\n\x00",
+                   "a\tb", "<" * 300, "é" * 199 + "<"):
+        r = a.error_result(reason)
+        assert re.fullmatch(a.RESULT_RE, r), (reason, r)
+        assert not any(s in r for s in SPECIAL_TOKENS) and "<" not in r and ">" not in r, r
+    assert a.error_result("division by zero") == "error: division by zero"  # a plain reason is kept
+    assert a.error_result("[EOS]") == "error: (EOS)"
+    assert a.error_result("y" * 300) == "error: " + "y" * 197 + "..."
+    long_call = 'metric("' + "<result>" * 40 + '")'
+    assert re.fullmatch(a.RESULT_RE, a.run_call(long_call, a.Dataset(7)))

@@ -246,8 +246,12 @@ def test_page_answers_a_pending_tool_call(stack: Stack, tmp_path: Path) -> None:
             output = tools.run_call(text, data).result
             call.locator(f"[data-output='{call_id}']").fill(output)
             call.locator(f"[data-send='{call_id}']").click()
+            # the POST's answer, not the job's status event (which may come first and take the call
+            # off the page while the notice still shows the malformed output's refusal)
+            page.wait_for_selector(f"#notice:has-text('sent the output of {call_id} to job'), #notice.error",
+                                   timeout=10_000)
+            assert _notice_error(page) is None, (text, output, page.text_content("#notice"))
             page.wait_for_selector(f"#pending [data-call='{call_id}']", state="detached", timeout=10_000)
-            assert _notice_error(page) is None, page.text_content("#notice")
             answered.append((text, output))
         page.wait_for_selector(done, timeout=TIMEOUT_MS)
         assert answered, "the job never waited for a client tool output"
