@@ -94,6 +94,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CliError("--wild sets a fine-tune's share of the API's grammar: it needs --preset small and --init")
     if args.wild is not None and not 0 <= args.wild <= 1:
         raise CliError(f"--wild must be a share in [0, 1], got {args.wild}")
+    if args.slip and (args.init is None or args.preset != "small"):
+        raise CliError("--slip sets a fine-tune's share of mended calls: it needs --preset small and --init")
+    if not 0 <= args.slip <= 1:
+        raise CliError(f"--slip must be a share in [0, 1], got {args.slip}")
 
     # imports torch: only once the input is known good
     from model import checkpoint
@@ -127,10 +131,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
             return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix,
-                                    wild=args.wild)
+                                    wild=args.wild, slip=args.slip)
         if args.init is not None:  # what makes a fine-tune's data stream: a resume must give the same
             data = {"seed": args.seed, "mix": mix or mixture.FINETUNE_MIX,
                     "wild": mixture.WILD if args.wild is None else args.wild}
+            if args.slip:  # absent at 0: a run from before --slip resumes as it was
+                data["slip"] = args.slip
     if args.steps is not None:
         recipe["steps"] = args.steps
     if args.lr is not None:
@@ -252,6 +258,9 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--wild", type=float, default=None,
                     help="a fine-tune's share of narratives, sections and agent questions drawn from the API's "
                          "grammar rather than the corpus's lists (default: mixture.WILD)")
+    tr.add_argument("--slip", type=float, default=0.0,
+                    help="a fine-tune's share of its agent questions over stores of any names whose transcript "
+                         "first miscopies a name, reads the tool's error and hint, and mends the call (default 0)")
     tr.set_defaults(func=cmd_train)
     av = sub.add_parser("average", help="the mean of several checkpoints' weights (fine-tune stages of one model: "
                         "the same config and tokenizer), e.g. the shipped model from its last two stages")

@@ -134,7 +134,7 @@ def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corp
     # rerun reads that back (the session holds that answer already)
     kept = turns.tool_output(f"server:{call_id}")
     if kept is None:
-        run = tools.run_call(text, tools.Table.of(spec.dataset, turns.dataset(spec.dataset)))
+        run = tools.run_call(text, tools.Table.of(spec.dataset, turns.dataset(spec.dataset), spec.question))
         kept = json.dumps({"tool": run.tool, "result": run.result, "ok": run.ok})
         turns.keep_output(f"server:{call_id}", kept)
     return {"id": call_id, "call": text.strip(), **json.loads(kept), "by": "server"}

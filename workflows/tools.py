@@ -54,9 +54,10 @@ class Table:
 
     name: str
     values: dict[tuple[str, str, str], str]
+    question: str = ""  # the agent's, which the model copies names from: the hint of a miscopy's error
 
     @classmethod
-    def of(cls, name: str, rows: list[list[str]]) -> Table:
+    def of(cls, name: str, rows: list[list[str]], question: str = "") -> Table:
         """Its names as the runtime holds them (corpus canonical: runtime/jobs/datasets.py stores
         them so; a row stored before that is read so, and two such rows that are then one key
         answer neither: AMBIGUOUS)."""
@@ -64,7 +65,7 @@ class Table:
         for m, r, p, v in rows:
             key = (canonical(m), canonical(r), canonical(p))
             values[key] = AMBIGUOUS if key in values else v
-        return cls(name, values)
+        return cls(name, values, question)
 
     def lookup(self, key: str, region: str, period: str) -> str:
         k = (canonical(key), canonical(region), canonical(period))
@@ -73,9 +74,8 @@ class Table:
                                    f"{self.name!r} that differ only in spaces: upload it again")
         try:
             return self.values[k]
-        except KeyError:
-            raise corpus.ToolError(f"no row for metric {key!r}, region {region!r}, period {period!r} "
-                                   f"in dataset {self.name!r}") from None
+        except KeyError:  # as the model was trained to read it: the names it holds nowhere, with hints
+            raise corpus.no_row(k, corpus.held_names(self.values), self.question) from None
 
 
 @dataclass(frozen=True)

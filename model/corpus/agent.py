@@ -19,10 +19,12 @@ and the runtime's tools cannot disagree; workflows/ wraps them for the agent loo
 from __future__ import annotations
 
 import ast
+import difflib
 import operator
 import random
 import re
-from collections.abc import Callable
+import string
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from model.config import SPECIAL_TOKENS
@@ -213,10 +215,38 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
     return Task(q, [call_text("calc", expr)], res, f"The result is {res}.")
 
 
+FIELDS = ("metric", "region", "period")
+HINT_CUTOFF = 0.5  # difflib's ratio a held name must reach to be offered for one it does not hold
+
+
+def no_row(call: tuple[str, str, str], held: tuple[Collection[str], ...], question: str = "") -> ToolError:
+    """The error for a (metric, region, period) a store holds no row for.  held: the names the
+    store holds, per field; question: the one the call answers, if known.  A name held nowhere is
+    named; where the question does not hold it either (a miscopy: "Xfgis 32" for the question's
+    "Xfers 32"), with the closest name that both the store and the question hold, from which the
+    model mends the call (trained so: slipped).  A name copied right but not held gets no hint: a
+    hint would be another row, a wrong answer.  Held names that are no row together are "no row".
+    ("dc", "Xfgis 32", "1993-H1") -> "unknown region 'Xfgis 32': did you mean 'Xfers 32'?"."""
+    parts = []
+    for field, name, names in zip(FIELDS, call, held, strict=True):
+        if name not in names:
+            asked = [n for n in names if _holds(question, n)] if question and not _holds(question, name) else []
+            close = difflib.get_close_matches(name, asked, n=1, cutoff=HINT_CUTOFF)
+            parts.append(f"unknown {field} {name!r}" + (f": did you mean {close[0]!r}?" if close else ""))
+    if not parts:
+        return ToolError(f"no row for metric {call[0]!r}, region {call[1]!r}, period {call[2]!r}")
+    return ToolError("; ".join(parts))
+
+
+def _holds(text: str, name: str) -> bool:
+    """Does text hold name whole (not "d" in "dc"): no letter or digit on either side."""
+    return name in text and re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", text) is not None
+
+
 @dataclass(frozen=True)
 class Store:
     """A metric store of any names (a tenant's own dataset, as the runtime's Table reads one):
-    (metric, region, period) -> value; lookup as Dataset's."""
+    (metric, region, period) -> value; lookup as Dataset's, its errors no_row's."""
 
     values: dict[tuple[str, str, str], str]
 
@@ -224,7 +254,16 @@ class Store:
         try:
             return self.values[key, region, period]
         except KeyError:
-            raise ToolError(f"no row for metric {key!r}, region {region!r}, period {period!r}") from None
+            raise no_row((key, region, period), held_names(self.values)) from None
+
+
+def held_names(keys: Iterable[tuple[str, str, str]]) -> tuple[set[str], ...]:
+    """(metric, region, period) keys -> the names held per field."""
+    held: tuple[set[str], ...] = (set(), set(), set())
+    for k in keys:
+        for names, name in zip(held, k, strict=True):
+            names.add(name)
+    return held
 
 
 def _wild_arg(rng: random.Random) -> str:
@@ -306,6 +345,41 @@ def example(rng: random.Random) -> tuple[Task, Dataset, list[tuple[str, bool]]]:
 def wild_example(rng: random.Random) -> tuple[Task, Store, list[tuple[str, bool]]]:
     task, store = wild_task(rng)
     return task, store, transcript(task, store)
+
+
+def slipped(task: Task, store: Store, rng: random.Random) -> list[tuple[str, bool]]:
+    """The transcript with one metric call first miscopied (a character of one name replaced,
+    dropped or added, as the model slips: "Xfers 32" -> "Xfgis 32", "st1m7" -> "s1m7"), its error
+    result as the runtime's tenant table gives it (no_row, with the question: the hint), then the
+    call mended.  The slip and its result are given (no
+    loss: the model learns to mend a call, not to miscopy one); the rest is transcript()'s."""
+    pieces = transcript(task, store)
+    at = [i for i, c in enumerate(task.calls) if c.startswith("metric(")]
+    held = held_names(store.values)
+    for _ in range(20):  # a slip that is still a held name is no slip: another draw
+        i = rng.choice(at)
+        args = _ARG_RE.findall(task.calls[i])
+        f = rng.randrange(3)
+        wrong = _slip(args[f], rng)
+        if wrong and wrong == narrative.canonical(wrong) and wrong not in held[f]:  # as the runtime reads it
+            args[f] = wrong
+            call = call_text("metric", *args)
+            said = error_result(str(no_row((args[0], args[1], args[2]), held, task.question)))
+            slip = [(f"{CALL}{call}{END_CALL}", True), (f"{RESULT}{said}{END_RESULT}\n", True)]
+            return pieces[:2 * i] + slip + pieces[2 * i:]
+    return pieces
+
+
+def _slip(name: str, rng: random.Random) -> str:
+    """name with one character replaced, dropped or added (a letter or digit)."""
+    j = rng.randrange(len(name))
+    c = rng.choice(string.ascii_letters + string.digits)
+    kind = rng.choice(("replace", "replace", "drop", "add"))
+    if kind == "replace":
+        return name[:j] + c + name[j + 1:]
+    if kind == "drop":
+        return name[:j] + name[j + 1:]
+    return name[:j] + c + name[j:]
 
 
 # ---- checking -----------------------------------------------------------------------------

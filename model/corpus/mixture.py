@@ -8,6 +8,7 @@ Batch s is drawn from its own RNG seeded by (seed, s): a resumed run sees the sa
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 
@@ -62,8 +63,14 @@ def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> 
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
-def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
-    task, _, pieces = agent.wild_example(rng) if _wild(rng, wild) else agent.example(rng)
+def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, slip: float = 0.0) -> Example:
+    """slip: the share of wild questions whose transcript mends a miscopied call (agent.slipped)."""
+    if _wild(rng, wild):
+        task, store, pieces = agent.wild_example(rng)
+        if _wild(rng, slip):
+            pieces = agent.slipped(task, store, rng)
+    else:
+        task, _, pieces = agent.example(rng)
     ids = [tok.bos_id, *_ids(tok, agent.prompt_text(task.question))]
     roles = [CONTEXT] * len(ids)
     for text, given in pieces:
@@ -144,13 +151,16 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
 
 def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
             finetune: bool = False, mix: dict[str, float] | None = None,
-            wild: float | None = None) -> Callable[[int], Iterator[list[Example]]]:
+            wild: float | None = None, slip: float = 0.0) -> Callable[[int], Iterator[list[Example]]]:
     """`train()`'s data.  A batch holds one task (drawn by WARMUP_MIX, then MIX), so that short agent transcripts
     are not padded to the length of long narratives.  Examples longer than seq_len are dropped
     (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence.
     A fine-tune's mix and wild (default FINETUNE_MIX, WILD) set its task shares and the share of
-    wild payloads."""
+    wild payloads; slip the share of wild agent questions that mend a miscopied call (default 0:
+    the data stream of the stages before it)."""
     share = WILD if wild is None else wild
+    makers: dict[str, Callable[[Tokenizer, random.Random, float], Example]] = {
+        **WILD_MAKERS, "agent": functools.partial(agent_example, slip=slip)}
     def from_step(start: int) -> Iterator[list[Example]]:
         s = start
         while True:
@@ -159,7 +169,7 @@ def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
             wild = share if finetune and task in WILD_MAKERS else 0.0
             out: list[Example] = []
             while len(out) < batch_size:
-                ex = WILD_MAKERS[task](tok, rng, wild) if wild else MAKERS[task](tok, rng)
+                ex = makers[task](tok, rng, wild) if wild else MAKERS[task](tok, rng)
                 if len(ex[0]) <= seq_len:
                     out.append(ex)
             yield out

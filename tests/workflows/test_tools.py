@@ -40,3 +40,21 @@ def test_every_error_result_is_one_a_client_could_send() -> None:
         r = tools.run_call(call, data)
         assert not r.ok, r
         ToolOutput(call_id="call_0", output=r.result)  # raises if the API would refuse it
+
+
+def test_a_tenant_table_says_what_a_slipped_training_transcript_says() -> None:
+    """The mended call is learnt from the error text training gives (corpus.slipped): the
+    runtime's table, read with the agent's question, gives that text for the same miscopy."""
+    seen = 0
+    for i in range(200):
+        rng = random.Random(f"slip/{i}")
+        task, store, pieces = corpus.wild_example(rng)
+        slipped = corpus.slipped(task, store, rng)
+        extra = [t for t, given in slipped if given and (t, given) not in pieces]
+        if not extra:
+            continue
+        call, said = extra[0].removeprefix(corpus.CALL).removesuffix(corpus.END_CALL), extra[1]
+        table = tools.Table.of("d", [[*k, v] for k, v in store.values.items()], task.question)
+        assert f"{corpus.RESULT}{tools.run_call(call, table).result}{corpus.END_RESULT}\n" == said
+        seen += "did you mean" in said
+    assert seen > 50

@@ -69,3 +69,40 @@ def test_an_error_result_is_held_to_the_rule_every_result_is() -> None:
     assert a.error_result("y" * 300) == "error: " + "y" * 197 + "..."
     long_call = 'metric("' + "<result>" * 40 + '")'
     assert re.fullmatch(a.RESULT_RE, a.run_call(long_call, a.Dataset(7)))
+
+
+def test_a_missing_row_names_what_is_not_held_and_hints_only_at_a_miscopy_of_the_question() -> None:
+    q = "How much higher was dc in Xfers 32 than in dXqQj in 1993-H1?"
+    held = a.held_names([("dc", "Xfers 32", "1993-H1"), ("dc", "dXqQj", "1993-H1"), ("dc", "Xfers 33", "1993-H2")])
+    def said(*call: str, question: str = q) -> str:
+        return str(a.no_row(call, held, question))  # type: ignore[arg-type]
+    assert said("dc", "Xfgis 32", "1993-H1") == "unknown region 'Xfgis 32': did you mean 'Xfers 32'?"
+    assert said("d", "Xfers 32", "zz") == "unknown metric 'd': did you mean 'dc'?; unknown period 'zz'"
+    assert said("dc", "Xfgis 32", "1993-H1", question="") == "unknown region 'Xfgis 32'"  # no question: no hint
+    # copied right from the question but not held: no hint (a held neighbour would be a wrong row)
+    held_q3 = a.held_names([("revenue", "EMEA", "2026-Q2")])
+    assert str(a.no_row(("revenue", "EMEA", "2026-Q3"), held_q3, "revenue in EMEA in 2026-Q3?")) == \
+        "unknown period '2026-Q3'"
+    # the closest held name the question does not hold is no hint either ("Xfers 33")
+    assert said("dc", "Xfers 34", "1993-H1") == "unknown region 'Xfers 34': did you mean 'Xfers 32'?"
+    assert said("dc", "Xfers 32", "1993-H2") == "no row for metric 'dc', region 'Xfers 32', period '1993-H2'"
+    store = a.Store({("dc", "Xfers 32", "1993-H1"): "577"})
+    assert store.lookup("dc", "Xfers 32", "1993-H1") == "577"
+    with pytest.raises(a.ToolError, match=r"^unknown region 'Xfgis 32'$"):
+        store.lookup("dc", "Xfgis 32", "1993-H1")
+
+
+def test_a_slipped_transcript_mends_one_call_after_its_error() -> None:
+    for i in range(300):
+        rng = random.Random(f"slip/{i}")
+        task, store, pieces = a.wild_example(rng)
+        slipped = a.slipped(task, store, rng)
+        if len(slipped) == len(pieces):
+            continue  # no slip that is not a held name (one-character names): the plain transcript
+        assert len(slipped) == len(pieces) + 2
+        wrong = [t for t, given in slipped if given and t.startswith(a.CALL)]
+        assert len(wrong) == 1 and a.check(task, "".join(t for t, _ in slipped)).answer_ok
+        errors = [t for t, given in slipped if given and "error:" in t]
+        assert len(errors) == 1 and re.fullmatch(a.RESULT_RE, errors[0][len(a.RESULT):-len(a.END_RESULT) - 1])
+        # the slip's pieces removed, the rest is the plain transcript
+        assert [p for p in slipped if p[0] not in (*wrong, *errors)] == pieces

@@ -91,3 +91,24 @@ def test_a_fine_tune_draws_its_own_share_of_wild_payloads(tok: Tokenizer) -> Non
         return out
 
     assert batch(1.0) == drawn(True) and batch(0.0) == drawn(False) and batch(1.0) != batch(0.0)
+
+
+def test_a_fine_tune_mends_its_own_share_of_miscopied_calls(tok: Tokenizer) -> None:
+    """`--slip 1`: every wild agent transcript first miscopies a name (given: no loss), reads the
+    error with its hint (given), then writes the right call (a target); --slip 0 draws what the
+    stages before it drew."""
+    def batch(slip: float) -> list[mixture.Example]:
+        make = mixture.batches(tok, seed=5, batch_size=4, seq_len=512, finetune=True, mix={"agent": 1.0},
+                               wild=1.0, slip=slip)
+        return next(make(2))
+
+    plain = mixture.batches(tok, seed=5, batch_size=4, seq_len=512, finetune=True, mix={"agent": 1.0}, wild=1.0)
+    assert batch(0.0) == next(plain(2))
+    for ids, roles in batch(1.0):
+        text = tok.decode(ids)
+        assert text.count("did you mean") + text.count("error: unknown") >= 1, text
+        # the slipped call and its result are given: no loss on a miscopy; the mended call is a target
+        given = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == GIVEN])
+        targets = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == TARGET])
+        assert given.count(agent.CALL) == 1 and "error: unknown" in given, given
+        assert "error" not in targets and targets.count(agent.CALL) == text.count(agent.CALL) - 1, targets
