@@ -351,8 +351,8 @@ def slipped(task: Task, store: Store, rng: random.Random) -> list[tuple[str, boo
     """The transcript with one metric call first miscopied (a character of one name replaced,
     dropped or added, as the model slips: "Xfers 32" -> "Xfgis 32", "st1m7" -> "s1m7"), its error
     result as the runtime's tenant table gives it (no_row, with the question: the hint), then the
-    call mended.  The slip and its result are given (no
-    loss: the model learns to mend a call, not to miscopy one); the rest is transcript()'s."""
+    call mended.  The slip and its result are given (no loss: the model learns to mend a call, not
+    to miscopy one); the rest is transcript()'s."""
     pieces = transcript(task, store)
     at = [i for i, c in enumerate(task.calls) if c.startswith("metric(")]
     held = held_names(store.values)

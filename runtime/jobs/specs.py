@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from model.config import SPECIAL_TOKENS  # plain Python: the control tokens' text, no torch
 from model.corpus import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
 from model.corpus import narrative as corpus  # plain Python: the payload's vocabulary, no torch
 from runtime.errors import BadInput
@@ -16,7 +17,7 @@ from runtime.errors import BadInput
 HOLE = "<hole>"  # one masked token in an infill text
 MAX_TOOL_WAIT_S = 30 * 24 * 3600.0  # a job waits for its client's tool outputs for at most this
 TOKEN_ID = Annotated[int, Field(ge=0, lt=2**24)]  # coarse (Qwen3 has 151936 ids); the vocabulary: plans.check_ids, the worker
-SPECIAL = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # text that encodes to a control token, not to characters
+SPECIAL = SPECIAL_TOKENS  # text that encodes to a control token, not to characters
 
 
 def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
