@@ -24,6 +24,7 @@ import operator
 import random
 import re
 import string
+import warnings
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
@@ -50,15 +51,20 @@ def format_number(x: float) -> str:
 _BINOPS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 MAX_EXPR = 200
+_CALC_CHARS = re.compile(r"[0-9. +\-*/()]+")
 
 
 def calc(expr: str) -> str:
     """Evaluate + - * / and parentheses over decimal numbers (no names, no calls, no powers)."""
     if len(expr) > MAX_EXPR:
         raise ToolError(f"expression longer than {MAX_EXPR} characters")
+    if not _CALC_CHARS.fullmatch(expr):  # decimal only: Python would also read 0x10, 1_0, 1e5
+        raise ToolError(f"unsupported expression in {expr!r}: only numbers, + - * / and parentheses")
     try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as e:
+        with warnings.catch_warnings():  # "45orp": Python's SyntaxWarning on stderr; the error result says it
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, SyntaxWarning) as e:
         raise ToolError(f"cannot parse {expr!r}") from e
 
     def ev(n: ast.AST) -> float:

@@ -2,6 +2,7 @@
 
 import random
 import re
+import warnings
 
 import pytest
 
@@ -29,9 +30,11 @@ def test_generation_is_deterministic_and_self_consistent() -> None:
 def test_calc_evaluates_arithmetic_and_refuses_anything_else() -> None:
     assert a.calc("(1200-950)/950*100") == "26.32"
     assert a.calc("2+3*4") == "14" and a.calc("-7/2") == "-3.5" and a.calc("0.1+0.2") == "0.3"
-    for bad in ("__import__('os')", "2**10", "x+1", "1/0", "(1", "1" * 300):
-        with pytest.raises(a.ToolError):
+    for bad in ("__import__('os')", "2**10", "x+1", "1/0", "(1", "1" * 300, "0x10", "1_0", "1e5", "45orp"):
+        with pytest.raises(a.ToolError), warnings.catch_warnings():
+            warnings.simplefilter("error")  # "45orp" once printed Python's SyntaxWarning on the worker's stderr
             a.calc(bad)
+    assert a.calc(" 2 + 3 ") == "5"
 
 
 def test_metric_lookup_is_deterministic_and_validates_its_arguments() -> None:
