@@ -39,7 +39,8 @@ RECIPE = dict(steps=8600, batch_size=8, seq_len=384, lr=4e-3, warmup=100, log_ev
 # section=0.15,infill=0.15` (1 h 23 min), then 8000 steps of seed 3 at half the peak learning
 # rate, `--lr 7.5e-4 --mix narrative=0.35,agent=0.4,section=0.15,infill=0.1` (1 h 13 min), then
 # 5500 of seed 5 with `--wild 0.85` (1 h 11 min); the shipped weights are the mean of the last
-# two (`setflow average`): README "The shipped model".
+# two (`setflow average`): README "The shipped model".  A stage 6 with `--slip 0.35` (transcripts
+# that mend a miscopied call) was tried and not shipped (docs/BENCHMARKS.md).
 FINETUNE = dict(steps=8000, batch_size=8, seq_len=512, lr=1.5e-3, warmup=50, log_every=20, ckpt_every=50)
 FINETUNE_MIX = {"narrative": 0.45, "agent": 0.2, "section": 0.2, "infill": 0.15}
 WILD = 0.6
