@@ -5,7 +5,6 @@ token-identical, none written twice."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,10 +19,12 @@ SESSIONS = 8
 
 
 def spec(i: int) -> dict[str, object]:
-    """Turns of different lengths and policies, long enough to be mid-turn when the worker dies."""
+    """Turns of different lengths and policies, long enough to be mid-turn when the worker dies:
+    at least 160 steps each (a window of 4 may decode 4 tokens a step: 4x the tokens)."""
     policy = ["ar", "set", "prefix", "block"][i % 4]
+    tokens = (160 + 16 * i) * (1 if policy == "ar" else 4)
     return {"text": f"company: Acme {i}\nnarrative: ", "params": {"policy": policy, "window": 4, "tau": 0.9,
-                                                              "max_new_tokens": 160 + 16 * i, "ignore_eos": True}}
+                                                              "max_new_tokens": tokens, "ignore_eos": True}}
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +45,13 @@ def test_kill_9_with_eight_sessions_in_the_batch_completes_all_elsewhere(
     jobs = [c.submit(sid, spec(i)) for i, sid in enumerate(sids)]
     for job in jobs:  # all eight are mid-turn on b1 at once: one batch
         steps_seen(c, job, 5, timeout_s=60)
-    assert {c.jobs.get(j.id).worker for j in jobs} == {"b1"}
+    running = [c.jobs.get(j.id) for j in jobs]
+    assert [(r.worker, r.status) for r in running] == [("b1", "running")] * SESSIONS, "all mid-turn on b1"
     c.kill("b1")
     c.start("b2")
     done = [c.wait(j, 120) for j in jobs]
     assert [d.status for d in done] == ["succeeded"] * SESSIONS, [(d.error, c.log("b2")) for d in done]
-    assert all(d.attempts == 2 and d.result is not None and d.result["worker"] == "b2" for d in done)
+    assert [(d.attempts, (d.result or {}).get("worker")) for d in done] == [(2, "b2")] * SESSIONS
     for i, (sid, d) in enumerate(zip(sids, done)):
         want = reference(loaded, c, [spec(i)])[0]
         assert d.result is not None and d.result["tokens"] == want, f"session {i}"
@@ -62,10 +64,8 @@ def test_a_batching_workers_turns_match_the_engine_in_process(batching: LocalClu
     c.start("b3")
     c.ready("b3")
     sids = [c.open("acme") for _ in range(4)]
-    t0 = time.monotonic()
     jobs = [c.submit(sid, spec(i)) for i, sid in enumerate(sids)]
     done = [c.wait(j, 120) for j in jobs]
     assert all(d.status == "succeeded" and d.attempts == 1 for d in done), [d.error for d in done]
     for i, d in enumerate(done):
         assert d.result is not None and d.result["tokens"] == reference(loaded, c, [spec(i)])[0]
-    assert time.monotonic() - t0 < 120
