@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from model.config import SPECIAL_TOKENS  # plain Python: the control tokens' text, no torch
+from model.config import SPECIAL_TOKENS  # plain Python: text that encodes to a control token, no torch
 from model.corpus import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
 from model.corpus import narrative as corpus  # plain Python: the payload's vocabulary, no torch
 from runtime.errors import BadInput
@@ -17,7 +17,6 @@ from runtime.errors import BadInput
 HOLE = "<hole>"  # one masked token in an infill text
 MAX_TOOL_WAIT_S = 30 * 24 * 3600.0  # a job waits for its client's tool outputs for at most this
 TOKEN_ID = Annotated[int, Field(ge=0, lt=2**24)]  # coarse (Qwen3 has 151936 ids); the vocabulary: plans.check_ids, the worker
-SPECIAL = SPECIAL_TOKENS  # text that encodes to a control token, not to characters
 
 
 def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
@@ -26,7 +25,7 @@ def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
     takes (PostgreSQL refuses it when the turn's row is written: refused here, before anything)."""
     if "\x00" in v:
         raise ValueError("text must not contain a NUL character (U+0000)")
-    for special in SPECIAL:
+    for special in SPECIAL_TOKENS:
         if special in v and special not in allowed:
             raise ValueError(f"{special} is a control token, not text" + (
                 f" (write a hole as {HOLE})" if special == "[MASK]" else ""))
