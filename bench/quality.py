@@ -36,6 +36,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -132,15 +133,17 @@ def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: Params
 
 
 def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset | agent.Store],
-              params: ParamsSpec) -> Outcome:
+              params: ParamsSpec, guided: bool = True) -> Outcome:
     """An agent question: over the sample dataset, or (agent_ood) a store of any names, read as
-    a tenant's dataset is."""
+    a tenant's dataset is; its metric calls guided as a job's are by default (AgentSpec.guided)."""
     task, data = ex
     if isinstance(data, agent.Dataset):
-        spec = AgentSpec(question=task.question, dataset_seed=data.seed, params=params, allow_unverified=True)
+        spec = AgentSpec(question=task.question, dataset_seed=data.seed, params=params, allow_unverified=True,
+                         guided=guided)
         tables: dict[str, list[list[str]]] = {}
     else:
-        spec = AgentSpec(question=task.question, dataset="ood", params=params, allow_unverified=True)
+        spec = AgentSpec(question=task.question, dataset="ood", params=params, allow_unverified=True,
+                         guided=guided)
         tables = {"ood": [[*k, v] for k, v in data.values.items()]}
     r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
     c = agent.check(task, r["text"])
@@ -229,6 +232,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                     help="checkpoint folder (default: the shipped model)")
     ap.add_argument("--seed", type=int, default=EVAL_SEED, help="held-out example seed (default 1)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
+    ap.add_argument("--unguided", action="store_true",
+                    help="agent tasks: the metric calls as the model writes them (AgentSpec guided=False)")
     ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
     args = ap.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
@@ -243,7 +248,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     settings = QUICK_SETTINGS if args.quick else SETTINGS
     sizes = {t: args.n or (N_QUICK if args.quick else N_FULL)[t] for t in tasks}
     print(f"checkpoint {args.checkpoint} ({model.cfg.name}, fingerprint {checkpoint.fingerprint(model)[:12]}); "
-          f"held-out seed {args.seed}; threads {args.threads}; nfe/tok counts every forward but the prompt's prefill",
+          f"held-out seed {args.seed}; threads {args.threads}; agent calls {'unguided' if args.unguided else 'guided'}; "
+          "nfe/tok counts every forward but the prompt's prefill",
           flush=True)
     print(table_line(None))
     rows = []
@@ -252,12 +258,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         for policy, W, tau in settings:
             params = ParamsSpec.model_validate({"policy": policy, "window": W, "tau": tau,
                                             "max_new_tokens": MAX_NEW.get(task, AGENT_SEGMENT)})
-            outs = [RUNNERS[task](model, tok, ex, params) for ex in examples]
+            run = partial(run_agent, guided=not args.unguided) if RUNNERS[task] is run_agent else RUNNERS[task]
+            outs = [run(model, tok, ex, params) for ex in examples]
             rows.append(row(task, policy, W, tau, outs))
             print(table_line(rows[-1]), flush=True)
     result = {"bench": "quality", "rows": rows, "targets": targets(rows),
               "checkpoint": str(args.checkpoint), "fingerprint": checkpoint.fingerprint(model)[:16],
-              "seed": args.seed, "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1)}
+              "seed": args.seed, "guided": not args.unguided, "threads": args.threads,
+              "wall_s": round(time.perf_counter() - t_start, 1)}
     print("targets: " + json.dumps(result["targets"]), file=sys.stderr)
     if args.out_json is not None:
         args.out_json.write_text(json.dumps(result, indent=1) + "\n")

@@ -5,7 +5,9 @@ the workflows and the store read and write these without loading the model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 POLICIES = ("set", "prefix", "block", "ar")
 
@@ -16,6 +18,17 @@ class DecodeError(ValueError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code  #: stable reason: "params", "context_overflow", "state"
+
+
+class Guide(Protocol):
+    """Which tokens a position may take, as a pure function of the tokens before it: a workflow's
+    grammar (workflows/tools.py CallGuide: a tool call's arguments copied from the question).  It
+    must be deterministic, so that cached, batched, restored and recomputed decoding agree."""
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        """before: the region's tokens up to the position (all decoded, or chosen left of it in
+        this step).  None: the position is not guided (any token); else whether token may follow."""
+        ...
 
 
 @dataclass
@@ -35,6 +48,9 @@ class DecodeParams:
     stop: list[list[int]] = field(default_factory=list)  #: stop token sequences
     ignore_eos: bool = False  #: True: EOS does not stop (decode exactly max_new_tokens; benchmarks)
     use_cache: bool = True  #: False: recompute every committed token each step (the baseline)
+    #: where it guides, a token it refuses is replaced by the most probable one it allows (of the
+    #: top GUIDE_TOP), and the step decodes left to right (decode.py guided)
+    guide: Guide | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -17,6 +17,7 @@ state, on whichever worker takes it.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from model.corpus import agent as corpus
@@ -45,6 +46,9 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     # `</call>` is one id in setflow's vocabularies, a multi-token stop sequence in another's
     end_call = Profile.markup(tok, corpus.END_CALL)
     params = decode_params(spec.params)
+    if spec.guided and "metric" not in spec.client_tools:  # a client's tool names what its client holds
+        names = corpus.CallNames(spec.question) if spec.dataset else corpus.CallNames.sample(spec.question)
+        params = replace(params, guide=tools.CallGuide(tok, names))
     seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
     data = corpus.Dataset(spec.dataset_seed)
     text_in = corpus.prompt_text(spec.question)

@@ -14,7 +14,7 @@ ones the model was trained on, so a result here reads exactly as in training.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model.corpus import agent as corpus
 from model.corpus.narrative import canonical
+from model.profiles import Profile
+from model.tokenizer import Tokenizer
 
 
 class CalcArgs(BaseModel):
@@ -137,3 +139,45 @@ def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | To
     if name == "metric":
         args = [canonical(a) for a in args]
     return {"id": call_id, "tool": name, "arguments": dict(zip(fields, args, strict=True)), "call": call.strip()}
+
+
+class CallGuide:
+    """The decoder's guide (model.params.Guide) for metric calls the server runs: each argument
+    a name the question holds whole, or one the sample dataset holds (corpus.guided_call), so a
+    name is copied, not miscopied ("st1m7" -> "s1m7" is refused: the next most probable token
+    the model gives that keeps a name is taken instead).  Outside a metric call's arguments it
+    does not guide.  A pure function of the segment's tokens: the same on every worker."""
+
+    def __init__(self, tok: Tokenizer, names: corpus.CallNames) -> None:
+        self._tok, self._names = tok, names
+        self._call = Profile.markup(tok, corpus.CALL)
+        self._pieces: dict[int, str] = {}
+        self._last: tuple[tuple[int, ...], str | None] = ((), None)  # a refused position asks about many tokens
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        key = tuple(before)
+        last = self._last  # one read: the batcher's loop and a job's thread may both ask
+        call = last[1] if last[0] == key else self._call_so_far(before)
+        self._last = (key, call)
+        if call is None:
+            return None
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._tok.decode([token])
+        return corpus.guided_call(call + piece, self._names)
+
+    def _call_so_far(self, before: Sequence[int]) -> str | None:
+        """The text after the last `<call>` of before; None: there is none, or it has ended."""
+        if len(self._call) == 1:  # setflow's vocabularies: one id, found without decoding the segment
+            cid = self._call[0]
+            at = next((i for i in range(len(before) - 1, -1, -1) if before[i] == cid), None)
+            if at is None:
+                return None
+            call = self._tok.decode(list(before[at + 1:]))
+        else:
+            text = self._tok.decode(list(before))
+            at = text.rfind(corpus.CALL)
+            if at < 0:
+                return None
+            call = text[at + len(corpus.CALL):]
+        return None if corpus.END_CALL in call else call

@@ -19,6 +19,7 @@ and the runtime's tools cannot disagree; workflows/ wraps them for the agent loo
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
 import operator
 import random
@@ -150,6 +151,58 @@ def run_call(text: str, data: Dataset | Store) -> str:
         return calc(args[0]) if tool == "calc" else data.lookup(*args)
     except ToolError as e:
         return error_result(str(e))
+
+
+# ---- guided calls ------------------------------------------------------------------------
+
+_OPEN = 'metric("'  # a metric call's text up to its first argument (then '", "' between two, '")' after the last)
+
+
+@dataclass(frozen=True)
+class CallNames:
+    """What a metric call's arguments may name: a name the question holds whole (copied, as in
+    training), or one the source is known to hold, per field (the sample dataset's fixed lists;
+    () for a tenant's table, whose rows may change during a job: the guide would too)."""
+
+    question: str
+    held: tuple[tuple[str, ...], ...] = ((), (), ())  # per field (metric, region, period), sorted
+
+    @classmethod
+    def sample(cls, question: str) -> CallNames:
+        return cls(question, tuple(tuple(sorted(x)) for x in (METRIC, REGIONS, PERIODS)))
+
+    def starts(self, field: int, a: str) -> bool:
+        """a may still grow into a name: it starts a word of the question, or a held name."""
+        if not a or re.search(rf"(?<![A-Za-z0-9]){re.escape(a)}", self.question):
+            return True
+        names = self.held[field]
+        i = bisect.bisect_left(names, a)
+        return i < len(names) and names[i].startswith(a)
+
+    def names(self, field: int, a: str) -> bool:
+        return bool(a) and (_holds(self.question, a) or a in self.held[field])
+
+
+def guided_call(call: str, names: CallNames) -> bool | None:
+    """call: the text after `<call>` so far.  None: not inside a metric call's arguments (calc,
+    or the tool's name still being written), so not guided.  Else whether it can still become
+    metric("m", "r", "p") then `</call>`, each argument a name `names` allows:
+    'metric("Xfe' -> True where the question holds "Xfers 32"; 'metric("Xfg' -> False."""
+    if not call.startswith(_OPEN):
+        return None
+    parts = call[len(_OPEN):].split('"')  # names hold no '"': argument, separator, argument, ...
+    if len(parts) > 6:
+        return False
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        if k % 2 == 0:  # argument k // 2
+            ok = names.starts(k // 2, part) if last else names.names(k // 2, part)
+        else:  # what follows its closing '"': the separator's rest, or the call's end
+            rest = ", " if k < 5 else ")" + END_CALL
+            ok = rest.startswith(part) if last else part == rest
+        if not ok:
+            return False
+    return True
 
 
 # ---- generation ---------------------------------------------------------------------------

@@ -230,6 +230,10 @@ class AgentSpec(BaseModel):
     #: the tenant's own dataset (PUT /v1/datasets/{name}) the metric tool reads, instead of the
     #: sample dataset dataset_seed draws
     dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    #: the server's metric calls are guided: each argument a name the question holds whole (or,
+    #: over the sample dataset, one it holds), so a name is copied, never miscopied (False: the
+    #: model's tokens as they are)
+    guided: bool = True
 
     # the names in a question as a dataset's rows hold them (corpus.canonical): no spaces (U+0020)
     # at its ends, a run of them one

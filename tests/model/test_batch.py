@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 from model import shipped
 from model.attention import additive
 from model.batch import BatchKV, KVPool, PooledCache, batch_mask, step_batch
+from model.corpus import agent
 from model.corpus import narrative as corpus
 from model.decode import Commit, begin_infill_turn, begin_turn, commit_pending, decode, prefill
 from model.kv_cache import KVCache
@@ -25,6 +27,7 @@ from model.params import DecodeParams, DecodeState
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from tests.fakes import random_params
+from workflows import tools
 
 ATOL = 1e-4
 
@@ -277,6 +280,42 @@ def test_the_pool_hands_out_rows_and_refuses_when_full(model: SetDLM) -> None:
         c.reserve(model.cfg.max_seq_len + 1)
 
 
+@dataclass(frozen=True)
+class Parity:
+    """A guide for random weights: from the third token of a region on, except where the tokens
+    before sum to a multiple of 5 (not guided there), a token whose id plus the last token's is
+    a multiple of 3 is refused: about a third of every guided row."""
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        if len(before) < 2 or sum(before) % 5 == 0:
+            return None
+        return (token + before[-1]) % 3 != 0
+
+
+@pytest.mark.parametrize("policy", ["set", "prefix", "block", "ar"])
+def test_guided_decoding_holds_the_guide_and_is_the_same_batched(model: SetDLM, policy: str, attend: str) -> None:
+    """A guide (model.params.Guide) refuses tokens; the decoder takes the next allowed one, left
+    to right where it guides, and every decoded token then holds against the tokens really
+    before it; batched and alone decode the same."""
+    g = torch.Generator().manual_seed(11)
+    runs = []
+    for i in range(5):
+        W = 1 if policy == "ar" else 2 + i
+        p = DecodeParams(policy=policy, window=W, tau=[0.3, None, 0.0, 0.15, 0.5][i], max_new_tokens=12 + 3 * i,
+                         guide=Parity())
+        runs.append(Run([Turn(_prompt(g, 3 + 5 * i, model.cfg.vocab_size), p)]))
+    assert_same(model, runs)
+    refused = 0
+    for r in runs:
+        toks, start = alone(model, r).tokens[0], len(r.turns[0].ids)
+        for pos in range(start, len(toks)):
+            verdict = Parity().allows(toks[start:pos], toks[pos])
+            assert verdict is not False, f"position {pos} holds a token the guide refuses"
+        unguided = alone(model, Run([Turn(r.turns[0].ids, replace(r.turns[0].params, guide=None))])).tokens[0]
+        refused += unguided != toks
+    assert refused, "the guide changed no run: the test tests nothing"
+
+
 # ---- the shipped model --------------------------------------------------------------------------
 
 
@@ -314,6 +353,27 @@ def test_the_shipped_model_writes_the_same_narratives_batched(loaded: tuple[SetD
         payload = corpus.make_payload(random.Random(100 + i))  # payloads of different lengths
         ids = [model.cfg.bos_id, *tok.encode(corpus.prompt_text(payload))]
         runs.append(Run([Turn(ids, DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=120))], join=i))
+    assert_same(model, runs)
+
+
+def test_guided_agent_calls_on_the_shipped_model_are_the_same_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The agent's guide (workflows/tools.py CallGuide) in one batch, every policy: each call as
+    it is decoded alone.  The question is one whose second call the model alone miscopies
+    ("Xfgis 32" for "Xfers 32"), asked after its first call and result."""
+    model, tok = loaded
+    question = "How much higher was dc in dXqQjLuFRNQzcQq0umj than in Xfers 32 in 1993-H1?"
+    text = (agent.prompt_text(question) + agent.CALL + agent.call_text("metric", "dc", "dXqQjLuFRNQzcQq0umj", "1993-H1")
+            + agent.END_CALL + agent.RESULT + "577" + agent.END_RESULT + "\n")
+    ids = [model.cfg.bos_id, *tok.encode(text)]
+    runs = []
+    for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
+                                          ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None), ("prefix", 8, 0.9)]):
+        p = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=40 + 3 * i,
+                         stop=[[tok.token_id(agent.END_CALL)]], guide=tools.CallGuide(tok, agent.CallNames(question)))
+        runs.append(Run([Turn(ids, p)], join=i % 3))
+    unguided = alone(model, Run([Turn(ids, replace(runs[0].turns[0].params, guide=None))])).tokens[0]
+    guided = alone(model, runs[0]).tokens[0]
+    assert "Xfgis 32" in tok.decode(unguided[len(ids):]) and "Xfers 32" in tok.decode(guided[len(ids):])
     assert_same(model, runs)
 
 

@@ -96,6 +96,27 @@ def test_the_metric_tool_reads_the_tenants_dataset_and_a_rerun_reads_what_it_rea
         agent.run(LocalTurns(*loaded), spec)
 
 
+SLIP = "How much higher was dc in dXqQjLuFRNQzcQq0umj than in Xfers 32 in 1993-H1?"  # agent_ood seed 1, #46
+SLIP_TABLE = [["dc", "dXqQjLuFRNQzcQq0umj", "1993-H1", "577"], ["dc", "Xfers 32", "1993-H1", "6272"]]
+
+
+@pytest.mark.parametrize("policy", ["ar", "prefix"])
+def test_guided_calls_copy_the_questions_names_where_the_model_alone_miscopies_one(
+        loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
+    """Unguided, the shipped model writes "Xfgis 32" for the question's "Xfers 32" (one of the
+    agent_ood failures); guided (the default), the refused "gis" gives way to the most probable
+    token that keeps a name the question holds, and both calls read their rows."""
+    params = ParamsSpec.model_validate({"policy": policy, "window": 8, "tau": 0.9, "max_new_tokens": 96})
+    spec = AgentSpec(question=SLIP, dataset="t", params=params, allow_unverified=True, max_calls=3)
+    alone = agent.run(LocalTurns(*loaded, datasets={"t": SLIP_TABLE}), spec.model_copy(update={"guided": False}))
+    assert [c["ok"] for c in alone["calls"][:2]] == [True, False], alone["text"]
+    assert "Xfgis 32" in alone["calls"][1]["call"]
+    r = agent.run(LocalTurns(*loaded, datasets={"t": SLIP_TABLE}), spec)
+    want = [corpus.call_text("metric", "dc", row, "1993-H1") for row in ("dXqQjLuFRNQzcQq0umj", "Xfers 32")]
+    assert [c["call"] for c in r["calls"][:2]] == want and [c["result"] for c in r["calls"][:2]] == ["577", "6272"]
+    assert r["calls"][2]["call"] == corpus.call_text("calc", "577-6272")  # calc is not guided: the model's own
+
+
 class Scripted:
     """Turns that answer each turn with the next scripted tokens, or raise the scripted error."""
 

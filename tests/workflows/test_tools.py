@@ -5,9 +5,14 @@ raise."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+from model import shipped
 from model.corpus import agent as corpus
+from model.importer import import_checkpoint
+from model.tokenizer import Tokenizer
 from runtime.jobs.specs import ToolOutput
+from tests.model.released import qwen3_state, write_release
 from workflows import tools
 
 
@@ -58,3 +63,28 @@ def test_a_tenant_table_says_what_a_slipped_training_transcript_says() -> None:
         assert f"{corpus.RESULT}{tools.run_call(call, table).result}{corpus.END_RESULT}\n" == said
         seen += "did you mean" in said
     assert seen > 50
+
+
+def _guide_reads_the_calls_grammar(tok: Tokenizer) -> None:
+    """CallGuide over a vocabulary's tokens says what corpus.guided_call says of the call's text."""
+    q = "What was the total st1m7 across Xfers 32 and b in 2073-Q1?"
+    guide = tools.CallGuide(tok, corpus.CallNames(q))
+    before = tok.encode("A: " + corpus.CALL + 'metric("st1m7", "Xf')
+    assert guide.allows(before, tok.encode("e")[0]) is True
+    assert guide.allows(before, tok.encode("g")[0]) is False
+    assert guide.allows(tok.encode("A: the total"), tok.encode("e")[0]) is None  # no call: not guided
+    assert guide.allows(tok.encode(corpus.CALL + 'calc("1+'), tok.encode("x")[0]) is None  # calc: not guided
+    done = tok.encode(corpus.CALL + 'metric("b", "b", "b")' + corpus.END_CALL + "\n")
+    assert guide.allows(done, tok.encode("g")[0]) is None  # after the call
+    assert guide.allows(before, tok.encode("g")[0]) is False  # asked again: the same answer (it keeps the last)
+
+
+def test_the_call_guide_reads_setflows_tokens() -> None:
+    _guide_reads_the_calls_grammar(Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json"))
+
+
+def test_the_call_guide_reads_an_imported_vocabulary_without_markup_tokens(tmp_path: Path) -> None:
+    import_checkpoint(write_release("hf_bin", qwen3_state(seed=4), tmp_path / "src"), tmp_path / "out")
+    tok = shipped.load(tmp_path / "out")[1]
+    assert not tok.has_token(corpus.CALL)  # `<call>` is several tokens: the guide reads the text
+    _guide_reads_the_calls_grammar(tok)
