@@ -37,9 +37,10 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     results, the answer, why it ended, and each turn's summary (resume path, nfe, timing).
 
     The answer is checked (workflows/checked.py): it must state the number the last call
-    returned.  Its retry cannot be a turn after it (that would see the failed answer): it is the
-    whole document again (the question, the calls and their results, as the turns wrote them)
-    as one new input, a document of its own, and the answer decoded after it with greedy AR.
+    returned, and no number that no result and no name in the question holds.  Its retry cannot
+    be a turn after it (that would see the failed answer): it is the whole document again (the
+    question, the calls and their results, as the turns wrote them) as one new input, a document
+    of its own, and the answer decoded after it with greedy AR.
     An answer without a call to check it against (none made, the last one failed), or no answer
     (the call limit, the token limit, a full session), is not checked: `verified` is None."""
     tok = turns.tokenizer
@@ -101,8 +102,11 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
             if "A:" not in text:
                 return text, ["no answer (A: ...) after the last result"]
             nums = corpus.answer_numbers(text.rsplit("A:", 1)[1])
-            return text, [] if number in nums else [f"the answer states {nums}, not {number}, "
-                                                     "the number the last call returned"]
+            problems = [] if number in nums else [f"the answer states {nums}, not {number}, "
+                                                  "the number the last call returned"]
+            stray = corpus.stray_numbers(nums, spec.question, [c["result"] for c in calls])
+            return text, problems + ([f"the answer states {stray}, which no result and no name in the question "
+                                      "holds"] if stray else [])
 
         retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
         checked = check(turns, "answer", r, read, retry, allow_unverified=spec.allow_unverified)

@@ -462,6 +462,12 @@ def answer_numbers(answer: str) -> list[str]:
     return _ANSWER_NUM.findall(answer)
 
 
+def stray_numbers(nums: list[str], question: str, results: Collection[str]) -> list[str]:
+    """The numbers an answer states (answer_numbers) that no result and no name of the question
+    holds: "in Xf down 3" for the question's "in Xfers 32" states a 3 nothing said."""
+    return [n for n in nums if n not in results and not _holds(question, n.lstrip("-"))]
+
+
 def check(task: Task, text: str) -> Check:
     """`text`: the assistant's side of a finished transcript (calls, results, answer)."""
     calls = [c.strip() for c in _CALLS.findall(text)]

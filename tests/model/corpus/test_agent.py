@@ -136,3 +136,10 @@ def test_a_guided_call_allows_every_call_training_writes_and_refuses_a_miscopy()
     assert all(a.guided_call(c, n) for c in allowed)
     s = a.CallNames.sample("What was churn in EMEA in 2026-Q3?")  # the sample dataset's names too
     assert a.guided_call('metric("revenue", "APAC", "2025-Q1")', s) and not a.guided_call('metric("revenu"', s)
+
+
+def test_a_stray_number_is_one_no_result_and_no_name_of_the_question_holds() -> None:
+    q = "How much higher was dc in dXqQjLuFRNQzcQq0umj than in Xfers 32 in W41-2090?"
+    said = a.answer_numbers(" dc in dXqQjLuFRNQzcQq0umj was -5695 higher than in Xf down 3 in W41-2090 (577, 32).")
+    assert said == ["-5695", "3", "2090", "577", "32"]
+    assert a.stray_numbers(said, q, ["577", "6272", "-5695"]) == ["3"]
