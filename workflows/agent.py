@@ -47,10 +47,10 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     # `</call>` is one id in setflow's vocabularies, a multi-token stop sequence in another's
     end_call = Profile.markup(tok, corpus.END_CALL)
     params = decode_params(spec.params)
-    if spec.guided and "metric" not in spec.client_tools:  # a client's tool names what its client holds
-        names = corpus.CallNames(spec.question) if spec.dataset else corpus.CallNames.sample(spec.question)
-        params = replace(params, guide=tools.CallGuide(tok, names))
     seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
+    # the calls' arguments copied from the question, the sample dataset and the results so far
+    names = None if not spec.guided else corpus.CallNames(spec.question) if spec.dataset else \
+        corpus.CallNames.sample(spec.question)
     data = corpus.Dataset(spec.dataset_seed)
     text_in = corpus.prompt_text(spec.question)
     ids = agent_input(tok, spec.question, turns.profile)
@@ -63,7 +63,8 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     while True:
         # 1) decode a segment: up to a call, the answer's EOS, or its token limit
         try:
-            r = turns.turn(ids, seg, text=text_in)
+            r = turns.turn(ids, seg if names is None else replace(seg, guide=tools.CallGuide(
+                tok, names.after(c["result"] for c in calls if c["ok"]), unguided=spec.client_tools)), text=text_in)
         except DecodeError as e:
             if e.code != "context_overflow" or not done:
                 raise

@@ -142,14 +142,17 @@ def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | To
 
 
 class CallGuide:
-    """The decoder's guide (model.params.Guide) for metric calls the server runs: each argument
-    a name the question holds whole, or one the sample dataset holds (corpus.guided_call), so a
-    name is copied, not miscopied ("st1m7" -> "s1m7" is refused: the next most probable token
-    the model gives that keeps a name is taken instead).  Outside a metric call's arguments it
-    does not guide.  A pure function of the segment's tokens: the same on every worker."""
+    """The decoder's guide (model.params.Guide) for the calls the server runs: each metric
+    argument a name the question holds whole, or one the sample dataset holds, each calc number
+    one the question or a result holds, or 100 (corpus.guided_call), so a name or a number is
+    copied, not miscopied ("st1m7" -> "s1m7" is refused: the model's most probable token that
+    keeps a name is taken instead).  Outside a call's arguments, and in a call of a tool in
+    `unguided` (the client's: it names what its client holds), it does not guide.  A pure
+    function of the segment's tokens: the same on every worker."""
 
-    def __init__(self, tok: Tokenizer, names: corpus.CallNames) -> None:
+    def __init__(self, tok: Tokenizer, names: corpus.CallNames, unguided: Sequence[str] = ()) -> None:
         self._tok, self._names = tok, names
+        self._unguided = tuple(f"{t}(" for t in unguided)
         self._call = Profile.markup(tok, corpus.CALL)
         self._pieces: dict[int, str] = {}
         self._last: tuple[tuple[int, ...], str | None] = ((), None)  # a refused position asks about many tokens
@@ -164,7 +167,8 @@ class CallGuide:
         piece = self._pieces.get(token)
         if piece is None:
             piece = self._pieces[token] = self._tok.decode([token])
-        return corpus.guided_call(call + piece, self._names)
+        call += piece
+        return None if call.startswith(self._unguided) else corpus.guided_call(call, self._names)
 
     def _call_so_far(self, before: Sequence[int]) -> str | None:
         """The text after the last `<call>` of before; None: there is none, or it has ended."""

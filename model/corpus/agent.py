@@ -27,7 +27,7 @@ import re
 import string
 import warnings
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from model.config import SPECIAL_TOKENS
 from model.corpus import narrative
@@ -155,21 +155,31 @@ def run_call(text: str, data: Dataset | Store) -> str:
 
 # ---- guided calls ------------------------------------------------------------------------
 
-_OPEN = 'metric("'  # a metric call's text up to its first argument (then '", "' between two, '")' after the last)
+_METRIC, _CALC = 'metric("', 'calc("'  # a call's text up to its first argument
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_EXPR_CHARS = frozenset("0123456789.+-*/() ")
 
 
 @dataclass(frozen=True)
 class CallNames:
-    """What a metric call's arguments may name: a name the question holds whole (copied, as in
+    """What a call may copy.  A metric call's arguments: a name the question holds whole (as in
     training), or one the source is known to hold, per field (the sample dataset's fixed lists;
-    () for a tenant's table, whose rows may change during a job: the guide would too)."""
+    () for a tenant's table, whose rows may change during a job: the guide would too).  A calc
+    expression's numbers: those of the question and of the results so far (after), and 100 (a
+    percentage), as training writes them."""
 
     question: str
     held: tuple[tuple[str, ...], ...] = ((), (), ())  # per field (metric, region, period), sorted
+    numbers: frozenset[str] = frozenset()  # set by after()
 
     @classmethod
     def sample(cls, question: str) -> CallNames:
         return cls(question, tuple(tuple(sorted(x)) for x in (METRIC, REGIONS, PERIODS)))
+
+    def after(self, results: Iterable[str]) -> CallNames:
+        """These names, the numbers of the question and of `results` (the calls' so far) copyable."""
+        nums = {"100", *_NUMBER.findall(self.question), *(n for r in results for n in _NUMBER.findall(r))}
+        return replace(self, numbers=frozenset(nums))
 
     def starts(self, field: int, a: str) -> bool:
         """a may still grow into a name: it starts a word of the question, or a held name."""
@@ -184,13 +194,21 @@ class CallNames:
 
 
 def guided_call(call: str, names: CallNames) -> bool | None:
-    """call: the text after `<call>` so far.  None: not inside a metric call's arguments (calc,
-    or the tool's name still being written), so not guided.  Else whether it can still become
-    metric("m", "r", "p") then `</call>`, each argument a name `names` allows:
-    'metric("Xfe' -> True where the question holds "Xfers 32"; 'metric("Xfg' -> False."""
-    if not call.startswith(_OPEN):
-        return None
-    parts = call[len(_OPEN):].split('"')  # names hold no '"': argument, separator, argument, ...
+    """call: the text after `<call>` so far.  None: not inside a call's arguments (the tool's
+    name still being written), so not guided.  Else whether it can still become a call training
+    writes, then `</call>`: metric("m", "r", "p"), each argument a name `names` allows
+    ('metric("Xfe' -> True where the question holds "Xfers 32"; 'metric("Xfg' -> False), or
+    calc("expr"), each of its numbers one `names` allows ('calc("(6323.7-9' -> False where the
+    results are 939823.2 and 6323.7); calc with no numbers known (no after()) is not guided."""
+    if call.startswith(_METRIC):
+        return _metric_call(call[len(_METRIC):], names)
+    if call.startswith(_CALC) and names.numbers:
+        return _calc_call(call[len(_CALC):], names.numbers)
+    return None
+
+
+def _metric_call(text: str, names: CallNames) -> bool:
+    parts = text.split('"')  # names hold no '"': argument, separator, argument, ...
     if len(parts) > 6:
         return False
     for k, part in enumerate(parts):
@@ -201,6 +219,20 @@ def guided_call(call: str, names: CallNames) -> bool | None:
             rest = ", " if k < 5 else ")" + END_CALL
             ok = rest.startswith(part) if last else part == rest
         if not ok:
+            return False
+    return True
+
+
+def _calc_call(text: str, numbers: frozenset[str]) -> bool:
+    expr, quote, tail = text.partition('"')
+    if quote and not (")" + END_CALL).startswith(tail):
+        return False
+    if not set(expr) <= _EXPR_CHARS:
+        return False
+    runs = list(re.finditer(r"[0-9.]+", expr))
+    for k, m in enumerate(runs):
+        open_ = not quote and k == len(runs) - 1 and m.end() == len(expr)  # still being written
+        if not (any(n.startswith(m.group()) for n in numbers) if open_ else m.group() in numbers):
             return False
     return True
 

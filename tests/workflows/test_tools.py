@@ -80,7 +80,14 @@ def _guide_reads_the_calls_grammar(tok: Tokenizer) -> None:
 
 
 def test_the_call_guide_reads_setflows_tokens() -> None:
-    _guide_reads_the_calls_grammar(Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json"))
+    tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
+    _guide_reads_the_calls_grammar(tok)
+    # calc's numbers: the results' and the question's; a tool the client runs: not guided
+    names = corpus.CallNames("What was the total x across a and b in Q1?").after(["939823.2", "6323.7"])
+    guide = tools.CallGuide(tok, names, unguided=["metric"])
+    calc = tok.encode(corpus.CALL + 'calc("(6323.7-9')
+    assert guide.allows(calc, tok.encode("3")[0]) is True and guide.allows(calc, tok.encode("9")[0]) is False
+    assert guide.allows(tok.encode(corpus.CALL + 'metric("x", "'), tok.encode("q")[0]) is None
 
 
 def test_the_call_guide_reads_an_imported_vocabulary_without_markup_tokens(tmp_path: Path) -> None:
