@@ -183,7 +183,7 @@ class CallNames:
 
     def starts(self, field: int, a: str) -> bool:
         """a may still grow into a name: it starts a word of the question, or a held name."""
-        if not a or re.search(rf"(?<![A-Za-z0-9]){re.escape(a)}", self.question):
+        if not a or _holds(self.question, a, whole=False):
             return True
         names = self.held[field]
         i = bisect.bisect_left(names, a)
@@ -329,9 +329,19 @@ def no_row(call: tuple[str, str, str], held: tuple[Collection[str], ...], questi
     return ToolError("; ".join(parts))
 
 
-def _holds(text: str, name: str) -> bool:
-    """Does text hold name whole (not "d" in "dc"): no letter or digit on either side."""
-    return name in text and re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", text) is not None
+_ALNUM = frozenset(string.ascii_letters + string.digits)
+
+
+def _holds(text: str, name: str, whole: bool = True) -> bool:
+    """Does text hold name whole (not "d" in "dc"): no letter or digit on either side (whole=False:
+    before it; name may go on).  str.find, not a regex: the guide asks this at every step."""
+    i = text.find(name)
+    while i >= 0:
+        j = i + len(name)
+        if (i == 0 or text[i - 1] not in _ALNUM) and (not whole or j == len(text) or text[j] not in _ALNUM):
+            return True
+        i = text.find(name, i + 1)
+    return False
 
 
 @dataclass(frozen=True)
