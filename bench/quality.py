@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -153,6 +154,22 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset
                    nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
 
 
+def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpec,
+           setting: tuple[str, str, int, float | None]) -> list[dict[str, Any]]:
+    """Agent questions each decoded guided and unguided, in turn (which goes first alternates):
+    the two rows (setting: task, policy, W, tau; "guided" set), the guided one with its time per
+    generated token over the unguided's, the median of the per-question ratios."""
+    outs: dict[bool, list[Outcome]] = {True: [], False: []}
+    for i, ex in enumerate(examples):
+        for guided in (True, False) if i % 2 == 0 else (False, True):
+            outs[guided].append(run_agent(model, tok, ex, params, guided))
+    rows = [{**row(*setting, outs[g]), "guided": g} for g in (True, False)]
+    per_token = [(g["seconds"] / max(g["generated"], 1)) / (u["seconds"] / max(u["generated"], 1))
+                 for g, u in zip(outs[True], outs[False])]
+    rows[0]["time_per_token_vs_unguided"] = round(statistics.median(per_token), 3)
+    return rows
+
+
 def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: ParamsSpec) -> Outcome:
     """The template's key figures, as a report fills them: one infill turn."""
     r, seconds = _timed(lambda turns: report_flow.figures(turns, t.payload, decode_params(params),
@@ -195,6 +212,7 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     setting (policy set or prefix) with the fewest forwards per token whose fully-correct rate is
     within 1 point of W = 1."""
     out: dict[str, Any] = {}
+    rows = [r for r in rows if r.get("guided", True)]  # --pair: the guided rows, as jobs decode
     for task in TASKS:
         ar = next((r for r in rows if r["task"] == task and r["policy"] == "ar"), None)
         if ar is None:
@@ -213,7 +231,8 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 COLUMNS = (("task", "task", 9), ("policy", "policy", 6), ("W", "W", 2), ("tau", "tau", 4), ("n", "n", 4),
            ("fully_correct", "fully", 6), ("facts_correct", "facts", 6), ("tool_call_ok", "call", 6),
-           ("nfe_per_token", "nfe/tok", 7), ("tokens_per_s", "tok/s", 7))
+           ("nfe_per_token", "nfe/tok", 7), ("tokens_per_s", "tok/s", 7), ("guided", "guided", 6),
+           ("time_per_token_vs_unguided", "time/tok vs unguided", 20))
 
 
 def table_line(r: dict[str, Any] | None) -> str:
@@ -234,8 +253,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
     ap.add_argument("--unguided", action="store_true",
                     help="agent tasks: the metric calls as the model writes them (AgentSpec guided=False)")
+    ap.add_argument("--pair", action="store_true",
+                    help="agent tasks: each question guided and unguided in turn, a row each, and the guided "
+                         "row's time per token over the unguided's (median of the paired ratios)")
     ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
     args = ap.parse_args(argv)
+    if args.pair and args.unguided:
+        ap.error("--pair runs both ways: drop --unguided")
     tasks = [t for t in args.tasks.split(",") if t]
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
@@ -248,7 +272,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     settings = QUICK_SETTINGS if args.quick else SETTINGS
     sizes = {t: args.n or (N_QUICK if args.quick else N_FULL)[t] for t in tasks}
     print(f"checkpoint {args.checkpoint} ({model.cfg.name}, fingerprint {checkpoint.fingerprint(model)[:12]}); "
-          f"held-out seed {args.seed}; threads {args.threads}; agent calls {'unguided' if args.unguided else 'guided'}; "
+          f"held-out seed {args.seed}; threads {args.threads}; agent calls "
+          f"{'both ways' if args.pair else 'unguided' if args.unguided else 'guided'}; "
           "nfe/tok counts every forward but the prompt's prefill",
           flush=True)
     print(table_line(None))
@@ -258,13 +283,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         for policy, W, tau in settings:
             params = ParamsSpec.model_validate({"policy": policy, "window": W, "tau": tau,
                                             "max_new_tokens": MAX_NEW.get(task, AGENT_SEGMENT)})
+            if args.pair and RUNNERS[task] is run_agent:
+                rows += paired(model, tok, examples, params, (task, policy, W, tau))
+                print("\n".join(table_line(r) for r in rows[-2:]), flush=True)
+                continue
             run = partial(run_agent, guided=not args.unguided) if RUNNERS[task] is run_agent else RUNNERS[task]
             outs = [run(model, tok, ex, params) for ex in examples]
             rows.append(row(task, policy, W, tau, outs))
             print(table_line(rows[-1]), flush=True)
     result = {"bench": "quality", "rows": rows, "targets": targets(rows),
               "checkpoint": str(args.checkpoint), "fingerprint": checkpoint.fingerprint(model)[:16],
-              "seed": args.seed, "guided": not args.unguided, "threads": args.threads,
+              "seed": args.seed, "guided": "both" if args.pair else not args.unguided, "threads": args.threads,
               "wall_s": round(time.perf_counter() - t_start, 1)}
     print("targets: " + json.dumps(result["targets"]), file=sys.stderr)
     if args.out_json is not None:
