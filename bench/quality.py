@@ -72,7 +72,7 @@ N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4, "narrative_ood
            "agent_ood": 8}
 # masks opened per generation (no cost: only W are fed); a wild payload's narrative is longer
 MAX_NEW = {"narrative": 200, "section": 200, "narrative_ood": 400, "section_ood": 400}
-AGENT_SEGMENT = 96  # masks opened per agent segment (a call, or the answer)
+AGENT_SEGMENT = AgentSpec(question="?").params.max_new_tokens  # per segment (a call, the answer), as a job's
 
 
 class Outcome(dict[str, Any]):

@@ -217,7 +217,9 @@ class AgentSpec(BaseModel):
     question: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f<>]+$")
     dataset_seed: int = Field(default=2026, ge=0, lt=2**31)
     max_calls: int = Field(default=6, ge=0, le=8)
-    params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=96)
+    #: per segment (a call, or the answer): an answer restates the question's names, spelled
+    #: letter by letter (96 cut one in 30 over names of any length before it stated its number)
+    params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
     #: an answer that fails its checker (it must state the number its last tool returned), also
     #: after the greedy AR retry, comes back flagged (`verified: false`, its problems) instead of
     #: failing the job with "unverified"
