@@ -61,10 +61,12 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     session, finished, reason = "", False, "length"
     r: TurnResult | None = None
     while True:
-        # 1) decode a segment: up to a call, the answer's EOS, or its token limit
+        # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
+        #    guided to copy the question's names and the numbers of the results so far
+        guide = None if names is None else tools.CallGuide(
+            tok, names.after(c["result"] for c in calls if c["ok"]), unguided=spec.client_tools)
         try:
-            r = turns.turn(ids, seg if names is None else replace(seg, guide=tools.CallGuide(
-                tok, names.after(c["result"] for c in calls if c["ok"]), unguided=spec.client_tools)), text=text_in)
+            r = turns.turn(ids, replace(seg, guide=guide), text=text_in)
         except DecodeError as e:
             if e.code != "context_overflow" or not done:
                 raise
