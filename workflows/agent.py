@@ -105,11 +105,11 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
             if "A:" not in text:
                 return text, ["no answer (A: ...) after the last result"]
             nums = corpus.answer_numbers(text.rsplit("A:", 1)[1])
-            problems = [] if number in nums else [f"the answer states {nums}, not {number}, "
-                                                  "the number the last call returned"]
+            if number not in nums:
+                return text, [f"the answer states {nums}, not {number}, the number the last call returned"]
             stray = corpus.stray_numbers(nums, spec.question, [c["result"] for c in calls])
-            return text, problems + ([f"the answer states {stray}, which no result and no name in the question "
-                                      "holds"] if stray else [])
+            return text, [f"the answer states {stray} too, which no result and no name in the question holds"
+                          ] if stray else []
 
         retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
         checked = check(turns, "answer", r, read, retry, allow_unverified=spec.allow_unverified)
