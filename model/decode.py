@@ -227,9 +227,10 @@ def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePar
     batch's, taken for all its greedy sequences at once: model/batch.py)."""
     state.nfe += 1
     tok, conf = predicted if predicted is not None else _predict(logits, model.cfg.mask_id, params, state)
-    steered = params.guide is not None and guided(params.guide, state, p, logits, tok, conf, model.cfg.mask_id)
+    if params.guide is not None:
+        guided(params.guide, state, p, logits, tok, conf, model.cfg.mask_id)
     order = choose(tok, conf, params)  # indices into active, in position order (commit order)
-    if steered:  # a guided position holds only with the tokens left of it: the chosen run from the leftmost
+    if params.guide is not None:  # a token holds only with the tokens left of it: the chosen run from the leftmost
         n = next((k for k, j in enumerate(order) if j != k), len(order))
         order = list(range(max(n, 1)))
     state.pending = [p.active[j] for j in order]
@@ -301,21 +302,20 @@ GUIDE_TOP = 1024  # the most probable tokens a refused guided position tries, in
 
 
 def guided(guide: Guide, state: DecodeState, p: StepPlan, logits: Tensor, tok: Tensor, conf: Tensor,
-           mask_id: int) -> bool:
+           mask_id: int) -> None:
     """Hold a step's predictions to the guide, left to right (tok, conf: (n_active,), replaced
     in place): the tokens before an active position are the state's, with this step's predictions
     left of it.  A refused token becomes the most probable one the guide allows among the
     GUIDE_TOP most probable, with its probability (none allowed: the model's stays, and the tool
-    says what is wrong).  A row's logits alone decide: the same bits batched or not.  Returns
-    whether any position was guided (the caller then keeps the chosen run from the leftmost)."""
+    says what is wrong).  A row's logits alone decide: the same bits batched or not.  The caller
+    then commits only the chosen run from the leftmost mask, so that every token was checked
+    against the tokens really before it (set and block would commit out of order: a token right
+    of a mask that later opens a call would never be checked)."""
     toks = state.tokens[state.start:p.active[-1]]  # a copy: this step's predictions are filled in
     ids = tok.tolist()
-    steered = False
     for j, pos in enumerate(p.active):
         before = toks[:pos - state.start]
-        verdict = guide.allows(before, ids[j])
-        steered |= verdict is not None
-        if verdict is False:
+        if guide.allows(before, ids[j]) is False:
             row = logits[j].float().clone()
             row[mask_id] = -torch.inf
             probs = row.softmax(-1)
@@ -326,7 +326,6 @@ def guided(guide: Guide, state: DecodeState, p: StepPlan, logits: Tensor, tok: T
                     break
         if pos - state.start < len(toks):
             toks[pos - state.start] = ids[j]
-    return steered
 
 
 def _predict(logits: Tensor, mask_id: int, params: DecodeParams, state: DecodeState) -> tuple[Tensor, Tensor]:

@@ -49,7 +49,7 @@ class DecodeParams:
     ignore_eos: bool = False  #: True: EOS does not stop (decode exactly max_new_tokens; benchmarks)
     use_cache: bool = True  #: False: recompute every committed token each step (the baseline)
     #: where it guides, a token it refuses is replaced by the most probable one it allows (of the
-    #: top GUIDE_TOP), and the step decodes left to right (decode.py guided)
+    #: top GUIDE_TOP); under a guide every step commits the run from the leftmost mask (decode.py guided)
     guide: Guide | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -154,34 +154,39 @@ class CallGuide:
         self._tok, self._names = tok, names
         self._unguided = tuple(f"{t}(" for t in unguided)
         self._call = Profile.markup(tok, corpus.CALL)
-        self._pieces: dict[int, str] = {}
-        self._last: tuple[tuple[int, ...], str | None] = ((), None)  # a refused position asks about many tokens
+        self._last: tuple[tuple[int, ...], tuple[list[int], int, str] | None] = ((), None)  # a refused position asks about many tokens
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
         key = tuple(before)
         last = self._last  # one read: the batcher's loop and a job's thread may both ask
-        call = last[1] if last[0] == key else self._call_so_far(before)
-        self._last = (key, call)
-        if call is None:
+        head = last[1] if last[0] == key else self._head(before)
+        self._last = (key, head)
+        if head is None:
             return None
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self._tok.decode([token])
-        call += piece
+        ids, at, text = head
+        call = self._tok.decode([*ids, token])[at:]  # in context: a character may take two tokens
+        if call == text:  # the token writes nothing (an id the tokenizer lacks): no way on inside a call
+            return False if corpus.guided_call(call, self._names) is not None else None
+        if call.endswith("\ufffd"):  # a character's first bytes: judged once it is whole
+            return None
         return None if call.startswith(self._unguided) else corpus.guided_call(call, self._names)
 
-    def _call_so_far(self, before: Sequence[int]) -> str | None:
-        """The text after the last `<call>` of before; None: there is none, or it has ended."""
+    def _head(self, before: Sequence[int]) -> tuple[list[int], int, str] | None:
+        """(ids, at, text): the ids that decode to the last `<call>` and what follows it, the
+        offset of what follows in their text, and that text; None: no call, or it has ended."""
         if len(self._call) == 1:  # setflow's vocabularies: one id, found without decoding the segment
             cid = self._call[0]
-            at = next((i for i in range(len(before) - 1, -1, -1) if before[i] == cid), None)
-            if at is None:
+            i = next((i for i in range(len(before) - 1, -1, -1) if before[i] == cid), None)
+            if i is None:
                 return None
-            call = self._tok.decode(list(before[at + 1:]))
+            ids, at = list(before[i + 1:]), 0
+            text = self._tok.decode(ids)
         else:
-            text = self._tok.decode(list(before))
-            at = text.rfind(corpus.CALL)
+            ids = list(before)
+            full = self._tok.decode(ids)
+            at = full.rfind(corpus.CALL)
             if at < 0:
                 return None
-            call = text[at + len(corpus.CALL):]
-        return None if corpus.END_CALL in call else call
+            at += len(corpus.CALL)
+            text = full[at:]
+        return None if corpus.END_CALL in text else (ids, at, text)

@@ -329,16 +329,14 @@ def no_row(call: tuple[str, str, str], held: tuple[Collection[str], ...], questi
     return ToolError("; ".join(parts))
 
 
-_ALNUM = frozenset(string.ascii_letters + string.digits)
-
-
 def _holds(text: str, name: str, whole: bool = True) -> bool:
-    """Does text hold name whole (not "d" in "dc"): no letter or digit on either side (whole=False:
-    before it; name may go on).  str.find, not a regex: the guide asks this at every step."""
+    """Does text hold name whole (not "d" in "dc", "Z" in "Zürich"): no letter or digit on either
+    side (whole=False: before it; name may go on).  str.find, not a regex: the guide asks this at
+    every step."""
     i = text.find(name)
     while i >= 0:
         j = i + len(name)
-        if (i == 0 or text[i - 1] not in _ALNUM) and (not whole or j == len(text) or text[j] not in _ALNUM):
+        if (i == 0 or not text[i - 1].isalnum()) and (not whole or j == len(text) or not text[j].isalnum()):
             return True
         i = text.find(name, i + 1)
     return False

@@ -20,7 +20,7 @@ from model.attention import additive
 from model.batch import BatchKV, KVPool, PooledCache, batch_mask, step_batch
 from model.corpus import agent
 from model.corpus import narrative as corpus
-from model.decode import Commit, begin_infill_turn, begin_turn, commit_pending, decode, prefill
+from model.decode import Commit, advance, begin_infill_turn, begin_turn, commit_pending, decode, plan, prefill
 from model.kv_cache import KVCache
 from model.masks import step_mask, within_documents
 from model.params import DecodeParams, DecodeState
@@ -282,14 +282,35 @@ def test_the_pool_hands_out_rows_and_refuses_when_full(model: SetDLM) -> None:
 
 @dataclass(frozen=True)
 class Parity:
-    """A guide for random weights: from the third token of a region on, except where the tokens
-    before sum to a multiple of 5 (not guided there), a token whose id plus the last token's is
-    a multiple of 3 is refused: about a third of every guided row."""
+    """A guide for random weights that opens as a call does: no opinion until a token that is a
+    multiple of 7 has been written (a `<call>`); after it, except where the tokens before sum to
+    a multiple of 5, a token whose id plus the last token's is a multiple of 3 is refused (about
+    a third of every guided row).  A token written right of an open mask before the guide opens
+    must still be held to it once the mask becomes the opener: set and block decode out of order."""
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
-        if len(before) < 2 or sum(before) % 5 == 0:
+        if not any(t % 7 == 0 for t in before) or sum(before) % 5 == 0:
             return None
         return (token + before[-1]) % 3 != 0
+
+
+@pytest.mark.parametrize("policy", ["set", "block"])
+def test_under_a_guide_a_step_commits_only_the_run_from_the_leftmost_mask(model: SetDLM, policy: str) -> None:
+    """set and block may commit a confident mask right of undecided ones; under a guide that has
+    no opinion yet (no call opened), that token would never be checked once a later step writes
+    the opener left of it.  So under a guide a step commits only the run from the leftmost."""
+    params = DecodeParams(policy=policy, window=4, tau=0.9, max_new_tokens=4, guide=Parity())
+    cache = KVCache.for_model(model.cfg)
+    state = begin_turn(model, cache, None, [2, 5, 6], params)
+    p = plan(model, state, params)
+    logits = torch.zeros(4, model.cfg.vocab_size)
+    logits[:3, 5] = 0.5  # three undecided masks (probability ~ 1/vocab) ...
+    logits[3, 9] = 30.0  # ... and a sure one right of them: alone, set and block would commit it first
+    unguided = DecodeState.from_json(state.to_json())
+    advance(model, KVCache.for_model(model.cfg), unguided, replace(params, guide=None), p, logits.clone())
+    assert unguided.pending == [p.active[3]]
+    advance(model, cache, state, params, p, logits)
+    assert state.pending == [p.active[0]] and state.tokens[p.active[0]] == 5
 
 
 @pytest.mark.parametrize("policy", ["set", "prefix", "block", "ar"])

@@ -90,6 +90,20 @@ def test_the_call_guide_reads_setflows_tokens() -> None:
     assert guide.allows(tok.encode(corpus.CALL + 'metric("x", "'), tok.encode("q")[0]) is None
 
 
+def test_the_call_guide_reads_a_token_in_context_and_refuses_an_id_that_writes_nothing() -> None:
+    """A character of two byte tokens ("ü") is judged once whole; "Z" alone is no name of
+    "Zürich"; an id the tokenizer lacks (the model's rows past its vocabulary) writes nothing."""
+    tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
+    guide = tools.CallGuide(tok, corpus.CallNames("What was xf in Zürich in 2027-Q1?"))
+    head = tok.encode(corpus.CALL + 'metric("xf", "Z')
+    first, second = tok.encode("ü")
+    assert guide.allows(head, first) is None  # half a character: no opinion yet
+    assert guide.allows([*head, first], second) is True and guide.allows([*head, first, second], tok.encode("r")[0])
+    assert guide.allows(head, tok.encode('"')[0]) is False  # "Z" is not a name the question holds whole
+    assert guide.allows(head, tok.vocab_size + 3) is False
+    assert guide.allows(tok.encode("A: the"), tok.vocab_size + 3) is None  # outside a call: not guided
+
+
 def test_the_call_guide_reads_an_imported_vocabulary_without_markup_tokens(tmp_path: Path) -> None:
     import_checkpoint(write_release("hf_bin", qwen3_state(seed=4), tmp_path / "src"), tmp_path / "out")
     tok = shipped.load(tmp_path / "out")[1]
