@@ -54,6 +54,7 @@ def test_submit_routes_by_affinity_and_liveness(env: tuple[Dispatcher, Sent, str
     j3 = d.submit("turn", "acme", SPEC, sid)
     assert j3.id not in [j for j, _ in sent]  # j2 is unfinished: j3 waits for it
     d.jobs.cancel(sent[-1][0], "acme")
+    d.routing.beat("w1")  # alive now, as a worker beating every 0.2 s is (a loaded machine took > 3 beats above)
     d.dispatch_next(sid)
     assert sent[-1] == (j3.id, f"{p}.w.w1")  # w1 is alive and was the session's last worker
     assert d.jobs.get(j3.id).queue == f"{p}.w.w1"
