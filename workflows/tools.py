@@ -165,11 +165,11 @@ class CallGuide:
             return None
         ids, at, text = head
         call = self._tok.decode([*ids, token])[at:]  # in context: a character may take two tokens
-        if call == text:  # the token writes nothing (an id the tokenizer lacks): no way on inside a call
-            return False if corpus.guided_call(call, self._names) is not None else None
-        if call.endswith("\ufffd"):  # a character's first bytes: judged once it is whole
-            return None
-        return None if call.startswith(self._unguided) else corpus.guided_call(call, self._names)
+        if call.startswith(self._unguided) or call.endswith("\ufffd"):  # the client's tool; a character's
+            return None  # first bytes, judged once it is whole
+        verdict = corpus.guided_call(call, self._names)
+        # a token that writes nothing (an id the tokenizer lacks) is no way on inside a call
+        return False if verdict is not None and call == text else verdict
 
     def _head(self, before: Sequence[int]) -> tuple[list[int], int, str] | None:
         """(ids, at, text): the ids that decode to the last `<call>` and what follows it, the
