@@ -139,13 +139,12 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset
     a tenant's dataset is; its metric calls guided as a job's are by default (AgentSpec.guided)."""
     task, data = ex
     if isinstance(data, agent.Dataset):
-        spec = AgentSpec(question=task.question, dataset_seed=data.seed, params=params, allow_unverified=True,
-                         guided=guided)
+        source: dict[str, Any] = {"dataset_seed": data.seed}
         tables: dict[str, list[list[str]]] = {}
     else:
-        spec = AgentSpec(question=task.question, dataset="ood", params=params, allow_unverified=True,
-                         guided=guided)
+        source = {"dataset": "ood"}
         tables = {"ood": [[*k, v] for k, v in data.values.items()]}
+    spec = AgentSpec(question=task.question, params=params, allow_unverified=True, guided=guided, **source)
     r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
     c = agent.check(task, r["text"])
     retried = r["attempt"] == "ar_retry"

@@ -49,8 +49,9 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     params = decode_params(spec.params)
     seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
     # the calls' arguments copied from the question, the sample dataset and the results so far
-    names = None if not spec.guided else corpus.CallNames(spec.question) if spec.dataset else \
-        corpus.CallNames.sample(spec.question)
+    names = None
+    if spec.guided:
+        names = corpus.CallNames(spec.question) if spec.dataset else corpus.CallNames.sample(spec.question)
     data = corpus.Dataset(spec.dataset_seed)
     text_in = corpus.prompt_text(spec.question)
     ids = agent_input(tok, spec.question, turns.profile)

@@ -157,6 +157,7 @@ def run_call(text: str, data: Dataset | Store) -> str:
 
 _METRIC, _CALC = 'metric("', 'calc("'  # a call's text up to its first argument
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_DIGITS = re.compile(r"[0-9.]+")  # a number of a calc expression, as far as it is written
 _EXPR_CHARS = frozenset("0123456789.+-*/() ")
 
 
@@ -229,7 +230,7 @@ def _calc_call(text: str, numbers: frozenset[str]) -> bool:
         return False
     if not set(expr) <= _EXPR_CHARS:
         return False
-    runs = list(re.finditer(r"[0-9.]+", expr))
+    runs = list(_DIGITS.finditer(expr))
     for k, m in enumerate(runs):
         open_ = not quote and k == len(runs) - 1 and m.end() == len(expr)  # still being written
         if not (any(n.startswith(m.group()) for n in numbers) if open_ else m.group() in numbers):

@@ -232,9 +232,9 @@ class AgentSpec(BaseModel):
     #: the tenant's own dataset (PUT /v1/datasets/{name}) the metric tool reads, instead of the
     #: sample dataset dataset_seed draws
     dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    #: the server's metric calls are guided: each argument a name the question holds whole (or,
-    #: over the sample dataset, one it holds), so a name is copied, never miscopied (False: the
-    #: model's tokens as they are)
+    #: the calls the server runs are guided: each metric argument a name the question holds whole
+    #: (or, over the sample dataset, one it holds), each calc number one the question or a result
+    #: holds (or 100), so it is copied, never miscopied (False: the model's tokens as they are)
     guided: bool = True
 
     # the names in a question as a dataset's rows hold them (corpus.canonical): no spaces (U+0020)
