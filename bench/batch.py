@@ -16,7 +16,9 @@ end, from the start of the pass: all N sessions arrive at once), forwards per ge
 (every forward the process ran, the prompts' prefills included; a batched step counts once), the
 batched turns' own nfe per token, whether (a) and (b) wrote the same tokens, and the ceiling: one
 batched forward of N sessions' typical step (the task's mean query tokens against its mean cache
-length) vs N batch-1 forwards of it, the speedup if batching cost nothing but that forward.
+length) vs N batch-1 forwards of it, the speedup if batching cost nothing but that forward; and
+the bound: that speedup at this pass's own mean batch (a wave drains: its last steps run few
+turns), the most the row could reach if a turn cost nothing but its steps' forwards.
 Prints a table, then one JSON line {"bench": "batch", "rows": [...], ...}.
 
     python bench/batch.py [--quick] [--sessions 1,2,4,8,16] [--dtypes fp32,bf16] [--repeats N] [--threads N]
@@ -249,6 +251,16 @@ def percentile(xs: list[float], q: float) -> float:
     return float(s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (k - lo))
 
 
+def bound(N: int, ceil: float, mean_batch: float) -> float:
+    """The ceiling at this pass's mean batch: a forward of b steps costing alpha + b * beta (one
+    step alone costs 1; the ceiling gives N / (alpha + N * beta)), sequential turn-steps cost 1
+    each and the batched ones alpha / mean_batch + beta each.  N = 1: the ceiling itself."""
+    if N == 1:
+        return ceil
+    beta = min(1.0, max(0.0, (N / ceil - 1) / (N - 1)))  # a noisy ceiling under 1 or over N: clamped
+    return 1 / ((1 - beta) / mean_batch + beta)
+
+
 def row(dtype: str, task: str, N: int, per: int, pairs: list[tuple[Pass, Pass]], ceil: float) -> dict[str, Any]:
     """One (dtype, task, N, turns per session) row from its (sequential, batched) pairs: medians
     over the pairs."""
@@ -269,7 +281,8 @@ def row(dtype: str, task: str, N: int, per: int, pairs: list[tuple[Pass, Pass]],
         "sequential_forwards_per_token": round(a0.forwards / a0.tokens, 4),
         "batched_forwards_per_token": round(b0.forwards / b0.tokens, 4),
         "batched_turn_nfe_per_token": round(b0.nfe / b0.tokens, 4),
-        "mean_batch": round(b0.stepped / b0.steps, 2)}
+        "mean_batch": round(b0.stepped / b0.steps, 2),
+        "bound": round(bound(N, ceil, b0.stepped / b0.steps), 2)}
     for i, path in enumerate(("sequential", "batched")):
         for name, q in (("p50", 50), ("p99", 99)):
             out[f"{path}_{name}_ms"] = round(1000 * med([percentile(p[i].latency, q) for p in pairs]), 1)
@@ -284,14 +297,15 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if r["sessions"] in TARGETS:
             out.setdefault(f"{r['dtype']}/{r['task']}/{r['turns_per_session']}", {})[str(r["sessions"])] = {
                 "ratio": r["ratio"], "target": TARGETS[r["sessions"]], "met": r["ratio"] >= TARGETS[r["sessions"]],
-                "ceiling": r["ceiling"], "identical": r["identical"]}
+                "ceiling": r["ceiling"], "bound": r["bound"], "identical": r["identical"]}
     return out
 
 
 COLUMNS = (("dtype", "dtype", 5), ("task", "task", 13), ("sessions", "N", 2), ("turns_per_session", "turns", 5),
            ("tokens", "tokens", 6),
            ("sequential_tokens_per_s", "seq tok/s", 9), ("batched_tokens_per_s", "bat tok/s", 9),
-           ("ratio", "ratio", 5), ("ceiling", "ceil", 5), ("identical_fraction", "same", 5), ("mean_batch", "batch", 5),
+           ("ratio", "ratio", 5), ("ceiling", "ceil", 5), ("bound", "bound", 5), ("identical_fraction", "same", 5),
+           ("mean_batch", "batch", 5),
            ("sequential_forwards_per_token", "fwd/tok a", 9), ("batched_forwards_per_token", "fwd/tok b", 9),
            ("batched_turn_nfe_per_token", "nfe/tok b", 9),
            ("sequential_p50_ms", "p50 a ms", 8), ("batched_p50_ms", "p50 b ms", 8),
@@ -352,7 +366,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
           f"another, each a new document; p50/p99: each turn's latency from its arrival (the pass's start, or its "
           f"session's previous turn's end); fwd/tok: every forward, prefills included, a batched step once; nfe/tok b: the "
           f"batched turns' own counts; batch: mean turns per batched step; ceil: N batch-1 forwards of a "
-          f"typical step / one batched forward of N", flush=True)
+          f"typical step / one batched forward of N; bound: the ceiling at the pass's mean batch", flush=True)
     print(table_line(None), flush=True)
     rows, shapes, fingerprint = [], {}, ""
     for dname in dtypes:

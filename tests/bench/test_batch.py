@@ -21,6 +21,8 @@ def test_a_quick_run_reports_every_dtype_task_and_session_count(capsys: pytest.C
         assert {"sessions", "batched_tokens_per_s", "sequential_tokens_per_s", "ratio", "identical", "dtype", "task",
                 "ceiling", "sequential_p50_ms", "sequential_p99_ms", "batched_p50_ms", "batched_p99_ms"} <= set(r)
         assert r["ratio"] > 0 and r["ceiling"] > 0 and r["batched_tokens_per_s"] > 0 and r["sequential_tokens_per_s"] > 0
+        # the bound is the ceiling at the pass's mean batch: no more than the ceiling (2 decimals each)
+        assert 0 < r["bound"] <= max(r["ceiling"], 1.0) + 0.01
         assert r["tokens"] > 0 and 0 <= r["identical_fraction"] <= 1 and 1 <= r["mean_batch"] <= r["sessions"]
         assert r["batched_p50_ms"] <= r["batched_p99_ms"] and r["sequential_p50_ms"] <= r["sequential_p99_ms"]
         if r["dtype"] == "fp32":  # batched decoding writes exactly what each turn writes alone
