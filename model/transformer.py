@@ -5,7 +5,9 @@ boolean mask and the position ids it is given.
 The model holds no session state.  With a KVCache, `forward` writes the new tokens' K/V into
 the cache's scratch slots past its valid length (no copy of the cached slots) and the caller
 commits the first m of them with `cache.commit`; without one it can return them.  Parameter
-names follow the Qwen3 layout so Qwen3-backbone checkpoints load by stripping prefixes.
+names follow the Qwen3 layout so Qwen3-backbone checkpoints load by stripping prefixes.  Its
+linear layers give a token's row the same bits whatever the number of rows beside it
+(model/linear.py), so a sequence alone and in a batch round alike.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import Tensor, nn
 
 from model.attention import additive, attention
 from model.config import ModelConfig
+from model.linear import Linear
 
 
 class Keys(Protocol):
@@ -76,10 +79,10 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.d_model, H * D, bias=False)
-        self.k_proj = nn.Linear(cfg.d_model, Hkv * D, bias=False)
-        self.v_proj = nn.Linear(cfg.d_model, Hkv * D, bias=False)
-        self.o_proj = nn.Linear(H * D, cfg.d_model, bias=False)
+        self.q_proj = Linear(cfg.d_model, H * D, bias=False)
+        self.k_proj = Linear(cfg.d_model, Hkv * D, bias=False)
+        self.v_proj = Linear(cfg.d_model, Hkv * D, bias=False)
+        self.o_proj = Linear(H * D, cfg.d_model, bias=False)
         self.q_norm = RMSNorm(D, cfg.rms_eps)  # per-head, over head_dim (Qwen3)
         self.k_norm = RMSNorm(D, cfg.rms_eps)
 
@@ -107,9 +110,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.gate_proj = Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -140,7 +143,7 @@ class SetDLM(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.rms_eps)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         cos, sin = rope_table(cfg)

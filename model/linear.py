@@ -1,0 +1,68 @@
+"""Linear layers whose every row gets the same bits in a product of any number of rows.
+
+A batched forward (model/batch.py) runs the linear layers on all its sequences' tokens packed
+into one product; the same sequence alone runs them on its own few rows.  A CPU BLAS takes
+another kernel for a product of very few rows (here, fp32 with one thread: fewer than 4; with
+two threads also 5-7 and 9-11), so a short step's rows round differently alone than in a batch,
+and a near-tie between two tokens, or a confidence right at tau, could then decode differently.
+So a product of fewer rows than this machine's invariant minimum is padded to it with zero rows
+(the kernel is chosen by shapes, never by values), and a row's bits are then those it gets in
+any larger product.  The minimum is probed once per (dtype, threads, shape) on the CPU; other
+devices are not padded (their kernels are not batch-invariant anyway: the GPU path agrees to
+float tolerance, model/batch.py).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+#: the probe: row counts checked, and where the rows sit inside a larger product
+_COUNTS = (*range(1, 49), 64, 96, 160)
+_OFFSETS = (0, 1, 3, 7, 13)
+_CANDIDATES = (1, 2, 4, 8, 12, 16, 24, 32, 48)
+
+
+@lru_cache(maxsize=None)
+def min_rows(dtype: torch.dtype, threads: int, k: int, n: int) -> int | None:
+    """The fewest rows from which a (rows, k) x (k, n) product on this CPU gives each row the
+    bits it gets inside any larger product, a product of fewer padded to it with zero rows doing
+    the same; None if no candidate up to 48 does (then rows agree only to float tolerance)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    x = torch.randn(max(_COUNTS) + max(_OFFSETS) + 64, k, generator=g).to(dtype)
+    full = F.linear(x, w)
+
+    def same(m: int, pad: int = 0) -> bool:
+        for a in _OFFSETS:
+            rows = x[a:a + m]
+            if pad > m:
+                rows = torch.cat([rows, rows.new_zeros(pad - m, k)])
+            if not torch.equal(F.linear(rows, w)[:m], full[a:a + m]):
+                return False
+        return True
+
+    good = {m: same(m) for m in _COUNTS}
+    for r in _CANDIDATES:
+        if all(good[m] for m in _COUNTS if m >= r) and all(same(m, r) for m in _COUNTS if m < r):
+            return r
+    return None
+
+
+class Linear(nn.Linear):
+    """nn.Linear (the same parameters and state_dict) whose rows round alike in products of any
+    number of rows on a CPU: a product of fewer than min_rows rows is padded to it."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.numel() // self.in_features
+        if x.device.type != "cpu" or rows == 0:
+            return F.linear(x, self.weight, self.bias)
+        r = min_rows(x.dtype, torch.get_num_threads(), self.in_features, self.out_features)
+        if r is None or rows >= r:
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(rows, self.in_features)
+        padded = torch.cat([flat, flat.new_zeros(r - rows, self.in_features)])  # (r, in)
+        return F.linear(padded, self.weight, self.bias)[:rows].reshape(*x.shape[:-1], self.out_features)
