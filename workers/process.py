@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ class Runtime:
 
 _runtime: Runtime | None = None
 _building = threading.Lock()
+EXIT_BATCH_LOOP_DIED = 70  # EX_SOFTWARE: the batch loop died (_exit)
 
 
 def worker_name(settings: Settings) -> str:
@@ -81,7 +83,17 @@ def engine(model: SetDLM, store: SessionStore, records: Records, s: Settings) ->
     row_bytes = 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * w.element_size()
     rows = max(batch, s.kv_pool_bytes // row_bytes)
     pool = KVPool(cfg, rows, dtype=w.dtype, device=w.device)
-    return Engine(model, store, records, s, warm_sessions=rows, batcher=Batcher(model, batch), pool=pool)
+    return Engine(model, store, records, s, warm_sessions=rows, batcher=Batcher(model, batch, on_death=_exit),
+                  pool=pool)
+
+
+def _exit(error: BaseException) -> None:
+    """The batch loop died (a bug; it has logged it): this worker can decode nothing more.  It
+    exits at once as a crash would, recording nothing, and its jobs' leases lapse: the other
+    workers take them over and finish them token-identical (as after a kill -9), where staying
+    up would fail every job routed here."""
+    sys.stderr.flush()
+    os._exit(EXIT_BATCH_LOOP_DIED)
 
 
 def _build() -> Runtime:

@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from model.batch import PooledCache, step_batch
@@ -73,12 +73,15 @@ class _Seq:
 
 class Batcher:
     def __init__(self, model: SetDLM, max_batch: int = 16, max_commit: int = 256, lead: int = 4,
-                 chunk: int = 2) -> None:
+                 chunk: int = 2, on_death: Callable[[BaseException], None] | None = None) -> None:
         """lead: how many events a turn may run ahead of its thread (at least 1: the loop never
         waits for a thread that has taken its last event); chunk: a turn's events go to its
         thread in chunks of this many (the last one, a failure, or a turn at its lead at once).
         A thread woken for every event of every step takes the GIL from the loop's forward as
-        often: with 16 turns, one wake-up each per step made the forwards 10-30% slower."""
+        often: with 16 turns, one wake-up each per step made the forwards 10-30% slower.
+        on_death: called (from the loop's thread) if the loop itself dies, before every waiting
+        turn and commit fails: a worker process exits there (workers/process.py), so that its
+        jobs are taken over as after a crash instead of failing one after another here."""
         assert max_batch >= 1 and lead >= 1 and chunk >= 1
         self.model = model
         self.max_batch = max_batch
@@ -92,7 +95,8 @@ class Batcher:
         self.stepped = 0  # sequence-steps so far (sum of batch sizes)
         self._cv = threading.Condition()
         self._stop = False
-        self._thread = threading.Thread(target=self._loop, name="setflow-batcher", daemon=True)
+        self._on_death = on_death
+        self._thread = threading.Thread(target=self._run, name="setflow-batcher", daemon=True)
         self._thread.start()
 
     def steps(self, cache: PooledCache, state: DecodeState, params: DecodeParams,
@@ -105,8 +109,7 @@ class Batcher:
             return
         seq = _Seq(cache, state, params, priority if priority in PRIORITIES else PRIORITIES[-1])
         with self._cv:
-            if self._stop:
-                raise RuntimeError("the batcher is closed")
+            self._open()
             self.waiting[seq.priority].append(seq)
             self._cv.notify_all()
         done = False
@@ -141,8 +144,7 @@ class Batcher:
             return prefill(self.model, cache, ids, positions)
         req = _Commit(cache, ids, positions)
         with self._cv:
-            if self._stop:
-                raise RuntimeError("the batcher is closed")
+            self._open()
             self.commits.append(req)
             self._cv.notify_all()
         while not req.done.wait(1.0):
@@ -162,6 +164,12 @@ class Batcher:
     def _alive(self) -> None:
         if not self._thread.is_alive():
             raise RuntimeError("the batch loop has stopped")
+
+    def _open(self) -> None:
+        """Under the lock: refuse a turn or commit that no loop would ever take."""
+        if self._stop:
+            raise RuntimeError("the batcher is closed")
+        self._alive()
 
     def close(self) -> None:
         with self._cv:
@@ -206,6 +214,35 @@ class Batcher:
                 c.error = e
         return events
 
+    def _run(self) -> None:
+        """The loop, supervised: if it dies (a bug: a forward's own failures are its turns'),
+        everything waiting on it fails now rather than at its threads' next 1 s check, and
+        nothing new is taken."""
+        try:
+            self._loop()
+        except BaseException as e:
+            log.critical("the batch loop died", exc_info=True)
+            if self._on_death is not None:  # first: a worker exits here, its turns failing nowhere
+                self._on_death(e)
+            with self._cv:
+                self._stop = True
+                self._fail_all([], RuntimeError(f"the batch loop died: {e!r}"))
+
+    def _fail_all(self, commits: list[_Commit], error: BaseException) -> None:
+        """Under the lock: every turn and commit the loop holds or waits for gets `error`."""
+        for s in self.running + [s for q in self.waiting.values() for s in q]:
+            s.stepping = False
+            s.behind += 1
+            s.outbox.append(error)
+            s.send()
+        for c in commits + self.commits:
+            c.error = error
+            c.done.set()
+        self.running, self.commits = [], []
+        for q in self.waiting.values():
+            q.clear()
+        self._cv.notify_all()
+
     def _loop(self) -> None:
         while True:
             with self._cv:
@@ -214,16 +251,7 @@ class Batcher:
                     self._cv.wait()
                     batch, commits = self._take(), self._take_commits()
                 if self._stop:
-                    for s in batch:
-                        s.stepping = False
-                    for s in self.running + [s for q in self.waiting.values() for s in q]:
-                        s.behind += 1
-                        s.outbox.append(RuntimeError("the batcher was closed"))
-                        s.send()
-                    for c in commits + self.commits:
-                        c.error = RuntimeError("the batcher was closed")
-                        c.done.set()
-                    self._cv.notify_all()
+                    self._fail_all(commits, RuntimeError("the batcher was closed"))
                     return
             try:
                 events: list[StepEvent | BaseException] = list(step_batch(

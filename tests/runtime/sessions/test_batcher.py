@@ -321,3 +321,57 @@ def test_events_reach_their_threads_in_order_in_chunks_never_more_than_lead_behi
     assert [got[i] for i in range(3)] == alone
     assert max(ahead) <= 4 and max(ahead) >= 2, "the turns ran ahead of their threads, within the lead"
     assert wakeups[0] < sum(map(len, alone)), "events came in chunks"
+
+
+class _LoopBug(BaseException):
+    """What no forward's own handling catches: the loop itself dies of it."""
+
+
+def test_a_batch_loop_that_dies_fails_its_turns_at_once_and_calls_on_death(
+        loaded: tuple[SetDLM, Tokenizer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop, not a forward, dies: every turn in it fails now (not at its next 1 s check),
+    on_death hears why (a worker exits there: workers/process.py), and the batcher takes no
+    new turn or commit."""
+    import runtime.sessions.batcher as batcher_module
+    from model.decode import begin_turn
+
+    model, tok = loaded
+
+    def bug(*args: object, **kwargs: object) -> object:
+        raise _LoopBug("a bug in the loop")
+
+    monkeypatch.setattr(batcher_module, "step_batch", bug)
+    died: list[BaseException] = []
+    b = Batcher(model, 4, on_death=died.append)
+    pool = KVPool(model.cfg, 2)
+    rows = [pool.take(), pool.take()]
+    first, _, params = _turns(tok, 1)
+    states = [begin_turn(model, c, None, first, params) for c in rows if c is not None]  # prefilled here: not batched
+    with pytest.raises(RuntimeError, match="batch loop died"):  # its own error, not the 1 s check's "has stopped"
+        for c, s in zip(rows, states):
+            assert c is not None
+            for _ in b.steps(c, s, params):
+                pass
+    b._thread.join(5)
+    assert len(died) == 1 and isinstance(died[0], _LoopBug)
+    c = rows[1]
+    assert c is not None
+    with pytest.raises(RuntimeError):
+        next(iter(b.steps(c, states[1], params)))
+    with pytest.raises(RuntimeError):
+        b.commit(c, [5], [c.length])
+
+
+def test_a_batching_worker_exits_when_its_batch_loop_dies(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
+                                                         settings: Settings, db_engine: SqlEngine) -> None:
+    """workers/process.py builds its batcher with on_death = _exit (the process exits as after a
+    crash: its jobs are taken over)."""
+    from workers import process
+
+    s = settings.model_copy(update={"batch_sessions": 2})
+    e = process.engine(loaded[0], SessionStore(client, s), Records(db_engine), s)
+    try:
+        assert e.batcher is not None and e.batcher._on_death is process._exit
+    finally:
+        assert e.batcher is not None
+        e.batcher.close()
