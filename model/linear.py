@@ -52,6 +52,14 @@ def min_rows(dtype: torch.dtype, threads: int, k: int, n: int) -> int | None:
     return None
 
 
+@lru_cache(maxsize=None)
+def least_rows(shapes: tuple[tuple[int, int], ...], dtype: torch.dtype, threads: int) -> int | None:
+    """The fewest rows from which products of every (k, n) shape of `shapes` (a model's linear
+    layers) are row-invariant: the largest of their min_rows; None if one has none."""
+    need = [min_rows(dtype, threads, k, n) for k, n in shapes]
+    return None if None in need else max((r for r in need if r is not None), default=1)
+
+
 class Linear(nn.Linear):
     """nn.Linear (the same parameters and state_dict) whose rows round alike in products of any
     number of rows on a CPU: a product of fewer than min_rows rows is padded to it."""

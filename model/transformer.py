@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from model.attention import additive, attention
 from model.config import ModelConfig
-from model.linear import Linear
+from model.linear import Linear, least_rows
 
 
 class Keys(Protocol):
@@ -88,22 +88,26 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 cache: Keys | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
-        """x: (B, T, d_model); mask: (B|1, T, S) additive (0 or -inf) of cache.mask_shape(T), or
-        None for a cache's own; i: layer index.  With a cache this call's K/V go to its scratch
-        slots and the keys are [cached slots | these tokens]: a KVCache (one sequence) or a
-        model/batch.py BatchKV (B sequences of a KV pool, packed into T tokens).  Returns the
-        output (B, T, d_model) and this call's k, v: (B, T, Hkv, D), post-RoPE."""
-        B, T, _ = x.shape
+        """x: (B, P, d_model), P >= T = cos.shape[1]: the T tokens, then rows that only pad the
+        products (they attend nowhere: zeros to the output projection); mask: (B|1, T, S)
+        additive (0 or -inf) of cache.mask_shape(T), or None for a cache's own; i: layer index.
+        With a cache this call's K/V go to its scratch slots and the keys are [cached slots |
+        these tokens]: a KVCache (one sequence) or a model/batch.py BatchKV (B sequences of a KV
+        pool, packed into T tokens).  Returns the output (B, P, d_model) and this call's k, v: (B, T, Hkv, D), post-RoPE."""
+        B, P, _ = x.shape
+        T = cos.shape[1]  # the tokens; rows T..P-1 of x, if any, pad the products (SetDLM.forward)
         cfg = self.cfg
-        q = self.q_norm(self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
-        k = self.k_norm(self.k_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
-        v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        q = self.q_norm(self.q_proj(x)[:, :T].view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
+        k = self.k_norm(self.k_proj(x)[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
+        v = self.v_proj(x)[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             out = cache.attend(i, q, k, v, mask)  # (B, T, H * D)
         else:
             assert mask is not None, "a forward without a cache takes a mask"
             out = attention(q, k, v, mask)
+        if P > T:
+            out = F.pad(out, (0, 0, 0, P - T))  # (B, P, H * D)
         return self.o_proj(out), k, v
 
 
@@ -146,6 +150,8 @@ class SetDLM(nn.Module):
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        #: the linear layers' (in, out) shapes: each has its own least row-invariant product
+        self.shapes = tuple(sorted({(m.in_features, m.out_features) for m in self.modules() if isinstance(m, Linear)}))
         cos, sin = rope_table(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)  # (max_seq_len, D/2)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -174,6 +180,9 @@ class SetDLM(nn.Module):
         if cache is not None:
             cache.reserve(T)
         x = self.embed_tokens(ids)  # (B, T, d_model)
+        least = least_rows(self.shapes, x.dtype, torch.get_num_threads()) if x.device.type == "cpu" else None
+        if B == 1 and least is not None and T < least:  # every product row-invariant (model/linear.py)
+            x = F.pad(x, (0, 0, 0, least - T))  # (1, P, d_model): zero rows after the tokens
         if mask is not None:
             assert mask.shape[-2:] == shape, f"mask {tuple(mask.shape)} != {shape}"
             # additive, built once for all layers: attention with a float mask is ~30% faster on
@@ -188,6 +197,8 @@ class SetDLM(nn.Module):
                 ks.append(k)
                 vs.append(v)
         kv = NewKV(torch.stack(ks), torch.stack(vs)) if return_kv else None
+        if x.shape[1] > T:
+            x = x[:, :T]  # the padding dropped
         if logits_at is not None:
             x = x[:, logits_at]  # (B, selected, d_model): the vocabulary projection is per token
         return self.lm_head(self.norm(x)), kv
