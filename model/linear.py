@@ -7,8 +7,10 @@ two threads also 5-7 and 9-11), so a short step's rows round differently alone t
 and a near-tie between two tokens, or a confidence right at tau, could then decode differently.
 So a product of fewer rows than this machine's invariant minimum is padded to it with zero rows
 (the kernel is chosen by shapes, never by values), and a row's bits are then those it gets in
-any larger product.  The minimum is probed once per (dtype, threads, shape) on the CPU; other
-devices are not padded (their kernels are not batch-invariant anyway: the GPU path agrees to
+any larger product.  The minimum is probed once per (dtype, threads, shape) on the CPU; a model
+pads a short forward once to its layers' largest minimum (model/transformer.py), and a Linear
+pads what is still short (the vocabulary projection of a step's few masks).  Other devices are
+not padded (their kernels are not batch-invariant anyway: the GPU path agrees to
 float tolerance, model/batch.py).
 """
 
@@ -20,10 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-#: the probe: row counts checked, and where the rows sit inside a larger product
-_COUNTS = (*range(1, 49), 64, 96, 160)
-_OFFSETS = (0, 1, 3, 7, 13)
+#: the probe: row counts checked, where the rows sit inside a larger product, the minimums tried,
+#: and the widest output it probes in full (a vocabulary of 150k columns would take seconds: the
+#: kernel for few rows is taken by the row count, and a wider product by its first columns' kernel)
+_COUNTS = (*range(1, 17), 20, 24, 32, 40, 48, 64, 96, 160)
+_OFFSETS = (0, 3, 13)
 _CANDIDATES = (1, 2, 4, 8, 12, 16, 24, 32, 48)
+_WIDEST = 4096
 
 
 @lru_cache(maxsize=None)
@@ -32,7 +37,7 @@ def min_rows(dtype: torch.dtype, threads: int, k: int, n: int) -> int | None:
     bits it gets inside any larger product, a product of fewer padded to it with zero rows doing
     the same; None if no candidate up to 48 does (then rows agree only to float tolerance)."""
     g = torch.Generator().manual_seed(0)
-    w = torch.randn(n, k, generator=g).to(dtype)
+    w = torch.randn(min(n, _WIDEST), k, generator=g).to(dtype)
     x = torch.randn(max(_COUNTS) + max(_OFFSETS) + 64, k, generator=g).to(dtype)
     full = F.linear(x, w)
 
