@@ -291,7 +291,7 @@ def _wild_near(rng: random.Random, value: str, decimals: int) -> str:
         return wild_number(rng, rng.randint(1, 9), rng.choice((0, 0, 1, 2, 3)))
     x = float(value) * rng.uniform(0.5, 1.5)
     out = f"{x:.{decimals}f}"
-    return out if NUMBER_RE_C.match(out) and out != value else wild_number(rng, len(value.split(".")[0]), decimals)
+    return out if NUMBER_RE_C.fullmatch(out) and out != value else wild_number(rng, len(value.split(".")[0]), decimals)
 
 
 def wild_metric(rng: random.Random, key: str | None, with_target: bool) -> Metric:
@@ -338,7 +338,7 @@ def valid(p: Payload) -> str | None:
                                   if x is not None],
                                 *[(w, x, NAME_RE_C if w == "row" else NUMBER_RE_C) for r in
                                   (p.breakdown.rows if p.breakdown else []) for w, x in zip(("row", "number", "number"), r)]]:
-        if not pattern.match(text):
+        if not pattern.fullmatch(text):
             return f"{what} {text!r}"
     if not 1 <= len(p.metrics) <= 4 or (p.breakdown is not None and not 1 <= len(p.breakdown.rows) <= 4):
         return "1-4 metrics, a breakdown of 1-4 rows"

@@ -80,10 +80,10 @@ def check(rows: list[list[str]]) -> list[list[str]]:
     out = []
     for i, (metric, region, period, value) in enumerate(rows):
         for what, v in (("metric", metric), ("region", region), ("period", period)):
-            if not _KEY.match(v) or not canonical(v):
+            if not _KEY.fullmatch(v) or not canonical(v):
                 raise BadInput(f"row {i}: {what} {v!r} must be 1..64 characters, not only spaces, without "
                                "quotes, <, > or control characters")
-        if not _VALUE.match(value):
+        if not _VALUE.fullmatch(value):
             raise BadInput(f"row {i}: value {value!r} is not a number as the tools write one (e.g. 512, -2.4)")
         key = (canonical(metric), canonical(region), canonical(period))  # as a question names them
         if key in seen:

@@ -53,11 +53,30 @@ class ParamsSpec(BaseModel):
 
 def _defaults(**values: Any) -> Any:
     """A ParamsSpec default for a workflow: the setting benchmarked best for its task
-    (docs/BENCHMARKS.md, the quality section)."""
+    (docs/BENCHMARKS.md, the quality section).  Params that give some fields keep these values
+    for the others (_Tuned)."""
     return Field(default_factory=lambda: ParamsSpec(**values))
 
 
-class TurnSpec(BaseModel):
+class _Tuned(BaseModel):
+    """A spec whose ParamsSpec fields have its workflow's defaults: `{"max_new_tokens": 200}`
+    changes that field only, the policy, window and tau stay the workflow's (not ParamsSpec's)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _overlay(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, f in cls.model_fields.items():
+            given = data.get(name)
+            if isinstance(given, dict) and f.annotation is ParamsSpec and f.default_factory is not None:
+                tuned = f.default_factory()  # type: ignore[call-arg]
+                out[name] = {**tuned.model_dump(exclude_defaults=True), **given}
+        return out
+
+
+class TurnSpec(_Tuned):
     """One turn on a session: input as token ids or as text (the worker tokenizes it)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -77,7 +96,7 @@ class TurnSpec(BaseModel):
         return self
 
 
-class InfillSpec(BaseModel):
+class InfillSpec(_Tuned):
     """A template whose `<hole>` markers (one per token) are decoded in place, appended to the
     session: the text around the holes is context on both sides; positions never shift."""
 
@@ -102,7 +121,7 @@ def _canonical(v: str | None) -> str | None:
 
 
 def _number(v: str | None) -> str | None:
-    if v is not None and not _NUMBER.match(v):
+    if v is not None and not _NUMBER.fullmatch(v):
         raise ValueError(f"a number as text, like 1240 or 2.4, got {v!r}")
     return v
 
@@ -148,7 +167,7 @@ class BreakdownSpec(BaseModel):
     @classmethod
     def _rows(cls, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
         for name, value, prev in rows:
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise ValueError(f"a row name is 1-40 letters, digits, spaces or .&'/-, got {name!r}")
             _number(value), _number(prev)
         return [(corpus.canonical(name), value, prev) for name, value, prev in rows]
@@ -197,7 +216,7 @@ class PayloadSpec(BaseModel):
                                                            "rows": [list(r) for r in p.breakdown.rows]}})
 
 
-class NarrativeSpec(BaseModel):
+class NarrativeSpec(_Tuned):
     """One dashboard narrative from a metrics payload."""
 
     model_config = ConfigDict(extra="forbid")
@@ -208,7 +227,7 @@ class NarrativeSpec(BaseModel):
     allow_unverified: bool = False
 
 
-class AgentSpec(BaseModel):
+class AgentSpec(_Tuned):
     """A question answered with tools (a calculator, a metric lookup over the sample dataset
     `dataset_seed` names, or over the tenant's own `dataset`, or run by the client:
     `client_tools`); each decoding segment (up to a tool call, or the answer) is a turn."""
@@ -277,7 +296,7 @@ class SectionSpec(BaseModel):
         return v
 
 
-class ReportSpec(BaseModel):
+class ReportSpec(_Tuned):
     """A report over one dataset: a section per outline item (each a turn of one session, so
     the earlier sections stay in its cache), then, if `summary`, a key-figures template whose
     numbers and words are filled by infill."""

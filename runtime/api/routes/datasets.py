@@ -59,7 +59,7 @@ async def put_dataset(name: Name, request: Request, who: Tenant, svc: Svc) -> Da
     raw = await request.body()
     try:
         if kind == "text/csv":
-            rows = datasets.parse_csv(raw.decode("utf-8"))
+            rows = datasets.parse_csv(raw.decode("utf-8-sig"))  # a BOM first (Excel's "CSV UTF-8") is no header
         elif kind == "application/json":
             rows = datasets.parse_json(json.loads(raw))
         else:

@@ -75,8 +75,8 @@ def tool_outputs(job_id: JobId, body: ToolOutputs, who: Tenant, svc: Svc) -> Job
 @router.get("/{job_id}/events", responses={**ERRORS, 200: {"content": {"text/event-stream": {}},
                                                            "description": "server-sent events"}})
 async def job_events(job_id: JobId, who: Tenant, svc: Svc,
-                     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,20}-\d{1,20}$")] = None,
-                     after: Annotated[str | None, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = None) -> Response:
+                     last_event_id: Annotated[str | None, Header(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$")] = None,
+                     after: Annotated[str | None, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$")] = None) -> Response:
     """The job's events, from its start (or after `Last-Event-ID` / `after`), as server-sent
     events: `status` (queued, running, succeeded, ...), `step` (each committed set: its
     positions, token ids and their text), `progress`, and last `result` (the job as GET

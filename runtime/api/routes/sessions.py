@@ -70,14 +70,14 @@ def get_session(session_id: SessionId, who: Tenant, svc: Svc) -> SessionView:
 def post_turn(session_id: SessionId, req: TurnRequest, who: Tenant, svc: Svc) -> JobView:
     """Queue a turn: the input (text or token ids) is appended and decoded with the given
     parameters; the session's jobs run one at a time, in submission order."""
-    spec = req.model_dump(exclude={"priority"}, exclude_none=True)
+    spec = req.model_dump(exclude={"priority"}, exclude_unset=True)  # what was sent: an explicit null (tau) too
     return JobView.of(svc.submit("turn", who, spec, session_id, req.priority))
 
 
 @router.post("/{session_id}/infill", status_code=202, response_model=JobView, responses=ERRORS)
 def post_infill(session_id: SessionId, req: InfillRequest, who: Tenant, svc: Svc) -> JobView:
     """Queue an infill: the text is appended with each `<hole>` decoded in place."""
-    spec = req.model_dump(exclude={"priority"}, exclude_none=True)
+    spec = req.model_dump(exclude={"priority"}, exclude_unset=True)  # what was sent: an explicit null (tau) too
     return JobView.of(svc.submit("infill", who, spec, session_id, req.priority))
 
 
