@@ -307,13 +307,14 @@ def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, Dec
                              [pl.ids(s, mask_id) for pl, (_, s, _) in zip(plans, seqs)] + [ids for _, ids, _ in commits],
                              [pl.positions for pl in plans] + [pos for _, _, pos in commits],
                              n_masks + [0] * len(commits))  # (sum n_masks, vocab)
-    # the greedy sequences' tokens and probabilities in one go (the same bits as one by one)
+    # the greedy sequences' tokens and probabilities in one go (the same bits as one by one); an
+    # infill never predicts a special id at its holes (decode.never): it predicts its own
     predicted: list[tuple[Tensor, Tensor] | None] = [None] * len(seqs)
-    if any(p.temperature == 0 for _, _, p in seqs):
+    if any(p.temperature == 0 and not s.infill for _, s, p in seqs):
         try:  # the forward has committed: a failure here is not the forward's (each then predicts its own)
             tok, conf = greedy(logits, mask_id)
-            predicted = [(t, cf) if p.temperature == 0 else None
-                         for t, cf, (_, _, p) in zip(tok.split(n_masks), conf.split(n_masks), seqs)]
+            predicted = [(t, cf) if p.temperature == 0 and not s.infill else None
+                         for t, cf, (_, s, p) in zip(tok.split(n_masks), conf.split(n_masks), seqs)]
         except Exception:  # noqa: BLE001, S110 - each sequence's advance predicts in its own try below
             pass
     out: list[StepEvent | Exception] = []

@@ -20,6 +20,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.masks import step_mask, within_documents
 from model.params import DecodeError, DecodeParams, DecodeState, Guide
@@ -226,7 +227,7 @@ def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePar
     or when nothing is masked.  predicted: greedy(logits) when the caller has it already (a
     batch's, taken for all its greedy sequences at once: model/batch.py)."""
     state.nfe += 1
-    tok, conf = predicted if predicted is not None else _predict(logits, model.cfg.mask_id, params, state)
+    tok, conf = predicted if predicted is not None else _predict(logits, model.cfg, params, state)
     if params.guide is not None:
         guided(params.guide, state, p, logits, tok, conf, model.cfg.mask_id)
     order = choose(tok, conf, params)  # indices into active, in position order (commit order)
@@ -328,12 +329,18 @@ def guided(guide: Guide, state: DecodeState, p: StepPlan, logits: Tensor, tok: T
             toks[pos - state.start] = ids[j]
 
 
-def _predict(logits: Tensor, mask_id: int, params: DecodeParams, state: DecodeState) -> tuple[Tensor, Tensor]:
-    """logits: (n, vocab) -> token (n,) and its probability (n,).  [MASK] is never predicted."""
+def never(cfg: ModelConfig, state: DecodeState) -> int | list[int]:
+    """The ids a step never predicts: [MASK]; at an infill's holes every special id too (a hole
+    is a token of the text: an [EOS] or [BOS] there would end or split its document)."""
+    return sorted(cfg.special_ids) if state.infill else cfg.mask_id
+
+
+def _predict(logits: Tensor, cfg: ModelConfig, params: DecodeParams, state: DecodeState) -> tuple[Tensor, Tensor]:
+    """logits: (n, vocab) -> token (n,) and its probability (n,), never one of never()."""
     if params.temperature == 0:
-        return greedy(logits, mask_id)
+        return greedy(logits, never(cfg, state))
     logits = logits.float().clone()
-    logits[:, mask_id] = -torch.inf
+    logits[:, never(cfg, state)] = -torch.inf
     assert state.rng is not None, "sampling needs the session RNG (begin_turn seeds it)"
     gen = _rng_load(state.rng)
     probs = (logits / params.temperature).softmax(-1).cpu()
@@ -342,12 +349,12 @@ def _predict(logits: Tensor, mask_id: int, params: DecodeParams, state: DecodeSt
     return tok, probs.gather(1, tok[:, None]).flatten()
 
 
-def greedy(logits: Tensor, mask_id: int) -> tuple[Tensor, Tensor]:
-    """logits: (n, vocab) -> the most probable token (n,) but [MASK], and its probability (n,).
-    Row by row: a row gives the same bits among n rows as alone (softmax and max reduce over
-    the vocabulary only), so one call may serve many sequences' rows."""
+def greedy(logits: Tensor, never: int | list[int]) -> tuple[Tensor, Tensor]:
+    """logits: (n, vocab) -> the most probable token (n,) but the `never` id(s) ([MASK]), and its
+    probability (n,).  Row by row: a row gives the same bits among n rows as alone (softmax and
+    max reduce over the vocabulary only), so one call may serve many sequences' rows."""
     logits = logits.float().clone()
-    logits[:, mask_id] = -torch.inf
+    logits[:, never] = -torch.inf
     conf, tok = logits.softmax(-1).max(-1)
     return tok, conf
 

@@ -226,6 +226,39 @@ def test_an_infill_beside_plain_turns_and_stop_sequences(model: SetDLM, attend: 
     assert_same(model, runs)
 
 
+class _Favouring(torch.nn.Module):
+    """A vocabulary projection that makes the special ids the most probable tokens everywhere."""
+
+    def __init__(self, inner: torch.nn.Module, ids: Sequence[int]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.bias = torch.zeros(inner.weight.shape[0])  # type: ignore[index]
+        self.bias[list(ids)] = 50.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) + self.bias.to(x.dtype)
+
+
+def test_an_infill_hole_is_never_a_special_token_alone_or_batched(model: SetDLM, attend: str) -> None:
+    """A hole is a token of the text: where the model would put [EOS], [BOS] or [PAD] there, the
+    most probable other token stands (a plain turn beside it still ends at its [EOS])."""
+    m = copy.deepcopy(model)
+    specials = sorted(m.cfg.special_ids - {m.cfg.mask_id})
+    m.lm_head = _Favouring(m.lm_head, specials)  # type: ignore[assignment]
+    g = torch.Generator().manual_seed(5)
+    holes = _prompt(g, 12, m.cfg.vocab_size)
+    for j in (3, 4, 8, 11):
+        holes[j] = m.cfg.mask_id
+    runs = [Run([Turn(holes, DecodeParams(policy="set", window=2, tau=0.5), infill=True)]),
+            Run([Turn(_prompt(g, 5, m.cfg.vocab_size), DecodeParams(policy="set", window=4, tau=0.5,
+                                                                     max_new_tokens=8))])]
+    ref = alone(m, runs[0])
+    filled = [ref.tokens[0][j] for j in (3, 4, 8, 11)]
+    assert not set(filled) & m.cfg.special_ids, filled
+    assert alone(m, runs[1]).tokens[0][5] in specials, "the plain turn's first token: a special id (the bias works)"
+    assert_same(m, runs)
+
+
 def test_a_session_leaving_frees_its_row_for_a_joining_one(model: SetDLM) -> None:
     g = torch.Generator().manual_seed(11)
     p = DecodeParams(policy="set", window=4, tau=0.3, max_new_tokens=6)
