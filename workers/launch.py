@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from runtime.db import make_engine
@@ -98,11 +99,27 @@ def _many(name: str, n: int, gpus: int, loglevel: str) -> int:
                                        "--name", f"{name}-{i}", "--loglevel", loglevel], env=env))
     print(f"setflow: {n} worker processes ({name}-0 .. {name}-{n - 1}); Ctrl-C or SIGTERM stops them", flush=True)
 
+    stopping = False
+
     def stop(signum: int, _frame: object) -> None:  # a warm shutdown: each finishes its job in flight
+        nonlocal stopping
+        stopping = True
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # a process that dies unasked (its batch loop died: workers/process.py, or it was killed)
+    # stops the set, which exits with its code: a supervisor (compose's restart policy) then
+    # starts it whole again, where a set left running would serve at part capacity for ever
+    while not stopping and all(p.poll() is None for p in procs):
+        time.sleep(0.5)
+    if not stopping:
+        i, rc = next((i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None)
+        print(f"setflow: {name}-{i} exited with {rc}: stopping the others", file=sys.stderr, flush=True)
+        stop(signal.SIGTERM, None)
+        for p in procs:
+            p.wait()
+        return rc if rc > 0 else 128 - rc if rc < 0 else 1  # killed by signal N: 128 + N, as a shell says
     return max(p.wait() for p in procs)

@@ -29,7 +29,7 @@ from runtime.jobs.hosts import Host
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import check_spec
+from runtime.jobs.specs import check_spec, resolved
 from runtime.keys import Keys
 from runtime.tables import TERMINAL, JobRecord
 
@@ -80,8 +80,8 @@ class Dispatcher:
         if session is not None:
             self.jobs.check_session(session, tenant)
         self.limiter.take(tenant)
-        job, _ = self.jobs.create(kind, tenant, spec, session, priority, open_session=opens,
-                                  host=host)  # queued, not sent
+        job, _ = self.jobs.create(kind, tenant, resolved(parsed, spec), session, priority, open_session=opens,
+                                  host=host)  # queued, not sent; its params whole
         self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
         self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)

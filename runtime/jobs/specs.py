@@ -54,8 +54,10 @@ class ParamsSpec(BaseModel):
 def _defaults(**values: Any) -> Any:
     """A ParamsSpec default for a workflow: the setting benchmarked best for its task
     (docs/BENCHMARKS.md, the quality section).  Params that give some fields keep these values
-    for the others (_Tuned)."""
-    return Field(default_factory=lambda: ParamsSpec(**values))
+    for the others (_Tuned); the schema says so (its ParamsSpec shows ParamsSpec's own)."""
+    told = ", ".join(f"{k} {v}" for k, v in values.items())
+    return Field(default_factory=lambda: ParamsSpec(**values),
+                 description=f"decode parameters; a field left out takes this kind's default ({told}), or ParamsSpec's")
 
 
 class _Tuned(BaseModel):
@@ -327,6 +329,13 @@ class ReportSpec(_Tuned):
 SPECS: dict[str, tuple[type[BaseModel], bool]] = {
     "turn": (TurnSpec, True), "infill": (InfillSpec, True), "narrative": (NarrativeSpec, True),
     "agent": (AgentSpec, True), "report": (ReportSpec, True)}
+
+
+def resolved(parsed: BaseModel, spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec to store: as sent, but each params field whole (the workflow's defaults for what
+    was left out, an explicit null kept), so that it means the same to every reader: a retry,
+    a worker of another version, whatever its defaults."""
+    return {**spec, **{name: value.model_dump() for name, value in parsed if isinstance(value, ParamsSpec)}}
 
 
 def check_spec(kind: str, spec: Any, session: str | None) -> BaseModel:

@@ -222,11 +222,13 @@ class Batcher:
             self._loop()
         except BaseException as e:
             log.critical("the batch loop died", exc_info=True)
-            if self._on_death is not None:  # first: a worker exits here, its turns failing nowhere
-                self._on_death(e)
-            with self._cv:
-                self._stop = True
-                self._fail_all([], RuntimeError(f"the batch loop died: {e!r}"))
+            try:
+                if self._on_death is not None:  # first: a worker exits here, its turns failing nowhere
+                    self._on_death(e)
+            finally:  # on_death returned (or raised): the turns fail now
+                with self._cv:
+                    self._stop = True
+                    self._fail_all([], RuntimeError(f"the batch loop died: {e!r}"))
 
     def _fail_all(self, commits: list[_Commit], error: BaseException) -> None:
         """Under the lock: every turn and commit the loop holds or waits for gets `error`."""

@@ -51,3 +51,28 @@ def test_setflow_worker_starts_processes_and_stops_them_on_sigterm(redis_url: st
         if launcher is not None and launcher.poll() is None:
             launcher.kill()
         c.close()
+
+
+def test_a_worker_process_that_dies_unasked_stops_the_set_which_exits_with_its_code(redis_url: str,
+                                                                                     tmp_path: Path) -> None:
+    """One of `setflow worker --processes 2` dies (its batch loop died and it exited, or it was
+    killed): the launcher stops the other and exits non-zero, so a supervisor (compose's restart
+    policy) starts the whole set again instead of it serving at half capacity."""
+    c = make_cluster(redis_url, tmp_path, worker_heartbeat_s=5.0)
+    launcher = None
+    try:
+        launcher = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--processes", "2", "--name", "set"],
+                                    env=c.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (c.dispatcher.routing.alive("set-0") and c.dispatcher.routing.alive("set-1")):
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+        assert len(children) == 2, children
+        os.kill(int(children[0]), signal.SIGKILL)
+        assert launcher.wait(timeout=60) != 0
+        assert not c.dispatcher.routing.alive("set-1"), "the other one was stopped (its goodbye said)"
+    finally:
+        if launcher is not None and launcher.poll() is None:
+            launcher.kill()
+        c.close()

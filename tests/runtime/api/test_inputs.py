@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ReportSpec
+from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
 from tests.runtime.api.conftest import ACME, DATA, Api
 
 
@@ -83,3 +83,20 @@ def test_params_that_give_some_fields_keep_the_workflows_defaults_for_the_others
     assert {k: getattr(spec.params, k) for k in want} == want
     assert spec_cls.model_validate({**given, "params": {"tau": None}}).params.tau is None  # given: kept
     assert spec_cls.model_validate(given).params == spec_cls.model_validate({**given, "params": {}}).params
+
+
+@pytest.mark.parametrize("kind, spec", [("narrative", {"payload": DATA, "params": {"max_new_tokens": 24}}),
+                                        ("turn", {"text": "Hi.", "params": {"tau": None}}),
+                                        ("infill", {"text": "Hi <hole>."})])
+def test_a_job_is_stored_with_its_params_whole(api: Api, kind: str, spec: dict[str, Any]) -> None:
+    """What a job's params mean is fixed when it is accepted: a retry, or a worker of another
+    version with other defaults, reads the same."""
+    body: dict[str, Any] = {"kind": kind, "spec": spec}
+    if kind != "narrative":
+        body["session"] = api.http.post("/v1/sessions", headers=ACME).json()["id"]
+    r = api.http.post("/v1/jobs", json=body, headers=ACME)
+    assert r.status_code == 202, r.text
+    stored = api.svc.jobs.get(r.json()["id"], "acme").spec
+    parsed = {"narrative": NarrativeSpec, "turn": TurnSpec, "infill": InfillSpec}[kind].model_validate(spec)
+    assert stored["params"] == parsed.params.model_dump()  # type: ignore[attr-defined]
+    assert set(stored["params"]) == set(ParamsSpec.model_fields)
