@@ -93,7 +93,8 @@ class Attention(nn.Module):
         additive (0 or -inf) of cache.mask_shape(T), or None for a cache's own; i: layer index.
         With a cache this call's K/V go to its scratch slots and the keys are [cached slots |
         these tokens]: a KVCache (one sequence) or a model/batch.py BatchKV (B sequences of a KV
-        pool, packed into T tokens).  Returns the output (B, P, d_model) and this call's k, v: (B, T, Hkv, D), post-RoPE."""
+        pool, packed into T tokens).  Returns the output (B, P, d_model) and this call's k, v:
+        (B, T, Hkv, D), post-RoPE."""
         B, P, _ = x.shape
         T = cos.shape[1]  # the tokens; rows T..P-1 of x, if any, pad the products (SetDLM.forward)
         cfg = self.cfg
