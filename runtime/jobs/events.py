@@ -90,16 +90,21 @@ class JobEvents:
             for data in batch:
                 p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
             p.expire(key, self.s.events_ttl_s)  # never a stream without a TTL
+            p.xlen(key)
             p.memory_usage(key)  # its size after trimming (one key: one slot, on a cluster too)
-            used = int(p.execute()[-1] or 0)
-        self._count(tenant, job, used, count_every_s)
+            *_, length, used = p.execute()
+        # a stream holding only this batch was made by it: also one deleted (its session was) and
+        # forgotten since this process last put it in events_due, which must hear of it again
+        self._count(tenant, job, int(used or 0), count_every_s, made=int(length) <= len(batch))
 
-    def _count(self, tenant: str, job: str, used: int, every_s: float) -> None:
-        """The account of the job's stream, which holds `used` bytes now.  Best effort: the
-        events are written already (a failure here must not send them again); the next
-        write counts the stream."""
+    def _count(self, tenant: str, job: str, used: int, every_s: float, made: bool = False) -> None:
+        """The account of the job's stream, which holds `used` bytes now (made by this write:
+        `made`).  Best effort: the events are written already (a failure here must not send
+        them again); the next write counts the stream."""
         now = time.monotonic()
         size, counted_at, due_at = self._seen.get(job, (-1, -1e18, -1e18))
+        if made:
+            size, counted_at, due_at = -1, -1e18, -1e18  # nothing this process counted stands
         try:
             if now - due_at >= self._fresh_s:  # due at its expiry, for the sweep; a tenant for /metrics
                 with self.r.pipeline(transaction=False) as p:

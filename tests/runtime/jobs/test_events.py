@@ -77,6 +77,26 @@ def test_the_sweep_takes_out_a_gone_stream_and_looks_again_at_one_written_since(
     assert client.zcard(ev.k.events_due) == 0
 
 
+def test_a_stream_written_again_after_its_session_was_deleted_is_swept_out_of_the_account(
+        client: redis.Redis, settings: Settings) -> None:
+    """The race a soak found: a job is final in SQL, its session is deleted (the stream too, and
+    forget()), and only then does the worker publish the final status, which makes the stream
+    anew.  The worker's process had put it in events_due less than a minute before, so it did
+    not again: the sweep never took it out, and the tenant paid for it for good."""
+    s = settings.model_copy(update={"events_ttl_s": 1})
+    worker, api, job = JobEvents(client, s), JobEvents(client, s), "e" * 24
+    worker.publish("acme", job, {"type": "status", "status": "running"})
+    worker.send("acme", job, [_step(i) for i in range(20)], count_every_s=0)
+    client.delete(worker.k.events(job))  # DELETE /v1/sessions/{id} (runtime/api/routes/sessions.py)
+    api.forget("acme", [job])
+    assert worker.tenant_bytes("acme") == 0
+    worker.publish("acme", job, {"type": "status", "status": "succeeded"})  # the worker's last word
+    assert worker.tenant_bytes("acme") == client.memory_usage(worker.k.events(job)) > 0
+    assert client.zcard(worker.k.events_due) == 1, "due at the new stream's expiry"
+    time.sleep(1.1)
+    assert worker.sweep() == {"event_streams_gone": 1} and worker.tenant_bytes("acme") == 0
+
+
 def test_the_tenant_budget_counts_its_event_streams(client: redis.Redis, settings: Settings) -> None:
     """A session that fits the budget alone does not fit beside the tenant's event streams, and
     fits again once they are gone."""
