@@ -14,7 +14,7 @@ import torch
 from runtime.settings import Settings
 from tests.workers.conftest import make_cluster
 from workers.launch import default_processes
-from workers.local import ROOT
+from workers.local import ROOT, LocalCluster
 from workers.process import device
 
 
@@ -33,16 +33,24 @@ def test_one_process_per_gpu_else_per_torch_threads_cores() -> None:
         assert default_processes(Settings()) == (torch.cuda.device_count(), torch.cuda.device_count())
 
 
+def _two_up(c: LocalCluster, name: str) -> subprocess.Popen[bytes]:
+    """`setflow worker --processes 2 --name NAME`, once both its processes beat."""
+    launcher = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--processes", "2", "--name", name],
+                                env=c.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (c.dispatcher.routing.alive(f"{name}-0") and c.dispatcher.routing.alive(f"{name}-1")):
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            launcher.kill()
+            raise AssertionError(f"{name}: the worker processes did not come up")
+        time.sleep(0.1)
+    return launcher
+
+
 def test_setflow_worker_starts_processes_and_stops_them_on_sigterm(redis_url: str, tmp_path: Path) -> None:
     c = make_cluster(redis_url, tmp_path, worker_heartbeat_s=5.0)  # keys live 15 s: only a goodbye removes them
     launcher = None
     try:
-        launcher = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--processes", "2", "--name", "box"],
-                                    env=c.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not (c.dispatcher.routing.alive("box-0") and c.dispatcher.routing.alive("box-1")):
-            assert launcher.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        launcher = _two_up(c, "box")
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(timeout=30) == 0
         # gone at once, not when their keys expire
@@ -61,12 +69,7 @@ def test_a_worker_process_that_dies_unasked_stops_the_set_which_exits_with_its_c
     c = make_cluster(redis_url, tmp_path, worker_heartbeat_s=5.0)
     launcher = None
     try:
-        launcher = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--processes", "2", "--name", "set"],
-                                    env=c.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not (c.dispatcher.routing.alive("set-0") and c.dispatcher.routing.alive("set-1")):
-            assert launcher.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        launcher = _two_up(c, "set")
         children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
         assert len(children) == 2, children
         os.kill(int(children[0]), signal.SIGKILL)
