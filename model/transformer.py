@@ -181,9 +181,10 @@ class SetDLM(nn.Module):
         if cache is not None:
             cache.reserve(T)
         x = self.embed_tokens(ids)  # (B, T, d_model)
-        least = least_rows(self.shapes, x.dtype, torch.get_num_threads()) if x.device.type == "cpu" else None
-        if B == 1 and least is not None and T < least:  # every product row-invariant (model/linear.py)
-            x = F.pad(x, (0, 0, 0, least - T))  # (1, P, d_model): zero rows after the tokens
+        if B == 1 and x.device.type == "cpu":  # every product row-invariant (model/linear.py)
+            least = least_rows(self.shapes, x.dtype, torch.get_num_threads())
+            if least is not None and T < least:
+                x = F.pad(x, (0, 0, 0, least - T))  # (1, P, d_model): zero rows after the tokens
         if mask is not None:
             assert mask.shape[-2:] == shape, f"mask {tuple(mask.shape)} != {shape}"
             # additive, built once for all layers: attention with a float mask is ~30% faster on
