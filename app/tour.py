@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from domain import agent, narrative, report
 from model import shipped
-from model.corpus import agent, narrative, report
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM

@@ -68,9 +68,9 @@ import torch
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from domain import agent as corpus
+from domain.narrative import METRIC
 from model import shipped
-from model.corpus import agent as corpus
-from model.corpus.narrative import METRIC
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM

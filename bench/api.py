@@ -39,7 +39,7 @@ import redis  # noqa: E402
 
 from app.client import AsyncClient, Client  # noqa: E402
 from app.demo import Stack  # noqa: E402
-from model.corpus import narrative  # noqa: E402
+from domain import narrative  # noqa: E402
 from runtime.db import make_engine  # noqa: E402
 from runtime.jobs.dispatch import Dispatcher  # noqa: E402
 from runtime.jobs.rows import Jobs  # noqa: E402

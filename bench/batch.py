@@ -39,9 +39,9 @@ from typing import Any
 
 import torch
 
+from domain import agent, narrative
 from model import checkpoint, shipped
 from model.batch import KVPool, PooledCache, batched_forward
-from model.corpus import agent, narrative
 from model.decode import begin_turn, commit_pending, decode, fused_forward, prefill
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState

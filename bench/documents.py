@@ -8,7 +8,7 @@ ends with its heading), greedy, with the report setting (prefix, W = 8, tau = 0.
 side in one run, on the same held-out payloads: the model as shipped (a [BOS] starts a document:
 no attention across it, model/masks.py within_documents) and the same decode with that rule
 switched off (every section reads all the earlier ones).  Reported:
-the fraction of sections fully correct (model/corpus/report.check_section: heading, every
+the fraction of sections fully correct (domain/report.py.check_section: heading, every
 number, direction and comparison), for the first section of a session and for the later ones.
 Ends with one JSON line.
 """
@@ -30,9 +30,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import model.decode as decode_mod  # noqa: E402
+from domain import narrative as nar  # noqa: E402
+from domain import report  # noqa: E402
 from model import shipped  # noqa: E402
-from model.corpus import narrative as nar  # noqa: E402
-from model.corpus import report  # noqa: E402
 from model.params import DecodeParams  # noqa: E402
 from runtime.jobs.plans import section_payload  # noqa: E402
 from runtime.sessions.local import LocalTurns  # noqa: E402

@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
+from domain import narrative
 from model import shipped
-from model.corpus import narrative
 from model.params import DecodeParams
 from runtime.embedded import connect
 from runtime.sessions.engine import Engine

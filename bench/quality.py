@@ -7,13 +7,13 @@ Tasks (examples drawn with another seed than training's, at most the training le
   section    outline line + data -> report section (heading and paragraph), checked like a narrative
   infill     report template: the holes (numbers, trend and target words) filled in place; exact match
   narrative_ood, section_ood   the same on payloads drawn from the API's own grammar
-             (model/corpus/narrative.py wild_payload: any names, periods, custom metrics, numbers
+             (domain/narrative.py wild_payload: any names, periods, custom metrics, numbers
              of 1-9 digits with up to 3 decimals), not the corpus's vocabulary lists; at most the
              fine-tune's training length
-  agent_ood  questions over a metric store of any names and periods (model/corpus/agent.py
+  agent_ood  questions over a metric store of any names and periods (domain/agent.py
              wild_task), read as a tenant's own dataset is
 A payload goes through the API's spec first, as a job's does (names canonical: no spaces at
-their ends, none doubled; model/corpus/narrative.py canonical), an agent's question and dataset
+their ends, none doubled; domain/narrative.py canonical), an agent's question and dataset
 likewise.  Each example runs the job's own workflow (workflows/) on a new session in this process
 (runtime/sessions/local.py), which decodes a turn as the engine does.  What is measured is the
 setting's first decode, not the job's checked output (workflows/checked.py decodes a failed part
@@ -44,8 +44,9 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
+from domain import agent, narrative, report
 from model import checkpoint, shipped
-from model.corpus import agent, mixture, narrative, report
+from model.corpus import mixture
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.specs import AgentSpec, ParamsSpec, PayloadSpec, TurnSpec

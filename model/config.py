@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
+from domain.markup import SPECIAL_TOKENS
+
 # setflow's own vocabularies (tokenizer.py's `train`) put these first, in this order; these ids are
 # ModelConfig's defaults, never assumed elsewhere: code reads cfg.*_id or the tokenizer's ids.
-SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")
 PAD_ID, MASK_ID, BOS_ID, EOS_ID = range(len(SPECIAL_TOKENS))
 SAME_AS_BOS = -1  # doc_start_id's default: the BOS token starts a document (setflow's own models)
 

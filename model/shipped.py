@@ -1,7 +1,7 @@
 """The shipped checkpoint: where it lies in the repository and how to load it with its tokenizer.
 
 `model/shipped/` holds `model.safetensors`, `config.json` and `tokenizer.json` of the `small`
-preset, trained by `setflow train --preset small` on the corpora in model/corpus/ (the command
+preset, trained by `setflow train --preset small` on the corpora in domain/ (the command
 and its wall time: docs/BENCHMARKS.md).  It is what the runtime loads by default.
 """
 

@@ -16,10 +16,8 @@ from pathlib import Path
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS, ModelConfig
-
-# Markup the workflows emit and parse; each is one id, right after the special tokens.
-MARKUP_TOKENS = ("<call>", "</call>", "<result>", "</result>", "<section>", "</section>", "<hole>")
+from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS
+from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID, ModelConfig
 
 
 @dataclass(frozen=True)

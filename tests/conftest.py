@@ -23,6 +23,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy import Engine, create_engine
 
+from model import shipped
+from model.tokenizer import Tokenizer
 from runtime.db import make_engine, upgrade
 from runtime.embedded import EmbeddedCluster, EmbeddedRedis, from_url
 from runtime.sessions.store import SessionStore
@@ -130,3 +132,10 @@ def db_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine
         e.dispose()
     else:
         yield from _pg_engine()
+
+
+@pytest.fixture(scope="session")
+def tok() -> Tokenizer:
+    """The shipped model's tokenizer (tests/model/corpus/test_mixture.py checks that the corpora
+    reproduce it); a test module may define its own `tok`."""
+    return Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")

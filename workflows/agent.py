@@ -5,7 +5,7 @@ the model ends its answer (EOS), the call limit is reached or the session is ful
 Each decoding segment (up to a call, or the answer) is a turn of the session, the tool's result
 the next turn's input, so a job's session resumes from its cached state (warm, or from Redis on
 another worker) and can be read, forked or continued with another question.
-Tools: workflows/tools.py (their semantics are model.corpus.agent's, as in training).
+Tools: workflows/tools.py (their semantics are domain.agent's, as in training).
 
 A tool the spec names in `client_tools` is run by the job's client: at its call the workflow
 raises RequiresAction and the job waits, holding no worker; once the client has sent the output
@@ -20,7 +20,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from model.corpus import agent as corpus
+from domain import agent as corpus
 from model.params import DecodeError
 from model.profiles import Profile
 from runtime.errors import RequiresAction

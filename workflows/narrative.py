@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.corpus import narrative as corpus
+from domain import narrative as corpus
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.jobs.plans import DEFAULT, narrative_input

@@ -9,8 +9,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from model.corpus import narrative as corpus
-from model.corpus.report import Section, check_section
+from domain import narrative as corpus
+from domain.report import Section, check_section
 from model.params import DecodeParams
 from runtime.jobs.plans import check_fits, report_parts, report_template, section_input, section_payload
 from runtime.jobs.specs import ReportSpec

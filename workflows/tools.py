@@ -8,7 +8,7 @@ by a pydantic model per tool; whatever goes wrong (a call that does not parse, a
 unknown metric, a division by zero) comes back as the result text `error: ...`, which the model
 reads like any other result: a tool never raises into the agent loop.
 
-The tools' semantics (number formatting, the dataset's values) are model.corpus.agent's, the
+The tools' semantics (number formatting, the dataset's values) are domain.agent's, the
 ones the model was trained on, so a result here reads exactly as in training.
 """
 
@@ -20,8 +20,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from model.corpus import agent as corpus
-from model.corpus.narrative import canonical
+from domain import agent as corpus
+from domain.narrative import canonical
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 
@@ -42,7 +42,7 @@ class MetricArgs(BaseModel):
 
 
 class Source(Protocol):
-    """What the metric tool reads: the sample dataset (model.corpus.agent.Dataset) or a Table."""
+    """What the metric tool reads: the sample dataset (domain.agent.Dataset) or a Table."""
 
     def lookup(self, key: str, region: str, period: str) -> str: ...
 

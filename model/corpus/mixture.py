@@ -12,8 +12,8 @@ import functools
 import random
 from collections.abc import Callable, Iterator
 
-from model.corpus import agent, narrative, report
-from model.corpus.report import infill_tokens
+from domain import agent, narrative, report
+from domain.report import infill_tokens
 from model.tokenizer import Tokenizer
 from model.train import CONTEXT, GIVEN, TARGET, Example
 

@@ -5,8 +5,8 @@ is written, and replaced whole by the next upload of the same name.
 
 The model asks in its own words: a call is `metric("<metric>", "<region>", "<period>")` with the
 names copied from the question (the shipped model is fine-tuned on names of any characters the
-API's grammar allows: model/corpus/agent.py wild_task).  Names are kept as the runtime compares
-them (model/corpus/narrative.py canonical: no spaces at the ends, none doubled), as an agent's
+API's grammar allows: domain/agent.py wild_task).  Names are kept as the runtime compares
+them (domain/narrative.py canonical: no spaces at the ends, none doubled), as an agent's
 question is.  A value is a number as the tools write one (the model reads it as it read their
 results in training).
 No torch here: the API process imports this."""
@@ -23,7 +23,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from model.corpus.narrative import canonical
+from domain.narrative import canonical
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.tables import DatasetRecord

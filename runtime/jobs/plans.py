@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from domain import agent as agent_corpus
+from domain import narrative as corpus
+from domain.report import HOLE, Section, infill_tokens, template
 from model.config import ModelConfig
-from model.corpus import agent as agent_corpus
-from model.corpus import narrative as corpus
-from model.corpus.report import HOLE, Section, infill_tokens, template
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput

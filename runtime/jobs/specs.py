@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from model.config import SPECIAL_TOKENS  # plain Python: text that encodes to a control token, no torch
-from model.corpus import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
-from model.corpus import narrative as corpus  # plain Python: the payload's vocabulary, no torch
+from domain import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
+from domain import narrative as corpus  # plain Python: the payload's vocabulary, no torch
+from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token, no torch
 from runtime.errors import BadInput
 
 HOLE = "<hole>"  # one masked token in an infill text
@@ -30,7 +30,7 @@ def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
             raise ValueError(f"{special} is a control token, not text" + (
                 f" (write a hole as {HOLE})" if special == "[MASK]" else ""))
     return v
-# the payload's grammar is the corpus's (model/corpus/narrative.py): what the API accepts is what
+# the payload's grammar is the corpus's (domain/narrative.py): what the API accepts is what
 # the shipped model's training data is drawn from (narrative.wild_payload), and what it checks
 _NUMBER = re.compile(corpus.NUMBER_RE)
 _NAME = re.compile(corpus.NAME_RE)  # tenant, breakdown rows, custom metrics: one line, no '|'

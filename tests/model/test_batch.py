@@ -17,11 +17,11 @@ from dataclasses import dataclass, field, replace
 import pytest
 import torch
 
+from domain import agent
+from domain import narrative as corpus
 from model import batch, shipped
 from model.attention import additive
 from model.batch import BatchKV, KVPool, PooledCache, batch_mask, step_batch
-from model.corpus import agent
-from model.corpus import narrative as corpus
 from model.decode import Commit, advance, begin_infill_turn, begin_turn, commit_pending, decode, plan, prefill
 from model.kv_cache import KVCache
 from model.linear import Linear, min_rows

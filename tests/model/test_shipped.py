@@ -10,9 +10,9 @@ import random
 
 import pytest
 
+from domain import agent, narrative, report
 from model import checkpoint, shipped
 from model.config import ModelConfig
-from model.corpus import agent, narrative, report
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec

@@ -8,7 +8,8 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
+from domain.markup import SPECIAL_TOKENS
+from model.config import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 from model.tokenizer import MARKUP_TOKENS, Tokenizer
 
 VOCAB = 400

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from model.corpus import agent as corpus
+from domain import agent as corpus
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import AlreadyAnswered, DeadlinePassed, NotFound, NotWaiting, UnknownCall

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from domain import narrative as corpus
 from model import shipped
-from model.corpus import narrative as corpus
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.metrics import TurnMetrics

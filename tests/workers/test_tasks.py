@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from model.corpus import narrative
+from domain import narrative
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.routing import own_queue

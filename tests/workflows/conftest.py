@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from app.demo import REPORT
+from domain.report import TITLES
 from model import shipped
-from model.corpus.report import TITLES
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.specs import ReportSpec
@@ -29,7 +29,7 @@ def session(loaded: tuple[SetDLM, Tokenizer]) -> Callable[[], LocalTurns]:
 
 def report_spec(n_sections: int, **update: object) -> ReportSpec:
     """The demo's report with n sections: its outline's metrics in turn, each section under
-    another of the titles the corpus gives that metric (model/corpus/report.py TITLES); 3
+    another of the titles the corpus gives that metric (domain/report.py TITLES); 3
     sections take 1020 positions at most, 6 take 1861 of the shipped model's 2048."""
     spec = ReportSpec.model_validate(REPORT)
     data = {m.key: m for m in spec.data.to_payload().metrics}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from domain import agent as corpus
 from model.config import ModelConfig
-from model.corpus import agent as corpus
 from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer

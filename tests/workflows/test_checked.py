@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis
 
+from domain import agent as agent_corpus
 from model.config import ModelConfig
-from model.corpus import agent as agent_corpus
 from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer

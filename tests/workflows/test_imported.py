@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from domain import agent as corpus
 from model import profiles, shipped
-from model.corpus import agent as corpus
 from model.importer import import_checkpoint
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from model.corpus import narrative as corpus
+from domain import narrative as corpus
 from runtime.jobs.specs import NarrativeSpec, ParamsSpec, PayloadSpec
 from runtime.sessions.local import LocalTurns
 from workflows import narrative

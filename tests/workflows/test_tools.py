@@ -1,5 +1,5 @@
 """workflows/tools.py: the runtime's one tool runner gives, for every call the model was trained
-on, the result training gave (model/corpus/agent.py); whatever goes wrong is a result, never a
+on, the result training gave (domain/agent.py); whatever goes wrong is a result, never a
 raise."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from domain import agent as corpus
 from model import shipped
-from model.corpus import agent as corpus
 from model.importer import import_checkpoint
 from model.tokenizer import Tokenizer
 from runtime.jobs.specs import ToolOutput

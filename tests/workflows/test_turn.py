@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from model.corpus import report
+from domain import report
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import BadInput

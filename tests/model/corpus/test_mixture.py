@@ -3,9 +3,10 @@
 import random
 from itertools import islice
 
+from domain import agent, narrative, report
 from model import shipped
 from model.config import BOS_ID, EOS_ID, ModelConfig
-from model.corpus import agent, mixture, narrative, report
+from model.corpus import mixture
 from model.tokenizer import Tokenizer
 from model.train import CONTEXT, GIVEN, TARGET, roles_of
 

@@ -20,9 +20,9 @@ import redis
 
 from app.client import ApiError, Client
 from app.demo import REPORT, Stack
+from domain import agent as agent_corpus
+from domain import narrative as corpus
 from model import shipped
-from model.corpus import agent as agent_corpus
-from model.corpus import narrative as corpus
 from model.decode import generate
 from model.params import DecodeParams
 from runtime.db import make_engine

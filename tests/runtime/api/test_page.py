@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from app.demo import Stack
-from model.corpus import agent as agent_corpus
+from domain import agent as agent_corpus
 from runtime.settings import Settings
 from tests.runtime.api.conftest import delete_keys
 from workflows import tools

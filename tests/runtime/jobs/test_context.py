@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
+from domain import narrative as corpus
 from model import shipped
-from model.corpus import narrative as corpus
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM

@@ -17,8 +17,8 @@ import redis
 import torch
 from sqlalchemy import Engine as SqlEngine
 
+from domain import narrative, report
 from model import shipped
-from model.corpus import narrative, report
 from model.params import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from domain import narrative, report
 from model import shipped
-from model.corpus import narrative, report
 from model.params import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM

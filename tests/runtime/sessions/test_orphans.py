@@ -15,8 +15,8 @@ import pytest
 import redis
 from sqlalchemy import Engine as SqlEngine
 
+from domain import narrative
 from model import shipped
-from model.corpus import narrative
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM

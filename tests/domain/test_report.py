@@ -2,7 +2,7 @@
 
 import random
 
-from model.corpus import report
+from domain import report
 from model.tokenizer import Tokenizer
 
 

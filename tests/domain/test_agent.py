@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from model.config import SPECIAL_TOKENS
-from model.corpus import agent as a
+from domain import agent as a
+from domain.markup import SPECIAL_TOKENS
 
 
 def test_generation_is_deterministic_and_self_consistent() -> None:

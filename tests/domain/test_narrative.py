@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from model.corpus import narrative as n
+from domain import narrative as n
 
 
 def _examples(seed: int, k: int) -> list[tuple[n.Payload, str]]:

@@ -1,4 +1,4 @@
-"""The API's payload grammar and the corpus's agree (model/corpus/narrative.py wild_payload,
+"""The API's payload grammar and the corpus's agree (domain/narrative.py wild_payload,
 runtime/jobs/specs.py PayloadSpec), and the checker reads any payload the grammar allows: names
 with digits and the checker's own words, 1- and 40-character names, 9-digit numbers with 3
 decimals, custom metrics."""
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from model.corpus import narrative as corpus
-from model.corpus.narrative import Breakdown, Metric, Payload
+from domain import narrative as corpus
+from domain.narrative import Breakdown, Metric, Payload
 from runtime.errors import BadInput
 from runtime.jobs.specs import AgentSpec, PayloadSpec, SectionSpec, check_spec
 
@@ -114,7 +114,7 @@ def test_an_agent_question_is_passed_on_canonical() -> None:
 
 
 def test_every_wild_agent_question_is_one_the_api_accepts_and_its_tools_answer_as_a_tenants_dataset() -> None:
-    from model.corpus import agent
+    from domain import agent
     from workflows import tools
 
     for seed in range(300):

@@ -29,9 +29,9 @@ import warnings
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
-from model.config import SPECIAL_TOKENS
-from model.corpus import narrative
-from model.corpus.narrative import METRIC, METRICS, PERIODS, REGIONS
+from domain import narrative
+from domain.markup import SPECIAL_TOKENS
+from domain.narrative import METRIC, METRICS, PERIODS, REGIONS
 
 CALL, END_CALL, RESULT, END_RESULT = "<call>", "</call>", "<result>", "</result>"
 

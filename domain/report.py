@@ -23,13 +23,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from model.corpus import narrative as nar
-from model.corpus.narrative import Payload, comparison, direction
+from domain import narrative as nar
+from domain.narrative import Payload, comparison, direction
 
-if TYPE_CHECKING:
-    from model.tokenizer import Tokenizer
+
+class Tokenizer(Protocol):
+    """What infill_tokens needs of a tokenizer (model/tokenizer.py's)."""
+
+    @property
+    def bos_id(self) -> int: ...
+    @property
+    def eos_id(self) -> int: ...
+    def encode(self, text: str) -> list[int]: ...
 
 SECTION, END_SECTION, HOLE = "<section>", "</section>", "<hole>"
 TITLES = {
