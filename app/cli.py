@@ -108,12 +108,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     make_batches: Callable[[int, int, int], Any]
     data: dict[str, Any] = {"seed": args.seed}
+    fresh: list[int] = []  # token ids new to the init's vocabulary
     if args.preset == "toy":
         from model.corpus import toy
         recipe: dict[str, Any] = dict(steps=250, **toy.RECIPE)
         tokenizer_json = None
         make_batches = toy.batches
     else:  # the shipped model: the three use-case corpora, and a tokenizer learnt from them
+        from domain.markup import SLOT_TOKENS
         from model.corpus import mixture
         from model.tokenizer import Tokenizer
         recipe = dict(mixture.FINETUNE if args.init is not None else mixture.RECIPE)
@@ -121,8 +123,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         # a resumed run keeps the tokenizer its weights were trained with; a fine-tune its base's
         if (args.out / "trainer.json").exists() and saved.exists():
             tok = Tokenizer.from_file(saved)
-        elif args.init is not None:
-            tok = Tokenizer.from_file(args.init / checkpoint.TOKENIZER)
+        elif args.init is not None:  # the fact slots added after its last id where it lacks them
+            base = Tokenizer.from_file(args.init / checkpoint.TOKENIZER)
+            tok = base.with_tokens(SLOT_TOKENS)
+            fresh = list(range(base.vocab_size, tok.vocab_size))
         else:
             tok = mixture.train_tokenizer()
         if tok.vocab_size > cfg.vocab_size:
@@ -146,7 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
     try:
         _, losses = train(cfg, make_batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out,
-                          tokenizer_json=tokenizer_json, init=args.init, data=data)
+                          tokenizer_json=tokenizer_json, init=args.init, data=data, fresh_ids=fresh)
     except ValueError as e:  # e.g. args.out holds a checkpoint of another config
         raise CliError(str(e)) from e
     tail = losses[-tc.log_every:]

@@ -91,9 +91,8 @@ def _narratives(model: SetDLM, tok: Tokenizer) -> None:
         spec = NarrativeSpec(payload=payload, params=params, allow_unverified=True)  # every verdict shown
         r, seconds = _local(partial(narrative_flow.run, spec=spec), model, tok)
         runs[name], fwd = r, r["nfe"] - 1  # every forward but the prompt's prefill
-        c = narrative.check(PAYLOAD, r["text"])
         print(f"   {name}: {fwd} forward passes for {r['tokens']} tokens ({fwd / r['tokens']:.2f} per token), "
-              f"{seconds * 1000:.0f} ms; facts {c.facts_ok}/{c.facts_total}: {_verdict(c.fully_correct)}"
+              f"{seconds * 1000:.0f} ms; facts {r['facts_ok']}/{r['facts_total']}: {_verdict(r['verified'])}"
               + _retried(r))
     ar = runs[SIDES[0][0]]
     print(f"\n   {ar['text']}\n")
@@ -121,9 +120,11 @@ def _agent(model: SetDLM, tok: Tokenizer) -> None:
 
 def _infill(model: SetDLM, tok: Tokenizer) -> None:
     """A key-figures template filled as a report fills it (workflows/report.figures)."""
-    t = report.make_template(random.Random("demo"))
-    print("   " + t.text(hole="_"))
-    r, _ = _local(partial(report_flow.figures, data=t.payload, params=decode_params(SET), allow_unverified=True),
+    data = narrative.make_payload(random.Random("demo"))
+    data.breakdown = None
+    t = report.template(data)
+    print("   " + t.rendered.slots.lexicalise(t.text(hole="_")))
+    r, _ = _local(partial(report_flow.figures, data=data, params=decode_params(SET), allow_unverified=True),
                   model, tok)
     print(f"   {r['markdown']}\n   {r['tokens']} hole tokens in {r['nfe'] - 1} forward passes: "
           f"{_verdict(r['exact'])}{_retried(r)}\n")

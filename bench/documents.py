@@ -8,8 +8,9 @@ ends with its heading), greedy, with the report setting (prefix, W = 8, tau = 0.
 side in one run, on the same held-out payloads: the model as shipped (a [BOS] starts a document:
 no attention across it, model/masks.py within_documents) and the same decode with that rule
 switched off (every section reads all the earlier ones).  Reported:
-the fraction of sections fully correct (domain/report.py.check_section: heading, every
-number, direction and comparison), for the first section of a session and for the later ones.
+the fraction of sections fully correct (verified by the workflow's own check on their first
+decode: domain/narrative.py read_back, every slot, direction and comparison), for the first
+section of a session and for the later ones.
 Ends with one JSON line.
 """
 
@@ -63,7 +64,7 @@ def session(m: Any, tok: Any, p: nar.Payload) -> list[bool]:
         # its input ends with the heading; judged on its first decode (a greedy AR retry of a
         # section that failed its check is not what this bench compares)
         done, _, _ = section(turns, sec.title, sec.payload, PARAMS, allow_unverified=True)
-        out.append(done["attempt"] == "first" and report.check_section(sec, done["markdown"]).fully_correct)
+        out.append(done["attempt"] == "first" and done["verified"])
     return out
 
 

@@ -2,28 +2,34 @@
 and set decoding at several (policy, W, tau).
 
 Tasks (examples drawn with another seed than training's, at most the training length):
-  narrative  payload -> narrative; fully correct = every number, direction and comparison right
+  narrative  payload -> narrative; fully correct = every slot, direction and comparison right, the
+             whole text one the narrative's forms write (domain/narrative.py read_back)
   agent      question -> tool calls (run for real) -> answer; fully correct = the right final number
-  section    outline line + data -> report section (heading and paragraph), checked like a narrative
-  infill     report template: the holes (numbers, trend and target words) filled in place; exact match
+  section    outline line + data -> report section (the heading given, as a job's), checked likewise
+  infill     report template: the holes (slots, trend and target words) filled in place; exact match
   narrative_ood, section_ood   the same on payloads drawn from the API's own grammar
-             (domain/narrative.py wild_payload: any names, periods, custom metrics, numbers
-             of 1-9 digits with up to 3 decimals), not the corpus's vocabulary lists; at most the
-             fine-tune's training length
+             (domain/narrative.py wild_payload: any names, periods, custom metrics, 1-8 metrics,
+             up to 12 rows, negative numbers), not the corpus's vocabulary lists
   agent_ood  questions over a metric store of any names and periods (domain/agent.py
              wild_task), read as a tenant's own dataset is
-A payload goes through the API's spec first, as a job's does (names canonical: no spaces at
-their ends, none doubled; domain/narrative.py canonical), an agent's question and dataset
+  *_realistic  the same three on bench/realistic.py: hand-made lists of ordinary business
+             vocabulary in several languages and scripts that training never draws from
+  report_realistic  a report job of 6 sections and its key figures over such a payload (6-8
+             metrics): fully correct = every part verified on its first decode; succeeded = the job
+             succeeds (parts decoded again included)
+A payload goes through the API's spec first, as a job's does, an agent's question and dataset
 likewise.  Each example runs the job's own workflow (workflows/) on a new session in this process
-(runtime/sessions/local.py), which decodes a turn as the engine does.  What is measured is the
-setting's first decode, not the job's checked output (workflows/checked.py decodes a failed part
-again with greedy AR): a narrative is its one turn (as a section is), an agent's answer or the
-key figures decoded again count as not correct, with the first decode's tokens and forwards
-(their time includes the retry).  Per row: fully_correct,
-facts_correct (narrative, section), tool_call_ok (agent), forward passes per generated token
-(every forward but the prompt's prefill: a tool result's prefill counts, and so does each turn's
-commit of its last set, which the runtime does so that a session can be saved) and tokens/s.
-Prints a table, then one JSON line {"bench": "quality", "rows": [...], ...}.
+(runtime/sessions/local.py), which decodes a turn as the engine does, its output checked as a
+job's is (workflows/checked.py: a part that fails is decoded again with greedy AR).  Per row:
+fully_correct (verified on the first decode: a retried part counts as not correct, with the
+first decode's tokens and forwards; its time includes the retry); wrong_successes (results that
+come back verified and that an independent reading refutes: a narrative's or section's
+written-out text read back into slots by Slots.delexicalise, not the model's own slots; an
+agent's answer against the number its data fixes; the key figures against the data's);
+facts_correct (narrative, section: in what the job returns), tool_call_ok (agent), forward
+passes per generated token (every forward but the prompt's prefill: a tool result's prefill
+counts, and so does each turn's commit of its last set, which the runtime does so that a session
+can be saved) and tokens/s.  Prints a table, then one JSON line {"bench": "quality", "rows": [...], ...}.
 
     python bench/quality.py [--quick] [--n N] [--checkpoint DIR] [--threads N]
 """
@@ -45,22 +51,29 @@ import torch
 from pydantic import ValidationError
 
 from domain import agent, narrative, report
+from domain.facts import Slots
 from model import checkpoint, shipped
 from model.corpus import mixture
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.jobs.specs import AgentSpec, ParamsSpec, PayloadSpec, TurnSpec
+from runtime.errors import BadInput
+from runtime.jobs.plans import section_payload
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, ReportSpec
 from runtime.sessions.local import LocalTurns
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow
 from workflows import report as report_flow
-from workflows import turn as turn_flow
 from workflows.turn import decode_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # realistic.py beside it, as a script or `setflow bench`
+import realistic  # noqa: E402
 
 EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "quality/<seed>/<task>/<i>"
 MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
 MAX_LEN_OOD = int(mixture.FINETUNE["seq_len"])  # ... and of the payloads drawn from the API's grammar
-TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood")
+TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood",
+         "narrative_realistic", "section_realistic", "agent_realistic", "report_realistic")
+REPORT_SECTIONS = 6  # report_realistic: a report of this many sections, one metric each, and its key figures
 # set: the reference's order policy; prefix: only the confident run from the leftmost mask
 # (model/decode.py choose)
 SETTINGS: tuple[tuple[str, int, float | None], ...] = (
@@ -68,11 +81,14 @@ SETTINGS: tuple[tuple[str, int, float | None], ...] = (
     ("prefix", 4, 0.9), ("prefix", 8, 0.9), ("prefix", 8, 0.99), ("prefix", 16, 0.99))
 QUICK_SETTINGS = (("ar", 1, None), ("set", 4, 0.9), ("prefix", 8, 0.99))
 N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100, "narrative_ood": 200, "section_ood": 100,
-          "agent_ood": 200}
+          "agent_ood": 200, "narrative_realistic": 200, "section_realistic": 100, "agent_realistic": 200,
+          "report_realistic": 60}
 N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4, "narrative_ood": 8, "section_ood": 4,
-           "agent_ood": 8}
-# masks opened per generation (no cost: only W are fed); a wild payload's narrative is longer
-MAX_NEW = {"narrative": 200, "section": 200, "narrative_ood": 400, "section_ood": 400}
+           "agent_ood": 8, "narrative_realistic": 8, "section_realistic": 4, "agent_realistic": 8,
+           "report_realistic": 2}
+# masks opened per generation (no cost: only W are fed); a payload of the API's grammar may be long
+MAX_NEW = {"narrative": 200, "section": 200, "narrative_ood": 512, "section_ood": 400, "narrative_realistic": 512,
+           "section_realistic": 400, "report_realistic": 200}
 AGENT_SEGMENT = AgentSpec(question="?").params.max_new_tokens  # per segment (a call, the answer), as a job's
 
 
@@ -83,25 +99,34 @@ class Outcome(dict[str, Any]):
 
 def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
     """Example i of a task, redrawn until it fits the training length."""
-    limit = MAX_LEN_OOD if task.endswith("_ood") else MAX_LEN
+    limit = MAX_LEN if task in ("narrative", "agent", "section", "infill") else MAX_LEN_OOD
+    kind, _, source = task.partition("_")
     for attempt in range(100):
         rng = random.Random(f"quality/{seed}/{task}/{i}/{attempt}")
-        if task in ("narrative", "narrative_ood"):
-            p, ref = narrative.example(rng) if task == "narrative" else narrative.wild_example(rng)
+        if kind == "narrative":
+            p, ref = {"": narrative.example, "ood": narrative.wild_example, "realistic": realistic.narrative_example}[
+                source](rng)
             n = 1 + len(tok.encode(narrative.prompt_text(p) + ref)) + 1
             ex: Any = as_sent(p)
-        elif task in ("agent", "agent_ood"):
-            task_, data, pieces = agent.example(rng) if task == "agent" else agent.wild_example(rng)
+        elif kind == "agent":
+            task_, data, pieces = {"": agent.example, "ood": agent.wild_example, "realistic": realistic.agent_example}[
+                source](rng)
             n = 1 + len(tok.encode(agent.prompt_text(task_.question) + "".join(t for t, _ in pieces))) + 1
             ex = (task_, data)
-        elif task in ("section", "section_ood"):
-            s, ref = report.section_example(rng, wild=task == "section_ood")
+        elif kind == "report":
+            p = realistic.payload(rng)
+            n = 0  # its plan is checked against the context as a job's is
+            ex = as_sent(p) if len(p.metrics) >= REPORT_SECTIONS else None
+        elif kind == "section":
+            s, ref = realistic.section_example(rng) if source == "realistic" else report.section_example(
+                rng, wild=source == "ood")
             n = 1 + len(tok.encode(s.prompt_text() + ref)) + 1
             sent = as_sent(s.payload)
             ex = report.Section(s.title, sent) if sent is not None else None
         else:
-            ex = report.make_template(rng)
-            n = len(report.infill_tokens(tok, ex)[0])
+            ex = narrative.make_payload(rng)
+            ex.breakdown = None
+            n = len(report.infill_tokens(tok, report.template(ex))[0])
         if n <= limit and ex is not None:
             return ex
     raise RuntimeError(f"no {task} example of at most {limit} tokens in 100 draws")
@@ -116,22 +141,60 @@ def as_sent(p: narrative.Payload) -> narrative.Payload | None:
         return None
 
 
+def reads_right(r: narrative.Rendered, text: str) -> bool:
+    """An independent reading of what a job returned: its written-out text (not the model's
+    slots) read back into a table of one slot per distinct fact (r rendered with Slots(dedup=True);
+    Slots.delexicalise, as a text model's is) and checked against the payload.  A verified result
+    this refutes is a wrong success."""
+    return narrative.read_back(r, r.slots.delexicalise(text)).fully_correct
+
+
+def _checked(r: dict[str, Any], seconds: float, right: bool) -> Outcome:
+    """A checked part's outcome: fully correct on its first decode; a wrong success when it comes
+    back verified and the independent reading refutes it; the first decode's tokens and forwards;
+    the facts right in what the job returns."""
+    first = r.get("retried", r)
+    return Outcome(ok=r["attempt"] == "first" and r["verified"], wrong=bool(r["verified"] and not right),
+                   facts_ok=r["facts_ok"], facts=r["facts_total"], generated=first["tokens"], nfe=first["nfe"] - 1,
+                   seconds=seconds)
+
+
 def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
-    """The narrative's one turn, as the workflow decodes it first (workflows/narrative.py)."""
-    spec = TurnSpec(input_ids=narrative_flow.prompt_ids(tok, p), params=params)
-    r, seconds = _timed(lambda turns: turn_flow.run(turns, spec), model, tok)
-    c = narrative.check(p, r["text"])
-    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=len(r["tokens"]),
-                   nfe=r["nfe"] - 1, seconds=seconds)
+    """The narrative job (workflows/narrative.py): its first decode, checked; a failed one
+    decoded again with greedy AR, as a job's is."""
+    spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True)
+    r, seconds = _timed(lambda turns: narrative_flow.run(turns, spec), model, tok)
+    return _checked(r, seconds, reads_right(p.render(Slots(dedup=True)), r["text"]))
 
 
 def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: ParamsSpec) -> Outcome:
-    """The section as the model was trained to write it, heading included: one turn."""
-    spec = TurnSpec(input_ids=[model.cfg.bos_id, *tok.encode(s.prompt_text())], params=params)
-    r, seconds = _timed(lambda turns: turn_flow.run(turns, spec), model, tok)
-    c = report.check_section(s, r["text"])
-    return Outcome(ok=c.fully_correct, facts_ok=c.facts_ok, facts=c.facts_total, generated=len(r["tokens"]),
-                   nfe=r["nfe"] - 1, seconds=seconds)
+    """A report's section as a job writes it (workflows/report.py section: the heading given)."""
+    r, seconds = _timed(lambda turns: report_flow.section(turns, s.title, s.payload, decode_params(params),
+                                                          allow_unverified=True)[0], model, tok)
+    return _checked(r, seconds, reads_right(s.render(Slots(dedup=True))[2], r["markdown"].partition("\n")[2]))
+
+
+def run_report(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
+    """A report job of REPORT_SECTIONS sections (one metric each) and its key figures: fully
+    correct when every part is verified on its first decode; `succeeded` when the job succeeds
+    (a part may have been decoded again); a wrong success when it succeeds and a section's or the
+    key figures' text is refuted by the independent reading."""
+    spec = ReportSpec(title="Quarterly review", data=PayloadSpec.of(p), params=params, allow_unverified=True,
+                      outline=[{"title": m.display, "metrics": [m.key]} for m in p.metrics[:REPORT_SECTIONS]])
+    data = spec.data.to_payload()
+    try:
+        r, seconds = _timed(lambda turns: report_flow.run(turns, spec), model, tok)
+    except BadInput:  # its plan does not fit the context: refused at submission, as a job would be
+        return Outcome(ok=False, succeeded=False, wrong=False, facts_ok=0, facts=0, generated=0, nfe=0, seconds=0.0)
+    parts = [*r["sections"], *([r["figures"]] if r["figures"] else [])]
+    right = all(reads_right(report.Section(x["title"], section_payload(data, [m.key])).render(Slots(dedup=True))[2],
+                            x["markdown"].partition("\n")[2])
+                for x, m in zip(r["sections"], data.metrics)) and (r["figures"] is None or r["figures"]["exact"])
+    firsts = [x.get("retried", x) for x in parts]
+    return Outcome(ok=all(x["attempt"] == "first" and x["verified"] for x in parts), succeeded=r["verified"],
+                   wrong=bool(r["verified"] and not right), facts_ok=sum(x.get("facts_ok", 0) for x in r["sections"]),
+                   facts=sum(x["facts_total"] for x in r["sections"]), generated=sum(x["tokens"] for x in firsts),
+                   nfe=sum(x["nfe"] - 1 for x in firsts), seconds=seconds)
 
 
 def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset | agent.Store],
@@ -147,11 +210,11 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset
         tables = {"ood": [[*k, v] for k, v in data.values.items()]}
     spec = AgentSpec(question=task.question, params=params, allow_unverified=True, guided=guided, **source)
     r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
-    c = agent.check(task, r["text"])
+    c = agent.check(task, r["text"])  # the answer against the one the data fixes: an independent reading
     retried = r["attempt"] == "ar_retry"
     turns = r["turns"][:-1] if retried else r["turns"]  # the retry is the last turn
-    return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, generated=sum(t["tokens"] for t in turns),
-                   nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
+    return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not c.answer_ok),
+                   generated=sum(t["tokens"] for t in turns), nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
 
 
 def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpec,
@@ -170,13 +233,13 @@ def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpe
     return rows
 
 
-def run_infill(model: SetDLM, tok: Tokenizer, t: report.Template, params: ParamsSpec) -> Outcome:
-    """The template's key figures, as a report fills them: one infill turn."""
-    r, seconds = _timed(lambda turns: report_flow.figures(turns, t.payload, decode_params(params),
-                                                          allow_unverified=True), model, tok)
+def run_infill(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
+    """A payload's key figures, as a report fills them: one infill turn."""
+    r, seconds = _timed(lambda turns: report_flow.figures(turns, p, decode_params(params), allow_unverified=True),
+                        model, tok)
     first = r.get("retried", r)  # the first decode's turn
-    return Outcome(ok=r["exact"] and "retried" not in r, generated=first["tokens"], nfe=first["nfe"] - 1,
-                   seconds=seconds)
+    return Outcome(ok=r["exact"] and "retried" not in r, wrong=bool(r["verified"] and not r["exact"]),
+                   generated=first["tokens"], nfe=first["nfe"] - 1, seconds=seconds)
 
 
 def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Tokenizer,
@@ -189,18 +252,22 @@ def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Toke
 
 
 RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, ParamsSpec], Outcome]] = {
-    "narrative": run_narrative, "agent": run_agent, "section": run_section, "infill": run_infill,
-    "narrative_ood": run_narrative, "section_ood": run_section, "agent_ood": run_agent}
+    "infill": run_infill, "report_realistic": run_report,
+    **{f"{kind}{source}": run for kind, run in (("narrative", run_narrative), ("section", run_section), ("agent", run_agent))
+       for source in ("", "_ood", "_realistic")}}
 
 
 def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) -> dict[str, Any]:
     gen = sum(o["generated"] for o in outs)
     secs = sum(o["seconds"] for o in outs)
     r: dict[str, Any] = {"task": task, "policy": policy, "W": W, "tau": tau, "n": len(outs),
-                         "fully_correct": round(sum(o["ok"] for o in outs) / len(outs), 4)}
-    if task in ("narrative", "section", "narrative_ood", "section_ood"):
+                         "fully_correct": round(sum(o["ok"] for o in outs) / len(outs), 4),
+                         "wrong_successes": sum(o["wrong"] for o in outs)}
+    if task.startswith("report"):
+        r["succeeded"] = round(sum(o["succeeded"] for o in outs) / len(outs), 4)
+    if task.startswith(("narrative", "section", "report")):
         r["facts_correct"] = round(sum(o["facts_ok"] for o in outs) / max(1, sum(o["facts"] for o in outs)), 4)
-    if task in ("agent", "agent_ood"):
+    if task.startswith("agent"):
         r["tool_call_ok"] = round(sum(o["tool_ok"] for o in outs) / len(outs), 4)
     r.update(tokens=gen, nfe_per_token=round(sum(o["nfe"] for o in outs) / max(gen, 1), 4),
              tokens_per_s=round(gen / secs, 1) if secs else None)
@@ -230,7 +297,8 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 COLUMNS = (("task", "task", 9), ("policy", "policy", 6), ("W", "W", 2), ("tau", "tau", 4), ("n", "n", 4),
-           ("fully_correct", "fully", 6), ("facts_correct", "facts", 6), ("tool_call_ok", "call", 6),
+           ("fully_correct", "fully", 6), ("wrong_successes", "wrong", 5), ("facts_correct", "facts", 6),
+           ("tool_call_ok", "call", 6),
            ("nfe_per_token", "nfe/tok", 7), ("tokens_per_s", "tok/s", 7), ("guided", "guided", 6),
            ("time_per_token_vs_unguided", "time/tok vs unguided", 20))
 

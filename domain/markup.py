@@ -8,3 +8,7 @@ from __future__ import annotations
 SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")
 # markup the workflows emit and parse; each is one id, right after the special tokens
 MARKUP_TOKENS = ("<call>", "</call>", "<result>", "</result>", "<section>", "</section>", "<hole>")
+# fact slots: a job's facts enter the model's input as these, and the model writes them where a
+# fact goes (domain/facts.py); enough for a payload of 8 metrics and 12 breakdown rows and a title
+N_SLOTS = 96
+SLOT_TOKENS = tuple(f"[F{i}]" for i in range(1, N_SLOTS + 1))

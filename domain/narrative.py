@@ -31,8 +31,13 @@ from __future__ import annotations
 import random
 import re
 import string
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+
+from domain.facts import SLOT, Slots, slots_in
+from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS
 
 # name, display name, unit, decimals, (low, high)
 METRICS: tuple[tuple[str, str, str, int, tuple[float, float]], ...] = (
@@ -125,33 +130,25 @@ class Payload:
     metrics: list[Metric]
     breakdown: Breakdown | None = None
 
-    def to_text(self) -> str:
-        lines = [f"tenant: {self.tenant} | period: {self.period} | style: {self.style}"]
-        # each line in the order a clause says it: name, trend, value, prev, standing, target
-        for m in self.metrics:
-            tail = f", {comparison(m.value, m.target)} target {m.target}" if m.target is not None else ""
-            lines.append(f"{m.key}: {direction(m.value, m.prev)}, {m.value} {m.unit}, prev {m.prev}{tail}")
-        if self.breakdown is not None:
-            b = self.breakdown
-            rows = "; ".join(f"{n} {direction(v, p)} {v} prev {p}" for n, v, p in b.rows)
-            lines.append(f"by {b.kind} ({b.metric}): {rows}")
-        return "\n".join(lines) + "\n"
-
     def facts(self) -> list[Fact]:
         """What the narrative must say, in text order."""
         out = [Fact(m.display, [m.value, m.prev] + ([m.target] if m.target else []), direction(m.value, m.prev),
-                    comparison(m.value, m.target) if m.target else None, m.unit, not m.custom) for m in self.metrics]
+                    comparison(m.value, m.target) if m.target else None, m.unit) for m in self.metrics]
         if self.breakdown is not None:
             out += [Fact(n, [v, p], direction(v, p), None) for n, v, p in self.breakdown.rows]
         return out
 
-    def leads(self) -> dict[str, tuple[str, ...]]:
-        """The sentences a narrative may open with, by style (the checker strips them: the
-        tenant and the period may hold digits and any word)."""
-        return {"brief": ("",),
-                "formal": (f"In {self.period}, {self.tenant} reported the following. ",
-                           f"This is the {self.period} summary for {self.tenant}. "),
-                "casual": (f"Here is how {self.period} went for {self.tenant}. ", f"Quick look at {self.period}. ")}
+    def render(self, slots: Slots | None = None) -> Rendered:
+        """The payload with every fact in a slot: the prompt's lines and each clause's slots.
+        slots: a table to go on from (a section's title is its first slot; training starts
+        some tables at a later slot, so that every slot id is learnt)."""
+        return render(self, Slots() if slots is None else slots)
+
+    def to_text(self) -> str:
+        """The payload's lines with the facts written out (an imported model that copies facts as
+        text reads this; setflow's models read render().prompt)."""
+        r = self.render()
+        return r.slots.lexicalise(r.prompt)
 
 
 @dataclass
@@ -161,7 +158,6 @@ class Fact:
     direction: str
     comparison: str | None
     unit: str | None = None  # a metric's, written after its value
-    builtin: bool = False  # a built-in metric: the formal style lower-cases its later mentions
 
     @property
     def count(self) -> int:
@@ -169,16 +165,301 @@ class Fact:
         return len(self.numbers) + 1 + (self.comparison is not None)
 
 
+def _decimal(x: str) -> Decimal:
+    return Decimal(x)
+
+
 def direction(value: str, prev: str) -> str:
-    v, p = float(value), float(prev)
+    v, p = _decimal(value), _decimal(prev)
     return "up" if v > p else "down" if v < p else "flat"
 
 
 def comparison(value: str, target: str | None) -> str | None:
     if target is None:
         return None
-    v, t = float(value), float(target)
+    v, t = _decimal(value), _decimal(target)
     return "above" if v > t else "below" if v < t else "on"
+
+
+def change(value: str, prev: str) -> str | None:
+    """The percent change from prev to value as a narrative says it: its size, one decimal (two
+    significant digits under 0.1%; "under 0.01%" below that), the direction word saying its sign.
+    None where there is none to say: no change, or a prev of 0 or below (a change from nothing,
+    or from a loss, has no percent a reader can take)."""
+    v, p = _decimal(value), _decimal(prev)
+    if v == p or p <= 0:
+        return None
+    pct = abs(v - p) / p * 100
+    if pct >= Decimal("0.1"):
+        return f"{pct.quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
+    if pct >= Decimal("0.01"):
+        return f"{float(pct):.2g}%"
+    return "under 0.01%"
+
+
+# ---- slots: the payload as the model reads it, and each clause's slots ---------------------------
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One fact's clause in slot tokens: a metric's (name, change, value, unit, prev, target) or a
+    breakdown row's (name, value, prev), with what the runtime computed of its numbers."""
+
+    name: str
+    value: str
+    prev: str
+    direction: str
+    unit: str | None = None
+    change: str | None = None
+    target: str | None = None
+    comparison: str | None = None
+
+    @property
+    def numbers(self) -> list[str]:
+        """The slots a clause says after its name, in order (the change and the unit included)."""
+        return [s for s in (self.change, self.value, self.unit, self.prev, self.target) if s is not None]
+
+    @property
+    def count(self) -> int:
+        """Facts in this clause: each slot after its name, the direction, the comparison."""
+        return len(self.numbers) + 1 + (self.comparison is not None)
+
+
+@dataclass
+class Rendered:
+    """A payload in slot form: the prompt's lines ([F1] the tenant, [F2] the period, then each
+    metric's and row's facts in the order a clause says them), the slot table, and the clauses."""
+
+    prompt: str
+    slots: Slots
+    tenant: str
+    period: str
+    style: str
+    metrics: list[Clause]
+    kind: str | None  # the breakdown's ("region" or "segment"), None without one
+    rows: list[Clause]
+
+    @property
+    def clauses(self) -> list[Clause]:
+        return self.metrics + self.rows
+
+
+def render(p: Payload, slots: Slots) -> Rendered:
+    """The payload's slot form (Payload.render):
+
+        tenant: [F1] | period: [F2] | style: brief
+        [F3]: up [F4], [F5] [F6], prev [F7], below target [F8]
+        [F9]: flat, [F10] [F11], prev [F12]
+        by region ([F3]): [F13] up [F14] prev [F15]; [F16] down [F17] prev [F18]
+
+    Each line gives its facts in the order a clause says them, so that writing a clause is
+    copying the next slot of its line; the trend, the change and the standing against the target
+    are computed here, never by the model."""
+    tenant, period = slots.add(p.tenant), slots.add(p.period)
+    lines = [f"tenant: {tenant} | period: {period} | style: {p.style}"]
+    metrics: list[Clause] = []
+    names: dict[str, str] = {}
+    for m in p.metrics:
+        d, pct = direction(m.value, m.prev), change(m.value, m.prev)
+        name = names[m.key] = slots.add(m.display)
+        ch = slots.add(pct) if pct is not None else None
+        value, unit, prev = slots.add(m.value), slots.add(m.unit), slots.add(m.prev)
+        cmp = comparison(m.value, m.target)
+        target = slots.add(m.target) if m.target is not None else None
+        metrics.append(Clause(name, value, prev, d, unit, ch, target, cmp))
+        tail = f", {cmp} target {target}" if target is not None else ""
+        lines.append(f"{name}: {d}{' ' + ch if ch else ''}, {value} {unit}, prev {prev}{tail}")
+    rows: list[Clause] = []
+    b = p.breakdown
+    if b is not None:
+        for n, v, pv in b.rows:
+            rows.append(Clause(slots.add(n), slots.add(v), slots.add(pv), direction(v, pv)))
+        said = "; ".join(f"{r.name} {r.direction} {r.value} prev {r.prev}" for r in rows)
+        lines.append(f"by {b.kind} ({names[b.metric]}): {said}")
+    return Rendered("\n".join(lines) + "\n", slots, tenant, period, p.style, metrics, b.kind if b else None, rows)
+
+
+# ---- the narrative's forms: one source for writing a narrative and for reading one back ----------
+
+#: a text as a sequence of choices: one alternative of each, in order (a literal is a choice of one)
+Form = list[tuple[str, ...]]
+
+
+def _target_forms(c: Clause, style: str) -> tuple[str, ...]:
+    if c.target is None or c.comparison is None:
+        return ("",)
+    words = COMPARISONS[c.comparison]
+    if style == "casual":
+        return tuple(f", {w} the goal of {c.target}" for w in words)
+    return tuple(f", {w} the {c.target} target" for w in words) + tuple(f", {w} its target of {c.target}" for w in words)
+
+
+def metric_form(c: Clause, style: str, first: bool) -> Form:
+    to = "at" if c.direction == "flat" else "to"
+    unit = f" {c.unit}" if c.unit else ""
+    dirs, tgt = DIRECTIONS[c.direction], _target_forms(c, style)
+    if style == "brief":
+        return [(f"{c.name} ",), dirs, (f"{' ' + c.change if c.change else ''} {to} {c.value}{unit} from {c.prev}",), tgt,
+                (".",)]
+    if style == "formal":
+        return [(f"{c.name} ",), dirs, (f"{' ' + c.change if c.change else ''} {to} {c.value}{unit}, compared with "
+                                        f"{c.prev} in the prior period",), tgt, (".",)]
+    lead = ("",) if first else ("", "Meanwhile, ", "Also, ")
+    return [lead, (f"{c.name} ",), dirs, (f"{' by ' + c.change if c.change else ''}: {c.value}{unit} now vs {c.prev} "
+                                          "before",), tgt, (".",)]
+
+
+def breakdown_form(r: Rendered) -> Form:
+    form: Form = [(f"Broken down by {r.kind}: " if r.style == "formal" else f"By {r.kind}, ",)]
+    for i, c in enumerate(r.rows):
+        if i:
+            form.append((" and " if i == len(r.rows) - 1 else ", ",))
+        form += [(f"{c.name} ",), DIRECTIONS[c.direction], (f" {'at' if c.direction == 'flat' else 'to'} {c.value} from "
+                                                             f"{c.prev}",)]
+    return form + [(".",)]
+
+
+def leads(r: Rendered) -> tuple[str, ...]:
+    """The sentences a narrative may open with, by style."""
+    return {"brief": ("",),
+            "formal": (f"In {r.period}, {r.tenant} reported the following. ", f"This is the {r.period} summary for {r.tenant}. "),
+            "casual": (f"Here is how {r.period} went for {r.tenant}. ", f"Quick look at {r.period}. ")}[r.style]
+
+
+def narrative_form(r: Rendered) -> Form:
+    """Every narrative of a payload: its lead, a clause per metric, the breakdown's sentence."""
+    form: Form = [leads(r)]
+    for i, c in enumerate(r.metrics):
+        form += ([(" ",)] if i else []) + metric_form(c, r.style, i == 0)
+    if r.rows:
+        form += [(" ",), *breakdown_form(r)]
+    return form
+
+
+def write(rng: random.Random, form: Form) -> str:
+    """One text of `form`; rng picks among each choice's alternatives."""
+    return "".join(alts[0] if len(alts) == 1 else rng.choice(alts) for alts in form)
+
+
+def pattern(form: Form) -> re.Pattern[str]:
+    """What every text of `form` matches, and nothing else."""
+    return re.compile("".join("(?:" + "|".join(map(re.escape, alts)) + ")" for alts in form))
+
+
+def narrative(rng: random.Random, p: Payload, slots: Slots | None = None) -> str:
+    """One narrative for payload p, in slot form (Slots.lexicalise writes its facts); rng picks
+    the phrasing."""
+    return write(rng, narrative_form(p.render(slots)))
+
+
+def example(rng: random.Random) -> tuple[Payload, str]:
+    p = make_payload(rng)
+    return p, narrative(rng, p)
+
+
+def wild_example(rng: random.Random) -> tuple[Payload, str]:
+    p = wild_payload(rng)
+    return p, narrative(rng, p)
+
+
+def prompt_text(p: Payload) -> str:
+    """The prompt the model sees: the payload in slot form, then the narrative marker."""
+    return prompt_of(p.render())
+
+
+def prompt_of(r: Rendered) -> str:
+    return r.prompt + "narrative: "
+
+
+# ---- checking -----------------------------------------------------------------------------
+
+_DIGIT = re.compile(r"\d")
+_MARKUP = (*SPECIAL_TOKENS, *MARKUP_TOKENS, "<", ">")
+
+
+@dataclass
+class Check:
+    facts_ok: int
+    facts_total: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def fully_correct(self) -> bool:
+        return not self.problems and self.facts_ok == self.facts_total
+
+
+def _classify(text: str, vocab: Mapping[str, tuple[str, ...]]) -> list[str]:
+    return [cls for cls, words in vocab.items() for w in words if re.search(rf"\b{w}\b", text)]
+
+
+def check(p: Payload, text: str) -> Check:
+    """A narrative in slot form read back against its payload (read_back)."""
+    return read_back(p.render(), text)
+
+
+def read_back(r: Rendered, text: str) -> Check:
+    """Read a narrative in slot form back against its payload's rendering.  Fully correct only when the whole
+    text is one the narrative's forms write for this payload (its lead, each clause with its own
+    slots in their places, its trend and target words, nothing else): a slot that names another
+    fact, a missing or doubled fact, a stray number, a word or mark the forms never write, a
+    garbled lead all fail.  The reading of each clause (its slots, trend and target words) says
+    what is wrong and counts the facts that are right."""
+    total = sum(c.count for c in r.clauses)
+    if pattern(narrative_form(r)).fullmatch(text):
+        return Check(total, total)
+    ok, problems = _read(r, text)
+    return Check(ok, total, problems or [f"the text is not one the narrative's forms write: {text!r}"])
+
+
+def _read(r: Rendered, text: str) -> tuple[int, list[str]]:
+    """(facts right, problems) of a text that is not one of its forms."""
+    lex = r.slots.lexicalise
+    problems = [f"markup in the text: {m!r}" for m in _MARKUP if m in text]
+    known = set(r.slots.tokens())
+    problems += [f"slot {s} names no fact" for s in dict.fromkeys(slots_in(text)) if s not in known]
+    if _DIGIT.search(SLOT.sub("", text)):
+        problems.append(f"a number the payload does not give: {SLOT.sub('', text)!r}")
+    found: list[tuple[int, int, Clause]] = []  # (start, end of the name, clause)
+    cursor = 0
+    for c in r.clauses:
+        at = text.find(c.name, cursor)
+        if at < 0:
+            problems.append(f"{lex(c.name)!r} not mentioned")
+            continue
+        found.append((at, at + len(c.name), c))
+        cursor = at + len(c.name)
+    head = text[: found[0][0]] if found else text
+    if r.metrics and found and found[0][2] is r.metrics[0] and head not in leads(r):
+        problems.append(f"the opening {lex(head)!r} is not one of the {r.style} style's")
+    ok = 0
+    for j, (_, e_name, c) in enumerate(found):
+        clause = text[e_name: found[j + 1][0] if j + 1 < len(found) else len(text)]
+        got = slots_in(clause)
+        if got != c.numbers:
+            problems.append(f"{lex(c.name)}: slots {_said(got, lex)} where {_said(c.numbers, lex)} go")
+        dirs, cmps = _classify(clause, DIRECTIONS), _classify(clause, COMPARISONS)
+        if dirs != [c.direction]:
+            problems.append(f"{lex(c.name)}: direction {dirs} != {c.direction}")
+        want_c = [c.comparison] if c.comparison else []
+        if cmps != want_c:
+            problems.append(f"{lex(c.name)}: comparison {cmps} != {want_c}")
+        ok += _common(got, c.numbers) + (dirs == [c.direction]) + (cmps == want_c and c.comparison is not None)
+    return ok, list(dict.fromkeys(problems))
+
+
+def _common(got: list[str], want: list[str]) -> int:
+    """The facts of `want` that `got` says in their places: the longest common subsequence (a
+    swapped pair loses one of its two, a left-out fact only itself)."""
+    row = [0] * (len(want) + 1)
+    for g in got:
+        prev_diag = 0
+        for j, w in enumerate(want):
+            prev_diag, row[j + 1] = row[j + 1], prev_diag + 1 if g == w else max(row[j + 1], row[j])
+    return row[-1]
+
+
+def _said(slots: list[str], lex: Callable[[str], str]) -> str:
+    return "[" + ", ".join(f"{s}={lex(s)!r}" for s in slots) + "]"
 
 
 # ---- generation ---------------------------------------------------------------------------
@@ -283,21 +564,42 @@ def wild_number(rng: random.Random, digits: int, decimals: int) -> str:
     return whole + ("." + "".join(rng.choice(string.digits) for _ in range(decimals)) if decimals else "")
 
 
+def _signed(rng: random.Random, digits: int, decimals: int) -> str:
+    """wild_number, negative about 1 in 7 (a loss, a negative margin)."""
+    x = wild_number(rng, digits, decimals)
+    return number_text("-" + x) if rng.random() < 1 / 7 else x
+
+
 def _wild_near(rng: random.Random, value: str, decimals: int) -> str:
     """A second number for value: equal about 1 in 6, else near it (or, 1 in 5, of any size)."""
     if rng.random() < 1 / 6:
         return value
     if rng.random() < 0.2:
-        return wild_number(rng, rng.randint(1, 9), rng.choice((0, 0, 1, 2, 3)))
-    x = float(value) * rng.uniform(0.5, 1.5)
-    out = f"{x:.{decimals}f}"
-    return out if NUMBER_RE_C.fullmatch(out) and out != value else wild_number(rng, len(value.split(".")[0]), decimals)
+        return _signed(rng, rng.randint(1, 9), decimals)
+    out = f"{Decimal(value) * Decimal(str(round(rng.uniform(0.5, 1.5), 3))):.{decimals}f}"
+    return out if out != value and _fits(out) else _signed(rng, len(value.lstrip("-").split(".")[0]), decimals)
+
+
+def _fits(x: str) -> bool:
+    try:
+        return number_text(x) == x
+    except ValueError:
+        return False
+
+
+def _wild_digits(rng: random.Random) -> tuple[int, int]:
+    """(integer digits, decimals) of a metric's numbers: mostly a dashboard's, up to the grammar's
+    MAX_DIGITS significant digits and MAX_DECIMALS decimals."""
+    if rng.random() < 0.1:
+        decimals = rng.randint(0, MAX_DECIMALS)
+        return rng.randint(1, MAX_DIGITS - decimals), decimals
+    return rng.randint(1, 9), rng.choice((0, 0, 1, 1, 2, 3))
 
 
 def wild_metric(rng: random.Random, key: str | None, with_target: bool) -> Metric:
     """A built-in metric (key) or a custom one (key None), its numbers anywhere in the grammar."""
-    digits, decimals = rng.randint(1, 9), rng.choice((0, 0, 1, 1, 2, 3))
-    value = wild_number(rng, digits, decimals)
+    digits, decimals = _wild_digits(rng)
+    value = _signed(rng, digits, decimals)
     prev = _wild_near(rng, value, decimals)
     target = _wild_near(rng, value, decimals) if with_target else None
     if key is not None:
@@ -308,192 +610,115 @@ def wild_metric(rng: random.Random, key: str | None, with_target: bool) -> Metri
 
 def wild_payload(rng: random.Random) -> Payload:
     """A payload drawn from the API's grammar rather than the corpus's lists: any tenant, period,
-    names, custom metrics and numbers of 1-9 digits with up to 3 decimals; 1-4 metrics, a
-    breakdown of 1-4 rows.  Its names are distinct (each clause is found by its name)."""
+    names, custom metrics and numbers (negative ones too); 1-MAX_METRICS metrics, most often few,
+    and a breakdown of 1-MAX_ROWS rows half the time.  Its names are distinct (the API refuses
+    two clauses of one name: a reader could not tell them apart)."""
     while True:
-        n = rng.randint(1, 4)
-        keys = rng.sample([m[0] for m in METRICS], n)
+        n = rng.choice((1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 7, 8))
+        keys = [rng.choice(METRICS)[0] for _ in range(n)]
         metrics = [wild_metric(rng, k if rng.random() < 0.5 else None, rng.random() < 0.6) for k in keys]
         breakdown = None
         if rng.random() < 0.5:
             m = rng.choice(metrics)
             dec = len(m.value.partition(".")[2])
+            n_rows = rng.randint(1, MAX_ROWS) if rng.random() < 0.3 else rng.randint(1, 4)
             rows = []
-            for _ in range(rng.randint(1, 4)):
-                v = wild_number(rng, rng.randint(1, 9), dec)
+            for _ in range(n_rows):
+                v = _signed(rng, rng.randint(1, min(9, MAX_DIGITS - dec)), dec)
                 rows.append((wild_name(rng), v, _wild_near(rng, v, dec)))
             breakdown = Breakdown(rng.choice(("region", "segment")), m.key, rows)
         p = Payload(wild_name(rng), wild_period(rng), rng.choice(STYLES), metrics, breakdown)
         names = [f.name for f in p.facts()]
-        if len(set(names)) == len(names) and valid(p) is None:
+        if len(set(names)) == len(names) and len({m.key for m in p.metrics}) == n and valid(p) is None:
             return p
+
+
+# ---- the API's grammar (runtime/jobs/specs.py takes payloads by it; wild_payload draws from it) ----
+# The model never reads a name or a number of a payload (they enter as slots, domain/facts.py), so
+# the grammar is what a dashboard sends, not what a small model can copy.
+MAX_NAME = 80  # characters of a name: a tenant, a metric, a unit, a period, a breakdown row
+MAX_METRICS, MAX_ROWS = 8, 12
+MAX_DIGITS, MAX_DECIMALS = 15, 6  # significant digits of a number (a double holds 15 exactly), decimals
+_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
+# a number written with thousands separators: one kind of mark between groups of three digits
+# ("1,240", "1 240", "1.240.567"), then decimals after the other mark ("1,240.5", "1.240,5")
+_SEPARATED = re.compile(r"(-?)([0-9]{1,3}([,' \u00a0\u202f.])[0-9]{3}(?:\3[0-9]{3})*)(?:(?!\3)[.,]([0-9]+))?")
+# the format characters a word of some scripts holds: ZWNJ (Persian, Indic scripts), ZWJ (Indic
+# conjuncts, emoji sequences); every other one (a bidi override, a soft hyphen) is refused
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` is no name (None: it is one): any text of 1-MAX_NAME characters in NFC (a name
+    sent decomposed is composed first, see clean_name), no control character, no line break."""
+    if not 1 <= len(name) <= MAX_NAME:
+        return f"a name is 1-{MAX_NAME} characters, got {len(name)}"
+    bad = sorted({f"U+{ord(ch):04X}" for ch in name if ch not in _JOINERS and unicodedata.category(ch) in (
+        "Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")})
+    if bad:
+        return f"a name holds no control or unassigned characters, got {', '.join(bad)} in {name!r}"
+    return None
+
+
+def clean_name(name: str) -> str:
+    """A name as the runtime writes, checks and looks it up: NFC, then canonical (spaces)."""
+    return canonical(unicodedata.normalize("NFC", name))
+
+
+def number_text(x: str | int | float) -> str:
+    """A payload number as the runtime writes it, from a JSON number or a string; ValueError that
+    says how to write it.  Negative allowed; at most MAX_DIGITS significant digits and
+    MAX_DECIMALS decimals; the decimals as given ("2.50" stays "2.50": the data's own rounding);
+    a JSON number as Python reads it (1020.5; 1e3 is 1000.0, written "1000.0")."""
+    if isinstance(x, bool) or not isinstance(x, (str, int, float)):
+        raise ValueError(f"a number is a JSON number or a string like \"-1240.5\", got {x!r}")
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise ValueError(f"a number is finite, got {x!r}")
+        text = format(Decimal(repr(x)), "f")
+    else:
+        text = str(x)
+    if not _NUMBER_TEXT.fullmatch(text):
+        sep = _SEPARATED.fullmatch(text.strip()) if isinstance(x, str) else None
+        if sep is not None:  # "1.240" is no such number: it is 1.24 written with three decimals
+            like = sep[1] + re.sub(r"[^0-9]", "", sep[2]) + (f".{sep[4]}" if sep[4] else "")
+            raise ValueError(f"{x!r} has a thousands separator: write it without one, with a point for decimals, "
+                             f"like {like}")
+        if isinstance(x, str) and _NUMBER_TEXT.fullmatch(x.strip().replace(",", ".", 1)):  # "2,5": a decimal comma
+            raise ValueError(f"{x!r} has a decimal comma: write the decimals after a point, like "
+                             f"{x.strip().replace(',', '.', 1)}")
+        raise ValueError(f"a number is digits with an optional leading '-' and decimal point, like -1240.5, got {x!r}")
+    whole, _, decimals = text.lstrip("-").partition(".")
+    digits = (whole + decimals).lstrip("0") or "0"
+    if len(decimals) > MAX_DECIMALS:
+        raise ValueError(f"a number has at most {MAX_DECIMALS} decimals, got {len(decimals)} in {x!r}: round it")
+    if len(digits) > MAX_DIGITS:
+        raise ValueError(f"a number has at most {MAX_DIGITS} significant digits, got {len(digits)} in {x!r}")
+    return "0" + text[2:] if text.startswith("-0") and Decimal(text) == 0 else text  # -0 is 0
 
 
 def valid(p: Payload) -> str | None:
     """Why p is outside the API's grammar (None: inside): what runtime/jobs/specs.py accepts."""
-    for what, text, pattern in [("tenant", p.tenant, NAME_RE_C), ("period", p.period, PERIOD_RE_C),
-                                *[("metric", m.key, NAME_RE_C) for m in p.metrics if m.custom],
-                                *[("unit", m.unit, UNIT_RE_C) for m in p.metrics if m.custom],
-                                *[("number", x, NUMBER_RE_C) for m in p.metrics for x in (m.value, m.prev, m.target)
-                                  if x is not None],
-                                *[(w, x, NAME_RE_C if w == "row" else NUMBER_RE_C) for r in
-                                  (p.breakdown.rows if p.breakdown else []) for w, x in zip(("row", "number", "number"), r)]]:
-        if not pattern.fullmatch(text):
-            return f"{what} {text!r}"
-    if not 1 <= len(p.metrics) <= 4 or (p.breakdown is not None and not 1 <= len(p.breakdown.rows) <= 4):
-        return "1-4 metrics, a breakdown of 1-4 rows"
+    names = [("tenant", p.tenant), ("period", p.period),
+             *[(w, x) for m in p.metrics if m.custom for w, x in (("metric", m.key), ("unit", m.unit))],
+             *[("row", r[0]) for r in (p.breakdown.rows if p.breakdown else [])]]
+    for what, text in names:
+        why = name_problem(text)
+        if why is not None or text != clean_name(text):
+            return f"{what} {text!r}: {why or 'not canonical'}"
+    numbers = [x for m in p.metrics for x in (m.value, m.prev, m.target) if x is not None]
+    numbers += [x for r in (p.breakdown.rows if p.breakdown else []) for x in r[1:]]
+    for x in numbers:
+        try:
+            if number_text(x) != x:
+                return f"number {x!r} is not as the runtime writes it"
+        except ValueError as e:
+            return str(e)
+    if not 1 <= len(p.metrics) <= MAX_METRICS or (p.breakdown is not None and not 1 <= len(p.breakdown.rows) <= MAX_ROWS):
+        return f"1-{MAX_METRICS} metrics, a breakdown of 1-{MAX_ROWS} rows"
     return None
 
 
 NAME_RE_C, PERIOD_RE_C, NUMBER_RE_C, UNIT_RE_C = (re.compile(x) for x in (NAME_RE, PERIOD_RE, NUMBER_RE, UNIT_RE))
 
 
-def _dir_word(rng: random.Random, d: str) -> str:
-    return rng.choice(DIRECTIONS[d])
-
-
-def _target_phrase(rng: random.Random, m: Metric, style: str) -> str:
-    if m.target is None:
-        return ""
-    cmp = comparison(m.value, m.target)
-    assert cmp is not None
-    word = rng.choice(COMPARISONS[cmp])
-    if style == "casual":
-        return f", {word} the goal of {m.target}"
-    return f", {word} the {m.target} target" if rng.random() < 0.5 else f", {word} its target of {m.target}"
-
-
-def metric_clause(rng: random.Random, m: Metric, style: str, first: bool) -> str:
-    d = direction(m.value, m.prev)
-    word = _dir_word(rng, d)
-    tgt = _target_phrase(rng, m, style)
-    name = m.display if first or style != "formal" or m.custom else m.display.lower()
-    to = "at" if d == "flat" else "to"
-    if style == "brief":
-        return f"{name} {word} {to} {m.value} {m.unit} from {m.prev}{tgt}."
-    if style == "formal":
-        return f"{name} {word} {to} {m.value} {m.unit}, compared with {m.prev} in the prior period{tgt}."
-    lead = rng.choice(("", "Meanwhile, ", "Also, ")) if not first else ""
-    return f"{lead}{name} {word}: {m.value} {m.unit} now vs {m.prev} before{tgt}."
-
-
-def breakdown_sentence(rng: random.Random, b: Breakdown, style: str) -> str:
-    def row(n: str, v: str, p: str) -> str:
-        d = direction(v, p)
-        return f"{n} {_dir_word(rng, d)} {'at' if d == 'flat' else 'to'} {v} from {p}"
-    parts = [row(*r) for r in b.rows]
-    joined = ", ".join(parts[:-1]) + " and " + parts[-1]
-    if style == "formal":
-        return f"Broken down by {b.kind}: {joined}."
-    return f"By {b.kind}, {joined}."
-
-
-def narrative(rng: random.Random, p: Payload) -> str:
-    """One narrative for payload p; rng picks the phrasing."""
-    leads = p.leads()[p.style]
-    lead = leads[0] if len(leads) == 1 else rng.choice(leads)
-    clauses = [metric_clause(rng, m, p.style, i == 0) for i, m in enumerate(p.metrics)]
-    if p.breakdown is not None:
-        clauses.append(breakdown_sentence(rng, p.breakdown, p.style))
-    return lead + " ".join(clauses)
-
-
-def example(rng: random.Random) -> tuple[Payload, str]:
-    p = make_payload(rng)
-    return p, narrative(rng, p)
-
-
-def wild_example(rng: random.Random) -> tuple[Payload, str]:
-    p = wild_payload(rng)
-    return p, narrative(rng, p)
-
-
-def prompt_text(p: Payload) -> str:
-    """The prompt the model sees: the payload then the narrative marker."""
-    return p.to_text() + "narrative: "
-
-
-# ---- checking -----------------------------------------------------------------------------
-
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
-
-
-@dataclass
-class Check:
-    facts_ok: int
-    facts_total: int
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def fully_correct(self) -> bool:
-        return not self.problems and self.facts_ok == self.facts_total
-
-
-def _classify(text: str, vocab: Mapping[str, tuple[str, ...]]) -> list[str]:
-    return [cls for cls, words in vocab.items() for w in words if re.search(rf"\b{w}\b", text)]
-
-
-# a clause begins a sentence, or follows the list punctuation of the breakdown sentence: a name is
-# looked for only there (never inside a number, a unit or another name)
-_AT_CLAUSE = r"(?:^|(?<=\. )|(?<=, )|(?<= and )|(?<=: )|(?<=Meanwhile, )|(?<=Also, ))"
-
-
-def _name_re(f: Fact) -> re.Pattern[str]:
-    names = [f.name] + ([f.name.lower()] if f.builtin and f.name.lower() != f.name else [])
-    return re.compile(_AT_CLAUSE + "(?:" + "|".join(map(re.escape, names)) + ")(?![A-Za-z0-9])")
-
-
-def check(p: Payload, text: str) -> Check:
-    """Read the facts back out of `text` and compare them with the payload's.  A fact is a
-    number, a direction or a comparison of one clause; a missing clause loses all of its facts.
-    Fully correct: every fact right, each name mentioned once, no stray numbers.
-
-    The opening sentence (its style's, with the tenant and the period) is stripped; then each
-    clause is found in payload order, at its name where a clause may begin; its numbers, trend
-    and target words are read from what follows its name (its unit taken out), so names, units,
-    tenants and periods may hold any digits or words the API's grammar allows."""
-    facts = p.facts()
-    total = sum(f.count for f in facts)
-    problems: list[str] = []
-    body = text
-    for lead in sorted(p.leads()[p.style], key=len, reverse=True):
-        if lead and body.startswith(lead):
-            body = body[len(lead):]
-            break
-    found: list[tuple[int, int, int]] = []  # (start, end of the name, fact)
-    cursor = 0
-    for i, f in enumerate(facts):
-        m = _name_re(f).search(body, cursor)
-        if m is None:
-            problems.append(f"{f.name!r} not mentioned")
-            continue
-        found.append((m.start(), m.end(), i))
-        cursor = m.end()
-    head = body[: found[0][0]] if found else body
-    if _NUMBER.search(head):
-        problems.append(f"stray number before the first clause: {head!r}")
-    ok = 0
-    for j, (_, e_name, i) in enumerate(found):
-        e = found[j + 1][0] if j + 1 < len(found) else len(body)
-        f = facts[i]
-        clause = body[e_name:e]
-        for g in facts:
-            if _name_re(g).search(clause) or (j == 0 and _name_re(g).search(head)):
-                problems.append(f"{g.name!r} mentioned again")
-        if f.unit:  # the unit follows the value: out, so that its words and signs are not read
-            clause = clause.replace(f"{f.numbers[0]} {f.unit}", f.numbers[0], 1)
-        nums = _NUMBER.findall(clause)
-        got_n = sum(a == b for a, b in zip(nums, f.numbers))
-        if nums != f.numbers:
-            problems.append(f"{f.name}: numbers {nums} != {f.numbers}")
-        dirs = _classify(clause, DIRECTIONS)
-        got_d = dirs == [f.direction]
-        if not got_d:
-            problems.append(f"{f.name}: direction {dirs} != {f.direction}")
-        cmps = _classify(clause, COMPARISONS)
-        want_c = [f.comparison] if f.comparison else []
-        got_c = cmps == want_c
-        if not got_c:
-            problems.append(f"{f.name}: comparison {cmps} != {want_c}")
-        ok += got_n + got_d + (got_c and f.comparison is not None)
-    return Check(ok, total, list(dict.fromkeys(problems)))

@@ -22,11 +22,12 @@ of the template (as in the reference's infill evaluation, where the span length 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from domain import narrative as nar
-from domain.narrative import Payload, comparison, direction
+from domain.facts import Slots
+from domain.narrative import Payload
 
 
 class Tokenizer(Protocol):
@@ -61,8 +62,16 @@ class Section:
     title: str
     payload: Payload
 
-    def prompt_text(self) -> str:
-        return f"{SECTION}{self.title}\n{self.payload.to_text()}{END_SECTION}\n"
+    def render(self, slots: Slots | None = None) -> tuple[str, str, nar.Rendered]:
+        """(the prompt in slot form, the title's slot, the payload's rendering): the title is the
+        first fact of its table, then the payload's (Payload.render)."""
+        slots = Slots() if slots is None else slots
+        title = slots.add(self.title)
+        r = self.payload.render(slots)
+        return f"{SECTION}{title}\n{r.prompt}{END_SECTION}\n", title, r
+
+    def prompt_text(self, slots: Slots | None = None) -> str:
+        return self.render(slots)[0]
 
 
 def make_section(rng: random.Random, wild: bool = False) -> Section:
@@ -77,8 +86,10 @@ def make_section(rng: random.Random, wild: bool = False) -> Section:
     return Section(title, p)
 
 
-def section_text(rng: random.Random, s: Section) -> str:
-    return f"## {s.title}\n{nar.narrative(rng, s.payload)}"
+def section_text(rng: random.Random, s: Section, slots: Slots | None = None) -> str:
+    """The section as the model writes it, in slot form: its heading, then its narrative."""
+    _, title, r = s.render(slots)
+    return f"## {title}\n{nar.write(rng, nar.narrative_form(r))}"
 
 
 def section_example(rng: random.Random, wild: bool = False) -> tuple[Section, str]:
@@ -87,10 +98,12 @@ def section_example(rng: random.Random, wild: bool = False) -> tuple[Section, st
 
 
 def check_section(s: Section, text: str) -> nar.Check:
+    """A section in slot form read back: its heading, then its body as a narrative is."""
+    _, title, r = s.render()
     head, _, body = text.partition("\n")
-    c = nar.check(s.payload, body)
-    if head.strip() != f"## {s.title}":
-        c.problems.append(f"heading {head!r} != '## {s.title}'")
+    c = nar.read_back(r, body)
+    if head != f"## {title}":
+        c.problems.append(f"heading {r.slots.lexicalise(head)!r} != {'## ' + s.title!r}")
     return c
 
 
@@ -101,11 +114,12 @@ TREND = {"up": "up", "down": "down", "flat": "flat"}
 
 @dataclass
 class Template:
-    payload: Payload
-    pieces: list[tuple[str, bool]]  # (text, is_hole), in order; hole texts are the answers
+    rendered: nar.Rendered  # the payload in slot form (its breakdown left out)
+    pieces: list[tuple[str, bool]]  # (text in slot form, is_hole), in order; hole texts are the answers
+    context: str | None = None  # what precedes the template (None: the payload in slot form, "fill: ")
 
     def context_text(self) -> str:
-        return self.payload.to_text() + "fill: "
+        return self.context if self.context is not None else self.rendered.prompt + "fill: "
 
     def text(self, hole: str | None = None) -> str:
         """The filled text, or with each hole's text replaced by `hole` (e.g. a marker)."""
@@ -122,19 +136,19 @@ def make_template(rng: random.Random) -> Template:
     return template(p)
 
 
-def template(p: Payload) -> Template:
-    """The key-figures template of a payload's metrics: a line per metric whose numbers and
-    words are the holes (the breakdown, if any, is not part of it)."""
+def template(p: Payload, slots: Slots | None = None) -> Template:
+    """The key-figures template of a payload's metrics: a line per metric whose numbers (slots,
+    one token each) and words are the holes (the breakdown, if any, is not part of it)."""
+    r = replace(p, breakdown=None).render(slots)
     pieces: list[tuple[str, bool]] = []
-    for i, m in enumerate(p.metrics):
-        pieces += [(f"{'' if i == 0 else ' '}{m.display}: ", False), (m.value, True), (f" {m.unit} (", False),
-                   (TREND[direction(m.value, m.prev)], True), ("; previous ", False), (m.prev, True)]
-        if m.target is not None:
-            cmp = comparison(m.value, m.target)
-            assert cmp is not None
-            pieces += [(f"; target {m.target}, ", False), (cmp, True)]
+    for i, c in enumerate(r.metrics):
+        pieces += [(f"{'' if i == 0 else ' '}{c.name}: ", False), (c.value, True), (f" {c.unit} (", False),
+                   (TREND[c.direction], True), ("; previous ", False), (c.prev, True)]
+        if c.target is not None:
+            assert c.comparison is not None
+            pieces += [(f"; target {c.target}, ", False), (c.comparison, True)]
         pieces.append((").", False))
-    return Template(p, pieces)
+    return Template(r, pieces)
 
 
 def infill_tokens(tok: Tokenizer, t: Template) -> tuple[list[int], list[bool]]:

@@ -8,9 +8,10 @@ instruction-tuned import gets its chat template.  Knows tokens and text, nothing
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from domain.markup import SLOT_TOKENS
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
 
@@ -26,10 +27,16 @@ class Profile:
     formats: dict[str, str] = field(default_factory=dict)  # workflow kind -> format; others: PROMPT
     stop: list[str] = field(default_factory=list)  # tokens that end a generation besides EOS
     documents: str = "bos"  # "bos": a BOS key starts a document; "none": no boundaries
+    #: "slots": facts enter the prompt as slot tokens and the model writes slots (setflow's
+    #: models, domain/facts.py); "text": facts written out, and the model's text read back into
+    #: slots for the same checkers (a model whose vocabulary has no slots: load() sets it)
+    facts: str = "slots"
 
     def __post_init__(self) -> None:
         if self.documents not in ("bos", "none"):
             raise ValueError(f"documents must be 'bos' or 'none', not {self.documents!r}")
+        if self.facts not in ("slots", "text"):
+            raise ValueError(f"facts must be 'slots' or 'text', not {self.facts!r}")
         bad = [k for k, f in self.formats.items() if f.count(PROMPT) != 1]
         if bad:
             raise ValueError(f"formats {bad} must hold {PROMPT} exactly once")
@@ -66,15 +73,23 @@ class Profile:
         """The default for a model: setflow's own format when its vocabulary is setflow's, the chat
         template when it has ChatML's tokens, else the prompt as it is (no BOS: Qwen adds none)."""
         documents = "none" if cfg.doc_start_id is None else "bos"
+        facts = "slots" if reads_slots(tok) else "text"
         if tok.has_token("[BOS]") and tok.token_id("[BOS]") == cfg.bos_id:
-            return cls(bos=True, documents=documents)
+            return cls(bos=True, documents=documents, facts=facts)
         if tok.has_token("<|im_start|>") and tok.has_token("<|im_end|>"):
             return cls(bos=False, formats={k: CHATML for k in ("turn", "narrative", "agent", "report")},
-                       stop=["<|im_end|>"], documents=documents)
-        return cls(bos=False, documents=documents)
+                       stop=["<|im_end|>"], documents=documents, facts=facts)
+        return cls(bos=False, documents=documents, facts=facts)
+
+
+def reads_slots(tok: Tokenizer) -> bool:
+    """Whether a vocabulary holds every fact slot as a token of its own."""
+    return all(tok.has_token(t) for t in SLOT_TOKENS)
 
 
 def load(folder: str | Path, cfg: ModelConfig, tok: Tokenizer) -> Profile:
     """The profile beside a checkpoint's weights, or the model's default where there is none."""
     path = Path(folder) / PROFILE
-    return Profile.from_json(path.read_text()) if path.is_file() else Profile.for_model(cfg, tok)
+    profile = Profile.from_json(path.read_text()) if path.is_file() else Profile.for_model(cfg, tok)
+    # a model cannot read or write slots its vocabulary lacks, whatever a profile says
+    return profile if reads_slots(tok) else replace(profile, facts="text")

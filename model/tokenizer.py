@@ -97,6 +97,13 @@ class Tokenizer:
         hf.train_from_iterator(texts, trainer=trainer)
         return cls(_without_capital_merges(hf) if spell_capitals else hf)
 
+    def with_tokens(self, tokens: Iterable[str]) -> Tokenizer:
+        """This vocabulary with `tokens` added after its last id, each one id that text never
+        merges into (the fact slots: domain/markup.py SLOT_TOKENS); those it has already kept."""
+        hf = _HFTokenizer.from_str(self._hf.to_str())
+        hf.add_special_tokens([t for t in tokens if hf.token_to_id(t) is None])
+        return type(self)(hf, self.specials)
+
     @classmethod
     def from_file(cls, path: str | Path, specials: SpecialIds | None = None) -> Tokenizer:
         return cls(_HFTokenizer.from_file(str(path)), specials)

@@ -126,17 +126,29 @@ class TrainConfig:
     ckpt_every: int = 200
 
 
+def fresh_rows(model: SetDLM, ids: list[int]) -> None:
+    """Draw the embedding rows of `ids` anew (tied: the output's too), at the trained rows' scale.
+    Training pushes every unused row one way (in the shipped model their cosines were 0.999), so
+    tokens added there would be one token to the model: each must be told apart to be copied."""
+    w = model.embed_tokens.weight  # (vocab, d_model)
+    keep = torch.ones(w.shape[0], dtype=torch.bool)
+    keep[ids] = False
+    with torch.no_grad():
+        w[ids] = torch.randn(len(ids), w.shape[1]) * w[keep].std()
+
+
 def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], tc: TrainConfig,
           out: str | Path | None = None, tokenizer_json: str | None = None, resume: bool = True,
           progress: bool = True, init: str | Path | None = None,
-          data: dict[str, Any] | None = None) -> tuple[SetDLM, list[float]]:
+          data: dict[str, Any] | None = None, fresh_ids: list[int] | None = None) -> tuple[SetDLM, list[float]]:
     """AdamW with linear warm-up then cosine decay to 10%.  batches(start_step) yields lists of
     examples from that step on (so a resumed run sees the same data).  Checkpoints to `out`
     every ckpt_every steps; resumes from `out` when it holds a trainer state.  init: a
     checkpoint folder whose weights a fresh run starts from (a fine-tune; its shapes must be
     cfg's, its context may differ).  data: what makes the run's data stream (its seed, mix,
     share of wild payloads: JSON), kept with the trainer state; a resume with other data is
-    refused (it would go on with another stream under the same schedule)."""
+    refused (it would go on with another stream under the same schedule).  fresh_ids: tokens
+    the init's vocabulary lacked (the fact slots added to it): their rows drawn anew."""
     torch.manual_seed(tc.seed)
     model = SetDLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95))
@@ -162,6 +174,8 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
         if replace(base, max_seq_len=cfg.max_seq_len, name=cfg.name) != cfg:
             raise ValueError(f"{init} holds weights of another shape ({base.name}); cannot fine-tune them as {cfg.name!r}")
         checkpoint.load_weights(model, init)
+        if fresh_ids:
+            fresh_rows(model, fresh_ids)
 
     def lr_at(s: int) -> float:
         if s < tc.warmup:

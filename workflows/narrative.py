@@ -1,6 +1,7 @@
 """The `narrative` job kind: one dashboard narrative from a metrics payload, a single turn with
-the payload as its prompt (high volume); the facts read back out of the text before it is
-returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR)."""
+the payload as its prompt (high volume).  The model points at facts (slots) and the runtime
+writes them (runtime/jobs/plans.py written_out); what the model wrote is read back before the
+text is returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from domain import narrative as corpus
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
-from runtime.jobs.plans import DEFAULT, narrative_input
+from runtime.jobs.plans import DEFAULT, narrative_input, slot_form, written_out
 from runtime.jobs.specs import NarrativeSpec
 from runtime.sessions.turn import TurnResult
 from workflows.checked import Retry, check
@@ -18,7 +19,7 @@ from workflows.turn import Turns, decode_params, summary, text_of, with_stops
 
 def prompt_ids(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT) -> list[int]:
     """The prompt as the model's profile renders it (setflow's models: [BOS] payload narrative:)."""
-    return narrative_input(tok, payload, profile)
+    return narrative_input(tok, payload, profile)[0]
 
 
 def problems(c: corpus.Check) -> list[str]:
@@ -27,14 +28,14 @@ def problems(c: corpus.Check) -> list[str]:
 
 
 def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
-    tok, payload = turns.tokenizer, spec.payload.to_payload()
-    ids, text_in = prompt_ids(tok, payload, turns.profile), corpus.prompt_text(payload)
+    tok, profile = turns.tokenizer, turns.profile
+    ids, text_in, facts = narrative_input(tok, spec.payload.to_payload(), profile)
     params = with_stops(turns, decode_params(spec.params))
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
-        text = text_of(turns, r.tokens)
-        c = corpus.check(payload, text)  # the facts read back out of the text
-        return (text, c), problems(c)
+        written = text_of(turns, r.tokens)
+        c = corpus.read_back(facts, slot_form(profile, facts.slots, written))  # every sentence, every slot
+        return (written_out(profile, facts.slots, written), c), problems(c)
 
     done = check(turns, "narrative", turns.turn(ids, params, text=text_in), read, Retry(ids, params, text_in),
                  allow_unverified=spec.allow_unverified)

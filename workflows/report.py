@@ -10,9 +10,16 @@ import html
 from typing import Any
 
 from domain import narrative as corpus
-from domain.report import Section, check_section
 from model.params import DecodeParams
-from runtime.jobs.plans import check_fits, report_parts, report_template, section_input, section_payload
+from runtime.jobs.plans import (
+    check_fits,
+    report_parts,
+    report_template,
+    section_input,
+    section_payload,
+    slot_form,
+    written_out,
+)
 from runtime.jobs.specs import ReportSpec
 from runtime.sessions.turn import TurnResult
 from workflows.checked import Retry, check, positions
@@ -64,14 +71,14 @@ def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodePar
     facts read back out of it (checked).  room: positions the section may take, its retry
     included (None: what the model's context has left).  Returns the section's result, the
     session's id and the positions it took."""
-    ids, text_in = section_input(turns.tokenizer, title, payload, turns.profile)
+    profile = turns.profile
+    ids, text_in, facts = section_input(turns.tokenizer, title, payload, profile)
     params = with_stops(turns, params)
-    sec = Section(title, payload)
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
-        text = f"## {title}\n" + text_of(turns, r.tokens).strip()
-        c = check_section(sec, text)
-        return (text, c), problems(c)
+        written = text_of(turns, r.tokens).strip()
+        c = corpus.read_back(facts, slot_form(profile, facts.slots, written))  # every sentence, every slot
+        return (f"## {title}\n" + written_out(profile, facts.slots, written), c), problems(c)
 
     first = turns.turn(ids, params, text=text_in)
     took = positions(ids, first)
@@ -88,7 +95,7 @@ def figures(turns: Turns, data: corpus.Payload, params: DecodeParams, *, room: i
     """The key-figures template of `data` (its breakdown left out) filled by infill; exact: every
     hole holds the answer the data fixes (checked).  room: as for a section."""
     tok, mask = turns.tokenizer, turns.cfg.mask_id
-    masked, answers, text_in = report_template(tok, data, mask)
+    masked, answers, text_in, slots = report_template(tok, data, mask, turns.profile)
     holes = _runs([t == mask for t in masked])  # each hole's [a, b): one number or word
 
     def read(r: TurnResult) -> tuple[list[int], list[str]]:
@@ -100,7 +107,7 @@ def figures(turns: Turns, data: corpus.Payload, params: DecodeParams, *, room: i
     room_left = None if room is None else room - positions(masked, first, infill=True)
     done = check(turns, "figures", first, read, Retry(masked, params, text_in, infill=True, room=room_left),
                  allow_unverified=allow_unverified)
-    body = tok.decode(done.value, skip_special=True).split("fill: ", 1)[-1].strip()
+    body = written_out(turns.profile, slots, tok.decode(done.value, skip_special=True).split("fill: ", 1)[-1].strip())
     return {"markdown": body, "exact": done.value == answers, **summary(done.turn), **done.fields()}
 
 

@@ -6,7 +6,11 @@ section, after three turns of work, is a 422 at submission instead).
 
 Each report section's input ends with its heading, "## {title}\\n" (the first line of the
 section as the model was trained to write it): the title is the user's, verbatim, and the
-model writes the body."""
+model writes the body.
+
+Facts enter as the model's profile says (Profile.facts): as slot tokens, whose table each input
+returns beside its ids (domain/facts.py: the workflow lexicalises what the model writes with
+it), or written out, for a model that copies them (its text is read back into the same slots)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from dataclasses import replace
 
 from domain import agent as agent_corpus
 from domain import narrative as corpus
-from domain.report import HOLE, Section, infill_tokens, template
+from domain.facts import Slots
+from domain.report import HOLE, Section, Template, infill_tokens, template
 from model.config import ModelConfig
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
@@ -36,18 +41,44 @@ def section_payload(data: corpus.Payload, keys: list[str]) -> corpus.Payload:
 DEFAULT = Profile()  # setflow's own models' profile: BOS, then the prompt as it is; no extra stops
 
 
+def facts_table(profile: Profile) -> Slots:
+    """An input's empty slot table (one slot per distinct text where the model writes facts as text)."""
+    return Slots(dedup=profile.facts == "text")
+
+
+def readable(profile: Profile, slots: Slots, text: str) -> str:
+    """An input in slot form as the profile's model reads it: its slots, or its facts written out."""
+    return text if profile.facts == "slots" else slots.lexicalise(text)
+
+
+def slot_form(profile: Profile, slots: Slots, written: str) -> str:
+    """What the model wrote, in slot form for the checkers (a text model's facts read back)."""
+    return written if profile.facts == "slots" else slots.delexicalise(written)
+
+
+def written_out(profile: Profile, slots: Slots, written: str) -> str:
+    """What the model wrote, with its facts written out: what the job returns."""
+    return slots.lexicalise(written) if profile.facts == "slots" else written
+
+
 def section_input(tok: Tokenizer, title: str, payload: corpus.Payload, profile: Profile = DEFAULT
-                  ) -> tuple[list[int], str]:
+                  ) -> tuple[list[int], str, corpus.Rendered]:
     """The profile's `report` format around <section>title / payload</section>, then "## title\\n"
-    (setflow's models: [BOS] <section>...</section> ## title\\n): ids and text."""
-    sec = Section(title, payload)
-    head = f"## {title}\n"
-    return profile.render("report", sec.prompt_text(), tok) + tok.encode(head), sec.prompt_text() + head
+    (setflow's models: [BOS] <section>[F1] ... </section> ## [F1]\\n): ids, the text as the
+    model reads it, and the section's facts (Section.render: the title is the first)."""
+    prompt, title_slot, r = Section(title, payload).render(facts_table(profile))
+    head = readable(profile, r.slots, f"## {title_slot}\n")
+    prompt = readable(profile, r.slots, prompt)
+    return profile.render("report", prompt, tok) + tok.encode(head), prompt + head, r
 
 
-def narrative_input(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT) -> list[int]:
-    """A narrative's prompt: the profile's `narrative` format around the payload's text."""
-    return profile.render("narrative", corpus.prompt_text(payload), tok)
+def narrative_input(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT
+                    ) -> tuple[list[int], str, corpus.Rendered]:
+    """A narrative's prompt: the profile's `narrative` format around the payload (ids, the text
+    as the model reads it, the payload's facts)."""
+    r = payload.render(facts_table(profile))
+    text = readable(profile, r.slots, corpus.prompt_of(r))
+    return profile.render("narrative", text, tok), text, r
 
 
 def agent_input(tok: Tokenizer, question: str, profile: Profile = DEFAULT) -> list[int]:
@@ -61,13 +92,16 @@ def turn_input(profile: Profile, tok: Tokenizer, text: str) -> list[int]:
     return profile.render("turn", text, tok, bos=False) if text else []
 
 
-def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int
-                    ) -> tuple[list[int], list[int], str]:
+def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int, profile: Profile = DEFAULT
+                    ) -> tuple[list[int], list[int], str, Slots]:
     """The key figures: (the template's ids with mask_id at the holes, the same filled with the
-    answers the data fixes, its text with <hole> markers)."""
-    t = template(replace(data, breakdown=None))
+    answers the data fixes, its text with <hole> markers, its facts)."""
+    t = template(replace(data, breakdown=None), facts_table(profile))
+    slots = t.rendered.slots
+    t = Template(t.rendered, [(readable(profile, slots, x), h) for x, h in t.pieces],
+                 readable(profile, slots, t.context_text()))
     ids, hole = infill_tokens(tok, t)
-    return [mask_id if h else x for x, h in zip(ids, hole)], ids, t.context_text() + t.text(hole=HOLE)
+    return [mask_id if h else x for x, h in zip(ids, hole)], ids, t.context_text() + t.text(hole=HOLE), slots
 
 
 def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
@@ -77,7 +111,7 @@ def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAUL
     if isinstance(spec, ReportSpec):
         return sum(report_parts(spec, tok, profile))
     if isinstance(spec, NarrativeSpec):
-        return len(narrative_input(tok, spec.payload.to_payload(), profile)) + spec.params.max_new_tokens
+        return len(narrative_input(tok, spec.payload.to_payload(), profile)[0]) + spec.params.max_new_tokens
     if isinstance(spec, TurnSpec):
         n = len(spec.input_ids) if spec.input_ids is not None else len(turn_input(profile, tok, spec.text or ""))
         return n + spec.params.max_new_tokens
@@ -93,7 +127,7 @@ def report_parts(spec: ReportSpec, tok: Tokenizer, profile: Profile = DEFAULT) -
     parts = [len(section_input(tok, s.title, section_payload(data, list(s.metrics)), profile)[0])
              + spec.params.max_new_tokens
              for s in spec.outline]
-    return parts + ([len(report_template(tok, data, 0)[0])] if spec.summary else [])
+    return parts + ([len(report_template(tok, data, 0, profile)[0])] if spec.summary else [])
 
 
 def check_ids(spec: object, cfg: ModelConfig) -> None:

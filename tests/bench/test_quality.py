@@ -15,11 +15,12 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert json.loads(last) == json.loads(json.dumps(result)), "the last line is the JSON result"
     assert result["bench"] == "quality"
     rows = result["rows"]
-    tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood")
+    tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood",
+             "narrative_realistic", "section_realistic", "agent_realistic", "report_realistic")
     assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in tasks for p in ("ar", "set", "prefix")}
     for r in rows:
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
-        assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0
+        assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0 and r["wrong_successes"] in (0, 1)
         if r["policy"] == "ar":
             assert r["W"] == 1 and r["tau"] is None and r["nfe_per_token"] >= 1.0
     assert set(result["targets"]) == set(tasks)

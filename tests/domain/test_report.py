@@ -20,8 +20,11 @@ def test_templates_fill_back_to_a_correct_text() -> None:
         t = report.make_template(random.Random(i))
         assert t.answers and t.text(hole="<hole>").count("<hole>") == len(t.answers)
         filled = t.text()
-        for m in t.payload.metrics:
-            assert f"{m.display}: {m.value} {m.unit} (" in filled
+        for c in t.rendered.metrics:
+            assert f"{c.name}: {c.value} {c.unit} (" in filled
+        written = t.rendered.slots.lexicalise(filled)
+        assert all(len(a) == len("[F1]") or a.startswith("[F") or a in ("up", "down", "flat", "above", "below", "on")
+                   for a in t.answers) and "[F" not in written
 
 
 def test_infill_holes_are_whole_tokens(tok: Tokenizer) -> None:

@@ -3,7 +3,11 @@
 import random
 from itertools import islice
 
-from domain import agent, narrative, report
+import pytest
+
+from domain import agent, narrative
+from domain.facts import SLOT, slots_in
+from domain.markup import SLOT_TOKENS
 from model import shipped
 from model.config import BOS_ID, EOS_ID, ModelConfig
 from model.corpus import mixture
@@ -38,23 +42,31 @@ def test_infill_examples_have_context_on_both_sides(tok: Tokenizer) -> None:
     assert CONTEXT in roles[last_target:]
 
 
-def test_the_corpora_reproduce_the_shipped_tokenizer(tok: Tokenizer) -> None:
-    assert mixture.train_tokenizer().to_str() == tok.to_str()
+def test_the_shipped_tokenizer_holds_every_slot_after_its_vocabulary(tok: Tokenizer) -> None:
+    """The shipped tokenizer is the one learnt from the corpora before facts were slots, with the
+    slots added after its last id (`setflow train --init` adds them); one learnt anew ends the same."""
+    ids = [tok.token_id(t) for t in SLOT_TOKENS]
+    assert ids == list(range(tok.vocab_size - len(SLOT_TOKENS), tok.vocab_size))
     assert tok.vocab_size <= ModelConfig.from_name("small").vocab_size
     assert (shipped.SHIPPED / "tokenizer.json").read_text() == tok.to_str()
+    assert tok.encode("rose [F4] to [F96].") == [*tok.encode("rose "), ids[3], *tok.encode(" to "), ids[95], *tok.encode(".")]
+    fresh = mixture.train_tokenizer()
+    assert [fresh.token_id(t) for t in SLOT_TOKENS] == list(range(fresh.vocab_size - len(SLOT_TOKENS), fresh.vocab_size))
 
 
-def test_the_base_recipe_draws_what_it_drew_before_the_wild_share(tok: Tokenizer) -> None:
-    """At share 0 a maker draws exactly its corpus example (no extra random draw), so the base
-    recipe's data stream is the one the shipped model was trained on."""
-    for seed in range(20):
-        for maker, plain in ((mixture.narrative_example, lambda r: narrative.prompt_text(narrative.example(r)[0])),
-                             (mixture.agent_example, lambda r: agent.prompt_text(agent.example(r)[0].question)),
-                             (mixture.section_example, lambda r: report.section_example(r)[0].prompt_text())):
-            a, b = random.Random(seed), random.Random(seed)
-            ids, _ = maker(tok, a)
-            want = plain(b)
-            assert tok.decode(ids, skip_special=True).startswith(want) and a.getstate() == b.getstate()
+def test_facts_are_slots_the_prompt_holds_and_tables_start_anywhere(tok: Tokenizer) -> None:
+    """What a narrative, a section or the key figures write of a fact is a slot of its prompt's
+    table, never its text; half the tables start past [F1], so every slot is learnt."""
+    firsts = []
+    for seed in range(60):
+        for maker in (mixture.narrative_example, mixture.section_example, mixture.infill_example):
+            ids, roles = maker(tok, random.Random(seed))
+            prompt = tok.decode([t for t, r in zip(ids, roles) if r == CONTEXT], skip_special=True)
+            written = tok.decode([t for t, r in zip(ids, roles) if r == TARGET], skip_special=True)
+            held = slots_in(prompt)
+            assert set(slots_in(written)) <= set(held) and not any(ch.isdigit() for ch in SLOT.sub("", written))
+            firsts.append(held[0])
+    assert 0.3 < sum(f != "[F1]" for f in firsts) / len(firsts) < 0.7
 
 
 def test_a_fine_tune_draws_its_tasks_by_its_own_mix(tok: Tokenizer) -> None:
@@ -72,26 +84,23 @@ def test_a_fine_tune_draws_its_tasks_by_its_own_mix(tok: Tokenizer) -> None:
             assert tok.decode(ids, skip_special=True).startswith("Q: ")  # agent.prompt_text: a question
 
 
-def test_a_fine_tune_draws_its_own_share_of_wild_payloads(tok: Tokenizer) -> None:
+def test_a_fine_tune_draws_its_own_share_of_wild_payloads(tok: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     """`setflow train --init ... --wild 1`: every narrative from the API's grammar; --wild 0: every
     one from the corpus's lists, as the base recipe draws them."""
+    drawn: list[str] = []
+    for name in ("wild_payload", "make_payload"):
+        real = getattr(narrative, name)
+        monkeypatch.setattr(narrative, name, lambda rng, _real=real, _name=name: drawn.append(_name) or _real(rng))
+
     def batch(wild: float) -> list[list[int]]:
+        drawn.clear()
         make = mixture.batches(tok, seed=5, batch_size=3, seq_len=512, finetune=True, mix={"narrative": 1.0},
                                wild=wild)
         return [ids for ids, _ in next(make(2))]
 
-    def drawn(wild: bool) -> list[list[int]]:
-        rng = random.Random("mixture/5/2")
-        mixture.pick_task(rng, 2, True, {"narrative": 1.0})
-        out: list[list[int]] = []
-        while len(out) < 3:
-            p, text = narrative.wild_example(rng) if wild and rng.random() < 1.0 else narrative.example(rng)
-            ids = [tok.bos_id, *tok.encode(narrative.prompt_text(p)), *tok.encode(text), tok.eos_id]
-            if len(ids) <= 512:
-                out.append(ids)
-        return out
-
-    assert batch(1.0) == drawn(True) and batch(0.0) == drawn(False) and batch(1.0) != batch(0.0)
+    assert batch(1.0) != batch(0.0) and set(drawn) == {"make_payload"}
+    batch(1.0)
+    assert set(drawn) == {"wild_payload"} and len(drawn) >= 3
 
 
 def test_a_fine_tune_mends_its_own_share_of_miscopied_calls(tok: Tokenizer) -> None:
