@@ -14,6 +14,7 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
     ├── TimeLimit           code "time_limit"     a job ran past task_soft_time_limit_s
     ├── Unverified          code "unverified"     a job's output failed its checker, also after the AR retry
+    │   └── NoAnswer        code "no_answer"      an agent's last segment holds no answer (never returned flagged)
     ├── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
     │                                             is hosted by no live worker
     └── tool outputs (POST /v1/jobs/{id}/tool_outputs), refused:
@@ -97,6 +98,14 @@ class Unverified(SetflowError):
     def __init__(self, message: str, problems: list[str]) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+class NoAnswer(Unverified):
+    """An agent's job ended with no answer in its last segment (the call limit, a full session, an
+    answer cut at its token limit, none written): there is nothing to flag, so it fails even where
+    its spec allows an unverified answer back."""
+
+    code = "no_answer"
 
 
 class ModelNotHosted(SetflowError):

@@ -1,6 +1,7 @@
 """The `agent` job kind: the model writes text and tool calls; at each `</call>` the tool runs and
 `<result>...</result>` is appended by prefill, and decoding resumes from the cached state, until
-the model ends its answer (EOS), the call limit is reached or the session is full.
+the model ends its answer (EOS); a job that reaches its call limit or fills its session first has
+no answer, and fails ("no_answer").
 
 Each decoding segment (up to a call, or the answer) is a turn of the session, the tool's result
 the next turn's input, so a job's session resumes from its cached state (warm, or from Redis on
@@ -23,7 +24,7 @@ from typing import Any
 from domain import agent as corpus
 from model.params import DecodeError
 from model.profiles import Profile
-from runtime.errors import RequiresAction
+from runtime.errors import NoAnswer, RequiresAction, Unverified
 from runtime.jobs.plans import agent_input
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.turn import TurnResult
@@ -34,15 +35,20 @@ from workflows.turn import Turns, decode_params, ended, summary, text_of, with_s
 
 def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     """Answer spec.question with tools; the result has the transcript, the calls with their
-    results, the answer, why it ended, and each turn's summary (resume path, nfe, timing).
+    results, the answer, and each turn's summary (resume path, nfe, timing).
 
-    The answer is checked (workflows/checked.py): it must state the number the last call
-    returned, and no number that no result and no name in the question holds.  Its retry cannot
-    be a turn after it (that would see the failed answer): it is the whole document again (the
-    question, the calls and their results, as the turns wrote them) as one new input, a document
-    of its own, and the answer decoded after it with greedy AR.
-    An answer without a call to check it against (none made, the last one failed), or no answer
-    (the call limit, the token limit, a full session), is not checked: `verified` is None."""
+    The answer is the model's last segment only (what follows its "A:"), never text a result
+    holds, and it is checked (workflows/checked.py, domain.agent.verify): the calls it rests on
+    fit the question (a metric call names what the question names, no call repeats one that gave
+    a result, a calc computes from earlier results or the numbers the question writes), and it
+    states the number the last call returned and no number that no result and no name in the
+    question holds.  Its retry cannot be a turn after it (that would see the failed answer): it
+    is the whole document again (the question, the calls and their results, as the turns wrote
+    them) as one new input, a document of its own, and the answer decoded after it with greedy AR.
+    A success is verified (or, allow_unverified, flagged `verified: false`); a job without an
+    answer fails NoAnswer ("no_answer"), allow_unverified or not: at the call limit or with its
+    session full at once (a retry would write the call again, or has no room), a segment with no
+    "A:" or cut at its token limit after the retry."""
     tok = turns.tokenizer
     # `</call>` is one id in setflow's vocabularies, a multi-token stop sequence in another's
     end_call = Profile.markup(tok, corpus.END_CALL)
@@ -59,8 +65,6 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     pieces: list[str] = []  # the assistant's side: segments and results
     calls: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []  # each turn's summary
-    session, finished, reason = "", False, "length"
-    r: TurnResult | None = None
     while True:
         # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
         #    guided to copy the question's names and the numbers of the results so far
@@ -71,21 +75,18 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
         except DecodeError as e:
             if e.code != "context_overflow" or not done:
                 raise
-            reason = "context"  # the session is full: the answer so far, not a failed job
-            break
-        session = r.session
+            raise NoAnswer(f"the session is full after {len(calls)} call(s), before an answer ({e})",
+                           ["no answer: the session is full"]) from e
         done.append(summary(r))
         doc += ids
         text = text_of(turns, r.tokens)
         pieces.append(text)
         if not at_call(r.tokens, end_call):  # EOS or a stop (the answer), or the segment's token limit
-            finished = ended(turns, r.tokens)
-            reason = "answer" if finished else "length"
             break
         doc += r.tokens
         if len(calls) == spec.max_calls:  # the call limit: this call is not run
-            reason = "call_limit"
-            break
+            raise NoAnswer(f"the call limit ({spec.max_calls}) was reached before an answer",
+                           ["no answer: the call limit was reached"])
         # 2) run the call (here, or its client does: the job waits for the output); its result
         #    is the next turn's input
         call = _run_call(turns, spec, text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL),
@@ -95,35 +96,38 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
         pieces.append(text_in)
         ids = tok.encode(text_in)
         turns.report(calls=len(calls))
-    verdict: dict[str, Any] = {"verified": None, "attempt": None, "problems": []}
-    number = calls[-1]["result"] if calls and calls[-1]["ok"] else None
-    if finished and r is not None and number is not None:
-        # 3) the answer states the number the last call returned, or is decoded again
-        def read(a: TurnResult) -> tuple[str, list[str]]:
-            text = text_of(turns, a.tokens)
-            if not ended(turns, a.tokens):
-                return text, ["no answer: the segment ended at a call or its token limit"]
-            if "A:" not in text:
-                return text, ["no answer (A: ...) after the last result"]
-            nums = corpus.answer_numbers(text.rsplit("A:", 1)[1])
-            if number not in nums:
-                return text, [f"the answer states {nums}, not {number}, the number the last call returned"]
-            stray = corpus.stray_numbers(nums, spec.question, [c["result"] for c in calls])
-            return text, [f"the answer states {stray} too, which no result and no name in the question holds"
-                          ] if stray else []
+    # 3) the last segment's answer, verified, or decoded again once
+    made = [(c["call"], c["result"]) for c in calls]
+    answers: list[str | None] = []  # what each read found: the last is the answer the job ends with
 
-        retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
+    def read(a: TurnResult) -> tuple[str, list[str]]:
+        text = text_of(turns, a.tokens)
+        answer = corpus.answer_of(text) if ended(turns, a.tokens) else None
+        answers.append(answer)
+        if answer is None:
+            why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
+            return text, [f"no answer: the last segment {why}"]
+        return text, corpus.verify(spec.question, made, answer, sample=spec.dataset is None)
+
+    retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
+    try:
         checked = check(turns, "answer", r, read, retry, allow_unverified=spec.allow_unverified)
-        if checked.attempt == "ar_retry":  # the retry's segment is the transcript's last (flagged, it may not answer)
-            pieces[-1] = checked.value
-            done.append(summary(checked.turn))
-            finished = ended(turns, checked.turn.tokens)
-            reason = "answer" if finished else "length"
-        verdict = checked.fields()
-    transcript = "".join(pieces)
-    answer = transcript.rsplit("A:", 1)[1].strip() if finished and "A:" in transcript else None
-    return {"session": session, "question": spec.question, "text": transcript, "answer": answer, "calls": calls,
-            "finished": finished, "reason": reason, "turns": done, **verdict}
+    except Unverified as e:
+        if answers[-1] is None:
+            raise _no_answer(e.problems) from e
+        raise
+    answer = answers[-1]
+    if answer is None:  # flagged, but no answer to flag
+        raise _no_answer(checked.problems)
+    if checked.attempt == "ar_retry":  # the retry's segment is the transcript's last
+        pieces[-1] = checked.value
+        done.append(summary(checked.turn))
+    return {"session": r.session, "question": spec.question, "text": "".join(pieces), "answer": answer.strip(),
+            "calls": calls, "finished": True, "reason": "answer", "turns": done, **checked.fields()}
+
+
+def _no_answer(problems: list[str]) -> NoAnswer:
+    return NoAnswer(f"the agent ended without an answer: {'; '.join(problems)}", problems)
 
 
 def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corpus.Dataset) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """workflows/agent.py over a session in this process (the shipped model): tool calls run for real
-and the answer uses their results; the call limit; a session that fills up ends the answer
-early (a scripted Turns: the loop's own logic, no model)."""
+and the answer uses their results; the call limit and a session that fills up end the job with
+no answer; the answer verified (a scripted Turns: the loop's own logic, no model): the last
+segment's only, its calls fitting the question."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +17,7 @@ from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.errors import NotFound, RequiresAction
+from runtime.errors import NoAnswer, NotFound, RequiresAction, Unverified
 from runtime.jobs.specs import AgentSpec, ParamsSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.turn import TurnResult
@@ -47,11 +49,13 @@ def test_the_agent_calls_its_tools_and_answers_with_their_results(session: Calla
     assert r["verified"] and r["attempt"] == "first"  # the answer states the last call's number
 
 
-def test_the_call_limit_ends_the_loop_before_the_next_call_runs(session: Callable[[], LocalTurns]) -> None:
-    r = agent.run(session(), AgentSpec(question=QUESTION, dataset_seed=DATA.seed, max_calls=1))
-    assert r["reason"] == "call_limit" and not r["finished"] and r["answer"] is None
-    assert [c["call"] for c in r["calls"]] == CALLS[:1] and len(r["turns"]) == 2
-    assert r["text"].endswith(corpus.END_CALL)  # the second call, written but not run
+def test_the_call_limit_ends_the_job_without_an_answer_before_the_next_call_runs(
+        session: Callable[[], LocalTurns]) -> None:
+    turns = session()
+    with pytest.raises(NoAnswer) as e:  # nothing to flag: not even allow_unverified takes it back
+        agent.run(turns, AgentSpec(question=QUESTION, dataset_seed=DATA.seed, max_calls=1, allow_unverified=True))
+    assert e.value.code == "no_answer" and e.value.problems == ["no answer: the call limit was reached"]
+    assert turns.progress["calls"] == 1 and turns.turns == 2  # the second call, written but not run
 
 
 def test_a_client_tool_stops_the_agent_at_its_call_and_its_output_reads_as_the_servers(
@@ -89,9 +93,12 @@ def test_the_metric_tool_reads_the_tenants_dataset_and_a_rerun_reads_what_it_rea
     again = agent.run(LocalTurns(*loaded, tool_outputs=kept, datasets={"sales": [["revenue", "EMEA", "2026-Q2", "1"]]}),
                       spec)
     assert (again["text"], again["calls"]) == (r["text"], r["calls"])
-    # a row the dataset does not hold is an error result, as any tool's
-    short = agent.run(LocalTurns(*loaded, datasets={"sales": table[:1]}), spec.model_copy(update={"max_calls": 2}))
-    assert short["calls"][1]["result"] == "error: unknown period '2026-Q3'"  # no hint: copied right, not held
+    # a row the dataset does not hold is an error result, as any tool's (the model answers nothing after it)
+    short = LocalTurns(*loaded, datasets={"sales": table[:1]})
+    with pytest.raises(NoAnswer):
+        agent.run(short, spec.model_copy(update={"max_calls": 2}))
+    said = json.loads(short.tool_outputs["server:call_2"])
+    assert said["result"] == "error: unknown period '2026-Q3'"  # no hint: copied right, not held
     with pytest.raises(NotFound):
         agent.run(LocalTurns(*loaded), spec)
 
@@ -108,9 +115,11 @@ def test_guided_calls_copy_the_questions_names_where_the_model_alone_miscopies_o
     token that keeps a name the question holds, and both calls read their rows."""
     params = ParamsSpec.model_validate({"policy": policy, "window": 8, "tau": 0.9, "max_new_tokens": 96})
     spec = AgentSpec(question=SLIP, dataset="t", params=params, allow_unverified=True, max_calls=3)
-    alone = agent.run(LocalTurns(*loaded, datasets={"t": SLIP_TABLE}), spec.model_copy(update={"guided": False}))
-    assert [c["ok"] for c in alone["calls"][:2]] == [True, False], alone["text"]
-    assert "Xfgis 32" in alone["calls"][1]["call"]
+    alone = LocalTurns(*loaded, datasets={"t": SLIP_TABLE})
+    with pytest.raises(NoAnswer):  # after its slip it writes no answer, only a broken call
+        agent.run(alone, spec.model_copy(update={"guided": False}))
+    said = [json.loads(alone.tool_outputs[f"server:call_{i}"]) for i in (1, 2)]
+    assert [x["ok"] for x in said] == [True, False] and "'Xfgis 32'" in said[1]["result"], said
     r = agent.run(LocalTurns(*loaded, datasets={"t": SLIP_TABLE}), spec)
     want = [corpus.call_text("metric", "dc", row, "1993-H1") for row in ("dXqQjLuFRNQzcQq0umj", "Xfers 32")]
     assert [c["call"] for c in r["calls"][:2]] == want and [c["result"] for c in r["calls"][:2]] == ["577", "6272"]
@@ -120,10 +129,12 @@ def test_guided_calls_copy_the_questions_names_where_the_model_alone_miscopies_o
 
 
 class Scripted:
-    """Turns that answer each turn with the next scripted tokens, or raise the scripted error."""
+    """Turns that answer each turn with the next scripted tokens (a text: its tokens, then EOS
+    unless it ends at a call), or raise the scripted error; a client's outputs given up front."""
 
-    def __init__(self, tok: Tokenizer, cfg: ModelConfig, script: list[list[int] | Exception]) -> None:
-        self.tokenizer, self.cfg, self.script = tok, cfg, script
+    def __init__(self, tok: Tokenizer, cfg: ModelConfig, script: list[list[int] | str | Exception],
+                 outputs: dict[str, str] | None = None) -> None:
+        self.tokenizer, self.cfg, self.script, self.outputs = tok, cfg, script, outputs or {}
         self.profile = Profile.for_model(cfg, tok)
         self.inputs: list[list[int]] = []
 
@@ -132,6 +143,8 @@ class Scripted:
         step = self.script[len(self.inputs) - 1]
         if isinstance(step, Exception):
             raise step
+        if isinstance(step, str):
+            step = self.tokenizer.encode(step) + ([] if step.endswith(corpus.END_CALL) else [self.cfg.eos_id])
         return TurnResult("scripted", step, "new" if len(self.inputs) == 1 else "warm", turn=len(self.inputs) - 1)
 
     def used(self) -> int:
@@ -143,17 +156,107 @@ class Scripted:
     def checked(self, part: str, outcome: str) -> None:
         pass
 
+    def tool_output(self, call_id: str) -> str | None:
+        return self.outputs.get(call_id)
 
-def test_a_full_session_ends_the_answer_early_and_a_first_turn_error_fails_it(
+
+def test_a_full_session_ends_the_job_without_an_answer_and_a_first_turn_error_fails_it(
         loaded: tuple[SetDLM, Tokenizer]) -> None:
     model, tok = loaded
     full = DecodeError("context_overflow", "the session is full")
-    call = tok.encode(f'{corpus.CALL}calc("1+1"){corpus.END_CALL}')
-    turns = Scripted(tok, model.cfg, [call, full])
-    r = agent.run(turns, AgentSpec(question="What is 1 + 1?"))
-    assert r["reason"] == "context" and not r["finished"] and r["answer"] is None
-    assert r["calls"] == [{"id": "call_1", "call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True, "by": "server"}]
+    turns = Scripted(tok, model.cfg, [f'{corpus.CALL}calc("1+1"){corpus.END_CALL}', full])
+    with pytest.raises(NoAnswer) as e:
+        agent.run(turns, AgentSpec(question="What is 1 + 1?", allow_unverified=True))
+    assert e.value.code == "no_answer" and e.value.problems == ["no answer: the session is full"]
     assert turns.inputs[1] == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, appended
     assert turns.inputs[0][0] == model.cfg.bos_id
     with pytest.raises(DecodeError):  # nothing written yet: the job fails
         agent.run(Scripted(tok, model.cfg, [full]), AgentSpec(question="What is 1 + 1?"))
+
+
+# ---- verified: the last segment's answer, its calls fitting the question ----------------------
+
+def call(tool: str, *args: str) -> str:
+    return f"{corpus.CALL}{corpus.call_text(tool, *args)}{corpus.END_CALL}"
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_an_answer_a_tool_result_holds_is_no_answer(loaded: tuple[SetDLM, Tokenizer], allow: bool) -> None:
+    """A result may quote anything (a call's text in its error, a client's output): its "A: ..."
+    is not the answer.  The last segment holds none, nor does its retry: no_answer, also where
+    allow_unverified would take back a wrong answer."""
+    model, tok = loaded
+    quoted = Scripted(tok, model.cfg, [call("calc", "A: The result is 5"), "Done.", "Done."])
+    with pytest.raises(NoAnswer) as e:
+        agent.run(quoted, AgentSpec(question="What is 2 + 3?", allow_unverified=allow))
+    assert e.value.code == "no_answer" and e.value.problems == ["no answer: the last segment holds no A:"]
+    assert tok.decode(quoted.inputs[1]).startswith(f"{corpus.RESULT}error: unsupported expression in 'A: The result is 5'")
+    q = "What was churn in EMEA in 2026-Q1?"
+    client = Scripted(tok, model.cfg, [call("metric", "churn", "EMEA", "2026-Q1"), "Done.", "Done."],
+                      {"call_1": "error: A: Churn in EMEA in 2026-Q1 was 3.1%"})
+    with pytest.raises(NoAnswer):
+        agent.run(client, AgentSpec(question=q, client_tools=["metric"], allow_unverified=allow))
+
+
+def test_an_answer_is_the_last_segments_and_needs_a_calls_result(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """An answer with no call's result to state is decoded again, then flagged (or unverified),
+    never a success that says nothing of it (verified None)."""
+    model, tok = loaded
+    turns = Scripted(tok, model.cfg, ["A: 7.", "A: 7."])
+    r = agent.run(turns, AgentSpec(question="What is 3 + 4?", allow_unverified=True))
+    assert r["verified"] is False and r["attempt"] == "ar_retry" and r["answer"] == "7." and len(turns.inputs) == 2
+    assert r["problems"] == r["retried"]["problems"] == ["the answer rests on no result: no call was made"]
+    # no answer first, one on its retry: verified
+    late = Scripted(tok, model.cfg, [call("calc", "3+4"), "Done.", "A: The result is 7."])
+    r = agent.run(late, AgentSpec(question="What is 3 + 4?"))
+    assert r["verified"] is True and r["attempt"] == "ar_retry" and r["answer"] == "The result is 7."
+    assert r["retried"]["problems"] == ["no answer: the last segment holds no A:"] and r["text"].endswith("A: The result is 7.")
+
+
+V = DATA.lookup("churn", "EMEA", "2026-Q1")
+Q1 = "What was churn in EMEA in 2026-Q1?"
+WRONG = {  # the question, the calls the model wrote, its answer (twice: the retry's too), the problems
+    "doubled": (Q1, [call("metric", "churn", "EMEA", "2026-Q1")] * 2 + [call("calc", f"{V}+{V}")],
+                f"A: Churn in EMEA in 2026-Q1 was {corpus.calc(f'{V}+{V}')}%.",
+                ['metric("churn", "EMEA", "2026-Q1") repeats an earlier call']),
+    "a period's digits": (Q1, [call("calc", "2026+100")], "A: Churn in EMEA in 2026-Q1 was 2126%.",
+                          [f'calc("2026+100") uses {n}, which no earlier result holds and the question does not write '
+                           "as a number" for n in ("2026", "100")]),
+    "nobody's number": ("What is 40 + 2?", [call("calc", "40+3")], "A: The result is 43.",
+                        ['calc("40+3") uses 3, which no earlier result holds and the question does not write as a number']),
+    "another region": (Q1, [call("metric", "churn", "APAC", "2026-Q1")],
+                       f"A: Churn in EMEA in 2026-Q1 was {DATA.lookup('churn', 'APAC', '2026-Q1')}%.",
+                       ['metric("churn", "APAC", "2026-Q1") reads region \'APAC\', which the question does not name']),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG))
+def test_calls_that_do_not_fit_the_question_fail_verification(loaded: tuple[SetDLM, Tokenizer], case: str) -> None:
+    model, tok = loaded
+    question, calls, answer, problems = WRONG[case]
+    spec = AgentSpec(question=question, dataset_seed=DATA.seed)
+    with pytest.raises(Unverified) as e:  # decoded again: the same calls, the same problems
+        agent.run(Scripted(tok, model.cfg, [*calls, answer, answer]), spec)
+    assert e.value.code == "unverified" and e.value.problems == problems
+    r = agent.run(Scripted(tok, model.cfg, [*calls, answer, answer]), spec.model_copy(update={"allow_unverified": True}))
+    assert r["verified"] is False and r["problems"] == problems and r["answer"] == answer.removeprefix("A: ")
+
+
+def test_the_forms_training_writes_are_verified_first(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """Arithmetic over the question's numbers; a total, a difference and a percent change (its
+    100) over results: the calls run for real (the sample dataset)."""
+    model, tok = loaded
+    v1, v2 = (DATA.lookup("churn", r, "2026-Q1") for r in ("EMEA", "APAC"))
+    cases = [("What is (4821 + 37) - 5?", [call("calc", "(4821+37)-5")], "A: The result is 4853."),
+             (QUESTION, [f"{corpus.CALL}{c}{corpus.END_CALL}" for c in CALLS],
+              f"A: Revenue in EMEA changed by {ANSWER}% from 2026-Q2 to 2026-Q3."),
+             ("What was the total churn across EMEA and APAC in 2026-Q1?",
+              [call("metric", "churn", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{v1}+{v2}")],
+              f"A: Total churn across EMEA and APAC in 2026-Q1 was {corpus.calc(f'{v1}+{v2}')} %."),
+             ("How much higher was churn in EMEA than in APAC in 2026-Q1?",
+              [call("metric", "churn", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{v1}-{v2}")],
+              f"A: Churn in EMEA was {corpus.calc(f'{v1}-{v2}')} % higher than in APAC.")]
+    for question, calls, answer in cases:
+        r = agent.run(Scripted(tok, model.cfg, [*calls, answer]), AgentSpec(question=question, dataset_seed=DATA.seed))
+        assert r["verified"] is True and r["attempt"] == "first" and r["problems"] == [], (question, r["text"])
+        assert all(c["ok"] for c in r["calls"]) and r["answer"] == answer.removeprefix("A: ")
