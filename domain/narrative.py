@@ -1,29 +1,27 @@
 """Dashboard narratives: a metrics payload -> a narrative paragraph, and the checker that reads
-the facts back out of a text.  Deterministic by seed.
+a text back against its payload.  Deterministic by seed.
 
-The payload is a few text lines (the prompt):
+The model never copies a fact: every name, unit, period and number of the payload enters its
+input as a slot token (domain/facts.py), and it writes slot tokens where a fact goes; the runtime
+writes the facts.  The payload as the model reads it (Payload.render):
 
-    tenant: Northwind | period: 2026-Q3 | style: brief
-    revenue: up, 1240 k USD, prev 1105, below target 1300
-    churn: flat, 2.4 %, prev 2.4
-    by region (revenue): EMEA up 400 prev 380; APAC down 300 prev 310
+    tenant: [F1] | period: [F2] | style: brief
+    [F3]: up [F4], [F5] [F6], prev [F7], below target [F8]
+    [F9]: flat, [F10] [F11], prev [F12]
+    by region ([F3]): [F13] up [F14] prev [F15]; [F16] down [F17] prev [F18]
 
-and the narrative (the target) mentions every metric and every breakdown row once, in payload
-order, as a clause "<name> <direction word> ... <value> ... <prev> [... <comparison> ... <target>]".
-Phrasing varies with the style and with random synonyms, but every number, direction (up /
-down / flat: value against prev) and comparison (above / below / on target) is fixed by the
-payload.  Numbers are copied verbatim, never computed: a small model can learn to copy and
-phrase, not to do arithmetic in its head (that is what the agent's calculator is for).
+and the narrative it writes mentions every metric and every breakdown row once, in payload
+order: "[F3] rose [F4] to [F5] [F6] from [F7], below the [F8] target. ..." ("Revenue rose 12.2%
+to 1240 k USD from 1105, below the 1300 target.").  What a number implies is computed here,
+exactly, and given: the trend against prev, the standing against the target, the percent change
+(none from a prev of 0 or below); the model phrases it.  Each payload line gives its facts in
+the order a clause says them, so writing a clause is copying the next slot of its line.
 
-The trend against prev and the standing against target are computed here, exactly, and written
-into the payload text: the runtime does the comparisons (a dashboard payload carries its deltas),
-the model phrases them.  A 1M-parameter model that had to compare two numbers digit by digit
-before writing the direction word got it wrong in about a third of the clauses (run 3 in
-docs/BENCHMARKS.md).  Each payload line gives its fields in the order a
-clause says them, so writing a clause is copying the next field, never searching the line.
-
-The checker splits a text at the names it knows (metrics and breakdown rows) and, per clause,
-reads the numbers in order (value, prev, target), the direction class and the comparison class.
+The narrative's forms (narrative_form: its lead, a clause per metric, the breakdown's sentence,
+each a sequence of choices) are the one source of both the training texts and the checker: a
+text is fully correct only when it is one of them for its payload (read_back), and the reading
+of each clause says what is wrong.  A payload's names may be any text (the API's grammar below):
+no name is ever tokenized for setflow's own models.
 """
 
 from __future__ import annotations
@@ -74,10 +72,6 @@ COMPARISONS: dict[str, tuple[str, ...]] = {"above": ABOVE, "below": BELOW, "on":
 
 
 # ---- the API's grammar (runtime/jobs/specs.py validates payloads with these; wild_payload draws from them)
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9 .&'/-]{0,39}$"  # tenants, breakdown rows, custom metrics: one line, no '|'
-PERIOD_RE = r"^[A-Za-z0-9-]{1,16}$"
-NUMBER_RE = r"^[0-9]{1,9}(\.[0-9]{1,3})?$"  # a number as text: 1-9 digits, up to 3 decimals
-UNIT_RE = r"^[A-Za-z%$/]([A-Za-z%$/ ]{0,14}[A-Za-z%$/])?$"  # a custom metric's unit: 1-16, no digits
 NAME_FIRST = string.ascii_letters + string.digits
 NAME_REST = NAME_FIRST + " .&'/-"
 UNIT_CHARS = string.ascii_letters + "%$/"
@@ -717,8 +711,3 @@ def valid(p: Payload) -> str | None:
     if not 1 <= len(p.metrics) <= MAX_METRICS or (p.breakdown is not None and not 1 <= len(p.breakdown.rows) <= MAX_ROWS):
         return f"1-{MAX_METRICS} metrics, a breakdown of 1-{MAX_ROWS} rows"
     return None
-
-
-NAME_RE_C, PERIOD_RE_C, NUMBER_RE_C, UNIT_RE_C = (re.compile(x) for x in (NAME_RE, PERIOD_RE, NUMBER_RE, UNIT_RE))
-
-

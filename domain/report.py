@@ -1,19 +1,20 @@
 """Report sections: an outline line with its data -> section text; and report templates whose
-holes are filled by infill.  Deterministic by seed.
+holes are filled by infill.  Deterministic by seed.  Facts are slots (domain/facts.py): the
+section's title is its first, then its payload's (narrative.Payload.render).
 
 Section (prompt, then target):
 
-    <section>Customer health
-    tenant: Globex | period: 2026-Q2 | style: formal
-    churn: down, 2.4 %, prev 2.6, above target 2.0
+    <section>[F1]
+    tenant: [F2] | period: [F3] | style: formal
+    [F4]: down [F5], [F6] [F7], prev [F8], above target [F9]
     </section>
-    ## Customer health
-    Churn fell to 2.4 %, compared with 2.6 in the prior period, above its target of 2.0.
+    ## [F1]
+    [F4] fell [F5] to [F6] [F7], compared with [F8] in the prior period, above its target of [F9].
 
-Template (one line per metric, after the payload); the holes are the numbers and the trend and
-target words, marked `<hole>` once per token in the text a user writes:
+Template (one line per metric, after the payload); the holes are the value and prev slots and
+the trend and target words, marked `<hole>` once per token in the text a user writes:
 
-    Churn: <hole><hole><hole> % (<hole>; previous <hole><hole><hole>; target 2.0, <hole>).
+    [F4]: <hole> [F7] (<hole>; previous <hole>; target [F9], <hole>).
 
 Infill fills each hole in place: positions never shift, so the number of tokens per hole is part
 of the template (as in the reference's infill evaluation, where the span length is given).

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from domain.facts import Slots
 from model.params import DecodeError, DecodeParams
 from runtime.errors import BadInput, Unverified
 from runtime.sessions.turn import TurnResult
@@ -39,6 +40,7 @@ class Retry:
     text: str = ""  # the input as rendered, for the session's record
     infill: bool = False
     room: int | None = None  # positions it may take (None: what the model's context has left)
+    facts: Slots | None = None  # the input's slot table (Turns.turn)
 
 
 @dataclass
@@ -88,7 +90,7 @@ def check(turns: Turns, part: str, first: TurnResult, read: Read[T], retry: Retr
         why_not = _no_retry(turns, retry)
         if why_not is None:
             try:
-                r = turns.turn(retry.ids, ar(retry.params), text=retry.text, infill=retry.infill)
+                r = turns.turn(retry.ids, ar(retry.params), text=retry.text, infill=retry.infill, facts=retry.facts)
             except DecodeError as e:  # refused before anything changed
                 if e.code != "context_overflow":
                     raise

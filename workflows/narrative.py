@@ -37,7 +37,8 @@ def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
         c = corpus.read_back(facts, slot_form(profile, facts.slots, written))  # every sentence, every slot
         return (written_out(profile, facts.slots, written), c), problems(c)
 
-    done = check(turns, "narrative", turns.turn(ids, params, text=text_in), read, Retry(ids, params, text_in),
+    done = check(turns, "narrative", turns.turn(ids, params, text=text_in, facts=facts.slots), read,
+                 Retry(ids, params, text_in, facts=facts.slots),
                  allow_unverified=spec.allow_unverified)
     text, c = done.value
     return {"session": done.turn.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,

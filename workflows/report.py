@@ -80,9 +80,10 @@ def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodePar
         c = corpus.read_back(facts, slot_form(profile, facts.slots, written))  # every sentence, every slot
         return (f"## {title}\n" + written_out(profile, facts.slots, written), c), problems(c)
 
-    first = turns.turn(ids, params, text=text_in)
+    first = turns.turn(ids, params, text=text_in, facts=facts.slots)
     took = positions(ids, first)
-    done = check(turns, "section", first, read, Retry(ids, params, text_in, room=None if room is None else room - took),
+    done = check(turns, "section", first, read, Retry(ids, params, text_in, room=None if room is None else room - took,
+                                                      facts=facts.slots),
                  allow_unverified=allow_unverified, label=title)
     took += positions(ids, done.turn) if done.attempt == "ar_retry" else 0
     text, c = done.value
@@ -103,9 +104,9 @@ def figures(turns: Turns, data: corpus.Payload, params: DecodeParams, *, room: i
         return got, [f"{tok.decode(got[a:b])!r} where the data has {tok.decode(answers[a:b])!r}"
                      for a, b in holes if got[a:b] != answers[a:b]]
 
-    first = turns.turn(masked, params, text=text_in, infill=True)
+    first = turns.turn(masked, params, text=text_in, infill=True, facts=slots)
     room_left = None if room is None else room - positions(masked, first, infill=True)
-    done = check(turns, "figures", first, read, Retry(masked, params, text_in, infill=True, room=room_left),
+    done = check(turns, "figures", first, read, Retry(masked, params, text_in, infill=True, room=room_left, facts=slots),
                  allow_unverified=allow_unverified)
     body = written_out(turns.profile, slots, tok.decode(done.value, skip_special=True).split("fill: ", 1)[-1].strip())
     return {"markdown": body, "exact": done.value == answers, **summary(done.turn), **done.fields()}

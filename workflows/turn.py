@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
+from domain.facts import Slots
 from model.config import ModelConfig
 from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
@@ -37,9 +38,11 @@ class Turns(Protocol):
         the profile beside its weights, or its default)."""
         ...
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         """Append `ids` to the session and decode after them (infill: `ids` holds mask_id at
-        holes, decoded in place); text: the input as rendered, for the session's record."""
+        holes, decoded in place); text: the input as rendered, for the session's record; facts:
+        the input's slot table, so that what watchers see of each step has its facts written out."""
         ...
 
     def used(self) -> int:

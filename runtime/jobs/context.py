@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from domain.facts import Slots
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.profiles import Profile
@@ -131,7 +132,8 @@ class JobContext:
             raise BadInput(f"a {self.job.kind!r} job runs on a session")
         return self.job.session_id
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         """One engine turn on the job's session as this job's next step; the step is committed
         (SQL) when it returns.  infill: ids holds mask ids at holes, decoded in place (Engine.turn)."""
         session, step = self._session(), self.step
@@ -149,8 +151,10 @@ class JobContext:
                 if isinstance(ev, TurnResult):
                     result = ev
                     break
-                # pieces: each token's text, so a watcher (the web page) can show it at its position
+                # pieces: each token's text (a slot's fact written out), so a watcher (the web page)
+                # can show it at its position
                 pieces = [self.tokenizer.decode([t], skip_special=True) for t in ev.tokens]
+                pieces = [facts.lexicalise(x) for x in pieces] if facts is not None else pieces
                 self.tick({"type": "step", "turn": step, "step": ev.step, "positions": ev.positions,
                            "tokens": ev.tokens, "pieces": pieces, "cut": ev.cut, "nfe": ev.nfe})
         if result is None:

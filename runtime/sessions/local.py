@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from domain.facts import Slots
 from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
@@ -41,7 +42,8 @@ class LocalTurns:
         self.tool_outputs = dict(tool_outputs or {})
         self.datasets = dict(datasets or {})
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         """One turn, as Engine.turn decodes it: `ids` appended and decoded after (infill: ids holds
         mask_id at holes, decoded in place).  text is not kept (the engine keeps it in SQL).
         BadInput for an empty input or a bad infill input, DecodeError past the model's context;

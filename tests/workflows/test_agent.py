@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from domain import agent as corpus
+from domain.facts import Slots
 from model.config import ModelConfig
 from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
@@ -138,7 +139,8 @@ class Scripted:
         self.profile = Profile.for_model(cfg, tok)
         self.inputs: list[list[int]] = []
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         self.inputs.append(ids)
         step = self.script[len(self.inputs) - 1]
         if isinstance(step, Exception):

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from domain import agent as agent_corpus
+from domain.facts import Slots
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.profiles import Profile
@@ -56,7 +57,8 @@ class Wrong(LocalTurns):
         self.wrong, self.old, self.new = wrong, old, new
         self.calls: list[tuple[list[int], DecodeParams, bool]] = []
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         self.calls.append((ids, params, infill))
         r = super().turn(ids, params, text=text, infill=infill)
         if r.turn in self.wrong:
@@ -164,7 +166,8 @@ class Scripted:
         self.inputs: list[tuple[list[int], DecodeParams]] = []
         self.checks: list[tuple[str, str]] = []
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         self.inputs.append((ids, params))
         out = self.tokenizer.encode(self.script[len(self.inputs) - 1])
         end = self.tokenizer.token_id(agent_corpus.END_CALL)
@@ -245,7 +248,8 @@ def test_a_job_rerun_after_its_retry_replays_both_turns_and_counts_the_outcome_o
     class WrongFirst(JobContext):
         """The job's first step reads wrong (as Wrong's turn 0), on every attempt."""
 
-        def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+        def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+                 facts: Slots | None = None) -> TurnResult:
             step, r = self.step, super().turn(ids, params, text=text, infill=infill)
             if step == 0:
                 r.tokens = tok.encode(tok.decode(r.tokens).replace("1240", "1250"))

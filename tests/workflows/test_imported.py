@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from domain import agent as corpus
+from domain.facts import Slots
 from model import profiles, shipped
 from model.importer import import_checkpoint
 from model.params import DecodeParams
@@ -67,7 +68,8 @@ class Scripted(LocalTurns):
         self.script = script
         self.asked: list[tuple[list[int], DecodeParams]] = []
 
-    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False) -> TurnResult:
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
         self.asked.append((ids, params))
         return TurnResult("scripted", self.script[len(self.asked) - 1], "warm", turn=len(self.asked) - 1)
 
