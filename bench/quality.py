@@ -56,7 +56,7 @@ from model import checkpoint, shipped
 from model.corpus import mixture
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.errors import BadInput
+from runtime.errors import BadInput, NoAnswer
 from runtime.jobs.plans import section_payload
 from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, ReportSpec
 from runtime.sessions.local import LocalTurns
@@ -209,7 +209,10 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset
         source = {"dataset": "ood"}
         tables = {"ood": [[*k, v] for k, v in data.values.items()]}
     spec = AgentSpec(question=task.question, params=params, allow_unverified=True, guided=guided, **source)
-    r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
+    try:
+        r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
+    except NoAnswer:  # a job without an answer fails (no_answer): not correct, and no success
+        return Outcome(ok=False, tool_ok=False, wrong=False, generated=0, nfe=0, seconds=0.0)
     c = agent.check(task, r["text"])  # the answer against the one the data fixes: an independent reading
     retried = r["attempt"] == "ar_retry"
     turns = r["turns"][:-1] if retried else r["turns"]  # the retry is the last turn
