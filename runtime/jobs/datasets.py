@@ -4,18 +4,19 @@ Uploaded as JSON rows or CSV (header metric,region,period,value), checked whole 
 is written, and replaced whole by the next upload of the same name.
 
 The model asks in its own words: a call is `metric("<metric>", "<region>", "<period>")` with the
-names copied from the question (the shipped model is fine-tuned on names of any characters the
-API's grammar allows: domain/agent.py wild_task).  Names are kept as the runtime compares
-them (domain/narrative.py canonical: no spaces at the ends, none doubled), as an agent's
-question is.  A value is a number as the tools write one (the model reads it as it read their
-results in training).
+names copied from the question.  A name is any text in any script, as a payload's
+(runtime/jobs/specs.py name_text), but of at most MAX_KEY characters and with no quote, < or >
+(a call's argument cannot hold a quote, nor a question < or >).  Names are kept as the runtime
+compares them (domain/narrative.py clean_name: NFC, no spaces at the ends, none doubled), as an
+agent's question is.  A value is a JSON number or a string of one, as a payload's (number_text:
+negative allowed, 15 significant digits, 6 decimals), kept as the tools write it (the model
+reads it as it read their results in training).
 No torch here: the API process imports this."""
 
 from __future__ import annotations
 
 import csv
 import io
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,16 +24,17 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from domain.narrative import canonical
+from domain.narrative import clean_name, number_text
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
+from runtime.jobs.specs import name_text
 from runtime.tables import DatasetRecord
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"  #: a dataset's name
 MAX_ROWS = 10_000
 COLUMNS = ("metric", "region", "period", "value")
-_KEY = re.compile(r'^[^"<>\x00-\x1f]{1,64}$')  # what a call's quoted argument can hold
-_VALUE = re.compile(r"^-?[0-9]{1,15}(?:\.[0-9]{1,6})?$")  # the number part of the tools' result grammar
+MAX_KEY = 64  # characters of a metric, region or period: what a call's argument holds (workflows/tools.py MetricArgs)
+_NOT_IN_CALL = '"<>'  # a call's argument is quoted; a question holds no markup
 
 
 def parse_json(body: Any) -> list[list[str]]:
@@ -40,11 +42,11 @@ def parse_json(body: Any) -> list[list[str]]:
     first bad row."""
     if not isinstance(body, dict) or set(body) != {"rows"} or not isinstance(body["rows"], list):
         raise BadInput('a dataset is {"rows": [{"metric": .., "region": .., "period": .., "value": ..}, ...]}')
-    rows = []
+    rows: list[list[Any]] = []
     for i, r in enumerate(body["rows"]):
         if not isinstance(r, dict) or set(r) != set(COLUMNS):
             raise BadInput(f"row {i}: needs exactly the fields {', '.join(COLUMNS)}")
-        rows.append([r[c] if isinstance(r[c], str) else _number(r[c], i) for c in COLUMNS])
+        rows.append([r[c] if c == "value" or isinstance(r[c], str) else _name(r[c], i) for c in COLUMNS])
     return check(rows)
 
 
@@ -65,13 +67,30 @@ def parse_csv(text: str) -> list[list[str]]:
     return check(rows)
 
 
-def _number(v: Any, i: int) -> str:
+def _name(v: Any, i: int) -> str:
+    """A name sent as a JSON number (a period 2026): its text."""
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise BadInput(f"row {i}: every field is a string (or the value a number)")
+        raise BadInput(f"row {i}: a metric, region or period is a string, a value a number or a string")
     return str(v)
 
 
-def check(rows: list[list[str]]) -> list[list[str]]:
+def _key(what: str, v: str, i: int) -> str:
+    """A name as a question and a call hold it (name_text: NFC, canonical spaces); BadInput why not."""
+    if len(clean_name(v)) > MAX_KEY:
+        raise BadInput(f"row {i}: {what} {v!r}: a name here is 1-{MAX_KEY} characters (a tool call's argument), "
+                       f"got {len(clean_name(v))}")
+    try:
+        name = name_text(v)
+    except ValueError as e:
+        raise BadInput(f"row {i}: {what} {v!r}: {e}") from None
+    bad = sorted({c for c in name if c in _NOT_IN_CALL})
+    if bad:
+        raise BadInput(f"row {i}: {what} {v!r}: a name here holds no {' or '.join(bad)} (a tool call quotes "
+                       "its names, and a question holds no < or >)")
+    return name
+
+
+def check(rows: list[list[Any]]) -> list[list[str]]:
     """1..MAX_ROWS rows; names a call can hold; numbers as the tools write them; each
     (metric, region, period) once."""
     if not 1 <= len(rows) <= MAX_ROWS:
@@ -79,16 +98,14 @@ def check(rows: list[list[str]]) -> list[list[str]]:
     seen: set[tuple[str, ...]] = set()
     out = []
     for i, (metric, region, period, value) in enumerate(rows):
-        for what, v in (("metric", metric), ("region", region), ("period", period)):
-            if not _KEY.fullmatch(v) or not canonical(v):
-                raise BadInput(f"row {i}: {what} {v!r} must be 1..64 characters, not only spaces, without "
-                               "quotes, <, > or control characters")
-        if not _VALUE.fullmatch(value):
-            raise BadInput(f"row {i}: value {value!r} is not a number as the tools write one (e.g. 512, -2.4)")
-        key = (canonical(metric), canonical(region), canonical(period))  # as a question names them
+        key = (_key("metric", metric, i), _key("region", region, i), _key("period", period, i))  # as a question names them
+        try:
+            value = number_text(value)
+        except ValueError as e:
+            raise BadInput(f"row {i}: value {value!r} is not a number as the tools write one: {e}") from None
         if key in seen:
-            raise BadInput(f"row {i}: ({', '.join(key)}) is in the dataset twice (names compare without "
-                           "the spaces at their ends, runs of spaces as one)")
+            raise BadInput(f"row {i}: ({', '.join(key)}) is in the dataset twice (names compare in NFC, "
+                           "without the spaces at their ends, runs of spaces as one)")
         seen.add(key)
         out.append([*key, value])
     return out

@@ -4,14 +4,24 @@ worker, which must not trust a stored payload).  No torch here: the API process 
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from domain import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
 from domain import narrative as corpus  # plain Python: the payload's vocabulary, no torch
-from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token, no torch
+from domain.facts import SLOT  # plain Python: a fact slot's text, no torch
+from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS  # plain Python: text that encodes to a control token
 from runtime.errors import BadInput
 
 HOLE = "<hole>"  # one masked token in an infill text
@@ -30,10 +40,41 @@ def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
             raise ValueError(f"{special} is a control token, not text" + (
                 f" (write a hole as {HOLE})" if special == "[MASK]" else ""))
     return v
-# the payload's grammar is the corpus's (domain/narrative.py): what the API accepts is what
-# the shipped model's training data is drawn from (narrative.wild_payload), and what it checks
-_NUMBER = re.compile(corpus.NUMBER_RE)
-_NAME = re.compile(corpus.NAME_RE)  # tenant, breakdown rows, custom metrics: one line, no '|'
+
+
+# ---- names and numbers: the API's grammar (domain/narrative.py), as a client sends them ----------
+
+def name_text(v: str) -> str:
+    """A name as the runtime passes it on: NFC, no spaces at its ends, none doubled
+    (corpus.clean_name); ValueError saying why it is none (corpus.name_problem: 1-MAX_NAME
+    characters, no control character).  A name enters setflow's models as a slot, never as
+    text, but a model that reads facts as text (an imported one: Profile.facts "text") reads
+    it, so it spells no control token, markup or fact slot either."""
+    name = corpus.clean_name(v)
+    if not name.strip():  # spaces of any kind: U+0020 are dropped, others (U+00A0, U+3000) kept
+        raise ValueError(f"a name has more than spaces, got {v!r}")
+    why = corpus.name_problem(name)
+    if why is not None:
+        raise ValueError(why)
+    for token in (*SPECIAL_TOKENS, *MARKUP_TOKENS):
+        if token in name:
+            raise ValueError(f"{token} is a control token of the model, not text: a name does not hold it")
+    slot = SLOT.search(name)
+    if slot is not None:
+        raise ValueError(f"{slot[0]} is a fact slot of the model, not text: a name does not hold it")
+    return name
+
+
+#: a name: any text of 1-80 characters in any script (tenants, metrics, units, periods, rows, titles)
+Name = Annotated[str, AfterValidator(name_text), WithJsonSchema({
+    "type": "string", "minLength": 1, "maxLength": corpus.MAX_NAME,
+    "description": f"any text of 1-{corpus.MAX_NAME} characters without control characters; passed on in "
+                   "NFC, without spaces at its ends or doubled"})]
+#: a number: a JSON number or a string of one (corpus.number_text), passed on as a string
+Number = Annotated[str, BeforeValidator(corpus.number_text), WithJsonSchema({
+    "anyOf": [{"type": "string"}, {"type": "number"}],
+    "description": f"a JSON number or a string like \"-1240.5\": at most {corpus.MAX_DIGITS} significant digits "
+                   f"and {corpus.MAX_DECIMALS} decimals, no thousands separator; passed on as a string"})]
 
 
 class ParamsSpec(BaseModel):
@@ -116,31 +157,16 @@ class InfillSpec(_Tuned):
 
 # ---- the dashboard payload (narratives and reports) -------------------------------------------
 
-def _canonical(v: str | None) -> str | None:
-    """A name as the runtime writes, checks and looks it up (corpus.canonical: no spaces at its
-    ends, none doubled); the pattern has matched it before."""
-    return None if v is None else corpus.canonical(v)
-
-
-def _number(v: str | None) -> str | None:
-    if v is not None and not _NUMBER.fullmatch(v):
-        raise ValueError(f"a number as text, like 1240 or 2.4, got {v!r}")
-    return v
-
-
 class MetricSpec(BaseModel):
     """A built-in metric by its `key`, or a dashboard's own by its display `name` and `unit`."""
 
     model_config = ConfigDict(extra="forbid")
     key: Literal[tuple(corpus.METRIC)] | None = None  # type: ignore[valid-type]
-    name: str | None = Field(default=None, pattern=corpus.NAME_RE)
-    unit: str | None = Field(default=None, pattern=corpus.UNIT_RE)
-    value: str
-    prev: str
-    target: str | None = None
-
-    _numbers = field_validator("value", "prev", "target")(classmethod(lambda cls, v: _number(v)))
-    _name = field_validator("name", "unit")(classmethod(lambda cls, v: _canonical(v)))
+    name: Name | None = None
+    unit: Name | None = None
+    value: Number
+    prev: Number
+    target: Number | None = None
 
     @model_validator(mode="after")
     def _builtin_or_custom(self) -> MetricSpec:
@@ -160,32 +186,19 @@ class MetricSpec(BaseModel):
 class BreakdownSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["region", "segment"]
-    metric: str  # the key or custom name of one of the payload's metrics
-    rows: list[tuple[str, str, str]] = Field(min_length=1, max_length=4)  # (name, value, prev)
-
-    _metric = field_validator("metric")(classmethod(lambda cls, v: _canonical(v)))
-
-    @field_validator("rows")
-    @classmethod
-    def _rows(cls, rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-        for name, value, prev in rows:
-            if not _NAME.fullmatch(name):
-                raise ValueError(f"a row name is 1-40 letters, digits, spaces or .&'/-, got {name!r}")
-            _number(value), _number(prev)
-        return [(corpus.canonical(name), value, prev) for name, value, prev in rows]
+    metric: Name  # the key or custom name of one of the payload's metrics
+    rows: list[tuple[Name, Number, Number]] = Field(min_length=1, max_length=corpus.MAX_ROWS)  # (name, value, prev)
 
 
 class PayloadSpec(BaseModel):
     """A dashboard's numbers: what a narrative or a report section is written from."""
 
     model_config = ConfigDict(extra="forbid")
-    tenant: str = Field(pattern=corpus.NAME_RE)
-    period: str = Field(pattern=corpus.PERIOD_RE)
+    tenant: Name
+    period: Name
     style: Literal["brief", "formal", "casual"] = "formal"
-    metrics: list[MetricSpec] = Field(min_length=1, max_length=4)
+    metrics: list[MetricSpec] = Field(min_length=1, max_length=corpus.MAX_METRICS)  # each with an optional target
     breakdown: BreakdownSpec | None = None
-
-    _tenant = field_validator("tenant")(classmethod(lambda cls, v: _canonical(v)))
 
     @model_validator(mode="after")
     def _consistent(self) -> PayloadSpec:
@@ -196,10 +209,14 @@ class PayloadSpec(BaseModel):
             raise ValueError(f"the breakdown's metric {self.breakdown.metric!r} is not among the metrics")
         # the narrative names each metric (by its display name) and each row once: the checker
         # finds each clause by its name
-        names = [f.name for f in self.to_payload().facts()]
+        p = self.to_payload()
+        names = [f.name for f in p.facts()]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"each metric and breakdown row needs a name of its own; named twice: {twice}")
+        why = corpus.valid(p)  # the spec's rules are the grammar's: never, unless the two drift apart
+        if why is not None:
+            raise ValueError(f"outside the payload grammar: {why}")
         return self
 
     def to_payload(self) -> corpus.Payload:
@@ -223,7 +240,10 @@ class NarrativeSpec(_Tuned):
 
     model_config = ConfigDict(extra="forbid")
     payload: PayloadSpec
-    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=256)
+    #: max_new_tokens: the longest narrative the forms write for MAX_METRICS metrics and MAX_ROWS
+    #: rows, in slot form, is 384 tokens and its EOS (the shipped tokenizer with the slots; its
+    #: prompt 291): 512 cuts no narrative the checker could pass
+    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=512)
     #: a narrative that fails its checker, also after the greedy AR retry, comes back flagged
     #: (`verified: false`, its problems) instead of failing the job with "unverified"
     allow_unverified: bool = False
@@ -235,7 +255,7 @@ class AgentSpec(_Tuned):
     `client_tools`); each decoding segment (up to a tool call, or the answer) is a turn."""
 
     model_config = ConfigDict(extra="forbid")
-    question: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f<>]+$")
+    question: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f\x7f-\x9f<>]+$")
     dataset_seed: int = Field(default=2026, ge=0, lt=2**31)
     max_calls: int = Field(default=6, ge=0, le=8)
     #: per segment (a call, or the answer): an answer restates the question's names, spelled
@@ -258,14 +278,18 @@ class AgentSpec(_Tuned):
     #: holds (or 100), so it is copied, never miscopied (False: the model's tokens as they are)
     guided: bool = True
 
-    # the names in a question as a dataset's rows hold them (corpus.canonical): no spaces (U+0020)
-    # at its ends, a run of them one
+    # the names in a question as a dataset's rows hold them (corpus.clean_name): NFC, no spaces
+    # (U+0020) at its ends, a run of them one; in any script.  The model reads it as text: no
+    # control token (_plain; markup is refused by the pattern's <>), no fact slot's text either
     @field_validator("question")
     @classmethod
     def _question(cls, v: str) -> str:
-        v = corpus.canonical(_plain(v))
+        v = corpus.clean_name(_plain(v))
         if not v:
             raise ValueError("a question has more than spaces")
+        slot = SLOT.search(v)
+        if slot is not None:
+            raise ValueError(f"{slot[0]} is a fact slot of the model, not text")
         return v
 
     @field_validator("client_tools")
@@ -284,16 +308,13 @@ class AgentSpec(_Tuned):
 
 class SectionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(min_length=1, max_length=60, pattern=r"^[^\x00-\x1f<>]+$")
-    metrics: list[str] = Field(min_length=1, max_length=2)  # keys or custom names of the report data's metrics
-
-    _plain_title = field_validator("title")(classmethod(lambda cls, v: _plain(v)))
+    title: Name
+    metrics: list[Name] = Field(min_length=1, max_length=2)  # keys or custom names of the report data's metrics
 
     @field_validator("metrics")
     @classmethod
     def _once(cls, v: list[str]) -> list[str]:
-        v = [corpus.canonical(m) for m in v]  # as the data's metrics name themselves
-        if len(set(v)) != len(v):
+        if len(set(v)) != len(v):  # names as the data's metrics name themselves (Name: NFC, canonical)
             raise ValueError("each metric at most once per section")
         return v
 
@@ -304,11 +325,14 @@ class ReportSpec(_Tuned):
     numbers and words are filled by infill."""
 
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f<>]+$")
+    title: Name
     data: PayloadSpec
     outline: list[SectionSpec] = Field(min_length=1, max_length=6)
     summary: bool = True
-    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
+    #: max_new_tokens, per section: the longest body the forms write for a section's 2 metrics
+    #: and a MAX_ROWS-row breakdown is 206 tokens and its EOS (without a breakdown: 67); 216 keeps
+    #: a 6-section report of 8 metrics, 2 a section, in 2048 positions (2042 with its key figures)
+    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=216)
     infill_params: ParamsSpec = _defaults(policy="set", window=8, tau=0.7)
     #: a section or the key figures failing their checker, also after the greedy AR retry, come
     #: back flagged (`verified: false`, their problems) instead of failing the job with "unverified"

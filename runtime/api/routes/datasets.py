@@ -23,7 +23,8 @@ router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 Name = Annotated[str, Path(pattern=datasets.NAME)]
 
 _ROW = {"type": "object", "additionalProperties": False, "required": list(datasets.COLUMNS),
-        "properties": {c: {"type": "string"} for c in datasets.COLUMNS}}
+        "properties": {c: {"type": "string"} if c != "value" else {"anyOf": [{"type": "string"}, {"type": "number"}]}
+                       for c in datasets.COLUMNS}}
 _BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"type": "object", "additionalProperties": False, "required": ["rows"],
                                     "properties": {"rows": {"type": "array", "items": _ROW, "minItems": 1,

@@ -5,10 +5,12 @@ dataset the tenant has not is refused at submission."""
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 import pytest
 
+from runtime.jobs.specs import AgentSpec
 from tests.runtime.api.conftest import ACME, AGENT, GLOBEX, Api
 
 ROWS = [{"metric": "revenue", "region": "EMEA", "period": "2026-Q2", "value": "500"},
@@ -38,10 +40,23 @@ def test_a_dataset_is_uploaded_replaced_listed_read_and_deleted(api: Api) -> Non
 BAD: list[tuple[str, dict[str, Any], int, str]] = [
     ("a duplicate key", {"json": {"rows": ROWS + ROWS[:1]}}, 422, "twice"),
     ("a key twice but for spaces", {"json": {"rows": ROWS + [{**ROWS[0], "region": " EMEA  "}]}}, 422, "twice"),
-    ("a name of spaces only", {"json": {"rows": [{**ROWS[0], "region": "   "}]}}, 422, "not only spaces"),
+    ("a key twice but for NFC", {"json": {"rows": [{**ROWS[0], "region": "Köln"}, {**ROWS[0], "region": "Ko\u0308ln"}]}},
+     422, "twice"),
+    ("a name of spaces only", {"json": {"rows": [{**ROWS[0], "region": "   "}]}}, 422, "more than spaces"),
+    ("a name of 65 characters", {"json": {"rows": [{**ROWS[0], "metric": "u\u0308" * 65}]}}, 422,
+     "1-64 characters (a tool call's argument), got 65"),
+    ("a control character", {"json": {"rows": [{**ROWS[0], "period": "2026\u0085Q3"}]}}, 422, "U+0085"),
+    ("a control token", {"json": {"rows": [{**ROWS[0], "region": "[EOS]"}]}}, 422, "[EOS] is a control token"),
     ("a value that is no number", {"json": {"rows": [{**ROWS[0], "value": "12k"}]}}, 422, "not a number"),
-    ("an exponent", {"json": {"rows": [{**ROWS[0], "value": 1e20}]}}, 422, "not a number"),
-    ("a quote in a name", {"json": {"rows": [{**ROWS[0], "region": 'E"MEA'}]}}, 422, "without quotes"),
+    ("an exponent", {"json": {"rows": [{**ROWS[0], "value": 1e20}]}}, 422, "15 significant digits, got 21"),
+    ("7 decimals", {"json": {"rows": [{**ROWS[0], "value": "0.1234567"}]}}, 422, "6 decimals, got 7"),
+    ("a thousands separator", {"json": {"rows": [{**ROWS[0], "value": "1,240.5"}]}}, 422, "like 1240.5"),
+    ("a CSV thousands separator", {"content": 'metric,region,period,value\nrev,EMEA,Q3,"1 240"\n',
+                                   "headers": {"Content-Type": "text/csv"}}, 422, "thousands separator"),
+    ("a boolean value", {"json": {"rows": [{**ROWS[0], "value": True}]}}, 422, "a JSON number or a string"),
+    ("a boolean name", {"json": {"rows": [{**ROWS[0], "period": False}]}}, 422, "a metric, region or period is a string"),
+    ("a quote in a name", {"json": {"rows": [{**ROWS[0], "region": 'E"MEA'}]}}, 422, 'holds no "'),
+    ("markup in a name", {"json": {"rows": [{**ROWS[0], "region": "<b>EMEA"}]}}, 422, "holds no < or >"),
     ("a missing field", {"json": {"rows": [{"metric": "a", "region": "b", "period": "c"}]}}, 422, "exactly the fields"),
     ("no rows", {"json": {"rows": []}}, 422, "1..10000 rows"),
     ("not an object", {"json": [1, 2]}, 422, "a dataset is"),
@@ -64,6 +79,28 @@ def test_a_bad_upload_says_why_and_writes_nothing(api: Api, what: str, kwargs: d
     r = api.http.put("/v1/datasets/sales", headers=headers, **kwargs)
     assert r.status_code == status and reason in r.json()["error"]["message"], (what, r.text)
     assert api.snapshot() == before and api.http.get("/v1/datasets/sales", headers=ACME).json()["data"] == rows
+
+
+def test_names_in_any_script_and_json_numbers_are_taken(api: Api) -> None:
+    """Names in any script and with signs (but for a quote, < and >), sent decomposed, kept in
+    NFC; a value a JSON number or a string, negative too, kept as the string it writes; an agent
+    asks about them in its own script."""
+    rows = [{"metric": "Umsatz", "region": "Ko\u0308ln (Innenstadt) & Bonn", "period": "Q3/2026", "value": -1240.5},
+            {"metric": "売上高", "region": "東京", "period": "2026年第3四半期", "value": 980},
+            {"metric": "الإيرادات", "region": "الرياض", "period": 2026, "value": "-0.000001"},
+            {"metric": "x" * 64, "region": "São Paulo | SP", "period": "FY26", "value": "123456789012345"}]
+    r = api.http.put("/v1/datasets/welt", json={"rows": rows}, headers=ACME)
+    assert r.status_code == 200 and r.json()["rows"] == 4, r.text
+    assert api.http.get("/v1/datasets/welt", headers=ACME).json()["data"] == [
+        ["Umsatz", "Köln (Innenstadt) & Bonn", "Q3/2026", "-1240.5"], ["売上高", "東京", "2026年第3四半期", "980"],
+        ["الإيرادات", "الرياض", "2026", "-0.000001"], ["x" * 64, "São Paulo | SP", "FY26", "123456789012345"]]
+    for question in ("2026年第3四半期の東京の売上高はいくらでしたか？", "ما هي الإيرادات في الرياض في 2026؟",
+                     "Wie hoch war der Umsatz in Ko\u0308ln (Innenstadt) & Bonn im Q3/2026?"):
+        r = api.http.post("/v1/jobs", json={"kind": "agent", "spec": {"question": question, "dataset": "welt"}},
+                          headers=ACME)
+        assert r.status_code == 202, r.text
+        stored = api.svc.jobs.get(r.json()["id"], "acme").spec
+        assert AgentSpec.model_validate(stored).question == unicodedata.normalize("NFC", question)  # as the worker reads it
 
 
 def test_an_agent_job_names_a_dataset_its_tenant_has(api: Api) -> None:

@@ -216,7 +216,7 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("POST", "/v1/jobs", {"kind": "poem", "spec": {}}, "kind"),
     ("POST", "/v1/jobs", {"kind": "narrative"}, "spec"),
     ("POST", "/v1/jobs", {"kind": "narrative", "spec": {**NARRATIVE, "payload": {**NARRATIVE["payload"],
-                                                                                  "period": "Q3 2026!"}}},
+                                                                                  "period": "Q3\t2026"}}},
      "payload.period"),
     ("POST", "/v1/jobs", {"kind": "agent", "spec": {"question": ""}}, "question"),
     ("POST", "/v1/jobs", {"kind": "report", "spec": {**REPORT, "outline": []}}, "outline"),
