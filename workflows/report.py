@@ -7,6 +7,7 @@ that fails is decoded again, greedy AR, where the plan leaves room for it)."""
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from typing import Any
 
 from domain import narrative as corpus
@@ -17,6 +18,7 @@ from runtime.jobs.plans import (
     report_template,
     section_input,
     section_payload,
+    section_tokens,
     slot_form,
     written_out,
 )
@@ -73,7 +75,8 @@ def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodePar
     session's id and the positions it took."""
     profile = turns.profile
     ids, text_in, facts = section_input(turns.tokenizer, title, payload, profile)
-    params = with_stops(turns, params)
+    params = with_stops(turns, replace(params, max_new_tokens=section_tokens(turns.tokenizer, facts, params.max_new_tokens,
+                                                                             profile)))
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
         written = text_of(turns, r.tokens).strip()

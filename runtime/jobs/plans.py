@@ -72,6 +72,22 @@ def section_input(tok: Tokenizer, title: str, payload: corpus.Payload, profile: 
     return profile.render("report", prompt, tok) + tok.encode(head), prompt + head, r
 
 
+def longest(tok: Tokenizer, form: corpus.Form, profile: Profile, slots: Slots) -> int:
+    """Tokens of the longest text `form` writes, as the profile's model writes it, with its EOS: an
+    upper bound (each choice's longest alternative encoded alone, and a few for merges that differ
+    across the joins).  A part never needs more; a report plans each section with no more."""
+    return sum(max(len(tok.encode(readable(profile, slots, a))) for a in alts) for alts in form) + 1 + LONGEST_SLACK
+
+
+LONGEST_SLACK = 8  # tokens: a text encoded whole may split otherwise at a join than its pieces alone
+
+
+def section_tokens(tok: Tokenizer, facts: corpus.Rendered, cap: int, profile: Profile = DEFAULT) -> int:
+    """What a section may decode: the report's max_new_tokens, or less where its longest body is
+    shorter (a report of six sections, one of them with 12 breakdown rows, then fits the context)."""
+    return min(cap, longest(tok, corpus.narrative_form(facts), profile, facts.slots))
+
+
 def narrative_input(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT
                     ) -> tuple[list[int], str, corpus.Rendered]:
     """A narrative's prompt: the profile's `narrative` format around the payload (ids, the text
@@ -106,8 +122,8 @@ def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int, profile:
 
 def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
     """Positions the job appends to its session at most (inputs + tokens it may decode); 0 for
-    kinds whose length depends on what the model writes (an agent's tool results: the agent
-    ends early, with reason "context", where its session is full)."""
+    kinds whose length depends on what the model writes (an agent's tool results: an agent
+    whose session fills up before its answer fails with code "no_answer")."""
     if isinstance(spec, ReportSpec):
         return sum(report_parts(spec, tok, profile))
     if isinstance(spec, NarrativeSpec):
@@ -122,11 +138,12 @@ def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAUL
 
 def report_parts(spec: ReportSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> list[int]:
     """Positions each part of a report appends at most, in order: each section (its input and
-    max_new_tokens), then the key figures if `summary` (the template: its holes are inside it)."""
+    section_tokens), then the key figures if `summary` (the template: its holes are inside it)."""
     data = spec.data.to_payload()
-    parts = [len(section_input(tok, s.title, section_payload(data, list(s.metrics)), profile)[0])
-             + spec.params.max_new_tokens
-             for s in spec.outline]
+    parts = []
+    for s in spec.outline:
+        ids, _, facts = section_input(tok, s.title, section_payload(data, list(s.metrics)), profile)
+        parts.append(len(ids) + section_tokens(tok, facts, spec.params.max_new_tokens, profile))
     return parts + ([len(report_template(tok, data, 0, profile)[0])] if spec.summary else [])
 
 

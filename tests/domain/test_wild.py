@@ -278,10 +278,17 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
             assert len(ids) + narrative <= 2048
             p = _largest(style, 2, m, r)
             ids, _, rendered = plans.section_input(tok, "Title", p)
-            longest["section"] = max(longest["section"], len(tok.encode(_longest(tok, corpus.narrative_form(rendered)))))
+            body = len(tok.encode(_longest(tok, corpus.narrative_form(rendered))))
+            longest["section"] = max(longest["section"], body)
+            assert body + 1 <= plans.section_tokens(tok, rendered, 10**6)  # what a report plans a section for holds it
     assert longest["narrative"] + 1 <= narrative and longest["section"] + 1 <= section, longest  # + EOS
     keys = list(corpus.METRIC)[:corpus.MAX_METRICS]
     data = PayloadSpec.of(Payload("Acme", "2026-Q3", "formal", [Metric(k, "1240.5", "1105.25", "1") for k in keys]))
+    report = ReportSpec.model_validate({"title": "Q3", "data": data.model_dump(), "outline": [
+        {"title": f"Part {i}", "metrics": keys[2 * i % 8: 2 * i % 8 + 2]} for i in range(6)]})
+    assert sum(plans.report_parts(report, tok)) <= 2048
+    # ... and with a breakdown of MAX_ROWS rows: each section is planned for its own longest body
+    data = PayloadSpec.of(_largest("formal", corpus.MAX_METRICS, "up", "down"))
     report = ReportSpec.model_validate({"title": "Q3", "data": data.model_dump(), "outline": [
         {"title": f"Part {i}", "metrics": keys[2 * i % 8: 2 * i % 8 + 2]} for i in range(6)]})
     assert sum(plans.report_parts(report, tok)) <= 2048
