@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from domain import agent, narrative, report
+from domain import agent, answers, narrative, report
 from model import shipped
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
@@ -111,7 +111,7 @@ def _agent(model: SetDLM, tok: Tokenizer) -> None:
     r, _ = _local(partial(agent_flow.run, spec=spec), model, tok)
     v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
     expected = agent.calc(f"({v2}-{v1})/{v1}*100")
-    ok = agent.check(agent.Task(QUESTION, [], expected, ""), r["text"]).answer_ok
+    ok = answers.check(agent.Task(QUESTION, [], expected, ""), r["text"]).answer_ok
     print("   " + r["text"].strip().replace("\n", "\n   "))
     fwd, written = sum(t["nfe"] for t in r["turns"]) - 1, sum(t["tokens"] for t in r["turns"])
     print(f"\n   {len(r['calls'])} tool calls run by the runtime; {fwd} forward passes for {written} tokens; "

@@ -44,7 +44,10 @@ and the first decode step.
 Exactness: each session's final result (text, answer, calls) against an uninterrupted run of the
 same session in this process (LocalTurns: the earlier conversations, then the question with the
 client's outputs given up front).  The measured job allows an unverified answer (flagged, not
-failed), so that a wrong answer is a difference to report, not a crash.
+failed), so that a wrong answer is a difference to report, not a crash.  A job that ends with no
+answer fails ("no_answer", allow_unverified or not): its session is counted not identical (and
+in its row's `no_answer`), its resumes timed as any; an earlier conversation without an answer is
+history all the same (its turns stay in the session).
 
 Sessions run one at a time (the paths interleaved), so that no resume queues behind another job.
 Ends with one JSON line.
@@ -75,6 +78,7 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.embedded import connect
+from runtime.errors import NoAnswer
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.store import SessionStore
@@ -111,6 +115,11 @@ def client_metric(call: dict[str, Any]) -> str:
         return CLIENT_DATA.lookup(*call["arguments"].values())
     except (corpus.ToolError, TypeError) as e:
         return f"error: {e}"
+
+
+def no_answer(j: JobRecord) -> bool:
+    """The job failed with no answer (workflows/agent.py NoAnswer): the model's, not the bench's."""
+    return j.status == "failed" and (j.error or {}).get("code") == NoAnswer.code
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -184,8 +193,8 @@ class Bench:
         the first step: a replayed turn publishes one, and nothing else does before the step
         events; the start when there is none), both as their stream ids' milliseconds (Redis's
         clock, this machine's), and the "t" of its first step event of job step `turn` (its
-        first committed set).  None: the job stopped (ended, or waits again) before it decoded
-        that step."""
+        first committed set).  None: the job stopped (ended, with no answer too, or waits again)
+        before it decoded that step."""
         deadline = time.monotonic() + timeout_s
         t_run = t_replayed = float("nan")
         while time.monotonic() < deadline:
@@ -198,7 +207,9 @@ class Bench:
                 if ev.get("type") == "step" and ev.get("turn") == turn:
                     return t_run, t_replayed, float(ev["t"])
                 if ev.get("type") == "status" and ev.get("status") in ("failed", "cancelled"):
-                    raise RuntimeError(f"job {job_id} {ev.get('status')}: {ev.get('error')}")
+                    if (ev.get("error") or {}).get("code") != NoAnswer.code:
+                        raise RuntimeError(f"job {job_id} {ev.get('status')}: {ev.get('error')}")
+                    return None  # it ended with no answer, as a question may
                 if ev.get("type") == "status" and ev.get("status") in ("succeeded", "requires_action"):
                     return None
         j = self.c.jobs.get(job_id)
@@ -206,8 +217,9 @@ class Bench:
                            f"({j.error}, worker {j.worker}, queue {j.queue!r})\n{self.logs()}")
 
     def wait(self, job_id: str) -> JobRecord:
+        """The job once it waits for its client or has ended: succeeded, or failed with no answer."""
         j = self.c.wait(job_id, 120)
-        if j.status not in ("requires_action", "succeeded"):
+        if j.status not in ("requires_action", "succeeded") and not no_answer(j):
             raise RuntimeError(f"job {j.id} {j.status}: {j.error}\n{self.logs()}")
         return j
 
@@ -224,7 +236,7 @@ class Bench:
         before_specs = [earlier_spec(i, k) for k in range(earlier)]
         for spec in before_specs:  # the session's history: earlier questions, each a document
             done = self.c.wait(self.c.dispatcher.submit("agent", TENANT, spec, sid), 120)
-            if done.status != "succeeded":
+            if done.status != "succeeded" and not no_answer(done):
                 raise RuntimeError(f"earlier job {done.id} {done.status}: {done.error}\n{self.logs()}")
         spec = {"question": question(i), "client_tools": ["metric"], "allow_unverified": True}
         job = self.c.dispatcher.submit("agent", TENANT, spec, sid)
@@ -260,7 +272,7 @@ class Bench:
         for r in resumes:
             row = by_step.get(r["step"])
             r["actual"] = row.meta.get("path") if row is not None else (
-                f"none (no turn decoded: the job ended, {(j.result or {}).get('reason')})")
+                f"none (no turn decoded: the job ended, {(j.result or {}).get('reason') or (j.error or {}).get('code')})")
             r["ok"] = r["actual"] == path and r["ms"] is not None
             result_ids = self.tok.encode("".join(f"{corpus.RESULT}{outputs[c]}{corpus.END_RESULT}\n"
                                                  for c in r["calls"]))
@@ -281,7 +293,7 @@ class Bench:
         nbytes = (m.nbytes if (m := self.store.read(sid)) is not None else 0)
         return {"session": sid, "job": job.id, "path": path, "earlier": earlier, "status": j.status, "resumes": resumes,
                 "identical": identical, "load_ms": load_ms, "kv_bytes": nbytes,
-                "answer": (j.result or {}).get("answer")}
+                "answer": (j.result or {}).get("answer"), "no_answer": no_answer(j)}
 
     def baseline(self, ids: list[int]) -> tuple[float, float]:
         """ms from submitting a turn job of `ids` on a new session to its first committed set,
@@ -301,13 +313,20 @@ class Bench:
     def identical(self, before: list[dict[str, Any]], spec: dict[str, Any], outputs: dict[str, str],
                   j: JobRecord) -> bool:
         """The job's final result against the same session run uninterrupted in this process
-        (the earlier conversations, then the question with the client's outputs up front)."""
+        (the earlier conversations, then the question with the client's outputs up front).  A job
+        without an answer has no result to compare: not identical."""
         if j.status != "succeeded" or j.result is None:
             return False
         turns = LocalTurns(self.model, self.tok, tool_outputs=outputs)
         for b in before:
-            agent.run(turns, AgentSpec.model_validate(b))
-        want = agent.run(turns, AgentSpec.model_validate(spec))
+            try:
+                agent.run(turns, AgentSpec.model_validate(b))
+            except NoAnswer:  # history all the same: its turns stay in the session, as the job's did
+                pass
+        try:
+            want = agent.run(turns, AgentSpec.model_validate(spec))
+        except NoAnswer:
+            return False
         got = j.result
         return bool((got["text"], got["answer"], got["calls"]) == (want["text"], want["answer"], want["calls"]))
 
@@ -339,6 +358,7 @@ def summarise(sessions: list[dict[str, Any]], earlier: list[int]) -> list[dict[s
                 "load_p50_ms": med([s["load_ms"] for s in mine if s["load_ms"] is not None], 3),
                 "history_tokens_p50": med([float(r["history_tokens"]) for r in ok], 0),
                 "identical": bool(mine) and all(s["identical"] for s in mine),
+                "no_answer": sum(s["no_answer"] for s in mine),  # sessions whose job failed with no answer
                 "paths_verified": bool(resumes) and len(ok) == len(resumes),
                 "mismatched": [{"session": s["session"], "step": r["step"], "actual": r["actual"],
                                 "from": r["from"], "to": r["to"]}
@@ -398,7 +418,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                           + ", ".join(f"{r['ms']:.1f} ms ({r['actual']} on {r['to']}) vs full {r['baseline_ms']:.1f} ms"
                                       if r["ok"] else f"NOT {s['path']}: {r['actual']} on {r['to']}"
                                       for r in s["resumes"])
-                          + f"; identical {s['identical']}", flush=True)
+                          + f"; identical {s['identical']}" + (" (no answer)" if s["no_answer"] else ""), flush=True)
             mem_after = used_memory(cluster.client)
             rss = {w: group_rss_mb(p.pid) for w, p in cluster.procs.items()}
         finally:

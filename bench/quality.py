@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from domain import agent, narrative, report
+from domain import agent, answers, narrative, report
 from domain.facts import Slots
 from model import checkpoint, shipped
 from model.corpus import mixture
@@ -213,7 +213,7 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset
         r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
     except NoAnswer:  # a job without an answer fails (no_answer): not correct, and no success
         return Outcome(ok=False, tool_ok=False, wrong=False, generated=0, nfe=0, seconds=0.0)
-    c = agent.check(task, r["text"])  # the answer against the one the data fixes: an independent reading
+    c = answers.check(task, r["text"])  # the answer against the one the data fixes: an independent reading
     retried = r["attempt"] == "ar_retry"
     turns = r["turns"][:-1] if retried else r["turns"]  # the retry is the last turn
     return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not c.answer_ok),

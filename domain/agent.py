@@ -13,9 +13,9 @@ deterministic function of (seed, metric, region, period): training draws a fresh
 example, so the model learns to copy results rather than to memorise them.
 
 The tools' semantics live here (`calc`, `format_number`, `Dataset`) so that generated results
-and the runtime's tools cannot disagree; workflows/ wraps them for the agent loop.  `check`
-compares a transcript with its task (the benchmarks); `verify` says, with no task, whether an
-answer (the last segment's) and the calls it rests on hold (the runtime's checked answer).
+and the runtime's tools cannot disagree; workflows/ wraps them for the agent loop.  How a
+transcript and its answer are read back (`check` against a task, `verify` with none) is
+domain/answers.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import random
 import re
 import string
 import warnings
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
 from domain import narrative
@@ -131,7 +131,7 @@ def call_text(tool: str, *args: str) -> str:
 
 
 _CALL_RE = re.compile(r'^(metric|calc)\((.*)\)$', re.DOTALL)
-_ARG_RE = re.compile(r'"([^"]*)"')
+ARG_RE = re.compile(r'"([^"]*)"')
 
 
 def parse_call(text: str) -> tuple[str, list[str]]:
@@ -139,9 +139,9 @@ def parse_call(text: str) -> tuple[str, list[str]]:
     m = _CALL_RE.match(text.strip())
     if not m:
         raise ToolError(f"not a tool call: {text!r}; expected metric(...) or calc(...)")
-    args = _ARG_RE.findall(m.group(2))
+    args = ARG_RE.findall(m.group(2))
     want = 3 if m.group(1) == "metric" else 1
-    if len(args) != want or _ARG_RE.sub("", m.group(2)).replace(",", "").strip():
+    if len(args) != want or ARG_RE.sub("", m.group(2)).replace(",", "").strip():
         raise ToolError(f"{m.group(1)} takes {want} quoted argument(s): {text!r}")
     return m.group(1), args
 
@@ -158,8 +158,9 @@ def run_call(text: str, data: Dataset | Store) -> str:
 # ---- guided calls ------------------------------------------------------------------------
 
 _METRIC, _CALC = 'metric("', 'calc("'  # a call's text up to its first argument
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
-_DIGITS = re.compile(r"[0-9.]+")  # a number of a calc expression, as far as it is written
+# NUMBER and DIGITS are answers.py's too: the guide and verify() read a call's numbers alike
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+DIGITS = re.compile(r"[0-9.]+")  # a number of a calc expression, as far as it is written
 _EXPR_CHARS = frozenset("0123456789.+-*/() ")
 
 
@@ -169,9 +170,9 @@ class CallNames:
     training), or one the source is known to hold, per field (the sample dataset's fixed lists;
     () for a tenant's table, whose rows may change during a job: the guide would too).  A calc
     expression's numbers: those of the question and of the results so far (after), and 100 (a
-    percentage), as training writes them.  A guide keeps copies right; verify() holds the calls
-    to the question (a period's digits, or a 100 outside a percent change, copyable here, are no
-    operand there)."""
+    percentage), as training writes them.  A guide keeps copies right; answers.verify() holds the
+    calls to the question (a period's digits, or a 100 outside a percent change, copyable here,
+    are no operand there)."""
 
     question: str
     held: tuple[tuple[str, ...], ...] = ((), (), ())  # per field (metric, region, period), sorted
@@ -183,19 +184,19 @@ class CallNames:
 
     def after(self, results: Iterable[str]) -> CallNames:
         """These names, the numbers of the question and of `results` (the calls' so far) copyable."""
-        nums = {"100", *_NUMBER.findall(self.question), *(n for r in results for n in _NUMBER.findall(r))}
+        nums = {"100", *NUMBER.findall(self.question), *(n for r in results for n in NUMBER.findall(r))}
         return replace(self, numbers=frozenset(nums))
 
     def starts(self, field: int, a: str) -> bool:
         """a may still grow into a name: it starts a word of the question, or a held name."""
-        if not a or _holds(self.question, a, whole=False):
+        if not a or holds(self.question, a, whole=False):
             return True
         names = self.held[field]
         i = bisect.bisect_left(names, a)
         return i < len(names) and names[i].startswith(a)
 
     def names(self, field: int, a: str) -> bool:
-        return bool(a) and (_holds(self.question, a) or a in self.held[field])
+        return bool(a) and (holds(self.question, a) or a in self.held[field])
 
 
 def guided_call(call: str, names: CallNames) -> bool | None:
@@ -234,7 +235,7 @@ def _calc_call(text: str, numbers: frozenset[str]) -> bool:
         return False
     if not set(expr) <= _EXPR_CHARS:
         return False
-    runs = list(_DIGITS.finditer(expr))
+    runs = list(DIGITS.finditer(expr))
     for k, m in enumerate(runs):
         open_ = not quote and k == len(runs) - 1 and m.end() == len(expr)  # still being written
         if not (any(n.startswith(m.group()) for n in numbers) if open_ else m.group() in numbers):
@@ -253,7 +254,7 @@ class Task:
     final: str  # the final answer line (without the "A: " prefix)
 
 
-def _name(key: str) -> str:
+def metric_name(key: str) -> str:
     return METRIC[key][1].lower()
 
 
@@ -267,7 +268,7 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
     if kind == "lookup":
         r, p = rng.choice(REGIONS), rng.choice(PERIODS)
         v = data.lookup(key, r, p)
-        q = rng.choice((f"What was {_name(key)} in {r} in {p}?", f"Look up {_name(key)} for {r}, {p}."))
+        q = rng.choice((f"What was {metric_name(key)} in {r} in {p}?", f"Look up {metric_name(key)} for {r}, {p}."))
         return Task(q, [call_text("metric", key, r, p)], v, f"{METRIC[key][1]} in {r} in {p} was {v} {_unit(key)}.")
     if kind == "change":
         r = rng.choice(REGIONS)
@@ -275,7 +276,7 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
         v1, v2 = data.lookup(key, r, p1), data.lookup(key, r, p2)
         expr = f"({v2}-{v1})/{v1}*100"
         res = calc(expr)
-        q = f"By how much did {_name(key)} in {r} change from {p1} to {p2}, in percent?"
+        q = f"By how much did {metric_name(key)} in {r} change from {p1} to {p2}, in percent?"
         return Task(q, [call_text("metric", key, r, p1), call_text("metric", key, r, p2), call_text("calc", expr)],
                     res, f"{METRIC[key][1]} in {r} changed by {res}% from {p1} to {p2}.")
     if kind == "total":
@@ -284,16 +285,16 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
         expr = "+".join(vals)
         res = calc(expr)
         where = ", ".join(regions[:-1]) + " and " + regions[-1]
-        q = f"What was the total {_name(key)} across {where} in {p}?"
+        q = f"What was the total {metric_name(key)} across {where} in {p}?"
         return Task(q, [call_text("metric", key, r, p) for r in regions] + [call_text("calc", expr)], res,
-                    f"Total {_name(key)} across {where} in {p} was {res} {_unit(key)}.")
+                    f"Total {metric_name(key)} across {where} in {p} was {res} {_unit(key)}.")
     if kind == "diff":
         r1, r2 = rng.sample(REGIONS, 2)
         p = rng.choice(PERIODS)
         v1, v2 = data.lookup(key, r1, p), data.lookup(key, r2, p)
         expr = f"{v1}-{v2}"
         res = calc(expr)
-        q = f"How much higher was {_name(key)} in {r1} than in {r2} in {p}?"
+        q = f"How much higher was {metric_name(key)} in {r1} than in {r2} in {p}?"
         return Task(q, [call_text("metric", key, r1, p), call_text("metric", key, r2, p), call_text("calc", expr)],
                     res, f"{METRIC[key][1]} in {r1} was {res} {_unit(key)} higher than in {r2}.")
     # plain arithmetic
@@ -326,7 +327,7 @@ def no_row(call: tuple[str, str, str], held: tuple[Collection[str], ...], questi
     parts = []
     for field, name, names in zip(FIELDS, call, held, strict=True):
         if name not in names:
-            asked = [n for n in names if _holds(question, n)] if question and not _holds(question, name) else []
+            asked = [n for n in names if holds(question, n)] if question and not holds(question, name) else []
             close = difflib.get_close_matches(name, asked, n=1, cutoff=HINT_CUTOFF)
             parts.append(f"unknown {field} {name!r}" + (f": did you mean {close[0]!r}?" if close else ""))
     if not parts:
@@ -334,7 +335,7 @@ def no_row(call: tuple[str, str, str], held: tuple[Collection[str], ...], questi
     return ToolError("; ".join(parts))
 
 
-def _holds(text: str, name: str, whole: bool = True) -> bool:
+def holds(text: str, name: str, whole: bool = True) -> bool:
     """Does text hold name whole (not "d" in "dc", "Z" in "Zürich"): no letter or digit on either
     side (whole=False: before it; name may go on).  str.find, not a regex: the guide asks this at
     every step."""
@@ -462,7 +463,7 @@ def slipped(task: Task, store: Store, rng: random.Random) -> list[tuple[str, boo
     held = held_names(store.values)
     for _ in range(20):  # a slip that is still a held name is no slip: another draw
         i = rng.choice(at)
-        args = _ARG_RE.findall(task.calls[i])
+        args = ARG_RE.findall(task.calls[i])
         f = rng.randrange(3)
         wrong = _slip(args[f], rng)
         if wrong and wrong == narrative.canonical(wrong) and wrong not in held[f]:  # as the runtime reads it
@@ -484,158 +485,3 @@ def _slip(name: str, rng: random.Random) -> str:
     if kind == "drop":
         return name[:j] + name[j + 1:]
     return name[:j] + c + name[j:]
-
-
-# ---- checking -----------------------------------------------------------------------------
-
-_CALLS = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.DOTALL)
-_ANSWER_NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
-
-
-@dataclass
-class Check:
-    tool_call_ok: bool  # the calls made are exactly the expected ones, in order
-    answer_ok: bool  # the final answer states the expected number (and no other)
-    calls: list[str]
-    answer: str | None
-
-
-def answer_numbers(answer: str) -> list[str]:
-    """The numbers an answer states, in order (a period such as 2026-Q3 is a name, not a number)."""
-    for p in PERIODS:
-        answer = answer.replace(p, " ")
-    return _ANSWER_NUM.findall(answer)
-
-
-def stray_numbers(nums: list[str], question: str, results: Collection[str]) -> list[str]:
-    """The numbers an answer states (answer_numbers) that no result and no name of the question
-    holds: "in Xf down 3" for the question's "in Xfers 32" states a 3 nothing said."""
-    return [n for n in nums if n not in results and not _holds(question, n.lstrip("-"))]
-
-
-def check(task: Task, text: str) -> Check:
-    """`text`: the assistant's side of a finished transcript (calls, results, answer); its answer
-    is its last segment's (answer_of), never text a result holds."""
-    calls = [c.strip() for c in _CALLS.findall(text)]
-    answer = answer_of(last_segment(text))
-    if answer is not None:
-        # names are not numbers: the periods, and whatever the task's metric calls name (a wild
-        # store's names and periods may hold digits)
-        names = {a for c in task.calls if c.startswith("metric(") for a in _ARG_RE.findall(c)}
-        for p in sorted(names | set(PERIODS), key=len, reverse=True):  # a whole name, not a number's digits
-            answer = re.sub(rf"(?<![\w.]){re.escape(p)}(?!\w)", " ", answer)
-    nums = answer_numbers(answer) if answer is not None else []
-    return Check(calls == task.calls, nums == [task.answer], calls, answer)
-
-
-# ---- verifying an answer ------------------------------------------------------------------
-# What a job can say of its own answer, with no task to compare it with: the answer is the
-# model's last segment, verified only where every call it rests on fits the question and it
-# states the last call's result.  `made`: each call's text and its result, in order.
-
-_PERCENT_CHANGE = re.compile(r"\(([0-9.]+)-([0-9.]+)\)/([0-9.]+)\*100")  # (a-b)/b*100, spaces left out
-
-
-def last_segment(text: str) -> str:
-    """A flat transcript's last segment: what the model wrote after the last result (a result is
-    the runtime's or a client's text, which may hold anything an error says, "A: 12" too)."""
-    return text.rsplit(END_RESULT, 1)[-1]
-
-
-def answer_of(segment: str) -> str | None:
-    """The answer one segment gives: what follows its first "A:" (all of it is checked); None
-    where it has none, or holds a call (a segment that calls does not answer)."""
-    if CALL in segment or "A:" not in segment:
-        return None
-    return segment.split("A:", 1)[1]
-
-
-_WORD_BREAK = re.compile(r"[\s+*()]+")  # no name or period holds + * ( ) (narrative.NAME_RE, PERIOD_RE)
-
-
-def question_numbers(question: str) -> set[str]:
-    """The numbers a question writes as numbers: its words (split at spaces, + * and
-    parentheses; a sign before, the sentence's punctuation after, left out) that are a number.
-    Digits joined to a name's or a period's characters are not one: "2026" of "2026-Q1" or of
-    "2026-03", "41" of "W41-2090", "12" of "Ab/12" are no operand (and so neither is "40-2"'s 40:
-    a period may be written so).  "What is (4821+37) - 5?" -> {"4821", "37", "5"}."""
-    words = (w.lstrip("-").rstrip("?.,!:;") for w in _WORD_BREAK.split(question))
-    return {w for w in words if _NUMBER.fullmatch(w)}
-
-
-def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False) -> list[str]:
-    """What is wrong with an answer and the calls it rests on; [] = verified.  sample: the
-    metrics are the sample dataset's (Dataset)."""
-    return call_problems(question, made, sample) + answer_problems(question, made, answer)
-
-
-def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False) -> list[str]:
-    """What makes the calls not fit the question; [] = they fit.  A call that failed (its result
-    "error: ...") gave nothing to rest on and is not held to these; every other call
-    - names, in a metric call, what the question names (_asks): no region or period it did not ask about;
-    - repeats no earlier call that gave a result: one row read twice is no total ("6114+6114");
-    - computes, in a calc, from the numbers of earlier results, or, where no metric call was made
-      (arithmetic: the corpus never asks both), from the numbers the question writes
-      (question_numbers), nothing else: 100 only where the question writes it, or as the 100 of
-      a percent change (a-b)/b*100 of two results that the question asks for in percent."""
-    problems: list[str] = []
-    seen: set[tuple[str, ...]] = set()
-    results: set[str] = set()  # the numbers of the results so far
-    metrics = any(c.strip().startswith("metric(") for c, _ in made)
-    asked = set() if metrics else question_numbers(question)
-    nobody = "no earlier result holds" + ("" if metrics else " and the question does not write as a number")
-    for call, result in made:
-        if result.startswith("error:"):
-            continue
-        try:
-            tool, args = parse_call(call)
-        except ToolError:  # the tools answer such a call with an error: no result can rest on it
-            problems.append(f"{call!r} gave a result but is no call")
-            continue
-        key = (tool, *map(narrative.canonical, args)) if tool == "metric" else (tool, args[0].replace(" ", ""))
-        if key in seen:
-            problems.append(f"{call} repeats an earlier call")
-        seen.add(key)
-        if tool == "metric":
-            problems += [f"{call} reads {FIELDS[f]} {a!r}, which the question does not name"
-                         for f, a in enumerate(args) if not _asks(question, f, a, sample)]
-        else:
-            problems += [f"{call} uses {n}, which {nobody}"
-                         for n in _operands(args[0], question, results) if n not in results and n not in asked]
-        results.update(_NUMBER.findall(result))
-    return problems
-
-
-def _asks(question: str, field: int, name: str, sample: bool) -> bool:
-    """Does the question name `name` (field: FIELDS' index): hold it whole, as the corpus's
-    questions hold every name their calls copy; a sample metric's key also where the question
-    says its name, in any case ("average order value": aov)."""
-    q, name = narrative.canonical(question), narrative.canonical(name)  # as the tools look it up
-    if _holds(q, name):
-        return True
-    return sample and field == 0 and name in METRIC and (_holds(q.lower(), name) or _holds(q.lower(), _name(name)))
-
-
-def _operands(expr: str, question: str, results: Collection[str]) -> list[str]:
-    """A calc's numbers, in order; the 100 of a percent change left out where it is one:
-    (a-b)/b*100, a and b results, in a question that asks in percent (as make_task's change)."""
-    nums = _DIGITS.findall(expr)
-    m = _PERCENT_CHANGE.fullmatch(expr.replace(" ", ""))
-    in_percent = "percent" in question.lower() or "%" in question
-    if m and in_percent and m[2] == m[3] and m[1] in results and m[2] in results:
-        nums.pop()  # the 100: the formula's last number
-    return nums
-
-
-def answer_problems(question: str, made: Sequence[tuple[str, str]], answer: str) -> list[str]:
-    """What makes the answer not the calls': it states the number the last call returned, and no
-    number that no result and no name of the question holds (stray_numbers)."""
-    if not made or made[-1][1].startswith("error:"):
-        why = "no call was made" if not made else "the last call failed"
-        return [f"the answer rests on no result: {why}"]
-    number = made[-1][1]
-    nums = answer_numbers(answer)
-    if number not in nums:
-        return [f"the answer states {nums}, not {number}, the number the last call returned"]
-    stray = stray_numbers(nums, question, [r for _, r in made])
-    return [f"the answer states {stray} too, which no result and no name in the question holds"] if stray else []

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from domain import agent as corpus
+from domain.answers import answer_of, verify
 from model.params import DecodeError
 from model.profiles import Profile
 from runtime.errors import NoAnswer, RequiresAction, Unverified
@@ -38,7 +39,7 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     results, the answer, and each turn's summary (resume path, nfe, timing).
 
     The answer is the model's last segment only (what follows its "A:"), never text a result
-    holds, and it is checked (workflows/checked.py, domain.agent.verify): the calls it rests on
+    holds, and it is checked (workflows/checked.py, domain.answers.verify): the calls it rests on
     fit the question (a metric call names what the question names, no call repeats one that gave
     a result, a calc computes from earlier results or the numbers the question writes), and it
     states the number the last call returned and no number that no result and no name in the
@@ -102,12 +103,12 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
 
     def read(a: TurnResult) -> tuple[str, list[str]]:
         text = text_of(turns, a.tokens)
-        answer = corpus.answer_of(text) if ended(turns, a.tokens) else None
+        answer = answer_of(text) if ended(turns, a.tokens) else None
         answers.append(answer)
         if answer is None:
             why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
             return text, [f"no answer: the last segment {why}"]
-        return text, corpus.verify(spec.question, made, answer, sample=spec.dataset is None)
+        return text, verify(spec.question, made, answer, sample=spec.dataset is None)
 
     retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
     try:

@@ -1,11 +1,14 @@
 """bench/agent.py: the JSON contract on a tiny run (two real workers; one session per path, on a
-history of one earlier conversation; no timing is asserted)."""
+history of one earlier conversation; no timing is asserted); a job without an answer is counted,
+never a crash."""
 
 import json
 
 import pytest
 
 from app.cli import _bench_main
+from bench import agent as bench
+from runtime.tables import JobRecord
 
 pytestmark = pytest.mark.slow  # starts two worker processes
 
@@ -33,3 +36,19 @@ def test_bad_arguments_exit_with_a_usage_error(args: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         _bench_main("agent")(args, prog="agent")
     assert e.value.code == 2
+
+
+def test_a_job_without_an_answer_counts_in_its_row_as_not_identical_never_as_a_crash() -> None:
+    """A job that fails no_answer is a question the model did not answer, not the bench's error:
+    its session is reported (not identical, counted in `no_answer`), its resumes timed as any."""
+    assert bench.no_answer(JobRecord(status="failed", error={"code": "no_answer", "message": "no answer"}))
+    assert not bench.no_answer(JobRecord(status="failed", error={"code": "time_limit", "message": "late"}))
+    assert not bench.no_answer(JobRecord(status="succeeded", error=None))
+    resume = {"ok": True, "ms": 2.0, "baseline_ms": 4.0, "dispatch_ms": 1.0, "baseline_dispatch_ms": 1.0,
+              "replay_ms": 0.5, "history_tokens": 120, "step": 1, "actual": "warm", "from": "w1", "to": "w1"}
+    answered = {"session": "a", "path": "warm", "earlier": 0, "resumes": [resume], "load_ms": 0.1,
+                "identical": True, "no_answer": False}
+    unanswered = {**answered, "session": "b", "identical": False, "no_answer": True}
+    [row, *_] = bench.summarise([answered, unanswered], [0])
+    assert (row["path"], row["sessions"], row["n"], row["no_answer"]) == ("warm", 2, 2, 1)
+    assert row["identical"] is False and row["paths_verified"] is True

@@ -10,7 +10,7 @@ import unicodedata
 from decimal import Decimal
 
 from bench import realistic as R
-from domain import agent, narrative, report
+from domain import agent, answers, narrative, report
 from runtime.jobs.datasets import parse_json
 
 NAMES = {"company": R.COMPANIES, "product": R.PRODUCTS, "place": R.PLACES, "metric": tuple(m.name for m in R.METRICS)}
@@ -203,7 +203,7 @@ def test_a_task_runs_as_agent_ood_does() -> None:
     for i in range(200):
         task, store, pieces = R.agent_example(random.Random(f"realistic/a/{i}"))
         assert isinstance(task, agent.Task) and isinstance(store, agent.Store)
-        c = agent.check(task, "".join(text for text, _ in pieces))
+        c = answers.check(task, "".join(text for text, _ in pieces))
         assert c.tool_call_ok and c.answer_ok, (task, c)
         names = agent.CallNames(task.question)
         for call in task.calls:

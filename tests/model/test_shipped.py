@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from domain import agent, narrative, report
+from domain import agent, answers, narrative, report
 from model import checkpoint, shipped
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
@@ -66,7 +66,7 @@ def test_a_correct_tool_call_and_answer(loaded: tuple[SetDLM, Tokenizer], policy
     spec = AgentSpec(question=QUESTION, dataset_seed=DATA.seed,
                      params=PARAMS[policy].model_copy(update={"max_new_tokens": 96}))
     r = agent_flow.run(LocalTurns(*loaded), spec)
-    c = agent.check(TASK, r["text"])
+    c = answers.check(TASK, r["text"])
     assert r["finished"] and c.tool_call_ok and c.answer_ok, r["text"]
 
 

@@ -1,8 +1,9 @@
 """A mixed fleet of real worker processes behind the real API: the shipped model in float32, the
 shipped model in bfloat16 (on the CPU: numerics of its own) and an imported released-layout
 checkpoint (a Qwen-style tokenizer: BOS = EOS, the mask id past 150k).  Each job runs on a
-worker that hosts its session's model and numerics, and only there; a turn, a narrative job and
-an agent job run end to end on the imported model; a model or numerics nobody hosts is refused."""
+worker that hosts its session's model and numerics, and only there; a turn and a narrative job
+run end to end on the imported model, an agent job runs there until it fails with no answer
+(random weights); a model or numerics nobody hosts is refused."""
 
 from __future__ import annotations
 
@@ -78,10 +79,15 @@ def test_a_turn_a_narrative_and_an_agent_run_end_to_end_on_the_imported_model(
         "payload": payload, "allow_unverified": True, "params": {"policy": "prefix", "window": 8, "tau": 0.9,
                                                                  "max_new_tokens": 16}}})
     assert n["worker"] == "qwen" and isinstance(n["text"], str)  # random weights: noise, flagged, the job completes
-    a = _run(c, http, {"kind": "agent", "model": qwen, "spec": {
+    # random weights never answer: the agent job runs there, then fails no_answer (allow_unverified
+    # takes back a wrong answer, never a missing one)
+    r = http.post("/v1/jobs", headers=KEY, json={"kind": "agent", "model": qwen, "spec": {
         "question": "What is 2 + 2?", "max_calls": 1, "allow_unverified": True,
         "params": {"policy": "set", "window": 4, "tau": 0.5, "max_new_tokens": 16}}})
-    assert a["worker"] == "qwen" and a["reason"] in ("answer", "length", "call_limit")
+    assert r.status_code == 202, r.text
+    a = c.wait(r.json()["id"], 120)
+    assert a.worker == "qwen" and a.status == "failed", (a.status, a.error, c.log("qwen"))
+    assert a.error is not None and a.error["code"] == "no_answer", a.error
     # the session's transcript reads back through the API with the imported model's tokenizer
     s = http.get(f"/v1/sessions/{t['session']}", headers=KEY).json()
     assert s["turns"][0]["tokens"] > 0 and s["turns"][0]["input"] == "the theory"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from domain import agent as corpus
+from domain import answers
 from domain.facts import Slots
 from model.config import ModelConfig
 from model.params import DecodeError, DecodeParams
@@ -41,7 +42,7 @@ def test_the_agent_calls_its_tools_and_answers_with_their_results(session: Calla
     assert r["finished"] and r["reason"] == "answer", r["text"]
     assert [c["call"] for c in r["calls"]] == CALLS and all(c["ok"] for c in r["calls"])
     assert [c["result"] for c in r["calls"]] == [V1, V2, ANSWER]  # run for real, by workflows/tools.py
-    check = corpus.check(corpus.Task(QUESTION, CALLS, ANSWER, ""), r["text"])
+    check = answers.check(corpus.Task(QUESTION, CALLS, ANSWER, ""), r["text"])
     assert check.tool_call_ok and check.answer_ok and r["answer"] is not None and ANSWER in r["answer"]
     # a turn per segment: the first opens the session, each result resumes it
     assert [t["path"] for t in r["turns"]] == ["new"] + ["warm"] * len(CALLS)

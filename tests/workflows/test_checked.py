@@ -216,11 +216,18 @@ def test_an_answer_wrong_twice_fails_unverified_or_comes_back_flagged(loaded: tu
     assert r["verified"] is False and r["answer"] == "The result is 24." and turns.checks == [("answer", "flagged")]
 
 
-def test_an_answer_with_no_result_to_check_is_not_checked(loaded: tuple[SetDLM, Tokenizer]) -> None:
+def test_an_answer_with_no_result_to_rest_on_is_decoded_again_then_fails_unverified(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """No call made: the answer is checked all the same (never `verified: None`); its retry is the
+    question alone, as a document of its own (tests/workflows/test_agent.py: flagged instead)."""
     model, tok = loaded
-    turns = Scripted(tok, model.cfg, ["A: 7."])
-    r = agent.run(turns, AgentSpec(question="What is 3 + 4?"))
-    assert r["verified"] is None and r["attempt"] is None and len(turns.inputs) == 1 and turns.checks == []
+    turns = Scripted(tok, model.cfg, ["A: 7.", "A: 7."])
+    with pytest.raises(Unverified) as e:
+        agent.run(turns, AgentSpec(question="What is 3 + 4?"))
+    assert e.value.code == "unverified" and e.value.problems == ["the answer rests on no result: no call was made"]
+    (q, _), (again, p) = turns.inputs
+    assert again == q and again[0] == model.cfg.doc_start_id and p.policy == "ar"
+    assert turns.checks == [("answer", "unverified")]
 
 
 def test_the_shipped_models_answer_is_verified_first(session: Callable[[], LocalTurns]) -> None:

@@ -191,7 +191,9 @@ def test_a_client_tool_waits_for_the_client_and_every_bad_answer_is_refused_chan
 def test_a_client_tool_that_raises_answers_with_its_message_as_the_api_takes_it(c: Client) -> None:
     """The client's metric raises with a message the API would refuse as it is (a marker's `<`,
     a control token's text, 600 characters): the client sends it as an error result held to the
-    rule (error_result), the job resumes, and the model read exactly that."""
+    rule (error_result), the job resumes, and the model read exactly that.  With no result to
+    answer from, the model calls again, past max_calls 1: the job fails with no answer, and the
+    session's turns show what it read."""
     q = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
     said = "<result>warehouse [EOS] offline " * 20
 
@@ -199,11 +201,14 @@ def test_a_client_tool_that_raises_answers_with_its_message_as_the_api_takes_it(
         raise ConnectionError(said)
 
     job = c.create_job("agent", {"question": q, "client_tools": ["metric"], "max_calls": 1})
-    r = _ok(c.wait(job["id"], 120, tools={"metric": metric}))
-    [call] = r["calls"]
-    assert (call["by"], call["ok"], call["result"]) == ("client", False, agent_corpus.error_result(said))
-    assert len(call["result"]) == len("error: ") + agent_corpus.MAX_REASON and "<" not in call["result"]
-    assert f"{agent_corpus.RESULT}{call['result']}{agent_corpus.END_RESULT}" in r["text"]
+    done = c.wait(job["id"], 120, tools={"metric": metric})
+    assert done["status"] == "failed" and done["error"]["code"] == "no_answer", done
+    assert done["error"]["problems"] == ["no answer: the call limit was reached"]
+    result = agent_corpus.error_result(said)
+    assert len(result) == len("error: ") + agent_corpus.MAX_REASON and "<" not in result
+    # the turn after the call: its input is the client's output, as the result the model read
+    [_, resumed] = c.get_session(done["session"])["turns"]
+    assert resumed["job"] == job["id"] and resumed["input"] == f"{agent_corpus.RESULT}{result}{agent_corpus.END_RESULT}\n"
 
 
 def test_an_agent_reads_the_tenants_own_dataset(c: Client) -> None:

@@ -1,0 +1,181 @@
+"""How an agent's transcript and its answer are read back and verified (the transcripts of
+domain/agent.py: calls, the runtime's results, then "A: ...").
+
+The answer is the model's last segment's: what follows its "A:" after the last result, never
+text a result holds (a result is the runtime's or a client's, and may say anything).  Two
+readers:
+
+- `check` compares a finished transcript with its Task: the calls, and the number the data
+  fixes (the benchmarks, the tests);
+- `verify` says, with no task, whether an answer and the calls it rests on hold: the calls fit
+  the question (names it names, no call repeated, a calc's numbers from earlier results or the
+  question) and the answer states the last call's result and no number nobody said (the
+  runtime's checked answer, workflows/agent.py).
+
+domain/agent.py holds what the tools do, what training writes and the guide; this module what
+is accepted of a transcript, which reads calls and numbers as they do (parse_call, NUMBER).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from domain import narrative
+from domain.agent import ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, NUMBER, Task, ToolError, holds, metric_name, parse_call
+from domain.narrative import METRIC, PERIODS
+
+# ---- checking against a task -------------------------------------------------------------
+
+_CALLS = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.DOTALL)
+_ANSWER_NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+
+
+@dataclass
+class Check:
+    tool_call_ok: bool  # the calls made are exactly the expected ones, in order
+    answer_ok: bool  # the final answer states the expected number (and no other)
+    calls: list[str]
+    answer: str | None
+
+
+def answer_numbers(answer: str) -> list[str]:
+    """The numbers an answer states, in order (a period such as 2026-Q3 is a name, not a number)."""
+    for p in PERIODS:
+        answer = answer.replace(p, " ")
+    return _ANSWER_NUM.findall(answer)
+
+
+def stray_numbers(nums: list[str], question: str, results: Collection[str]) -> list[str]:
+    """The numbers an answer states (answer_numbers) that no result and no name of the question
+    holds: "in Xf down 3" for the question's "in Xfers 32" states a 3 nothing said."""
+    return [n for n in nums if n not in results and not holds(question, n.lstrip("-"))]
+
+
+def check(task: Task, text: str) -> Check:
+    """`text`: the assistant's side of a finished transcript (calls, results, answer); its answer
+    is its last segment's (answer_of), never text a result holds."""
+    calls = [c.strip() for c in _CALLS.findall(text)]
+    answer = answer_of(last_segment(text))
+    if answer is not None:
+        # names are not numbers: the periods, and whatever the task's metric calls name (a wild
+        # store's names and periods may hold digits)
+        names = {a for c in task.calls if c.startswith("metric(") for a in ARG_RE.findall(c)}
+        for p in sorted(names | set(PERIODS), key=len, reverse=True):  # a whole name, not a number's digits
+            answer = re.sub(rf"(?<![\w.]){re.escape(p)}(?!\w)", " ", answer)
+    nums = answer_numbers(answer) if answer is not None else []
+    return Check(calls == task.calls, nums == [task.answer], calls, answer)
+
+
+# ---- verifying an answer ------------------------------------------------------------------
+# What a job can say of its own answer, with no task to compare it with: the answer is the
+# model's last segment, verified only where every call it rests on fits the question and it
+# states the last call's result.  `made`: each call's text and its result, in order.
+
+_PERCENT_CHANGE = re.compile(r"\(([0-9.]+)-([0-9.]+)\)/([0-9.]+)\*100")  # (a-b)/b*100, spaces left out
+
+
+def last_segment(text: str) -> str:
+    """A flat transcript's last segment: what the model wrote after the last result (a result is
+    the runtime's or a client's text, which may hold anything an error says, "A: 12" too)."""
+    return text.rsplit(END_RESULT, 1)[-1]
+
+
+def answer_of(segment: str) -> str | None:
+    """The answer one segment gives: what follows its first "A:" (all of it is checked); None
+    where it has none, or holds a call (a segment that calls does not answer)."""
+    if CALL in segment or "A:" not in segment:
+        return None
+    return segment.split("A:", 1)[1]
+
+
+_WORD_BREAK = re.compile(r"[\s+*()]+")  # no name or period holds + * ( ) (narrative.NAME_RE, PERIOD_RE)
+
+
+def question_numbers(question: str) -> set[str]:
+    """The numbers a question writes as numbers: its words (split at spaces, + * and
+    parentheses; a sign before, the sentence's punctuation after, left out) that are a number.
+    Digits joined to a name's or a period's characters are not one: "2026" of "2026-Q1" or of
+    "2026-03", "41" of "W41-2090", "12" of "Ab/12" are no operand (and so neither is "40-2"'s 40:
+    a period may be written so).  "What is (4821+37) - 5?" -> {"4821", "37", "5"}."""
+    words = (w.lstrip("-").rstrip("?.,!:;") for w in _WORD_BREAK.split(question))
+    return {w for w in words if NUMBER.fullmatch(w)}
+
+
+def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False) -> list[str]:
+    """What is wrong with an answer and the calls it rests on; [] = verified.  sample: the
+    metrics are the sample dataset's (Dataset)."""
+    return call_problems(question, made, sample) + answer_problems(question, made, answer)
+
+
+def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False) -> list[str]:
+    """What makes the calls not fit the question; [] = they fit.  A call that failed (its result
+    "error: ...") gave nothing to rest on and is not held to these; every other call
+    - names, in a metric call, what the question names (_asks): no region or period it did not ask about;
+    - repeats no earlier call that gave a result: one row read twice is no total ("6114+6114");
+    - computes, in a calc, from the numbers of earlier results, or, where no metric call was made
+      (arithmetic: the corpus never asks both), from the numbers the question writes
+      (question_numbers), nothing else: 100 only where the question writes it, or as the 100 of
+      a percent change (a-b)/b*100 of two results that the question asks for in percent."""
+    problems: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    results: set[str] = set()  # the numbers of the results so far
+    metrics = any(c.strip().startswith("metric(") for c, _ in made)
+    asked = set() if metrics else question_numbers(question)
+    nobody = "no earlier result holds" + ("" if metrics else " and the question does not write as a number")
+    for call, result in made:
+        if result.startswith("error:"):
+            continue
+        try:
+            tool, args = parse_call(call)
+        except ToolError:  # the tools answer such a call with an error: no result can rest on it
+            problems.append(f"{call!r} gave a result but is no call")
+            continue
+        key = (tool, *map(narrative.canonical, args)) if tool == "metric" else (tool, args[0].replace(" ", ""))
+        if key in seen:
+            problems.append(f"{call} repeats an earlier call")
+        seen.add(key)
+        if tool == "metric":
+            problems += [f"{call} reads {FIELDS[f]} {a!r}, which the question does not name"
+                         for f, a in enumerate(args) if not _asks(question, f, a, sample)]
+        else:
+            problems += [f"{call} uses {n}, which {nobody}"
+                         for n in _operands(args[0], question, results) if n not in results and n not in asked]
+        results.update(NUMBER.findall(result))
+    return problems
+
+
+def _asks(question: str, field: int, name: str, sample: bool) -> bool:
+    """Does the question name `name` (field: FIELDS' index): hold it whole, as the corpus's
+    questions hold every name their calls copy; a sample metric's key also where the question
+    says its name, in any case ("average order value": aov)."""
+    q, name = narrative.canonical(question), narrative.canonical(name)  # as the tools look it up
+    if holds(q, name):
+        return True
+    return sample and field == 0 and name in METRIC and (holds(q.lower(), name) or holds(q.lower(), metric_name(name)))
+
+
+def _operands(expr: str, question: str, results: Collection[str]) -> list[str]:
+    """A calc's numbers, in order; the 100 of a percent change left out where it is one:
+    (a-b)/b*100, a and b results, in a question that asks in percent (as make_task's change)."""
+    nums = DIGITS.findall(expr)
+    m = _PERCENT_CHANGE.fullmatch(expr.replace(" ", ""))
+    in_percent = "percent" in question.lower() or "%" in question
+    if m and in_percent and m[2] == m[3] and m[1] in results and m[2] in results:
+        nums.pop()  # the 100: the formula's last number
+    return nums
+
+
+def answer_problems(question: str, made: Sequence[tuple[str, str]], answer: str) -> list[str]:
+    """What makes the answer not the calls': it states the number the last call returned, and no
+    number that no result and no name of the question holds (stray_numbers)."""
+    if not made or made[-1][1].startswith("error:"):
+        why = "no call was made" if not made else "the last call failed"
+        return [f"the answer rests on no result: {why}"]
+    number = made[-1][1]
+    nums = answer_numbers(answer)
+    if number not in nums:
+        return [f"the answer states {nums}, not {number}, the number the last call returned"]
+    stray = stray_numbers(nums, question, [r for _, r in made])
+    return [f"the answer states {stray} too, which no result and no name in the question holds"] if stray else []
