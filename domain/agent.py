@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
 from domain import narrative
+from domain.facts import SLOT
 from domain.markup import SPECIAL_TOKENS
 from domain.narrative import METRIC, METRICS, PERIODS, REGIONS
 
@@ -93,6 +94,7 @@ class Dataset:
     seed: int
 
     def lookup(self, key: str, region: str, period: str) -> str:
+        key = METRIC_KEYS.get(key, key)  # a metric as a question names it ("average order value")
         if key not in METRIC:
             raise ToolError(f"unknown metric {key!r}; known: {', '.join(METRIC)}")
         if region not in REGIONS:
@@ -177,15 +179,20 @@ class CallNames:
     question: str
     held: tuple[tuple[str, ...], ...] = ((), (), ())  # per field (metric, region, period), sorted
     numbers: frozenset[str] = frozenset()  # set by after()
+    slots: frozenset[str] = frozenset()  # results that are slots (domain/agent_facts.py), set by after()
 
     @classmethod
     def sample(cls, question: str) -> CallNames:
-        return cls(question, tuple(tuple(sorted(x)) for x in (METRIC, REGIONS, PERIODS)))
+        return cls(question, tuple(tuple(sorted(x)) for x in SAMPLE_NAMES))
 
     def after(self, results: Iterable[str]) -> CallNames:
-        """These names, the numbers of the question and of `results` (the calls' so far) copyable."""
-        nums = {"100", *NUMBER.findall(self.question), *(n for r in results for n in NUMBER.findall(r))}
-        return replace(self, numbers=frozenset(nums))
+        """These names, the numbers of the question and of `results` (the calls' so far) copyable;
+        a result that is a slot as that slot, never its digits."""
+        results = list(results)
+        slots = {r for r in results if SLOT.fullmatch(r)}
+        nums = {"100", *NUMBER.findall(SLOT.sub(" ", self.question)),
+                *(n for r in results if r not in slots for n in NUMBER.findall(r))}
+        return replace(self, numbers=frozenset(nums), slots=frozenset(slots))
 
     def starts(self, field: int, a: str) -> bool:
         """a may still grow into a name: it starts a word of the question, or a held name."""
@@ -209,7 +216,7 @@ def guided_call(call: str, names: CallNames) -> bool | None:
     if call.startswith(_METRIC):
         return _metric_call(call[len(_METRIC):], names)
     if call.startswith(_CALC) and names.numbers:
-        return _calc_call(call[len(_CALC):], names.numbers)
+        return _calc_call(call[len(_CALC):], names)
     return None
 
 
@@ -229,18 +236,29 @@ def _metric_call(text: str, names: CallNames) -> bool:
     return True
 
 
-def _calc_call(text: str, numbers: frozenset[str]) -> bool:
+def _calc_call(text: str, names: CallNames) -> bool:
     expr, quote, tail = text.partition('"')
     if quote and not (")" + END_CALL).startswith(tail):
         return False
-    if not set(expr) <= _EXPR_CHARS:
+    if any(m.group() not in names.slots for m in SLOT.finditer(expr)):  # a slot: a result's
         return False
-    runs = list(DIGITS.finditer(expr))
+    bare = SLOT.sub(" ", expr)
+    part = _PART_SLOT.search(bare)  # a slot's text still being written ("[F1" of "[F12]")
+    if part is not None:
+        if quote or not any(s.startswith(part.group()) for s in names.slots):
+            return False
+        bare = bare[:part.start()]
+    if not set(bare) <= _EXPR_CHARS:
+        return False
+    runs = list(DIGITS.finditer(bare))
     for k, m in enumerate(runs):
-        open_ = not quote and k == len(runs) - 1 and m.end() == len(expr)  # still being written
-        if not (any(n.startswith(m.group()) for n in numbers) if open_ else m.group() in numbers):
+        open_ = not quote and part is None and k == len(runs) - 1 and m.end() == len(bare)  # still being written
+        if not (any(n.startswith(m.group()) for n in names.numbers) if open_ else m.group() in names.numbers):
             return False
     return True
+
+
+_PART_SLOT = re.compile(r"\[(?:F[0-9]*)?$")
 
 
 # ---- generation ---------------------------------------------------------------------------
@@ -258,6 +276,11 @@ def metric_name(key: str) -> str:
     return METRIC[key][1].lower()
 
 
+METRIC_KEYS = {metric_name(k): k for k in METRIC}  # a metric as a question names it -> its key
+#: what the sample dataset holds by name, per field (a question's names the runtime makes slots)
+SAMPLE_NAMES = (tuple(METRIC_KEYS), REGIONS, PERIODS)
+
+
 def _unit(key: str) -> str:
     return METRIC[key][2]
 
@@ -265,38 +288,39 @@ def _unit(key: str) -> str:
 def make_task(rng: random.Random, data: Dataset) -> Task:
     kind = rng.choice(("lookup", "change", "total", "diff", "arith", "arith"))
     key = rng.choice([m[0] for m in METRICS])
+    m = metric_name(key)  # as the question names it, and so the calls and the answer
     if kind == "lookup":
         r, p = rng.choice(REGIONS), rng.choice(PERIODS)
         v = data.lookup(key, r, p)
-        q = rng.choice((f"What was {metric_name(key)} in {r} in {p}?", f"Look up {metric_name(key)} for {r}, {p}."))
-        return Task(q, [call_text("metric", key, r, p)], v, f"{METRIC[key][1]} in {r} in {p} was {v} {_unit(key)}.")
+        q = rng.choice((f"What was {m} in {r} in {p}?", f"Look up {m} for {r}, {p}."))
+        return Task(q, [call_text("metric", m, r, p)], v, f"{m} in {r} in {p} was {v} {_unit(key)}.")
     if kind == "change":
         r = rng.choice(REGIONS)
         p1, p2 = sorted(rng.sample(PERIODS[:8], 2))
         v1, v2 = data.lookup(key, r, p1), data.lookup(key, r, p2)
         expr = f"({v2}-{v1})/{v1}*100"
         res = calc(expr)
-        q = f"By how much did {metric_name(key)} in {r} change from {p1} to {p2}, in percent?"
-        return Task(q, [call_text("metric", key, r, p1), call_text("metric", key, r, p2), call_text("calc", expr)],
-                    res, f"{METRIC[key][1]} in {r} changed by {res}% from {p1} to {p2}.")
+        q = f"By how much did {m} in {r} change from {p1} to {p2}, in percent?"
+        return Task(q, [call_text("metric", m, r, p1), call_text("metric", m, r, p2), call_text("calc", expr)],
+                    res, f"{m} in {r} changed by {res}% from {p1} to {p2}.")
     if kind == "total":
         regions, p = rng.sample(REGIONS, rng.randint(2, 3)), rng.choice(PERIODS)
         vals = [data.lookup(key, r, p) for r in regions]
         expr = "+".join(vals)
         res = calc(expr)
         where = ", ".join(regions[:-1]) + " and " + regions[-1]
-        q = f"What was the total {metric_name(key)} across {where} in {p}?"
-        return Task(q, [call_text("metric", key, r, p) for r in regions] + [call_text("calc", expr)], res,
-                    f"Total {metric_name(key)} across {where} in {p} was {res} {_unit(key)}.")
+        q = f"What was the total {m} across {where} in {p}?"
+        return Task(q, [call_text("metric", m, r, p) for r in regions] + [call_text("calc", expr)], res,
+                    f"Total {m} across {where} in {p} was {res} {_unit(key)}.")
     if kind == "diff":
         r1, r2 = rng.sample(REGIONS, 2)
         p = rng.choice(PERIODS)
         v1, v2 = data.lookup(key, r1, p), data.lookup(key, r2, p)
         expr = f"{v1}-{v2}"
         res = calc(expr)
-        q = f"How much higher was {metric_name(key)} in {r1} than in {r2} in {p}?"
-        return Task(q, [call_text("metric", key, r1, p), call_text("metric", key, r2, p), call_text("calc", expr)],
-                    res, f"{METRIC[key][1]} in {r1} was {res} {_unit(key)} higher than in {r2}.")
+        q = f"How much higher was {m} in {r1} than in {r2} in {p}?"
+        return Task(q, [call_text("metric", m, r1, p), call_text("metric", m, r2, p), call_text("calc", expr)],
+                    res, f"{m} in {r1} was {res} {_unit(key)} higher than in {r2}.")
     # plain arithmetic
     a, b = rng.randint(2, 9999), rng.randint(2, 999)
     op = rng.choice("+-*/")
@@ -372,15 +396,19 @@ def held_names(keys: Iterable[tuple[str, str, str]]) -> tuple[set[str], ...]:
 
 
 def _wild_arg(rng: random.Random) -> str:
-    """A name as a call's argument holds it: the API's name grammar, lower case for a metric."""
-    return narrative.wild_name(rng)
+    """A name as a call's argument holds it: the API's name grammar, lower case for a metric; not
+    a bare number (an answer that restates it could not be told from its result by a reader)."""
+    while True:
+        name = narrative.wild_name(rng)
+        if not NUMBER.fullmatch(name):
+            return name
 
 
 def wild_task(rng: random.Random) -> tuple[Task, Store]:
     """A question over a store whose metrics, regions and periods are drawn from the API's
     grammar (any names, periods, numbers of 1-9 digits with up to 2 decimals), not the corpus's
     lists: the same four kinds as make_task's, the calls copying the names from the question."""
-    metric, unit = _wild_arg(rng).lower(), narrative.wild_unit(rng) if rng.random() < 0.7 else ""
+    metric = _wild_arg(rng).lower()
     regions = list(dict.fromkeys(_wild_arg(rng) for _ in range(3)))
     periods = list(dict.fromkeys(narrative.wild_period(rng) for _ in range(2)))
     dec = rng.choice((0, 0, 1, 2))
@@ -392,7 +420,7 @@ def wild_task(rng: random.Random) -> tuple[Task, Store]:
             values[metric, r, p] = format_number(float(v))
         return values[metric, r, p]
 
-    tail = f" {unit}" if unit else ""
+    tail = ""  # a tenant's table gives no unit: an answer that wrote one would make it up
     kind = rng.choice(("lookup", "change", "total", "diff"))
     r, p = regions[0], periods[0]
     if kind == "lookup" or (kind == "change" and len(periods) < 2) or (kind != "lookup" and len(regions) < 2):

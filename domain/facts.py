@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from domain.markup import N_SLOTS, SLOT_TOKENS
 
+_NO_ALNUM_BEFORE, _NO_ALNUM_AFTER = r"(?<![^\W_])", r"(?![^\W_])"  # no letter or digit beside (an "_" may be)
 SLOT = re.compile(r"\[F([0-9]+)\]")  # any slot token's text, also one past the table's end
 
 
@@ -53,11 +54,11 @@ class Slots:
         """`text` with each fact it writes out replaced by the fact's slot token: how the text of
         a model that copies facts is read back by the same checker.  The longest fact first at each
         place, and a fact that starts or ends with a letter or digit only where no letter or digit
-        stands beside it ("12" is no fact inside "1240")."""
+        stands beside it ("12" is no fact inside "1240", "EMEA" none inside "EMEA2")."""
         if not self.texts:
             return text
         by_length = sorted(set(self.texts), key=len, reverse=True)
-        alts = [(r"(?<!\w)" if t[:1].isalnum() else "") + re.escape(t) + (r"(?!\w)" if t[-1:].isalnum() else "")
+        alts = [(_NO_ALNUM_BEFORE if t[:1].isalnum() else "") + re.escape(t) + (_NO_ALNUM_AFTER if t[-1:].isalnum() else "")
                 for t in by_length]
         token = {t: SLOT_TOKENS[self.first + self.texts.index(t)] for t in by_length}
         return re.sub("|".join(alts), lambda m: token[m.group(0)], text)

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from domain import agent as corpus
+from domain.agent_facts import AgentFacts, source_names
 from domain.answers import answer_of, verify
 from model.params import DecodeError
 from model.profiles import Profile
@@ -55,13 +56,19 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     end_call = Profile.markup(tok, corpus.END_CALL)
     params = decode_params(spec.params)
     seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
+    # facts as slots (setflow's models): the question's names its source holds, then each result
+    facts = _facts(turns, spec) if turns.profile.facts == "slots" else None
+    slots = facts.slots if facts is not None else None
+    question = facts.question if facts is not None else spec.question  # as the model reads it
+    written = facts.written if facts is not None else str  # what the model wrote, its facts written out
     # the calls' arguments copied from the question, the sample dataset and the results so far
     names = None
     if spec.guided:
-        names = corpus.CallNames(spec.question) if spec.dataset else corpus.CallNames.sample(spec.question)
+        names = corpus.CallNames(question) if spec.dataset else corpus.CallNames.sample(question)
     data = corpus.Dataset(spec.dataset_seed)
-    text_in = corpus.prompt_text(spec.question)
-    ids = agent_input(tok, spec.question, turns.profile)
+    text_in = corpus.prompt_text(question)
+    ids = agent_input(tok, question, turns.profile)
+    read_results: list[str] = []  # each call's result as the model read it (a slot, or an error line)
     doc: list[int] = []  # the document before the segment being decoded: every input, every segment
     pieces: list[str] = []  # the assistant's side: segments and results
     calls: list[dict[str, Any]] = []
@@ -70,9 +77,9 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
         # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
         #    guided to copy the question's names and the numbers of the results so far
         guide = None if names is None else tools.CallGuide(
-            tok, names.after(c["result"] for c in calls if c["ok"]), unguided=spec.client_tools)
+            tok, names.after(x for c, x in zip(calls, read_results) if c["ok"]), unguided=spec.client_tools)
         try:
-            r = turns.turn(ids, replace(seg, guide=guide), text=text_in)
+            r = turns.turn(ids, replace(seg, guide=guide), text=text_in, facts=slots)
         except DecodeError as e:
             if e.code != "context_overflow" or not done:
                 raise
@@ -90,10 +97,11 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
                            ["no answer: the call limit was reached"])
         # 2) run the call (here, or its client does: the job waits for the output); its result
         #    is the next turn's input
-        call = _run_call(turns, spec, text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL),
+        call = _run_call(turns, spec, written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
                          f"call_{len(calls) + 1}", data)
         calls.append(call)
-        text_in = f"{corpus.RESULT}{call['result']}{corpus.END_RESULT}\n"
+        read_results.append(facts.result(call["result"]) if facts is not None else call["result"])
+        text_in = f"{corpus.RESULT}{read_results[-1]}{corpus.END_RESULT}\n"
         pieces.append(text_in)
         ids = tok.encode(text_in)
         turns.report(calls=len(calls))
@@ -103,14 +111,14 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
 
     def read(a: TurnResult) -> tuple[str, list[str]]:
         text = text_of(turns, a.tokens)
-        answer = answer_of(text) if ended(turns, a.tokens) else None
+        answer = answer_of(written(text)) if ended(turns, a.tokens) else None
         answers.append(answer)
         if answer is None:
             why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
             return text, [f"no answer: the last segment {why}"]
         return text, verify(spec.question, made, answer, sample=spec.dataset is None)
 
-    retry = Retry(doc, seg, corpus.prompt_text(spec.question) + "".join(pieces[:-1]))
+    retry = Retry(doc, seg, corpus.prompt_text(question) + "".join(pieces[:-1]), facts=slots)
     try:
         checked = check(turns, "answer", r, read, retry, allow_unverified=spec.allow_unverified)
     except Unverified as e:
@@ -123,8 +131,25 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     if checked.attempt == "ar_retry":  # the retry's segment is the transcript's last
         pieces[-1] = checked.value
         done.append(summary(checked.turn))
-    return {"session": r.session, "question": spec.question, "text": "".join(pieces), "answer": answer.strip(),
+    return {"session": r.session, "question": spec.question, "text": written("".join(pieces)), "answer": answer.strip(),
             "calls": calls, "finished": True, "reason": "answer", "turns": done, **checked.fields()}
+
+
+def _facts(turns: Turns, spec: AgentSpec) -> AgentFacts:
+    """The job's slot table: the names of its question that its source holds (the sample
+    dataset's, or the tenant's table's as the job first read it: kept with the job, so a rerun
+    renders the same input even if the table changed meanwhile; none where the client runs the
+    metric tool: its names are the client's)."""
+    if "metric" in spec.client_tools:
+        return AgentFacts.of(spec.question, [])
+    if spec.dataset is None:
+        return AgentFacts.of(spec.question, source_names(spec.question, (n for f in corpus.SAMPLE_NAMES for n in f)))
+    kept = turns.tool_output("server:names")
+    if kept is None:
+        table = tools.Table.of(spec.dataset, turns.dataset(spec.dataset))
+        kept = json.dumps(source_names(spec.question, (n for f in corpus.held_names(table.values) for n in f)))
+        turns.keep_output("server:names", kept)
+    return AgentFacts.of(spec.question, json.loads(kept))
 
 
 def _no_answer(problems: list[str]) -> NoAnswer:

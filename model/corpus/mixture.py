@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Iterator
 
 from domain import agent, narrative, report
+from domain.agent_facts import in_slots
 from domain.facts import Slots
 from domain.markup import N_SLOTS, SLOT_TOKENS
 from domain.report import infill_tokens
@@ -78,15 +79,23 @@ def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> 
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
+AGENT_FACTS = 16  # slots an agent transcript takes at most: its question's names and its results
+
+
 def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, slip: float = 0.0) -> Example:
-    """slip: the share of wild questions whose transcript mends a miscopied call (agent.slipped)."""
+    """In slot form (domain/agent_facts.py): the question's names its source holds and each
+    result are slots.  slip: the share of wild questions whose transcript mends a miscopied call
+    (agent.slipped: a name the question holds but no source knows stays text, and may slip)."""
     if _wild(rng, wild):
         task, store, pieces = agent.wild_example(rng)
         if _wild(rng, slip):
             pieces = agent.slipped(task, store, rng)
+        held: list[str] = [n for names in agent.held_names(store.values) for n in names]
     else:
         task, _, pieces = agent.example(rng)
-    ids = [tok.bos_id, *_ids(tok, agent.prompt_text(task.question))]
+        held = [n for names in agent.SAMPLE_NAMES for n in names]
+    facts, pieces = in_slots(task, pieces, held, _table(rng, AGENT_FACTS).first)
+    ids = [tok.bos_id, *_ids(tok, agent.prompt_text(facts.question))]
     roles = [CONTEXT] * len(ids)
     for text, given in pieces:
         piece = _ids(tok, text)
