@@ -80,6 +80,10 @@ def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> 
 
 
 AGENT_FACTS = 16  # slots an agent transcript takes at most: its question's names and its results
+# the share of agent questions whose names stay text (only the results are slots): a question over
+# a source the runtime cannot read (a metric tool the client runs) keeps its names as text, and
+# the model copies them under the guide as before
+NAMES_AS_TEXT = 0.15
 
 
 def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, slip: float = 0.0) -> Example:
@@ -94,6 +98,8 @@ def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, slip: f
     else:
         task, _, pieces = agent.example(rng)
         held = [n for names in agent.SAMPLE_NAMES for n in names]
+    if rng.random() < NAMES_AS_TEXT:
+        held = []
     facts, pieces = in_slots(task, pieces, held, _table(rng, AGENT_FACTS).first)
     ids = [tok.bos_id, *_ids(tok, agent.prompt_text(facts.question))]
     roles = [CONTEXT] * len(ids)
