@@ -218,7 +218,9 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
             for i, q in enumerate(QUESTIONS):
                 # the second question's metric tool runs here, on this client's own data: the job
                 # waits for its answer holding no worker, and its worker is replaced meanwhile
-                spec: dict[str, Any] = {"question": q, **({"client_tools": ["metric"]} if i else {})}
+                # (it declares the names its data knows: those of the question enter the model as slots)
+                spec: dict[str, Any] = {"question": q, **({"client_tools": ["metric"], "names": sorted(
+                    {n for key in CLIENT_DATA for n in key})} if i else {})}
                 job = c.create_job("agent", spec, session=session)
                 session = job["session"]
                 print(f"   Q: {q}", flush=True)

@@ -138,10 +138,10 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
 def _facts(turns: Turns, spec: AgentSpec) -> AgentFacts:
     """The job's slot table: the names of its question that its source holds (the sample
     dataset's, or the tenant's table's as the job first read it: kept with the job, so a rerun
-    renders the same input even if the table changed meanwhile; none where the client runs the
-    metric tool: its names are the client's)."""
+    renders the same input even if the table changed meanwhile; where the client runs the metric
+    tool, the names it declares, spec.names)."""
     if "metric" in spec.client_tools:
-        return AgentFacts.of(spec.question, [])
+        return AgentFacts.of(spec.question, source_names(spec.question, spec.names))
     if spec.dataset is None:
         return AgentFacts.of(spec.question, source_names(spec.question, (n for f in corpus.SAMPLE_NAMES for n in f)))
     kept = turns.tool_output("server:names")

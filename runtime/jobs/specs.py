@@ -277,6 +277,9 @@ class AgentSpec(_Tuned):
     #: (or, over the sample dataset, one it holds), each calc number one the question or a result
     #: holds (or 100), so it is copied, never miscopied (False: the model's tokens as they are)
     guided: bool = True
+    #: names the client's own metric tool knows (client_tools: metric): those the question holds
+    #: enter the model as slots, as a dataset's do (a question's other names stay text, copied)
+    names: list[Name] = Field(default_factory=list, max_length=256)
 
     # the names in a question as a dataset's rows hold them (corpus.clean_name): NFC, no spaces
     # (U+0020) at its ends, a run of them one; in any script.  The model reads it as text: no
