@@ -71,6 +71,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from model.config import PRESETS, ModelConfig
 
+    if args.until is not None and args.until < 1:
+        raise CliError(f"--until must be >= 1, got {args.until}")
     if args.steps is not None and args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
@@ -150,7 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"into {args.out} (resumes from it when it holds a trainer state)", flush=True)
     try:
         _, losses = train(cfg, make_batches(args.seed, tc.batch_size, tc.seq_len), tc, out=args.out,
-                          tokenizer_json=tokenizer_json, init=args.init, data=data, fresh_ids=fresh)
+                          tokenizer_json=tokenizer_json, init=args.init, data=data, fresh_ids=fresh, until=args.until)
     except ValueError as e:  # e.g. args.out holds a checkpoint of another config
         raise CliError(str(e)) from e
     tail = losses[-tc.log_every:]
@@ -250,6 +252,8 @@ def parser() -> argparse.ArgumentParser:
                         "model, on the narrative/agent/report corpora); resumes from --out")
     tr.add_argument("--preset", default="toy", help="model preset: toy or small (default: toy)")
     tr.add_argument("--steps", type=int, default=None, help="total optimiser steps (default: the preset's recipe)")
+    tr.add_argument("--until", type=int, default=None,
+                    help="stop after this step's checkpoint, on the schedule of --steps (a stage cut short)")
     tr.add_argument("--out", type=Path, required=True, help="checkpoint folder; resumed when it holds a trainer state")
     tr.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default 0)")
     tr.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's; a further "

@@ -140,7 +140,8 @@ def fresh_rows(model: SetDLM, ids: list[int]) -> None:
 def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], tc: TrainConfig,
           out: str | Path | None = None, tokenizer_json: str | None = None, resume: bool = True,
           progress: bool = True, init: str | Path | None = None,
-          data: dict[str, Any] | None = None, fresh_ids: list[int] | None = None) -> tuple[SetDLM, list[float]]:
+          data: dict[str, Any] | None = None, fresh_ids: list[int] | None = None,
+          until: int | None = None) -> tuple[SetDLM, list[float]]:
     """AdamW with linear warm-up then cosine decay to 10%.  batches(start_step) yields lists of
     examples from that step on (so a resumed run sees the same data).  Checkpoints to `out`
     every ckpt_every steps; resumes from `out` when it holds a trainer state.  init: a
@@ -148,7 +149,8 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
     cfg's, its context may differ).  data: what makes the run's data stream (its seed, mix,
     share of wild payloads: JSON), kept with the trainer state; a resume with other data is
     refused (it would go on with another stream under the same schedule).  fresh_ids: tokens
-    the init's vocabulary lacked (the fact slots added to it): their rows drawn anew."""
+    the init's vocabulary lacked (the fact slots added to it): their rows drawn anew.  until: stop
+    after this step's checkpoint, on the schedule of tc.steps (a stage cut short, reproducibly)."""
     torch.manual_seed(tc.seed)
     model = SetDLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.95))
@@ -193,7 +195,8 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
 
     model.train()
     it = batches(start)
-    bar = tqdm(range(start, tc.steps), initial=start, total=tc.steps, disable=not progress,
+    end = tc.steps if until is None else min(until, tc.steps)
+    bar = tqdm(range(start, end), initial=start, total=tc.steps, disable=not progress,
                desc="train", dynamic_ncols=True)
     for s in bar:
         for g in opt.param_groups:
@@ -210,7 +213,7 @@ def train(cfg: ModelConfig, batches: Callable[[int], Iterator[list[Example]]], t
         losses.append(loss.item())
         if (s + 1) % tc.log_every == 0:
             bar.set_postfix(loss=f"{sum(losses[-tc.log_every:]) / tc.log_every:.4f}", lr=f"{lr_at(s):.2e}")
-        if (s + 1) % tc.ckpt_every == 0 or s + 1 == tc.steps:
+        if (s + 1) % tc.ckpt_every == 0 or s + 1 in (tc.steps, end):
             save(s + 1)
     model.eval()
     return model, losses

@@ -124,6 +124,34 @@ def test_training_learns_and_resumes_exactly(tmp_path: Path) -> None:
         torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=n)
 
 
+def test_a_stage_cut_short_keeps_its_schedule_and_resumes_to_the_same_run(tmp_path: Path) -> None:
+    """--until: stop after that step's checkpoint, the learning rate on the schedule of all steps;
+    run again without it, the stage ends as one run straight through would."""
+    cfg = ModelConfig.from_name("test", set_size=2)
+    tc = TrainConfig(steps=30, batch_size=8, seq_len=20, lr=3e-3, warmup=5, ckpt_every=10, log_every=5)
+    _, straight = train(cfg, _corpus, tc, out=tmp_path / "a", progress=False)
+    _, cut = train(cfg, _corpus, tc, out=tmp_path / "b", progress=False, until=15)
+    assert len(cut) == 15 and cut == pytest.approx(straight[:15], abs=1e-6)
+    _, resumed = train(cfg, _corpus, tc, out=tmp_path / "b", progress=False)
+    assert resumed == pytest.approx(straight, abs=1e-6)
+
+
+def test_tokens_new_to_an_init_get_rows_of_their_own(tmp_path: Path) -> None:
+    """fresh_ids: rows drawn anew at the trained rows' scale, each its own direction (the unused
+    rows a trained model leaves are one direction: added tokens there could not be told apart)."""
+    cfg = ModelConfig.from_name("test", set_size=2)
+    tc = TrainConfig(steps=2, batch_size=8, seq_len=20, warmup=1, ckpt_every=1)
+    model, _ = train(cfg, _corpus, tc, out=tmp_path / "base", progress=False)
+    with torch.no_grad():
+        model.embed_tokens.weight[40:50] = model.embed_tokens.weight[40]  # collapsed, as unused rows are
+    from model import checkpoint
+    checkpoint.save(model, tmp_path / "init")
+    tuned, _ = train(cfg, _corpus, TrainConfig(steps=1, batch_size=8, seq_len=20, warmup=1, lr=1e-9),
+                     init=tmp_path / "init", progress=False, fresh_ids=list(range(40, 50)))
+    w = torch.nn.functional.normalize(tuned.embed_tokens.weight[40:50], dim=1)
+    assert (w @ w.T - torch.eye(10)).abs().max() < 0.9
+
+
 def test_resume_refuses_another_config(tmp_path: Path) -> None:
     tc = TrainConfig(steps=2, batch_size=8, seq_len=20, warmup=1, ckpt_every=1)
     train(ModelConfig.from_name("test", set_size=2), _corpus, tc, out=tmp_path, progress=False)
