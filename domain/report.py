@@ -138,13 +138,14 @@ def make_template(rng: random.Random) -> Template:
 
 
 def template(p: Payload, slots: Slots | None = None) -> Template:
-    """The key-figures template of a payload's metrics: a line per metric whose numbers (slots,
-    one token each) and words are the holes (the breakdown, if any, is not part of it)."""
+    """The key-figures template of a payload's metrics: a line per metric whose facts (slots the
+    runtime places) frame the holes the model fills, the trend and target words (the breakdown,
+    if any, is not part of it)."""
     r = replace(p, breakdown=None).render(slots)
     pieces: list[tuple[str, bool]] = []
     for i, c in enumerate(r.metrics):
-        pieces += [(f"{'' if i == 0 else ' '}{c.name}: ", False), (c.value, True), (f" {c.unit} (", False),
-                   (TREND[c.direction], True), ("; previous ", False), (c.prev, True)]
+        pieces += [(f"{'' if i == 0 else ' '}{c.name}: ", False), (c.value, False), (f" {c.unit} (", False),
+                   (TREND[c.direction], True), ("; previous ", False), (c.prev, False)]
         if c.target is not None:
             assert c.comparison is not None
             pieces += [(f"; target {c.target}, ", False), (c.comparison, True)]

@@ -118,8 +118,8 @@ def section_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Ex
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
 
 
-def infill_example(tok: Tokenizer, rng: random.Random) -> Example:
-    p = narrative.make_payload(rng)
+def infill_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
+    p = narrative.wild_payload(rng) if _wild(rng, wild) else narrative.make_payload(rng)
     p.breakdown = None
     ids, hole = infill_tokens(tok, report.template(p, _table(rng, len(p.render().slots.texts))))
     return ids, [TARGET if h else CONTEXT for h in hole]
@@ -129,7 +129,7 @@ MAKERS: dict[str, Callable[[Tokenizer, random.Random], Example]] = {
     "narrative": narrative_example, "agent": agent_example, "section": section_example, "infill": infill_example}
 # the makers that draw some of their data from the API's grammar (their share of wild payloads)
 WILD_MAKERS: dict[str, Callable[[Tokenizer, random.Random, float], Example]] = {
-    "narrative": narrative_example, "section": section_example, "agent": agent_example}
+    "narrative": narrative_example, "section": section_example, "agent": agent_example, "infill": infill_example}
 
 
 def pick_task(rng: random.Random, step: int, finetune: bool = False, mix: dict[str, float] | None = None) -> str:
