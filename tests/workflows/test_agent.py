@@ -31,6 +31,7 @@ V1, V2 = DATA.lookup("revenue", "EMEA", "2026-Q2"), DATA.lookup("revenue", "EMEA
 CALLS = [corpus.call_text("metric", "revenue", "EMEA", "2026-Q2"),
          corpus.call_text("metric", "revenue", "EMEA", "2026-Q3"), corpus.call_text("calc", f"({V2}-{V1})/{V1}*100")]
 ANSWER = corpus.calc(f"({V2}-{V1})/{V1}*100")
+NAMES = ["revenue", "EMEA", "2026-Q2", "2026-Q3"]  # the question's names a table of these rows holds
 
 
 @pytest.mark.parametrize("policy", ["ar", "set"])
@@ -90,7 +91,9 @@ def test_the_metric_tool_reads_the_tenants_dataset_and_a_rerun_reads_what_it_rea
     assert [(c["result"], c["by"]) for c in r["calls"]] == [("200", "server"), ("250", "server"), ("25", "server")]
     assert r["verified"] and "25" in (r["answer"] or "")
     kept = dict(turns.tool_outputs)  # what each call answered, kept with the job
-    assert set(kept) == {"server:call_1", "server:call_2", "server:call_3"}
+    assert set(kept) == {"server:call_1", "server:call_2", "server:call_3", "server:names"}
+    # the question's names the table held when the job first read it: its slots, on a rerun too
+    assert json.loads(kept["server:names"]) == NAMES
     # a rerun (the job redelivered) after the dataset changed: the calls read what they read then
     again = agent.run(LocalTurns(*loaded, tool_outputs=kept, datasets={"sales": [["revenue", "EMEA", "2026-Q2", "1"]]}),
                       spec)
@@ -110,24 +113,25 @@ SLIP_TABLE = [["dc", "dXqQjLuFRNQzcQq0umj", "1993-H1", "577"], ["dc", "Xfers 32"
 
 
 @pytest.mark.parametrize("policy", ["ar", "prefix"])
-def test_guided_calls_copy_the_questions_names_where_the_model_alone_miscopies_one(
+def test_the_questions_names_enter_as_slots_so_guided_or_not_the_calls_copy_them(
         loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    """Unguided, the shipped model writes "Xfgis 32" for the question's "Xfers 32" (one of the
-    agent_ood failures); guided (the default), the refused "gis" gives way to the most probable
-    token that keeps a name the question holds, and both calls read their rows."""
+    """Before slots, the shipped model wrote "Xfgis 32" for the question's "Xfers 32" unguided (one
+    of the agent_ood failures) and only the guide kept it right.  Now each name the table holds is
+    a slot of the question: the model points at it and the runtime writes it, so the unguided run
+    copies both names and writes what the guided run writes, and both answers are verified."""
     params = ParamsSpec.model_validate({"policy": policy, "window": 8, "tau": 0.9, "max_new_tokens": 96})
     spec = AgentSpec(question=SLIP, dataset="t", params=params, allow_unverified=True, max_calls=3)
-    alone = LocalTurns(*loaded, datasets={"t": SLIP_TABLE})
-    with pytest.raises(NoAnswer):  # after its slip it writes no answer, only a broken call
-        agent.run(alone, spec.model_copy(update={"guided": False}))
-    said = [json.loads(alone.tool_outputs[f"server:call_{i}"]) for i in (1, 2)]
-    assert [x["ok"] for x in said] == [True, False] and "'Xfgis 32'" in said[1]["result"], said
+    alone_turns = LocalTurns(*loaded, datasets={"t": SLIP_TABLE})
+    alone = agent.run(alone_turns, spec.model_copy(update={"guided": False}))
+    assert json.loads(alone_turns.tool_outputs["server:names"]) == ["dc", "dXqQjLuFRNQzcQq0umj", "Xfers 32", "1993-H1"]
     r = agent.run(LocalTurns(*loaded, datasets={"t": SLIP_TABLE}), spec)
     want = [corpus.call_text("metric", "dc", row, "1993-H1") for row in ("dXqQjLuFRNQzcQq0umj", "Xfers 32")]
-    assert [c["call"] for c in r["calls"][:2]] == want and [c["result"] for c in r["calls"][:2]] == ["577", "6272"]
-    assert r["calls"][2]["call"] == corpus.call_text("calc", "577-6272")  # its numbers copied from the results
-    # its answer miscopies the name ("than in Xf down 3"): a 3 nothing said, so it is not verified
-    assert r["verified"] is False and "the answer states ['3'] too" in r["problems"][0], r["answer"]
+    for x in (alone, r):
+        assert [c["call"] for c in x["calls"][:2]] == want and [c["result"] for c in x["calls"][:2]] == ["577", "6272"]
+        assert x["calls"][2]["call"] == corpus.call_text("calc", "577-6272")  # its numbers: the results' slots
+        assert x["verified"] is True and x["problems"] == [] and "-5695" in (x["answer"] or ""), x["answer"]
+        assert "Xfers 32" in (x["answer"] or "")  # the name written out by the runtime, not miscopied
+    assert (alone["text"], alone["calls"], alone["answer"]) == (r["text"], r["calls"], r["answer"])
 
 
 class Scripted:
@@ -171,7 +175,9 @@ def test_a_full_session_ends_the_job_without_an_answer_and_a_first_turn_error_fa
     with pytest.raises(NoAnswer) as e:
         agent.run(turns, AgentSpec(question="What is 1 + 1?", allow_unverified=True))
     assert e.value.code == "no_answer" and e.value.problems == ["no answer: the session is full"]
-    assert turns.inputs[1] == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, appended
+    # the result, appended as a slot (the question holds no name of the sample dataset: the
+    # result's is the table's first), the runtime writes its "2"
+    assert turns.inputs[1] == tok.encode(f"{corpus.RESULT}[F1]{corpus.END_RESULT}\n")
     assert turns.inputs[0][0] == model.cfg.bos_id
     with pytest.raises(DecodeError):  # nothing written yet: the job fails
         agent.run(Scripted(tok, model.cfg, [full]), AgentSpec(question="What is 1 + 1?"))

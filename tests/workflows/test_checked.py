@@ -1,6 +1,6 @@
 """workflows/checked.py through the workflows, over a session in this process (the shipped model):
 a narrative, a report section and the key figures whose first decode is made wrong (a Turns
-double that rewrites a turn's numbers) are decoded again with greedy AR in the same session, as
+double that swaps two facts' slots in what a turn wrote) are decoded again with greedy AR in the same session, as
 a document of their own, and come back right (`attempt: ar_retry`); wrong twice, the job fails
 with "unverified" and the problems, or comes back flagged when its spec allows it; a retry that
 does not fit the plan's room is not decoded.  The agent's answer (a scripted Turns): its retry
@@ -39,20 +39,34 @@ from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult
 from runtime.settings import Settings
-from tests.workflows.conftest import report_spec
+from tests.workflows.conftest import long_report_spec, report_spec
 from tests.workflows.test_agent import DATA, QUESTION
 from tests.workflows.test_narrative import PAYLOAD
 from workflows import agent, narrative, report
 
 SPEC = NarrativeSpec(payload=PayloadSpec.of(PAYLOAD))  # the kind's default: prefix, W 8
+#: what the checker says of SPEC's narrative with the slots of revenue's value and prev swapped
+SWAPPED = ("Revenue: slots [[F4]='12.2%', [F7]='1105', [F6]='k USD', [F5]='1240', [F8]='1300'] "
+           "where [[F4]='12.2%', [F5]='1240', [F6]='k USD', [F7]='1105', [F8]='1300'] go")
+
+
+def swapped(tok: Tokenizer, tokens: list[int], facts: Slots | None, old: str, new: str) -> list[int]:
+    """`tokens` (what the model wrote, in slot form) with the slots of the facts `old` and `new`
+    swapped: the text the runtime writes out then says `new` where `old` goes and the other way
+    round (the checker reads the slots: a swapped pair is a wrong narrative)."""
+    assert facts is not None and old in facts.texts and new in facts.texts, facts
+    a, b = (facts.tokens()[facts.texts.index(x)] for x in (old, new))
+    text = tok.decode(tokens)
+    assert a in text and b in text, text
+    return tok.encode(text.replace(a, "\0").replace(b, a).replace("\0", b))
 
 
 class Wrong(LocalTurns):
-    """LocalTurns whose turns number `wrong` (0-based) come back with `old` written as `new` (the
-    session's own tokens are the model's: only what the workflow reads is wrong); each turn's
-    input and params are kept."""
+    """LocalTurns whose turns number `wrong` (0-based) come back with the slots of the facts `old`
+    and `new` swapped (the session's own tokens are the model's: only what the workflow reads is
+    wrong); each turn's input and params are kept."""
 
-    def __init__(self, model: SetDLM, tok: Tokenizer, wrong: set[int], old: str = "1240", new: str = "1250") -> None:
+    def __init__(self, model: SetDLM, tok: Tokenizer, wrong: set[int], old: str = "1240", new: str = "1105") -> None:
         super().__init__(model, tok)
         self.wrong, self.old, self.new = wrong, old, new
         self.calls: list[tuple[list[int], DecodeParams, bool]] = []
@@ -60,15 +74,13 @@ class Wrong(LocalTurns):
     def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
              facts: Slots | None = None) -> TurnResult:
         self.calls.append((ids, params, infill))
-        r = super().turn(ids, params, text=text, infill=infill)
+        r = super().turn(ids, params, text=text, infill=infill, facts=facts)
         if r.turn in self.wrong:
             if infill:  # the holes' tokens, one for one: the first hole's token replaced by another digit
                 seven, eight = self.tokenizer.encode("7")[0], self.tokenizer.encode("8")[0]
                 r.tokens = [eight if r.tokens[0] == seven else seven, *r.tokens[1:]]
             else:
-                text_out = self.tokenizer.decode(r.tokens)
-                assert self.old in text_out, text_out
-                r.tokens = self.tokenizer.encode(text_out.replace(self.old, self.new))
+                r.tokens = swapped(self.tokenizer, r.tokens, facts, self.old, self.new)
         return r
 
 
@@ -85,8 +97,8 @@ def test_a_wrong_narrative_is_decoded_again_with_greedy_ar_as_a_document_of_its_
     turns = Wrong(*loaded, wrong={0})
     r = narrative.run(turns, SPEC)
     assert r["verified"] is True and r["attempt"] == "ar_retry" and r["problems"] == []
-    assert "1240" in r["text"] and "1250" not in r["text"] and r["facts_ok"] == r["facts_total"]
-    assert any("1250" in p for p in r["retried"]["problems"]) and r["retried"]["turn"] == 0
+    assert r["text"].index("1240") < r["text"].index("1105") and r["facts_ok"] == r["facts_total"]
+    assert r["retried"]["problems"] == [SWAPPED] and r["retried"]["turn"] == 0
     assert r["turn"] == 1 and turns.turns == 2  # the retry: one more turn of the same session
     (ids0, p0, _), (ids1, p1, _) = turns.calls
     assert ids1 == ids0 and ids1[0] == loaded[0].cfg.doc_start_id  # the same input: a new document
@@ -104,14 +116,15 @@ def test_a_narrative_wrong_twice_fails_unverified_with_its_problems(loaded: tupl
     with pytest.raises(Unverified) as e:
         narrative.run(turns, SPEC)
     assert e.value.code == "unverified" and "after the greedy AR retry" in e.value.message
-    assert e.value.problems and all("1250" in p or "revenue" in p for p in e.value.problems), e.value.problems
+    assert e.value.problems == [SWAPPED], e.value.problems
     assert turns.turns == 2 and turns.checks == {("narrative", "unverified"): 1}
 
 
 def test_a_narrative_wrong_twice_comes_back_flagged_when_its_spec_allows_it(loaded: tuple[SetDLM, Tokenizer]) -> None:
     turns = Wrong(*loaded, wrong={0, 1})
     r = narrative.run(turns, SPEC.model_copy(update={"allow_unverified": True}))
-    assert r["verified"] is False and r["attempt"] == "ar_retry" and r["problems"] and "1250" in r["text"]
+    assert r["verified"] is False and r["attempt"] == "ar_retry" and r["problems"] == [SWAPPED]
+    assert r["text"].index("1105") < r["text"].index("1240")  # the swapped slots, written out
     assert r["facts_ok"] < r["facts_total"] and turns.checks == {("narrative", "flagged"): 1}
 
 
@@ -130,7 +143,7 @@ def test_a_wrong_section_and_wrong_key_figures_are_decoded_again(loaded: tuple[S
     spec = report_spec(1)
     data = spec.data.to_payload()
     old = data.metrics[0].value  # the first section's first number
-    turns = Wrong(*loaded, wrong={0, 2}, old=old, new=str(int(float(old)) + 7))  # section 1; the key figures
+    turns = Wrong(*loaded, wrong={0, 2}, old=old, new=data.metrics[0].prev)  # section 1; the key figures
     r = report.run(turns, spec)
     [s] = r["sections"]
     assert s["attempt"] == "ar_retry" and s["verified"] and s["facts_ok"] == s["facts_total"] and s["turn"] == 1
@@ -143,13 +156,13 @@ def test_a_wrong_section_and_wrong_key_figures_are_decoded_again(loaded: tuple[S
 
 
 def test_a_section_retry_that_the_plan_has_no_room_for_is_not_decoded(loaded: tuple[SetDLM, Tokenizer]) -> None:
-    spec = report_spec(6)  # 1861 of the 2048 positions, each part at most: a retry would starve the later ones
-    old = spec.data.to_payload().metrics[0].value
-    turns = Wrong(*loaded, wrong={0}, old=old, new=str(int(float(old)) + 7))
+    spec = long_report_spec(4, 2)  # 1871 of the 2048 positions, each part at most: a retry would starve the later ones
+    old, new = spec.data.to_payload().metrics[0].value, spec.data.to_payload().metrics[0].prev
+    turns = Wrong(*loaded, wrong={0}, old=old, new=new)
     with pytest.raises(Unverified) as e:
         report.run(turns, spec)
     assert turns.turns == 1 and "leave it" in e.value.problems[-1] and "Revenue" in e.value.message
-    flagged = report.run(Wrong(*loaded, wrong={0}, old=old, new=str(int(float(old)) + 7)),
+    flagged = report.run(Wrong(*loaded, wrong={0}, old=old, new=new),
                          spec.model_copy(update={"allow_unverified": True}))
     assert [x["verified"] for x in flagged["sections"]] == [False] + [True] * 5 and flagged["verified"] is False
     assert flagged["attempt"] == "first" and flagged["figures"]["exact"]  # the later parts: all there
@@ -257,9 +270,9 @@ def test_a_job_rerun_after_its_retry_replays_both_turns_and_counts_the_outcome_o
 
         def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
                  facts: Slots | None = None) -> TurnResult:
-            step, r = self.step, super().turn(ids, params, text=text, infill=infill)
+            step, r = self.step, super().turn(ids, params, text=text, infill=infill, facts=facts)
             if step == 0:
-                r.tokens = tok.encode(tok.decode(r.tokens).replace("1240", "1250"))
+                r.tokens = swapped(tok, r.tokens, facts, "1240", "1105")
             return r
 
     def ctx_for(job_id: str) -> WrongFirst:

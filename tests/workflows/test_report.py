@@ -21,6 +21,7 @@ from runtime.db import make_engine
 from runtime.errors import BadInput
 from runtime.jobs.context import JobContext
 from runtime.jobs.events import JobEvents
+from runtime.jobs.plans import report_parts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import ReportSpec
@@ -29,7 +30,7 @@ from runtime.sessions.local import LocalTurns
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
-from tests.workflows.conftest import report_spec
+from tests.workflows.conftest import long_report_spec, report_spec
 from workflows import report
 
 SPEC = ReportSpec.model_validate(REPORT)
@@ -52,10 +53,12 @@ def test_a_report_reads_back_every_section_and_fills_its_key_figures(session: Ca
     assert r["markdown"].startswith(f"# {SPEC.title}\n") and "<h2>Key figures</h2>" in r["html"]
     assert [x["path"] for x in r["sections"]] + [r["figures"]["path"]] == ["new", "warm", "warm", "warm"]
     assert turns.progress == {"section": 4, "sections": 4, "title": "Key figures"}
-    # the session holds part of the context now: a plan of six sections more does not fit, refused at once
-    used = turns.used()
+    # the session holds part of the context now: a plan that fits an empty session (1705 of its
+    # 2048 positions) does not fit what is left, refused at once
+    used, long = turns.used(), long_report_spec(4)
+    assert sum(report_parts(long, turns.tokenizer)) <= turns.cfg.max_seq_len < used + sum(report_parts(long, turns.tokenizer))
     with pytest.raises(BadInput, match="context_overflow"):
-        report.run(turns, report_spec(6))
+        report.run(turns, long)
     assert turns.used() == used
 
 
@@ -78,7 +81,7 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
         assert claim.owner is not None, claim.reason
         return JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
 
-    spec = report_spec(6)  # 1861 of 2048 positions: its own first section must not count twice
+    spec = report_spec(6)  # its own first section must not count twice
     sid = records.create_session("acme", "").id
     job, _ = jobs.create("report", "acme", spec.model_dump(mode="json"), sid)
     first = ctx_for(job.id)
@@ -119,6 +122,6 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
 
 def test_a_report_of_six_sections_fits_the_context_and_reads_back(session: Callable[[], LocalTurns]) -> None:
     spec = report_spec(6)
-    r = report.run(session(), spec)  # 1861 positions planned at most, of the shipped model's 2048
+    r = report.run(session(), spec)  # 839 positions planned at most, of the shipped model's 2048
     assert [x["title"] for x in r["sections"]] == [p.title for p in spec.outline] and len(r["sections"]) == 6
     assert r["verified"] and all(x["facts_ok"] == x["facts_total"] > 0 for x in r["sections"]) and r["figures"]["exact"]
