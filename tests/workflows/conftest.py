@@ -54,6 +54,7 @@ def long_report_spec(n_long: int, n_short: int = 0, **update: object) -> ReportS
     # up and down in turn (the shipped model leaves out the first row's trend word where all 12 rise)
     rows = [(n, str(300 + 7 * i), str(310 - 3 * i) if i % 2 else str(290 + 5 * i)) for i, n in enumerate(regions)]
     assert len(rows) == MAX_ROWS
+    assert spec.data.breakdown is not None
     data = spec.data.model_copy(update={"breakdown": spec.data.breakdown.model_copy(update={"rows": rows})})
     long_titles = ("Revenue", "Sales performance", "Top line", "Customer health", "Retention")
     short_titles = ("Platform performance", "Reliability")
