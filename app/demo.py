@@ -40,8 +40,10 @@ REPORT = {"title": "Northwind quarterly review", "data": DATA,
                       {"title": "Platform performance", "metrics": ["latency"]}]}
 #: the client's own warehouse, which its metric tool reads (the second question's)
 CLIENT_DATA = {("churn", "APAC", "2026-Q3"): "2.7", ("churn", "APAC", "2026-Q2"): "3.1"}
+#: asked as the agent's questions are phrased ("What was churn in ...": the shipped model, asked
+#: "What was the churn in ...", called the tool and then wrote no answer)
 QUESTIONS = ("By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?",
-             "What was the churn in APAC in 2026-Q3?")
+             "What was churn in APAC in 2026-Q3?")
 
 
 class Stack:

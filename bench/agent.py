@@ -72,6 +72,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from domain import agent as corpus
+from domain.agent_facts import AgentFacts, source_names
 from domain.narrative import METRIC
 from model import shipped
 from model.profiles import Profile
@@ -95,6 +96,8 @@ TENANT = "acme"
 TOPICS = [(m, r) for r in ("EMEA", "APAC", "AMER", "LATAM", "Nordics", "DACH")
           for m in ("revenue", "churn", "orders", "conversion", "tickets", "latency")]
 CLIENT_DATA = corpus.Dataset(777)  # the client's own warehouse, not the spec's sample dataset
+#: the names the client's metric tool knows (AgentSpec.names): its data is the sample's
+CLIENT_NAMES = sorted({n for field in corpus.SAMPLE_NAMES for n in field})
 BASELINE_TOKENS = 8  # the baseline turn's new tokens: its first set is what is timed
 
 
@@ -238,7 +241,12 @@ class Bench:
             done = self.c.wait(self.c.dispatcher.submit("agent", TENANT, spec, sid), 120)
             if done.status != "succeeded" and not no_answer(done):
                 raise RuntimeError(f"earlier job {done.id} {done.status}: {done.error}\n{self.logs()}")
-        spec = {"question": question(i), "client_tools": ["metric"], "allow_unverified": True}
+        # the client declares the names its data knows: those of the question enter the model as slots
+        spec = {"question": question(i), "client_tools": ["metric"], "names": CLIENT_NAMES, "allow_unverified": True}
+        # the client's outputs as the model reads them (slots, taken in turn after the question's names)
+        facts = (AgentFacts.of(spec["question"], source_names(spec["question"], CLIENT_NAMES))
+                 if Profile.for_model(self.model.cfg, self.tok).facts == "slots" else None)
+        read: dict[str, str] = {}
         job = self.c.dispatcher.submit("agent", TENANT, spec, sid)
         j = self.wait(job.id)
         outputs: dict[str, str] = {}
@@ -249,6 +257,7 @@ class Bench:
             step = sum(r.job_id == job.id for r in self.c.records.turns(sid, TENANT))
             answer = {c["id"]: client_metric(c) for c in j.action["calls"]}
             outputs.update(answer)
+            read.update({c: facts.result(x) if facts is not None else x for c, x in answer.items()})
             time.sleep(self.delay_s)  # the client's tool at work
             before = j.worker
             other = next(w for w in self.workers if w != before)
@@ -274,7 +283,7 @@ class Bench:
             r["actual"] = row.meta.get("path") if row is not None else (
                 f"none (no turn decoded: the job ended, {(j.result or {}).get('reason') or (j.error or {}).get('code')})")
             r["ok"] = r["actual"] == path and r["ms"] is not None
-            result_ids = self.tok.encode("".join(f"{corpus.RESULT}{outputs[c]}{corpus.END_RESULT}\n"
+            result_ids = self.tok.encode("".join(f"{corpus.RESULT}{read[c]}{corpus.END_RESULT}\n"
                                                  for c in r["calls"]))
             resumed = row.index if row is not None else len(rows)
             r["index"] = resumed  # the session's turn index of the resumed turn

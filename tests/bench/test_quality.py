@@ -22,7 +22,11 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
         assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0 and r["wrong_successes"] in (0, 1)
         if r["policy"] == "ar":
-            assert r["W"] == 1 and r["tau"] is None and r["nfe_per_token"] >= 1.0
+            assert r["W"] == 1 and r["tau"] is None
+            # AR writes one token per forward, but a report's key figures are an infill turn whose
+            # holes (trend and target words, between the slots the runtime placed) may be committed
+            # several per forward: a report's nfe/token can fall below 1 (its sections dominate it)
+            assert r["nfe_per_token"] >= (0.9 if r["task"].startswith("report") else 1.0), r
     assert set(result["targets"]) == set(tasks)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -417,8 +418,10 @@ def test_the_shipped_model_writes_the_same_narratives_batched(loaded: tuple[SetD
 
 def test_guided_agent_calls_on_the_shipped_model_are_the_same_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
     """The agent's guide (workflows/tools.py CallGuide) in one batch, every policy: each call as
-    it is decoded alone.  The question is one whose second call the model alone miscopies
-    ("Xfgis 32" for "Xfers 32"), asked after its first call and result."""
+    it is decoded alone.  The question is one whose second call the model alone miscopies, asked
+    after its first call and result, its names written out (the slot model reads them as text: out
+    of its training, it writes a name the question does not hold, "Xfitech 32" for "Xfers 32");
+    the guide keeps each argument a copy of the question's text."""
     model, tok = loaded
     question = "How much higher was dc in dXqQjLuFRNQzcQq0umj than in Xfers 32 in 1993-H1?"
     text = (agent.prompt_text(question) + agent.CALL + agent.call_text("metric", "dc", "dXqQjLuFRNQzcQq0umj", "1993-H1")
@@ -432,7 +435,10 @@ def test_guided_agent_calls_on_the_shipped_model_are_the_same_batched(loaded: tu
         runs.append(Run([Turn(ids, p)], join=i % 3))
     unguided = alone(model, Run([Turn(ids, replace(runs[0].turns[0].params, guide=None))])).tokens[0]
     guided = alone(model, runs[0]).tokens[0]
-    assert "Xfgis 32" in tok.decode(unguided[len(ids):]) and "Xfers 32" in tok.decode(guided[len(ids):])
+    args = [re.findall(r'"([^"]*)"', tok.decode(t[len(ids):])) for t in (unguided, guided)]
+    assert len(args[0]) == len(args[1]) == 3, args
+    assert not all(a in question for a in args[0]), args  # the guide has something to mend
+    assert all(a in question for a in args[1]) and args[1] != args[0], args
     assert_same(model, runs)
 
 
