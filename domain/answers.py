@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from domain import narrative
 from domain.agent import ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, NUMBER, Task, ToolError, holds, metric_name, parse_call
+from domain.facts import SLOT
 from domain.narrative import METRIC, PERIODS
 
 # ---- checking against a task -------------------------------------------------------------
@@ -179,3 +180,12 @@ def answer_problems(question: str, made: Sequence[tuple[str, str]], answer: str)
         return [f"the answer states {nums}, not {number}, the number the last call returned"]
     stray = stray_numbers(nums, question, [r for _, r in made])
     return [f"the answer states {stray} too, which no result and no name in the question holds"] if stray else []
+
+
+def slot_problems(answer: str) -> list[str]:
+    """What is wrong with an answer in slot form (what a model that points at facts wrote) that
+    its written-out text may hide: a fact said twice ("... to [F4][F4]." reads "to Oct. 2026Oct.
+    2026."), which no answer training writes does; a reader would take it for a garbled one."""
+    said = SLOT.findall(answer)
+    twice = sorted({s for s in said if said.count(s) > 1}, key=said.index)
+    return [f"the answer says {s} more than once" for s in twice]

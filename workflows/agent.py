@@ -23,7 +23,7 @@ from typing import Any
 
 from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
-from domain.answers import answer_of, verify
+from domain.answers import answer_of, slot_problems, verify
 from model.params import DecodeError
 from model.profiles import Profile
 from runtime.errors import NoAnswer, RequiresAction, Unverified
@@ -116,7 +116,8 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
         if answer is None:
             why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
             return text, [f"no answer: the last segment {why}"]
-        return text, verify(spec.question, made, answer, sample=spec.dataset is None)
+        pointed = slot_problems(answer_of(text) or "") if facts is not None else []  # its slots, before written out
+        return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None)
 
     retry = Retry(doc, seg, corpus.prompt_text(question) + "".join(pieces[:-1]), facts=slots)
     try:

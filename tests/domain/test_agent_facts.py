@@ -81,3 +81,14 @@ def test_a_result_is_a_slot_and_an_error_quotes_names_as_slots() -> None:
     assert f.result("2.4") == "[F4]" and f.result("2.4") == "[F4]" and f.result("-3") == "[F5]"
     assert f.result("error: unknown region 'EMEA'") == "error: unknown region '[F2]'"
     assert slots_in(f.question) == ["[F1]", "[F2]", "[F3]"]
+
+
+def test_an_answer_that_points_at_a_fact_twice_is_a_problem() -> None:
+    """Set decoding at a low threshold wrote "... to [F4][F4].[F4]." ("to Oct. 2026Oct. 2026.Oct.
+    2026."): every number right, the answer garbled; 11 of 60 such answers passed verify() before."""
+    assert answers.slot_problems("[F1] in [F2] changed by [F7]% from [F3] to [F4].") == []
+    assert answers.slot_problems("[F1] in [F2] changed by [F7]% from [F3] to [F4][F4].[F4].") == [
+        "the answer says [F4] more than once"]
+    for task, _, pieces, held in _EX[:200]:  # no answer training writes says a fact twice
+        _, slotted = in_slots(task, pieces, held)
+        assert answers.slot_problems(answers.answer_of(slotted[-1][0]) or "") == []
