@@ -186,6 +186,6 @@ def slot_problems(answer: str) -> list[str]:
     """What is wrong with an answer in slot form (what a model that points at facts wrote) that
     its written-out text may hide: a fact said twice ("... to [F4][F4]." reads "to Oct. 2026Oct.
     2026."), which no answer training writes does; a reader would take it for a garbled one."""
-    said = SLOT.findall(answer)
+    said = [m.group(0) for m in SLOT.finditer(answer)]
     twice = sorted({s for s in said if said.count(s) > 1}, key=said.index)
     return [f"the answer says {s} more than once" for s in twice]
