@@ -26,7 +26,8 @@ from workers import runner
 from workers.process import Runtime
 
 
-def refuted(p: corpus.Payload, text: str) -> corpus.Check:
+def refuted(r: corpus.Rendered, text: str) -> corpus.Check:
+    """The checker reading the model's slot-form text back against the payload's rendering, refuting it."""
     return corpus.Check(0, 3, ["revenue: numbers ['1250'] != ['1240']"])
 
 
@@ -38,7 +39,7 @@ def test_a_narrative_its_checker_refutes_fails_unverified_or_succeeds_flagged(
     records, jobs = Records(sql), Jobs(sql, s)
     engine = Engine(model, SessionStore(client, s), records, s)
     rt = Runtime(s, "w1", engine, tok, jobs, Dispatcher(client, jobs, lambda job_id, queue, priority="interactive": None))
-    monkeypatch.setattr(corpus, "check", refuted)  # every narrative reads wrong: the first and the retry
+    monkeypatch.setattr(corpus, "read_back", refuted)  # every narrative reads wrong: the first and the retry
     spec = {"payload": PayloadSpec.of(PAYLOAD).model_dump(exclude_none=True)}
 
     sid = records.create_session("acme", "").id

@@ -7,25 +7,36 @@ import copy
 
 from tests.runtime.api.conftest import ACME, REPORT, Api, shipped_card
 
+REGIONS = ("EMEA", "APAC", "AMER", "LATAM", "Nordics", "DACH", "Benelux", "Iberia", "UK", "France", "Italy", "Japan")
 
-def _report(sections: int, max_new_tokens: int) -> dict[str, object]:
+
+def _report(sections: int, max_new_tokens: int, long: bool = False) -> dict[str, object]:
+    """`sections` sections of one metric each, or (long) each on revenue and churn over a breakdown of
+    12 regions (MAX_ROWS): a section is planned for its own longest body, at most max_new_tokens."""
     spec = copy.deepcopy(REPORT)
     keys = [m["key"] for m in spec["data"]["metrics"]]
-    spec["outline"] = [{"title": f"Part {i}", "metrics": [keys[i % len(keys)]]} for i in range(sections)]
+    spec["outline"] = [{"title": f"Part {i}", "metrics": ["revenue", "churn"] if long else [keys[i % len(keys)]]}
+                       for i in range(sections)]
+    if long:
+        spec["data"]["breakdown"]["rows"] = [[n, str(300 + 7 * i), str(310 - 3 * i) if i % 2 else str(290 + 5 * i)]
+                                             for i, n in enumerate(REGIONS)]
     spec["params"] = {"policy": "prefix", "window": 8, "tau": 0.99, "max_new_tokens": max_new_tokens}
     return spec
 
 
-L = shipped_card().config.max_seq_len  # 2048: a report of 6 sections at the default lengths fits
+L = shipped_card().config.max_seq_len  # 2048: 6 short sections fit, 5 that write 12 breakdown rows each do not
 
 
 def test_a_report_that_cannot_fit_is_refused_before_it_runs(api: Api) -> None:
-    ok = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 200)})
-    assert ok.status_code == 202, ok.text  # six sections of 200 tokens at most
+    ok = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 400)})
+    assert ok.status_code == 202, ok.text  # six short sections: each planned for its own (short) body
+    ok = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(4, 400, long=True)})
+    assert ok.status_code == 202, ok.text  # four sections writing 12 rows each: 1833 positions
     before = api.snapshot(rate_limits=True)
-    r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(6, 400)})
+    r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(5, 400, long=True)})
     assert r.status_code == 422 and r.json()["error"]["code"] == "bad_input"
     assert "context_overflow" in r.json()["error"]["message"] and f"of {L} left" in r.json()["error"]["message"]
+    assert "needs up to 2258 positions" in r.json()["error"]["message"]  # five: 425 more than four
     assert api.snapshot(rate_limits=True) == before  # no job, no session, no token
 
 

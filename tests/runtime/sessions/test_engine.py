@@ -168,8 +168,10 @@ def test_bad_input_is_named_and_changes_nothing(engine: Engine, loaded: tuple[Se
         engine.run_turn("no-such-session", "acme", first, PARAMS)
     with pytest.raises(NotFound):
         engine.run_turn(sid, "globex", first, PARAMS)
+    too_long = first * (engine.s.max_input_tokens // len(first) + 1)  # one more copy than the cap holds
+    assert len(too_long) > engine.s.max_input_tokens
     with pytest.raises(BadInput, match="input must be"):
-        engine.run_turn(sid, "acme", first * 100, PARAMS)
+        engine.run_turn(sid, "acme", too_long, PARAMS)
     with pytest.raises(BadInput, match="prefer"):
         engine.run_turn(sid, "acme", first, PARAMS, prefer="fastest")
     with pytest.raises(DecodeError, match="context"):
