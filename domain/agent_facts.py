@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 from domain.agent import END_RESULT, RESULT, Task
 from domain.facts import Slots
+from domain.markup import N_SLOTS
+
+MAX_CALLS = 8  # runtime/jobs/specs.py AgentSpec.max_calls' bound: a result's slot each
+MAX_NAMES = N_SLOTS - MAX_CALLS  # a question's names that become slots, at most
 
 
 def source_names(question: str, held: Iterable[str]) -> list[str]:
@@ -43,9 +47,9 @@ class AgentFacts:
         """names: source_names(question, what the source holds), as the job first found them (a
         rerun must find the same: a tenant's table may change meanwhile)."""
         slots = Slots(first=first, dedup=True)
-        for n in names:
+        for n in names[:MAX_NAMES]:  # a question of more names keeps the rest as text (copied)
             slots.add(n)
-        return cls(slots, slots.delexicalise(question) if names else question)
+        return cls(slots, slots.delexicalise(question) if slots.texts else question)
 
     def result(self, text: str) -> str:
         """A tool's result as the model reads it: a number's slot, or an error line with the

@@ -92,3 +92,12 @@ def test_an_answer_that_points_at_a_fact_twice_is_a_problem() -> None:
     for task, _, pieces, held in _EX[:200]:  # no answer training writes says a fact twice
         _, slotted = in_slots(task, pieces, held)
         assert answers.slot_problems(answers.answer_of(slotted[-1][0]) or "") == []
+
+
+def test_a_question_of_more_names_than_slots_keeps_the_rest_as_text() -> None:
+    names = [f"n{i}" for i in range(150)]
+    q = "What was the total " + ", ".join(names) + "?"
+    f = AgentFacts.of(q, source_names(q, names))
+    assert len(f.slots.texts) == 88 and "n149" in f.question and f.written(f.question) == q
+    for _ in range(8):  # and every call's result still gets its slot
+        f.result(str(len(f.slots.texts)))
