@@ -124,13 +124,10 @@ class Payload:
     metrics: list[Metric]
     breakdown: Breakdown | None = None
 
-    def facts(self) -> list[Fact]:
-        """What the narrative must say, in text order."""
-        out = [Fact(m.display, [m.value, m.prev] + ([m.target] if m.target else []), direction(m.value, m.prev),
-                    comparison(m.value, m.target) if m.target else None, m.unit) for m in self.metrics]
-        if self.breakdown is not None:
-            out += [Fact(n, [v, p], direction(v, p), None) for n, v, p in self.breakdown.rows]
-        return out
+    def names(self) -> list[str]:
+        """The name each clause opens with, in text order: the metrics' (display names), then the
+        breakdown's rows (the API refuses a payload where two are one: a reader could not tell them apart)."""
+        return [m.display for m in self.metrics] + [n for n, _, _ in (self.breakdown.rows if self.breakdown else [])]
 
     def render(self, slots: Slots | None = None) -> Rendered:
         """The payload with every fact in a slot: the prompt's lines and each clause's slots.
@@ -145,33 +142,15 @@ class Payload:
         return r.slots.lexicalise(r.prompt)
 
 
-@dataclass
-class Fact:
-    name: str
-    numbers: list[str]  # value, prev[, target]
-    direction: str
-    comparison: str | None
-    unit: str | None = None  # a metric's, written after its value
-
-    @property
-    def count(self) -> int:
-        """Facts in this clause: each number, the direction, the comparison."""
-        return len(self.numbers) + 1 + (self.comparison is not None)
-
-
-def _decimal(x: str) -> Decimal:
-    return Decimal(x)
-
-
 def direction(value: str, prev: str) -> str:
-    v, p = _decimal(value), _decimal(prev)
+    v, p = Decimal(value), Decimal(prev)
     return "up" if v > p else "down" if v < p else "flat"
 
 
 def comparison(value: str, target: str | None) -> str | None:
     if target is None:
         return None
-    v, t = _decimal(value), _decimal(target)
+    v, t = Decimal(value), Decimal(target)
     return "above" if v > t else "below" if v < t else "on"
 
 
@@ -180,7 +159,7 @@ def change(value: str, prev: str) -> str | None:
     significant digits under 0.1%; "under 0.01%" below that), the direction word saying its sign.
     None where there is none to say: no change, or a prev of 0 or below (a change from nothing,
     or from a loss, has no percent a reader can take)."""
-    v, p = _decimal(value), _decimal(prev)
+    v, p = Decimal(value), Decimal(prev)
     if v == p or p <= 0:
         return None
     pct = abs(v - p) / p * 100
@@ -622,7 +601,7 @@ def wild_payload(rng: random.Random) -> Payload:
                 rows.append((wild_name(rng), v, _wild_near(rng, v, dec)))
             breakdown = Breakdown(rng.choice(("region", "segment")), m.key, rows)
         p = Payload(wild_name(rng), wild_period(rng), rng.choice(STYLES), metrics, breakdown)
-        names = [f.name for f in p.facts()]
+        names = p.names()
         if len(set(names)) == len(names) and len({m.key for m in p.metrics}) == n and valid(p) is None:
             return p
 

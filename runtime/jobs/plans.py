@@ -72,14 +72,14 @@ def section_input(tok: Tokenizer, title: str, payload: corpus.Payload, profile: 
     return profile.render("report", prompt, tok) + tok.encode(head), prompt + head, r
 
 
+LONGEST_SLACK = 8  # tokens: a text encoded whole may split otherwise at a join than its pieces alone
+
+
 def longest(tok: Tokenizer, form: corpus.Form, profile: Profile, slots: Slots) -> int:
     """Tokens of the longest text `form` writes, as the profile's model writes it, with its EOS: an
     upper bound (each choice's longest alternative encoded alone, and a few for merges that differ
     across the joins).  A part never needs more; a report plans each section with no more."""
     return sum(max(len(tok.encode(readable(profile, slots, a))) for a in alts) for alts in form) + 1 + LONGEST_SLACK
-
-
-LONGEST_SLACK = 8  # tokens: a text encoded whole may split otherwise at a join than its pieces alone
 
 
 def section_tokens(tok: Tokenizer, facts: corpus.Rendered, cap: int, profile: Profile = DEFAULT) -> int:

@@ -207,10 +207,10 @@ class PayloadSpec(BaseModel):
             raise ValueError("each metric at most once")
         if self.breakdown is not None and self.breakdown.metric not in keys:
             raise ValueError(f"the breakdown's metric {self.breakdown.metric!r} is not among the metrics")
-        # the narrative names each metric (by its display name) and each row once: the checker
-        # finds each clause by its name
+        # the narrative names each metric (by its display name) and each row once: a reader tells
+        # its clauses apart by their names
         p = self.to_payload()
-        names = [f.name for f in p.facts()]
+        names = p.names()
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"each metric and breakdown row needs a name of its own; named twice: {twice}")

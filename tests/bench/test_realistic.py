@@ -69,7 +69,7 @@ def test_the_vocabulary_holds_many_scripts() -> None:
             "HEBREW", "THAI"} <= scripts
     latin = [n for ns in NAMES.values() for n in ns if all(c.isascii() for c in n)]
     assert len(latin) < 0.7 * sum(map(len, NAMES.values()))  # accents and other scripts are no rarity
-    not_ascii = sum(any(not c.isascii() for c in (p.tenant + "".join(f.name for f in p.facts())))
+    not_ascii = sum(any(not c.isascii() for c in (p.tenant + "".join(p.names())))
                     for p in (R.payload(random.Random(f"scripts/{i}")) for i in range(200)))
     assert not_ascii > 100
 
@@ -94,7 +94,7 @@ def _check_payload(p: narrative.Payload, max_metrics: int) -> None:
     assert 1 <= len(p.metrics) <= max_metrics and p.style in narrative.STYLES
     assert p.tenant in R.COMPANIES and p.period in R.PERIODS
     assert all(m.custom and m.key in NAMES["metric"] for m in p.metrics)
-    names = [p.tenant, *(f.name for f in p.facts())]
+    names = [p.tenant, *p.names()]
     assert len(set(names)) == len(names), names
     unit = {m.name: m.unit for m in R.METRICS}
     dec = {}
