@@ -137,6 +137,9 @@ class RequiresAction(Exception):  # noqa: N818 - a state the job enters, not an 
     def __init__(self, calls: list[dict[str, Any]]) -> None:
         super().__init__(f"waiting for the client's output of {[c['id'] for c in calls]}")
         self.calls = calls
+        #: what the workflow needs to go on in a later job (JSON; workflows/agent.Parked), set
+        #: where it can: the Responses API ends the response at the call and carries this
+        self.state: dict[str, Any] | None = None
 
 
 class CliError(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workflows import agent, narrative, report, turn
+from workflows import agent, narrative, report, responses, turn
 from workflows.turn import Turns
 
 #: a workflow: (the turns, the kind's spec model as runtime/jobs/specs.SPECS names it) -> result
@@ -15,4 +15,5 @@ Workflow = Callable[[Turns, Any], dict[str, Any]]
 
 #: job kind -> workflow
 WORKFLOWS: dict[str, Workflow] = {"turn": turn.run, "infill": turn.infill, "narrative": narrative.run,
-                                  "agent": agent.run, "report": report.run}
+                                  "agent": agent.run, "report": report.run,
+                                  "response": responses.run}

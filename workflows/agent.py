@@ -18,7 +18,8 @@ state, on whichever worker takes it.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from domain import agent as corpus
@@ -26,7 +27,7 @@ from domain.agent_facts import AgentFacts, source_names
 from domain.answers import answer_of, slot_problems, verify
 from model.params import DecodeError
 from model.profiles import Profile
-from runtime.errors import NoAnswer, RequiresAction, Unverified
+from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
 from runtime.jobs.plans import agent_input
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.turn import TurnResult
@@ -35,7 +36,31 @@ from workflows.checked import Retry, check
 from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
 
 
-def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
+@dataclass
+class Parked:
+    """An agent stopped at a call its client runs, as JSON (RequiresAction.state): what a later
+    job needs to go on from there on the same session (workflows/responses.py: the next response
+    carries the call's output), without the turns it replays.  Its slot table is rebuilt from
+    `names` and the results in order, as it was built."""
+
+    names: list[str] | None  # the question's names that became slots (None: facts written out)
+    calls: list[dict[str, Any]]  # the calls made before, their results with them
+    doc: list[int]  # the document so far: every input and segment, the call's included
+    pieces: list[str]  # the assistant's side so far: segments and results, as the model wrote and read them
+    pending: dict[str, Any] = field(default_factory=dict)  # the call it waits for ({"id", "tool", "arguments", "call"})
+
+    @classmethod
+    def of(cls, state: dict[str, Any]) -> Parked:
+        return cls(**{k: state[k] for k in ("names", "calls", "doc", "pieces", "pending")})
+
+
+#: a client's schema for its calls: why a call's arguments ({"id", "tool", "arguments", "call"}) do
+#: not fit it (the call is answered here with that error, and the model may mend it), or None
+Fits = Callable[[dict[str, Any]], str | None]
+
+
+def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str | None = None,
+        fits: Fits | None = None) -> dict[str, Any]:
     """Answer spec.question with tools; the result has the transcript, the calls with their
     results, the answer, and each turn's summary (resume path, nfe, timing).
 
@@ -57,7 +82,8 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     params = decode_params(spec.params)
     seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
     # facts as slots (setflow's models): the question's names its source holds, then each result
-    facts = _facts(turns, spec) if turns.profile.facts == "slots" else None
+    held = (parked.names if parked is not None else _names(turns, spec)) if turns.profile.facts == "slots" else None
+    facts = AgentFacts.of(spec.question, held) if held is not None else None
     slots = facts.slots if facts is not None else None
     question = facts.question if facts is not None else spec.question  # as the model reads it
     written = facts.written if facts is not None else str  # what the model wrote, its facts written out
@@ -73,6 +99,18 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
     pieces: list[str] = []  # the assistant's side: segments and results
     calls: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []  # each turn's summary
+    if parked is not None:  # the call's output is the first input here
+        if output is None:
+            raise BadInput(f"the agent waits for the output of {parked.pending.get('id')}")
+        doc, pieces = list(parked.doc), list(parked.pieces)
+        for c in [*parked.calls, {**parked.pending, "result": output, "ok": not output.startswith("error:"),
+                                  "by": "client"}]:
+            calls.append({k: c[k] for k in ("id", "call", "tool", "result", "ok", "by")})
+            read_results.append(facts.result(c["result"]) if facts is not None else c["result"])
+        text_in = f"{corpus.RESULT}{read_results[-1]}{corpus.END_RESULT}\n"
+        pieces.append(text_in)
+        ids = tok.encode(text_in)
+        turns.report(calls=len(calls))
     while True:
         # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
         #    guided to copy the question's names and the numbers of the results so far
@@ -97,8 +135,12 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
                            ["no answer: the call limit was reached"])
         # 2) run the call (here, or its client does: the job waits for the output); its result
         #    is the next turn's input
-        call = _run_call(turns, spec, written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
-                         f"call_{len(calls) + 1}", data)
+        try:
+            call = _run_call(turns, spec, written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
+                             f"call_{len(calls) + 1}", data, fits)
+        except RequiresAction as e:  # what a later job needs to go on from here
+            e.state = asdict(Parked(held, calls, doc, pieces, e.calls[0]))
+            raise
         calls.append(call)
         read_results.append(facts.result(call["result"]) if facts is not None else call["result"])
         text_in = f"{corpus.RESULT}{read_results[-1]}{corpus.END_RESULT}\n"
@@ -136,34 +178,40 @@ def run(turns: Turns, spec: AgentSpec) -> dict[str, Any]:
             "calls": calls, "finished": True, "reason": "answer", "turns": done, **checked.fields()}
 
 
-def _facts(turns: Turns, spec: AgentSpec) -> AgentFacts:
-    """The job's slot table: the names of its question that its source holds (the sample
+def _names(turns: Turns, spec: AgentSpec) -> list[str]:
+    """The names of the question that its source holds, its slot table's first slots (the sample
     dataset's, or the tenant's table's as the job first read it: kept with the job, so a rerun
     renders the same input even if the table changed meanwhile; where the client runs the metric
     tool, the names it declares, spec.names)."""
     if "metric" in spec.client_tools:
-        return AgentFacts.of(spec.question, source_names(spec.question, spec.names))
+        return source_names(spec.question, spec.names)
     if spec.dataset is None:
-        return AgentFacts.of(spec.question, source_names(spec.question, (n for f in corpus.SAMPLE_NAMES for n in f)))
+        return source_names(spec.question, (n for f in corpus.SAMPLE_NAMES for n in f))
     kept = turns.tool_output("server:names")
     if kept is None:
         table = tools.Table.of(spec.dataset, turns.dataset(spec.dataset))
         kept = json.dumps(source_names(spec.question, (n for f in corpus.held_names(table.values) for n in f)))
         turns.keep_output("server:names", kept)
-    return AgentFacts.of(spec.question, json.loads(kept))
+    names: list[str] = json.loads(kept)
+    return names
 
 
 def _no_answer(problems: list[str]) -> NoAnswer:
     return NoAnswer(f"the agent ended without an answer: {'; '.join(problems)}", problems)
 
 
-def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corpus.Dataset) -> dict[str, Any]:
+def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corpus.Dataset,
+              fits: Fits | None = None) -> dict[str, Any]:
     """One call's record ({"id", "call", "tool", "result", "ok", "by"}): run here, or its
-    client's output (RequiresAction while there is none).  A call that does not parse is
-    answered here (its error), whoever runs the tool it names."""
+    client's output (RequiresAction while there is none).  A call that does not parse, or does
+    not fit its client's schema, is answered here (its error), whoever runs the tool it names."""
     if spec.client_tools:
         asked = tools.client_call(text, call_id)
         if isinstance(asked, dict) and asked["tool"] in spec.client_tools:
+            why = fits(asked) if fits is not None else None
+            if why is not None:
+                return {"id": call_id, "call": asked["call"], "tool": asked["tool"],
+                        "result": corpus.error_result(why), "ok": False, "by": "server"}
             output = turns.tool_output(call_id)
             if output is None:
                 raise RequiresAction([asked])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import jsonschema
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -309,6 +310,120 @@ class AgentSpec(_Tuned):
         return self
 
 
+# ---- the Responses API's job (runtime/api/routes/responses.py builds it from the request) --------
+
+#: a skill of setflow's agent models and the parameters a function must have to be called for it:
+#: the metric lookup reads a value by three names (what, where, when), calc one expression
+SKILLS: dict[str, int] = {"metric": 3, "calc": 1}
+
+
+class FunctionTool(BaseModel):
+    """A function the client runs (the Responses API's function tool).  The shipped model calls
+    one whose parameters fit a skill it has (skill()); the others are accepted and never called."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"] = "function"
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = Field(default=None, max_length=4096)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(v)
+            except jsonschema.SchemaError as e:
+                raise ValueError(f"parameters is not a JSON Schema: {e.message}") from None
+        return v
+
+    def fields(self) -> list[str]:
+        """Its parameters' names in the order the schema gives them."""
+        return list(((self.parameters or {}).get("properties") or {}).keys())
+
+    def skill(self) -> str | None:
+        """The skill it fits: its parameters an object of 3 (metric: what, where, when, in this
+        order) or 1 (calc: an expression) properties, each a string, each required; else None."""
+        p = self.parameters or {}
+        props = p.get("properties") or {}
+        if p.get("type") != "object" or set(p.get("required") or []) != set(props):
+            return None
+        if not all(isinstance(x, dict) and x.get("type") == "string" for x in props.values()):
+            return None
+        return next((k for k, n in SKILLS.items() if n == len(props)), None)
+
+    def names(self) -> list[str]:
+        """The names its schema lists (each string parameter's `enum`): the facts the model
+        reads as slots where a question holds them."""
+        props = (self.parameters or {}).get("properties") or {}
+        return [str(n) for x in props.values() for n in x.get("enum", []) if isinstance(n, str)]
+
+    def arguments(self, args: dict[str, str]) -> dict[str, str]:
+        """A call's arguments (by the skill's fields, in order) under this function's names."""
+        return dict(zip(self.fields(), args.values(), strict=True))
+
+    def problem(self, args: dict[str, str]) -> str | None:
+        """Why arguments (under its names) do not fit its schema; None: they do."""
+        errors = sorted(jsonschema.Draft202012Validator(self.parameters or {}).iter_errors(args), key=str)
+        return None if not errors else f"{self.name}: {errors[0].message}"[:agent_corpus.MAX_REASON]
+
+
+class ResponseSpec(_Tuned):
+    """A response of the Responses API, as a job on its conversation's session: a text turn
+    (mode "text": no tool to call), or the agent (workflows/agent.py) over the client's functions
+    and the built-in tools (mode "agent"), starting from `question` or going on from where the
+    previous response stopped at a function call (`parked`, with `output`: the client's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["text", "agent"]
+    text: str | None = Field(default=None, min_length=1, max_length=65536)  # mode text: the turn's input
+    question: str | None = None  # mode agent: the question (AgentSpec's rules), or None going on from `parked`
+    functions: list[FunctionTool] = Field(default_factory=list, max_length=64)
+    builtin: list[Literal["metric", "calc"]] = Field(default_factory=list, max_length=2)
+    dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # the built-in metric's table
+    parked: dict[str, Any] | None = None  # the previous response's agent state (workflows/agent.Parked, its question)
+    output: str | None = Field(default=None, max_length=207)  # the client's output of the parked call
+    max_calls: int = Field(default=6, ge=0, le=8)
+    params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
+    allow_unverified: bool = False
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return None if v is None else _plain(v)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> ResponseSpec:
+        if self.mode == "text" and self.text is None:
+            raise ValueError("a text response has a text")
+        if self.mode == "agent" and (self.question is None) == (self.parked is None):
+            raise ValueError("an agent response has a question, or goes on from a parked call")
+        if self.parked is not None and self.output is None:
+            raise ValueError("a parked call goes on with its output")
+        if self.question is not None:
+            self.agent(self.question)  # its rules (ValueError names what is wrong)
+        return self
+
+    def agent(self, question: str) -> AgentSpec:
+        """The agent job this response runs: its client tools the skills its functions fit, the
+        names their schemas list (those its question holds enter the model as slots)."""
+        functions = self.callable()
+        return AgentSpec.model_validate({
+            "question": question, "max_calls": self.max_calls, "params": self.params.model_dump(),
+            "dataset": self.dataset, "allow_unverified": self.allow_unverified, "client_tools": list(functions),
+            "names": list(dict.fromkeys(n for f in functions.values() for n in f.names()))})
+
+    def callable(self) -> dict[str, FunctionTool]:
+        """skill -> the client's function called for it (the first that fits it)."""
+        out: dict[str, FunctionTool] = {}
+        for f in self.functions:
+            skill = f.skill()
+            if skill is not None and skill not in out and skill not in self.builtin:
+                out[skill] = f
+        return out
+
+
 class SectionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: Name
@@ -355,7 +470,7 @@ class ReportSpec(_Tuned):
 #: submitted without: each job's turns are a session, which can be read, forked and resumed)
 SPECS: dict[str, tuple[type[BaseModel], bool]] = {
     "turn": (TurnSpec, True), "infill": (InfillSpec, True), "narrative": (NarrativeSpec, True),
-    "agent": (AgentSpec, True), "report": (ReportSpec, True)}
+    "agent": (AgentSpec, True), "report": (ReportSpec, True), "response": (ResponseSpec, True)}
 
 
 def resolved(parsed: BaseModel, spec: dict[str, Any]) -> dict[str, Any]:

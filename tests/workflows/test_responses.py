@@ -1,0 +1,102 @@
+"""workflows/responses.py over a session in this process (the shipped model): a response ends at
+the call of a client's function, its arguments under the function's own parameter names and
+fitting its schema; the next response goes on from the parked state with the call's output, on
+the same session, and the whole conversation is token for token the native agent's with the
+same outputs; a call that does not fit the schema is answered here; a text response is one turn."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from model.tokenizer import Tokenizer
+from model.transformer import SetDLM
+from runtime.errors import NoAnswer
+from runtime.jobs.specs import AgentSpec, ResponseSpec
+from runtime.sessions.local import LocalTurns
+from tests.workflows.test_agent import ANSWER, DATA, QUESTION, V1, V2
+from workflows import agent, responses
+
+# the client's names for the lookup's three names: its own parameters, in (what, where, when) order
+LOOKUP: dict[str, Any] = {"type": "function", "name": "get_kpi", "description": "a KPI's value",
+                          "parameters": {"type": "object", "required": ["kpi", "market", "quarter"],
+                                         "properties": {"kpi": {"type": "string", "enum": ["revenue", "churn"]},
+                                                        "market": {"type": "string", "enum": ["EMEA", "APAC"]},
+                                                        "quarter": {"type": "string"}}}}
+UNRELATED: dict[str, Any] = {"type": "function", "name": "send_mail",
+                             "parameters": {"type": "object", "properties": {"to": {"type": "integer"}}}}
+
+
+def respond(turns: LocalTurns, **spec: Any) -> dict[str, Any]:
+    return responses.run(turns, ResponseSpec.model_validate({"mode": "agent", "functions": [UNRELATED, LOOKUP], **spec}))
+
+
+def test_a_function_call_parks_the_response_and_the_next_goes_on_token_identical_to_the_native_agent(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    conv = LocalTurns(*loaded)
+    first = respond(conv, question=QUESTION)
+    [item] = first["output"]
+    assert item["type"] == "function_call" and item["name"] == "get_kpi"
+    assert json.loads(item["arguments"]) == {"kpi": "revenue", "market": "EMEA", "quarter": "2026-Q2"}
+    assert first["status"] == "completed" and first["parked"]["question"] == QUESTION
+    second = respond(conv, parked=first["parked"], output=V1)
+    [item] = second["output"]
+    assert json.loads(item["arguments"]) == {"kpi": "revenue", "market": "EMEA", "quarter": "2026-Q3"}
+    assert second["usage"]["cached"] == conv.used() - second["usage"]["prefill"] - second["usage"]["output"]
+    third = respond(conv, parked=second["parked"], output=V2)
+    [message] = third["output"]
+    assert message["type"] == "message" and ANSWER in message["text"] and third["verified"] is True
+    assert [c["by"] for c in third["calls"]] == ["client", "client", "server"]  # calc: a built-in skill
+    # the native agent, its client running the metric tool with the same names and outputs
+    native = LocalTurns(*loaded, tool_outputs={"call_1": V1, "call_2": V2})
+    done = agent.run(native, AgentSpec(question=QUESTION, client_tools=["metric"], names=["revenue", "churn", "EMEA", "APAC"]))
+    assert done["answer"] == message["text"]
+    assert conv.state is not None and native.state is not None
+    assert conv.state.tokens == native.state.tokens, "the same conversation, token for token"
+
+
+def test_a_call_outside_the_schema_is_answered_here_and_never_reaches_the_client(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    narrow = json.loads(json.dumps(LOOKUP))
+    narrow["parameters"]["properties"]["quarter"]["pattern"] = "^Q[1-4]$"  # "2026-Q2" does not fit
+    spec = ResponseSpec.model_validate({"mode": "agent", "functions": [narrow], "question": QUESTION, "max_calls": 2})
+    assert spec.functions[0].problem({"kpi": "revenue", "market": "EMEA", "quarter": "2026-Q2"}) == \
+        "get_kpi: '2026-Q2' does not match '^Q[1-4]$'"
+    try:
+        out = responses.run(LocalTurns(*loaded), spec)
+    except NoAnswer as e:  # it wrote the refused call again until its limit: no call reached the client
+        assert "call limit" in e.message
+    else:  # whatever it ended with, no call the schema refuses went out
+        assert all(json.loads(i["arguments"])["quarter"] in ("Q1", "Q2", "Q3", "Q4")
+                   for i in out["output"] if i["type"] == "function_call")
+
+
+def test_a_text_response_is_one_turn_and_says_when_its_limit_cut_it(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    turns = LocalTurns(*loaded)
+    out = responses.run(turns, ResponseSpec.model_validate(
+        {"mode": "text", "text": "Revenue rose in EMEA", "params": {"max_new_tokens": 3, "policy": "ar", "window": 1}}))
+    assert out["status"] == "incomplete" and out["incomplete"] == "max_output_tokens"
+    assert out["usage"] == {"input": out["usage"]["prefill"], "cached": 0, "prefill": out["usage"]["prefill"],
+                            "output": 3}
+
+
+@pytest.mark.parametrize("bad", [
+    {"mode": "agent"},  # neither a question nor a parked call
+    {"mode": "text"},
+    {"mode": "agent", "question": "What [F1]?"},  # the agent's rules
+    {"mode": "agent", "question": "What?", "functions": [{"type": "function", "name": "f",
+                                                          "parameters": {"type": "object", "required": 3}}]}])
+def test_bad_specs_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        ResponseSpec.model_validate(bad)
+
+
+def test_only_functions_of_three_or_one_required_strings_fit_a_skill() -> None:
+    spec = ResponseSpec.model_validate({"mode": "agent", "question": "What?", "functions": [
+        UNRELATED, LOOKUP, {**LOOKUP, "name": "second_lookup"},
+        {"type": "function", "name": "calc", "parameters": {"type": "object", "required": ["e"],
+                                                             "properties": {"e": {"type": "string"}}}}]})
+    assert {k: f.name for k, f in spec.callable().items()} == {"metric": "get_kpi", "calc": "calc"}
+    assert DATA.seed == 2026  # the sample dataset the outputs above come from

@@ -1,0 +1,149 @@
+"""The `response` job kind: one response of the Responses API (runtime/api/routes/responses.py),
+on its conversation's session.
+
+    mode "text":  one turn; its input the messages' text (the profile's turn format), its output
+                  one message: what the model wrote, unchecked (it states no fact it was given)
+    mode "agent": workflows/agent.py over the client's functions (each fitting a skill the model
+                  has: ResponseSpec.callable) and the built-in tools; its output the answer as a
+                  message, checked as an agent's is, or, where the model calls a function the
+                  client runs, a `function_call` item: the response ends there, the session parked
+                  at the call (`parked`, kept in the result) and no worker held; the next
+                  response carries the call's output and goes on from the parked state
+
+The result's output items have no ids: the API names them after the response (stable on every
+read).  `usage` counts positions: what the session held before (read from the KV cache, not
+prefilled again: `cached`), what each turn appended (`prefill`) and what it wrote."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from domain.facts import Slots
+from model.config import ModelConfig
+from model.params import DecodeParams
+from model.profiles import Profile
+from model.tokenizer import Tokenizer
+from runtime.errors import BadInput, RequiresAction
+from runtime.jobs.plans import turn_input
+from runtime.jobs.specs import FunctionTool, ResponseSpec
+from runtime.sessions.turn import TurnResult
+from workflows import agent
+from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
+
+
+def run(turns: Turns, spec: ResponseSpec) -> dict[str, Any]:
+    counted = Counted(turns)
+    out = _text(counted, spec) if spec.mode == "text" else _agent(counted, spec)
+    return {**out, "usage": counted.usage()}
+
+
+def _text(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
+    """One turn; incomplete where it stopped at its token limit before its end."""
+    assert spec.text is not None
+    ids = turn_input(turns.profile, turns.tokenizer, spec.text)
+    if not ids:
+        raise BadInput("the input text encodes to no tokens")
+    params = with_stops(turns, decode_params(spec.params))
+    r = turns.turn(ids, params, text=spec.text)
+    cut = not ended(turns, r.tokens) and len(r.tokens) >= params.max_new_tokens
+    return {"session": r.session, "status": "incomplete" if cut else "completed",
+            "incomplete": "max_output_tokens" if cut else None,
+            "output": [{"type": "message", "text": text_of(turns, r.tokens)}], "turns": [summary(r)]}
+
+
+def _agent(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
+    """The agent, from the question or from the parked call; ends at an answer (checked) or at a
+    call of the client's function (the function_call item, the state parked with it)."""
+    functions = spec.callable()  # skill -> the client's function called for it
+    question = str(spec.parked["question"]) if spec.parked is not None else spec.question or ""
+    try:
+        a = spec.agent(question)
+    except ValidationError as e:  # a stored payload is not trusted
+        raise BadInput(f"bad response spec: {e.errors()[0]['msg']}") from None
+    parked = agent.Parked.of(spec.parked) if spec.parked is not None else None
+
+    def fits(call: dict[str, Any]) -> str | None:
+        f = functions[call["tool"]]
+        return f.problem(f.arguments(call["arguments"]))
+
+    try:
+        res = agent.run(turns, a, parked, spec.output, fits=fits)
+    except RequiresAction as e:
+        [call] = e.calls
+        f = functions[call["tool"]]
+        return {"session": turns.session, "status": "completed", "incomplete": None, "turns": turns.summaries,
+                "output": [_function_call(f, call)], "parked": {**(e.state or {}), "question": question},
+                "calls": (e.state or {}).get("calls", [])}
+    return {"session": res["session"], "status": "completed", "incomplete": None, "turns": turns.summaries,
+            "output": [{"type": "message", "text": res["answer"]}], "calls": res["calls"],
+            **{k: res[k] for k in ("verified", "attempt", "problems", "retried") if k in res}}
+
+
+def _function_call(f: FunctionTool, call: dict[str, Any]) -> dict[str, Any]:
+    """The item a client runs: its function's name, the arguments under its parameters' names as
+    JSON (they fit its schema: agent.run answered the call itself otherwise), and the agent's
+    call id (the API names it after the response)."""
+    return {"type": "function_call", "name": f.name, "call": call["id"], "tool": call["tool"],
+            "arguments": json.dumps(f.arguments(call["arguments"]), ensure_ascii=False)}
+
+
+class Counted:
+    """The job's Turns, counting what each turn read and wrote (usage), and keeping each turn's
+    summary (a response that ends at a call has no agent result to take them from)."""
+
+    def __init__(self, turns: Turns) -> None:
+        self._t = turns
+        self.cached = turns.used()  # positions the session held before this job's turns
+        self.prefill = 0
+        self.written = 0
+        self.summaries: list[dict[str, Any]] = []
+        self.session = ""
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._t.tokenizer
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self._t.cfg
+
+    @property
+    def profile(self) -> Profile:
+        return self._t.profile
+
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
+        r = self._t.turn(ids, params, text=text, infill=infill, facts=facts)
+        self.prefill += len(ids)
+        self.written += len(r.tokens)
+        self.summaries.append(summary(r))
+        self.session = r.session
+        return r
+
+    def used(self) -> int:
+        return self._t.used()
+
+    def tool_output(self, call_id: str) -> str | None:
+        return self._t.tool_output(call_id)
+
+    def keep_output(self, key: str, output: str) -> None:
+        self._t.keep_output(key, output)
+
+    def dataset(self, name: str) -> list[list[str]]:
+        return self._t.dataset(name)
+
+    def report(self, **progress: Any) -> None:
+        self._t.report(**progress)
+
+    def checked(self, part: str, outcome: str) -> None:
+        self._t.checked(part, outcome)
+
+    def usage(self) -> dict[str, int]:
+        """Positions: `input` what the model read (the session before, `cached`, and what the
+        turns appended, `prefill`), `output` what it wrote."""
+        return {"input": self.cached + self.prefill, "cached": self.cached, "prefill": self.prefill,
+                "output": self.written}
+
