@@ -92,6 +92,17 @@ class Settings(BaseSettings):
     #: throughput (bench/load.py: 4 for 12 sessions, -11%)
     tenant_max_waiting: int | None = Field(default=None, ge=1)
 
+    # ---- webhooks (runtime/jobs/webhooks.py; each worker's sender, workers/watch.py) -----------
+    tenant_max_webhooks: int = Field(default=10, ge=1)  #: a tenant's webhook endpoints, at most (409 beyond)
+    #: one delivery's HTTP request: each of connect, write and read waits at most this long
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=60)
+    webhook_retry_base_s: float = Field(default=5.0, gt=0)  #: the first retry's delay, doubled after each failure
+    webhook_retry_max_s: float = Field(default=3600.0, gt=0)  #: the longest delay between two attempts
+    #: a message still undelivered this long after its job ended fails (the 24 hours receivers of
+    #: Standard Webhooks are told to expect retries for, plus a margin)
+    webhook_retry_for_s: float = Field(default=26 * 3600.0, gt=0)
+    webhook_interval_s: float = Field(default=1.0, gt=0)  #: how often each worker's sender looks for messages due
+
     # ---- the HTTP API (runtime/api/) ----------------------------------------------------------
     #: API key -> tenant, as JSON in SETFLOW_API_KEYS: '{"key-1": "acme", "key-2": "globex"}'
     api_keys: dict[str, str] = Field(default_factory=dict)
@@ -166,4 +177,7 @@ class Settings(BaseSettings):
         if not self.task_soft_time_limit_s < self.task_time_limit_s < self.visibility_timeout_s:
             raise ValueError("need task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s, got "
                              f"{self.task_soft_time_limit_s}, {self.task_time_limit_s}, {self.visibility_timeout_s}")
+        if not self.webhook_retry_base_s <= self.webhook_retry_max_s <= self.webhook_retry_for_s:
+            raise ValueError("need webhook_retry_base_s <= webhook_retry_max_s <= webhook_retry_for_s, got "
+                             f"{self.webhook_retry_base_s}, {self.webhook_retry_max_s}, {self.webhook_retry_for_s}")
         return self

@@ -13,6 +13,10 @@ A job is one unit of queued work (a turn, a report, a narrative): its lifecycle 
 runtime/jobs/rows.py.  Statuses: queued -> running -> succeeded | failed | cancelled; a running job
 whose lease expired (its worker died) goes back to queued.  Jobs on one session run one at a
 time in submission order (`seq`).
+
+A tenant's webhook endpoints receive its jobs' endings: the transaction that ends a job writes
+one outbox message per endpoint that takes the event (runtime/jobs/webhooks.py), and the
+workers' sender delivers each until its receiver answers 2xx or its retries run out.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -123,3 +127,49 @@ class DatasetRecord(Base):
     rows: Mapped[list[list[str]]] = mapped_column(JSON)
     n_rows: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class WebhookEndpointRecord(Base):
+    """A tenant's receiver of job endings (runtime/jobs/webhooks.py).  Its secret is kept as
+    issued: the sender signs with it."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (Index("ix_webhook_endpoint_tenant_created", "tenant", "created_at"),)  # the listing, the cap
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "we_" + 24 hex
+    tenant: Mapped[str] = mapped_column(String(128))
+    url: Mapped[str] = mapped_column(String(2048))
+    secret: Mapped[str] = mapped_column(String(64))  # "whsec_" + base64 of 24 random bytes (Standard Webhooks)
+    events: Mapped[list[str]] = mapped_column(JSON)  # the event types it takes; []: every type
+    description: Mapped[str] = mapped_column(String(512), default="", server_default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+#: an outbox message still to send: neither delivered nor failed (the due scan's partial index)
+PENDING = "delivered_at IS NULL AND failed_at IS NULL"
+
+
+class WebhookMessageRecord(Base):
+    """One event for one endpoint, written in the transaction that ended its job; its id is the
+    `webhook-id` of every attempt (receivers deduplicate by it).  No foreign keys: a job's
+    ending never fails for an endpoint deleted at the same moment (the sender drops such a
+    message), and a job pruned before its messages are sent leaves them be."""
+
+    __tablename__ = "webhook_outbox"
+    __table_args__ = (Index("ix_webhook_outbox_due", "next_attempt_at", sqlite_where=text(PENDING),
+                            postgresql_where=text(PENDING)),  # the sender's scan
+                      Index("ix_webhook_outbox_endpoint", "endpoint_id"),  # an endpoint's counts, its delete
+                      Index("ix_webhook_outbox_created", "created_at"))  # the retention
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "msg_" + 24 hex
+    tenant: Mapped[str] = mapped_column(String(128))
+    endpoint_id: Mapped[str] = mapped_column(String(32))
+    type: Mapped[str] = mapped_column(String(64))  # "response.completed", "job.failed", ...
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  # the event, as sent: {id, object, type, created_at, data}
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # sends that got no 2xx, or the one that did
+    #: epoch seconds: due then (a sender's claim pushes it past its request, a failure by the backoff)
+    next_attempt_at: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)  # retries ran out
+    last_error: Mapped[str] = mapped_column(String(500), default="", server_default="")

@@ -1,9 +1,10 @@
-"""The worker's main process keeps two things going while it lives, each on a daemon thread:
-its heartbeat (the liveness key that affinity routing checks) and the reaper (requeue jobs
+"""The worker's main process keeps three things going while it lives, each on a daemon thread:
+its heartbeat (the liveness key that affinity routing checks), the reaper (requeue jobs
 whose lease expired, resend jobs stranded on a dead worker's queue or never sent, then delete
-K/V segments no session names).  Every worker runs the reaper; a Redis lock lets one pass run
-per interval.  Started on Celery's worker_ready, stopped (and the liveness key removed) on
-worker_shutdown."""
+K/V segments no session names) and the webhook sender (deliver the outbox messages due).
+Every worker runs the reaper; a Redis lock lets one pass run per interval.  Every worker runs
+the sender too; each message's SQL claim keeps two from sending it at once.  Started on
+Celery's worker_ready, stopped (and the liveness key removed) on worker_shutdown."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.hosts import Hosts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
+from runtime.jobs.webhooks import WebhookSender
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from workers.celery_app import app, sender
 
 log = logging.getLogger("setflow.worker")
 _stop = threading.Event()
+WEBHOOKS_PER_PASS = 100  # messages one sender pass takes at most (its endpoints POOL at a time)
 
 
 def _beat(settings: Settings, worker: str) -> None:
@@ -80,6 +83,38 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
     return done
 
 
+def _deliver(settings: Settings) -> None:
+    # its own thread, not a step of the reaper's pass: a slow receiver (webhook_timeout_s a
+    # request) must not hold back requeues, and the reaper's pass runs on one worker per
+    # interval while delivery is shared by all of them (each message claimed in SQL)
+    sender = WebhookSender(make_engine(settings), settings)
+    pruned = time.monotonic()
+    try:
+        while not _stop.wait(settings.webhook_interval_s):
+            due = time.monotonic() - pruned >= settings.gc_interval_s
+            if "pruned" in deliver_pass(sender, prune=due):
+                pruned = time.monotonic()
+    finally:
+        sender.close()
+
+
+def deliver_pass(sender: WebhookSender, prune: bool = False) -> dict[str, int]:
+    """One sender pass: the webhook messages due (at most WEBHOOKS_PER_PASS), then, when
+    `prune`, the delivered and failed ones past their retention.  Failures are logged, never
+    fatal (the database away: the next pass tries again; the messages wait in SQL).  Returns
+    what the pass did."""
+    done: dict[str, int] = {}
+    try:
+        done = sender.deliver_due(WEBHOOKS_PER_PASS)
+        if done["retried"] or done["failed"]:
+            log.info("webhooks: %s", done)
+        if prune:
+            done["pruned"] = sender.prune()
+    except Exception:  # noqa: BLE001 - the database away: keep trying, never die
+        log.warning("webhook pass failed", exc_info=True)
+    return done
+
+
 @worker_ready.connect
 def _start(**_: Any) -> None:
     s = Settings()
@@ -88,6 +123,7 @@ def _start(**_: Any) -> None:
         return
     threading.Thread(target=_beat, args=(s, s.worker_name), name="setflow-heartbeat", daemon=True).start()
     threading.Thread(target=_reap, args=(s,), name="setflow-reaper", daemon=True).start()
+    threading.Thread(target=_deliver, args=(s,), name="setflow-webhooks", daemon=True).start()
 
 
 @worker_shutdown.connect

@@ -19,6 +19,9 @@ its lease expired can no longer change the row (ClaimLost), only the new holder 
 
 Jobs on one session run one at a time, in submission order (`seq`): a job is `blocked` while an
 earlier job of its session has not finished; the one finishing sends the next (runtime/jobs/dispatch.py).
+
+Every write that ends a job (finish, cancel, expire_waits, _give_up) writes its webhook messages
+in the same transaction (runtime/jobs/webhooks.py enqueue).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import AlreadyAnswered, BadInput, ClaimLost, DeadlinePassed, NotFound, NotWaiting, RateLimited, UnknownCall
-from runtime.jobs import hosts
+from runtime.jobs import hosts, webhooks
 from runtime.jobs.hosts import Host
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, SessionRecord
@@ -268,6 +271,8 @@ class Jobs:
         with self._write.begin() as db:
             n = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.owner == holder,
                                                    JobRecord.status == "running").values(**values)))
+            if n == 1 and values.get("status") in TERMINAL:  # finish: the ending's webhooks, in its transaction
+                webhooks.enqueue(db, job_id)
         if n != 1:
             raise ClaimLost(f"job {job_id}: no longer held by this worker (lease expired, requeued or cancelled)")
 
@@ -332,6 +337,8 @@ class Jobs:
                     .values(status="failed", action=None, finished_at=datetime.now(UTC),
                             error={"code": "tool_deadline",
                                    "message": f"no output of {calls} came before its deadline"})))
+                if n == 1:
+                    webhooks.enqueue(db, job.id)
             if n == 1:
                 out.append(self.get(job.id))
         return out
@@ -354,6 +361,7 @@ class Jobs:
                 job.status, job.owner, job.action, job.finished_at = "cancelled", None, None, datetime.now(UTC)
                 job.error = {"code": "cancelled", "message": "cancelled while waiting for tool outputs" if waited
                              else "cancelled while queued"}
+                webhooks.enqueue(db, job_id)
             if ended or job.status == "running":  # a running one: its holder stops at its next step
                 job.cancel_requested = True
         return self.get(job_id), ended
@@ -415,13 +423,16 @@ class Jobs:
         an expired lease), never under a holder that renewed its lease meanwhile.  True: failed."""
         live = or_(JobRecord.status == "queued", JobRecord.lease_until < time.time())
         with self._write.begin() as db:
-            return 1 == _rows(db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
-                                               JobRecord.attempts == job.attempts, live,
-                                               JobRecord.owner.is_(None) if job.owner is None
-                                               else JobRecord.owner == job.owner)
+            n = _rows(db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
+                                            JobRecord.attempts == job.attempts, live,
+                                            JobRecord.owner.is_(None) if job.owner is None
+                                            else JobRecord.owner == job.owner)
                        .values(status="failed", owner=None, finished_at=datetime.now(UTC),
                                error={"code": "worker_lost",
                                       "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"})))
+            if n == 1:
+                webhooks.enqueue(db, job.id)
+        return n == 1
 
 
 def _waits_for_an_earlier_job() -> Any:

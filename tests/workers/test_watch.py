@@ -1,6 +1,7 @@
 """workers/watch.py: one reaper pass, as the reaper thread runs it, on a real Redis and a SQLite
 file: the jobs' pass, then the sessions' sweep (a crashed writer's segments past their deadline),
-by the worker that took the pass; a failing sweep is logged, never fatal."""
+by the worker that took the pass; a failing sweep is logged, never fatal.  And one webhook
+sender pass, as its thread runs it: delivered to a real receiver; a failing pass is logged."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy.exc import OperationalError
 
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
+from runtime.jobs.webhooks import Endpoints, WebhookSender
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
-from workers.watch import reap_pass
+from tests.receiver import receiver
+from workers.watch import deliver_pass, reap_pass
 
 
 def _old_segment(store: SessionStore, client: redis.Redis) -> str:
@@ -50,3 +54,26 @@ def test_a_reaper_pass_deletes_old_unnamed_segments(client: redis.Redis, setting
     store.sweep = down  # type: ignore[method-assign]
     assert "segments_freed" not in reap_pass(dispatcher, store)
     assert "session sweep failed" in caplog.text
+
+
+def test_a_webhook_pass_delivers_prunes_and_survives_a_database_away(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    s = Settings(data_dir=tmp_path)
+    engine = make_engine(s)
+    jobs = Jobs(engine, s)
+    with receiver() as rx:
+        Endpoints(engine).create("acme", rx.url)
+        job, _ = jobs.create("agent", "acme", {})
+        jobs.finish(job.id, jobs.claim(job.id, "w1").owner or "", "succeeded")
+        sender = WebhookSender(engine, s)
+        assert deliver_pass(sender, prune=True) == {"delivered": 1, "retried": 0, "failed": 0, "deferred": 0,
+                                                    "dropped": 0, "pruned": 0}
+        assert [json.loads(g.body)["data"]["id"] for g in rx.got] == [job.id]
+
+    def away(limit: int = 0, now: float | None = None) -> dict[str, int]:
+        raise OperationalError("SELECT", {}, Exception("database is locked"))
+
+    sender.deliver_due = away  # type: ignore[method-assign]
+    assert deliver_pass(sender) == {}
+    assert "webhook pass failed" in caplog.text
+    sender.close()

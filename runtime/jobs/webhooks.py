@@ -1,0 +1,320 @@
+"""Webhooks for job endings, in the Standard Webhooks format (https://www.standardwebhooks.com):
+the outbox messages the transaction that ends a job writes (`enqueue`), a tenant's endpoints
+(`Endpoints`), and the sender that delivers the messages due (`WebhookSender`): signed, retried
+with backoff for up to webhook_retry_for_s, each with one id on every attempt (receivers
+deduplicate by it: delivery is at least once).  Knows nothing of workers or routes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import secrets
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, case, delete, func, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+from standardwebhooks import Webhook
+
+from runtime.db import writer
+from runtime.errors import BadInput, NotFound, OverBudget
+from runtime.settings import Settings
+from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMessageRecord
+
+RESPONSE = "response"  #: the job kind of the Responses API; such a job's public id is "resp_" + its id
+#: every event type an endpoint may ask for (its `events`; none: all of them)
+EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled",
+               "response.completed", "response.incomplete", "response.failed", "response.cancelled")
+ENDPOINT_ID = re.compile(r"we_[0-9a-f]{24}")
+MAX_URL = 2048
+LEASE_MARGIN_S = 30.0  # a claim outlasts its request's timeout by this much before another sender may take it
+POOL = 8  # endpoints one pass delivers to at once (each endpoint's messages go one after the other)
+USER_AGENT = "setflow-webhooks/0.1"
+M = WebhookMessageRecord
+
+
+def event_type(kind: str, status: str, result: dict[str, Any] | None) -> str:
+    """The event a job's ending sends.  A response (kind "response"): succeeded ->
+    response.completed, or response.incomplete where its result's status says so; failed ->
+    response.failed; cancelled -> response.cancelled.  Any other job: job.<status>."""
+    assert status in TERMINAL, f"a job ends succeeded, failed or cancelled, not {status!r}"
+    if kind != RESPONSE:
+        return f"job.{status}"
+    if status == "succeeded":
+        return "response.incomplete" if (result or {}).get("status") == "incomplete" else "response.completed"
+    return "response.failed" if status == "failed" else "response.cancelled"
+
+
+def event(msg_id: str, type_: str, job_id: str, kind: str, status: str, created_at: int) -> dict[str, Any]:
+    """The body sent, in OpenAI's webhook-event shape: a response's data is its public id only, a
+    job's also its kind and status (the receiver fetches the rest, as OpenAI's does)."""
+    data = {"id": f"resp_{job_id}"} if kind == RESPONSE else {"id": job_id, "kind": kind, "status": status}
+    return {"id": msg_id, "object": "event", "type": type_, "created_at": created_at, "data": data}
+
+
+def enqueue(db: Session, job_id: str) -> int:
+    """In the caller's transaction, right after it ended the job: one outbox message per endpoint
+    of the job's tenant that takes the event, so an ending that commits has its messages and one
+    rolled back has none.  Returns how many."""
+    db.flush()  # the ORM's pending change of the status (Jobs.cancel) first
+    job = db.execute(select(JobRecord.tenant, JobRecord.kind, JobRecord.status).where(JobRecord.id == job_id)).one()
+    endpoints = db.execute(select(WebhookEndpointRecord.id, WebhookEndpointRecord.events)
+                           .where(WebhookEndpointRecord.tenant == job.tenant)).all()
+    if not endpoints:
+        return 0
+    result = db.scalar(select(JobRecord.result).where(JobRecord.id == job_id)) if job.kind == RESPONSE else None
+    type_, now = event_type(job.kind, job.status, result), time.time()
+    n = 0
+    for endpoint_id, events in endpoints:
+        if events and type_ not in events:
+            continue
+        msg_id = f"msg_{secrets.token_hex(12)}"
+        db.add(M(id=msg_id, tenant=job.tenant, endpoint_id=endpoint_id, type=type_, attempts=0, next_attempt_at=now,
+                 payload=event(msg_id, type_, job_id, job.kind, job.status, int(now)), last_error=""))
+        n += 1
+    return n
+
+
+def new_secret() -> str:
+    """A signing secret as Standard Webhooks writes one: "whsec_" + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def check_url(url: str) -> str:
+    """An absolute http(s) URL of at most MAX_URL characters, or BadInput."""
+    if not isinstance(url, str) or not 0 < len(url) <= MAX_URL:
+        raise BadInput(f"a webhook url is 1..{MAX_URL} characters")
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as e:
+        raise BadInput(f"a webhook url is an http or https URL: {e}") from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise BadInput(f"a webhook url is an absolute http or https URL, not {url[:100]!r}")
+    return url
+
+
+def check_events(events: Iterable[str]) -> list[str]:
+    """Known event types, each once, in the order given; BadInput naming the unknown ones."""
+    events = list(dict.fromkeys(events))
+    unknown = [e for e in events if e not in EVENT_TYPES]
+    if unknown:
+        raise BadInput(f"unknown event types {unknown}: known are {', '.join(EVENT_TYPES)}")
+    return events
+
+
+class Endpoints:
+    """A tenant's webhook endpoints: another tenant's look unknown (NotFound)."""
+
+    def __init__(self, engine: Engine, max_per_tenant: int = 10) -> None:
+        self._db = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+        self.max_per_tenant = max_per_tenant
+
+    def create(self, tenant: str, url: str, events: Sequence[str] = (), description: str = "") -> WebhookEndpointRecord:
+        """A new endpoint with a new secret (returned here only); BadInput for a bad url or
+        event type, OverBudget past max_per_tenant (concurrent creations may pass it by one
+        each: the count and the insert are one transaction): nothing written then."""
+        url, events = check_url(url), check_events(events)
+        if len(description) > 512:
+            raise BadInput("a webhook's description is at most 512 characters")
+        with self._write.begin() as db:
+            have = int(db.scalar(select(func.count()).select_from(WebhookEndpointRecord)
+                                 .where(WebhookEndpointRecord.tenant == tenant)) or 0)
+            if have >= self.max_per_tenant:
+                raise OverBudget(f"tenant {tenant!r} has {have} webhook endpoints, the most it may have "
+                                 "(tenant_max_webhooks): delete one first")
+            rec = WebhookEndpointRecord(id=f"we_{secrets.token_hex(12)}", tenant=tenant, url=url, secret=new_secret(),
+                                        events=events, description=description, created_at=datetime.now(UTC))
+            db.add(rec)
+        return rec
+
+    def get(self, tenant: str, endpoint_id: str) -> WebhookEndpointRecord:
+        with self._db() as db:
+            rec = db.get(WebhookEndpointRecord, endpoint_id) if ENDPOINT_ID.fullmatch(endpoint_id) else None
+        if rec is None or rec.tenant != tenant:
+            raise NotFound(f"no webhook endpoint {endpoint_id!r} for tenant {tenant!r}")
+        return rec
+
+    def listing(self, tenant: str, limit: int = 50) -> list[WebhookEndpointRecord]:
+        """The tenant's endpoints, oldest first."""
+        with self._db() as db:
+            return list(db.scalars(select(WebhookEndpointRecord).where(WebhookEndpointRecord.tenant == tenant)
+                                   .order_by(WebhookEndpointRecord.created_at, WebhookEndpointRecord.id).limit(limit)))
+
+    def deliveries(self, tenant: str, endpoint_id: str) -> dict[str, int]:
+        """The endpoint's messages: pending (to send, or being retried), delivered, failed."""
+        self.get(tenant, endpoint_id)
+        with self._db() as db:
+            total, delivered, failed = db.execute(select(
+                func.count(), func.sum(case((M.delivered_at.is_not(None), 1), else_=0)),
+                func.sum(case((M.failed_at.is_not(None), 1), else_=0))).where(M.endpoint_id == endpoint_id)).one()
+        return {"pending": int(total) - int(delivered or 0) - int(failed or 0), "delivered": int(delivered or 0),
+                "failed": int(failed or 0)}
+
+    def delete(self, tenant: str, endpoint_id: str) -> int:
+        """Delete the endpoint and its messages (those pending are never sent); returns how
+        many messages went.  A job ending at the same moment may still write one for it: the
+        sender drops that one."""
+        self.get(tenant, endpoint_id)
+        with self._write.begin() as db:
+            gone = db.execute(delete(WebhookEndpointRecord).where(WebhookEndpointRecord.id == endpoint_id,
+                                                                  WebhookEndpointRecord.tenant == tenant))
+            if not _rows(gone):
+                raise NotFound(f"no webhook endpoint {endpoint_id!r} for tenant {tenant!r}")
+            return _rows(db.execute(delete(M).where(M.endpoint_id == endpoint_id)))
+
+
+def backoff(attempts: int, base: float, cap: float, rand: float) -> float:
+    """The wait after a message's attempts-th failure: base, 2 base, 4 base, ... at most cap,
+    each up to a quarter shorter at random (rand in [0, 1)), so that the messages a receiver's
+    outage held back do not all come again at one moment."""
+    return min(cap, base * 2.0 ** min(attempts - 1, 60)) * (1 - 0.25 * rand)
+
+
+@dataclass(frozen=True)
+class Due:
+    """A message read for sending."""
+
+    id: str
+    endpoint_id: str
+    payload: dict[str, Any]
+    attempts: int
+    created: float  # epoch seconds
+
+
+class WebhookSender:
+    """Delivers the outbox: any number of senders (one per worker) share it; each message is
+    claimed by an UPDATE that pushes its next_attempt_at past the request's timeout (a lease), so
+    two senders do not send it at the same time, and a sender that died holding it only delays
+    it.  Time is `now` where a caller gives it (tests drive the backoff with it); the signature's
+    timestamp is always the clock's (receivers check it against theirs)."""
+
+    def __init__(self, engine: Engine, settings: Settings, http: httpx.Client | None = None,
+                 rand: Callable[[], float] = random.random) -> None:
+        self.s = settings
+        self._db = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+        self.http = http or httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False,
+                                         headers={"user-agent": USER_AGENT})
+        self.rand = rand
+
+    def close(self) -> None:
+        self.http.close()
+
+    def deliver_due(self, limit: int = 100, now: float | None = None) -> dict[str, int]:
+        """One pass over at most `limit` messages due, oldest due first; up to POOL endpoints at
+        once, each endpoint's messages in order.  At an endpoint's first failure its other
+        messages of the pass wait as long as that one (`deferred`, not counted as attempts): a
+        receiver that is down or slow costs a pass one request, not one per message.  Returns
+        how many were delivered, retried (failed, to be sent again), failed (retries ran out),
+        deferred and dropped (their endpoint was deleted)."""
+        now = time.time() if now is None else now
+        counts: Counter[str] = Counter()
+        with self._db() as db:
+            due = [Due(r.id, r.endpoint_id, r.payload, r.attempts, _epoch(r.created_at)) for r in db.execute(
+                select(M.id, M.endpoint_id, M.payload, M.attempts, M.created_at)
+                .where(*_pending(), M.next_attempt_at <= now).order_by(M.next_attempt_at).limit(limit))]
+            by_endpoint: dict[str, list[Due]] = defaultdict(list)
+            for m in due:
+                by_endpoint[m.endpoint_id].append(m)
+            endpoints = {e.id: e for e in db.scalars(select(WebhookEndpointRecord)
+                                                     .where(WebhookEndpointRecord.id.in_(list(by_endpoint))))}
+        if by_endpoint:
+            with ThreadPoolExecutor(min(POOL, len(by_endpoint)), thread_name_prefix="setflow-webhook") as pool:
+                for done in pool.map(lambda item: self._deliver_to(endpoints.get(item[0]), item[1], now),
+                                     by_endpoint.items()):
+                    counts.update(done)
+        return {k: counts[k] for k in ("delivered", "retried", "failed", "deferred", "dropped")}
+
+    def prune(self, now: float | None = None, limit: int = 1000) -> int:
+        """Delete up to `limit` delivered or failed messages created more than job_retention_s
+        ago (their jobs' retention); returns how many."""
+        cutoff = datetime.fromtimestamp((time.time() if now is None else now) - self.s.job_retention_s, UTC)
+        with self._write.begin() as db:
+            old = select(M.id).where(M.created_at < cutoff, or_(M.delivered_at.is_not(None), M.failed_at.is_not(None))) \
+                .order_by(M.created_at).limit(limit)
+            return _rows(db.execute(delete(M).where(M.id.in_(old.scalar_subquery()))))
+
+    def _deliver_to(self, endpoint: WebhookEndpointRecord | None, messages: list[Due], now: float) -> Counter[str]:
+        out: Counter[str] = Counter()
+        if endpoint is None:  # deleted after its job's ending wrote the messages
+            with self._write.begin() as db:
+                out["dropped"] += _rows(db.execute(delete(M).where(M.id.in_([m.id for m in messages]))))
+            return out
+        for i, m in enumerate(messages):
+            if not self._claim(m, now):
+                continue  # another sender took it
+            error = self._send(endpoint, m)
+            outcome, next_at = self._record(m, error, now)
+            out[outcome] += 1
+            if error is not None:
+                out["deferred"] += self._defer(messages[i + 1:], next_at, now)
+                break
+        return out
+
+    def _claim(self, m: Due, now: float) -> bool:
+        with self._write.begin() as db:
+            return _rows(db.execute(update(M).where(M.id == m.id, *_pending(), M.next_attempt_at <= now)
+                                    .values(next_attempt_at=now + self.s.webhook_timeout_s + LEASE_MARGIN_S))) == 1
+
+    def _send(self, endpoint: WebhookEndpointRecord, m: Due) -> str | None:
+        """POST the message, signed; None when the receiver answered 2xx, else why not."""
+        body = json.dumps(m.payload, separators=(",", ":"))
+        at = datetime.now(UTC)
+        headers = {"content-type": "application/json", "webhook-id": m.id,
+                   "webhook-timestamp": str(int(at.timestamp())),
+                   "webhook-signature": Webhook(endpoint.secret).sign(m.id, at, body)}
+        try:
+            with self.http.stream("POST", endpoint.url, content=body.encode(), headers=headers) as r:
+                status = r.status_code  # its body is not read: a receiver's answer is its status
+        except Exception as e:  # noqa: BLE001 - connection refused, a timeout, a bad answer: retried alike
+            return f"{type(e).__name__}: {e}"[:500]
+        return None if 200 <= status < 300 else f"HTTP {status}"
+
+    def _record(self, m: Due, error: str | None, now: float) -> tuple[str, float]:
+        """The attempt's outcome: delivered, retried (due again after the backoff, at most at the
+        deadline) or failed (the deadline passed), and when it is due next.  Only while the
+        message is pending: another sender's success stands."""
+        at = datetime.fromtimestamp(now, UTC)
+        deadline = m.created + self.s.webhook_retry_for_s
+        next_at = min(deadline, now + backoff(m.attempts + 1, self.s.webhook_retry_base_s, self.s.webhook_retry_max_s,
+                                              self.rand()))
+        if error is None:
+            outcome, values = "delivered", {"delivered_at": at, "last_error": ""}
+        elif now >= deadline:
+            outcome, values = "failed", {"failed_at": at, "last_error": error}
+        else:
+            outcome, values = "retried", {"next_attempt_at": next_at, "last_error": error}
+        with self._write.begin() as db:
+            db.execute(update(M).where(M.id == m.id, *_pending()).values(attempts=M.attempts + 1, **values))
+        return outcome, next_at
+
+    def _defer(self, messages: list[Due], until: float, now: float) -> int:
+        if not messages:
+            return 0
+        with self._write.begin() as db:
+            return _rows(db.execute(update(M).where(M.id.in_([m.id for m in messages]), *_pending(),
+                                                    M.next_attempt_at <= now).values(next_attempt_at=until)))
+
+
+def _pending() -> tuple[Any, ...]:
+    """The where-clause of a message still to send (the due index's condition)."""
+    return M.delivered_at.is_(None), M.failed_at.is_(None)
+
+
+def _epoch(dt: datetime) -> float:
+    """Epoch seconds of a stored time (SQLite gives it back without its UTC zone)."""
+    return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def _rows(result: Any) -> int:
+    """Rows a DELETE or UPDATE matched (a CursorResult's rowcount)."""
+    return int(result.rowcount)

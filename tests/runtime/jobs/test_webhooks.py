@@ -1,0 +1,366 @@
+"""runtime/jobs/webhooks.py on a real database (SQLite file; PostgreSQL where one answers) and a
+real HTTP receiver on a loopback port: the transaction that ends a job writes its messages (and
+one rolled back writes none), the sender signs them in the Standard Webhooks format (checked by
+the standardwebhooks library and by the openai SDK's `webhooks.unwrap`), retries with backoff
+under the same webhook-id, fails a message after webhook_retry_for_s, and a new sender
+delivers what an old one left.  Time is driven by `now`: nothing sleeps through a backoff."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Engine, select, update
+from standardwebhooks import Webhook
+
+from runtime.errors import BadInput, NotFound, OverBudget
+from runtime.jobs import webhooks
+from runtime.jobs.rows import Jobs
+from runtime.jobs.webhooks import Endpoints, WebhookSender, backoff, event_type
+from runtime.settings import Settings
+from runtime.tables import Base, WebhookMessageRecord
+from tests.receiver import Received, closed_port_url, receiver
+
+S = Settings(webhook_retry_base_s=5.0, webhook_retry_max_s=3600.0, webhook_retry_for_s=26 * 3600.0,
+             webhook_timeout_s=5.0)
+
+
+@pytest.fixture
+def jobs(db_engine: Engine) -> Jobs:
+    return Jobs(db_engine, S)
+
+
+@pytest.fixture
+def endpoints(db_engine: Engine) -> Endpoints:
+    return Endpoints(db_engine, max_per_tenant=3)
+
+
+def _end(jobs: Jobs, kind: str = "narrative", status: str = "succeeded", result: dict[str, Any] | None = None,
+         tenant: str = "acme") -> str:
+    """A job that ran and ended with `status` (finish, under its claim)."""
+    job, _ = jobs.create(kind, tenant, {"x": 1})
+    owner = jobs.claim(job.id, "w1").owner
+    assert owner is not None
+    jobs.finish(job.id, owner, status, result=result)
+    return job.id
+
+
+def _messages(engine: Engine, endpoint_id: str | None = None) -> list[WebhookMessageRecord]:
+    with engine.connect() as c:
+        q = select(WebhookMessageRecord).order_by(WebhookMessageRecord.created_at)
+        if endpoint_id is not None:
+            q = q.where(WebhookMessageRecord.endpoint_id == endpoint_id)
+        return list(c.execute(q).all())  # type: ignore[arg-type]
+
+
+def _sender(engine: Engine, **kw: Any) -> WebhookSender:
+    return WebhookSender(engine, S, rand=lambda: 0.0, **kw)  # no jitter: the backoff is exact
+
+
+def _verified(got: Received, secret: str) -> dict[str, Any]:
+    """The body as both verifiers accept it (each raises on a bad signature)."""
+    body: dict[str, Any] = Webhook(secret).verify(got.body, got.headers)
+    client = openai.OpenAI(api_key="x", base_url="http://127.0.0.1:1")
+    unwrapped = client.webhooks.unwrap(got.body, got.headers, secret=secret)
+    assert unwrapped.id == body["id"] and unwrapped.type == body["type"]
+    return body
+
+
+# ---- what an ending writes ---------------------------------------------------------------------
+
+
+def test_event_types_of_endings() -> None:
+    assert [event_type("response", s, None) for s in ("succeeded", "failed", "cancelled")] == [
+        "response.completed", "response.failed", "response.cancelled"]
+    assert event_type("response", "succeeded", {"status": "incomplete"}) == "response.incomplete"
+    assert event_type("response", "succeeded", {"status": "completed"}) == "response.completed"
+    assert [event_type("report", s, {"status": "incomplete"}) for s in ("succeeded", "failed", "cancelled")] == [
+        "job.succeeded", "job.failed", "job.cancelled"]
+    assert set(webhooks.EVENT_TYPES) == {event_type(k, s, r) for k in ("response", "agent")
+                                         for s in ("succeeded", "failed", "cancelled")
+                                         for r in (None, {"status": "incomplete"})}
+    with pytest.raises(AssertionError):
+        event_type("agent", "running", None)
+
+
+def test_an_ending_writes_one_message_per_endpoint_that_takes_its_event(db_engine: Engine, jobs: Jobs,
+                                                                       endpoints: Endpoints) -> None:
+    every = endpoints.create("acme", "https://example.com/all")
+    failures = endpoints.create("acme", "https://example.com/failures", ["job.failed"])
+    endpoints.create("globex", "https://example.com/theirs")
+    job_id = _end(jobs, "report", "succeeded", {"markdown": "..."})
+    (m,) = _messages(db_engine)
+    assert (m.endpoint_id, m.tenant, m.type, m.attempts, m.delivered_at, m.failed_at) == (
+        every.id, "acme", "job.succeeded", 0, None, None)
+    assert m.payload == {"id": m.id, "object": "event", "type": "job.succeeded", "created_at": m.payload["created_at"],
+                         "data": {"id": job_id, "kind": "report", "status": "succeeded"}}
+    assert m.id.startswith("msg_") and isinstance(m.payload["created_at"], int)
+    assert abs(m.payload["created_at"] - time.time()) < 60
+    failed = _end(jobs, "agent", "failed")
+    assert {(x.endpoint_id, x.payload["data"]["id"]) for x in _messages(db_engine)} - {(every.id, job_id)} == {
+        (every.id, failed), (failures.id, failed)}
+    assert endpoints.deliveries("acme", failures.id) == {"pending": 1, "delivered": 0, "failed": 0}
+
+
+def test_a_response_ending_is_a_response_event_on_its_public_id(db_engine: Engine, jobs: Jobs,
+                                                                endpoints: Endpoints) -> None:
+    endpoints.create("acme", "https://example.com/hooks")
+    done = _end(jobs, "response", "succeeded", {"status": "completed"})
+    cut = _end(jobs, "response", "succeeded", {"status": "incomplete"})
+    failed = _end(jobs, "response", "failed")
+    got = {m.payload["data"]["id"]: (m.type, m.payload["data"]) for m in _messages(db_engine)}
+    assert got == {f"resp_{done}": ("response.completed", {"id": f"resp_{done}"}),
+                   f"resp_{cut}": ("response.incomplete", {"id": f"resp_{cut}"}),
+                   f"resp_{failed}": ("response.failed", {"id": f"resp_{failed}"})}
+
+
+def test_every_way_a_job_ends_writes_its_message(db_engine: Engine, endpoints: Endpoints) -> None:
+    """cancel (queued, waiting for tool outputs), expire_waits, _give_up (attempts spent): each
+    in the transaction that ends the job; a cancel of a running job ends nothing yet."""
+    jobs = Jobs(db_engine, S.model_copy(update={"job_max_attempts": 1, "job_lease_s": 0.001}))
+    endpoints.create("acme", "https://example.com/hooks")
+    queued, _ = jobs.create("agent", "acme", {})
+    jobs.cancel(queued.id, "acme")
+    waiting, _ = jobs.create("response", "acme", {})
+    jobs.suspend(waiting.id, jobs.claim(waiting.id, "w1").owner or "", [{"id": "c1"}], wait_s=3600)
+    jobs.cancel(waiting.id, "acme")
+    late, _ = jobs.create("agent", "acme", {})
+    jobs.suspend(late.id, jobs.claim(late.id, "w1").owner or "", [{"id": "c1"}], wait_s=0.001)
+    running, _ = jobs.create("agent", "acme", {})
+    jobs.claim(running.id, "w1")
+    time.sleep(0.01)  # past `late`'s wait and `running`'s lease
+    assert [j.id for j in jobs.expire_waits()] == [late.id]
+    assert not jobs.requeue(jobs.get(running.id)) and jobs.get(running.id).status == "failed"  # gave up
+    stopping, _ = jobs.create("agent", "acme", {})
+    jobs.claim(stopping.id, "w1")
+    assert jobs.cancel(stopping.id, "acme")[1] is False  # marked: its holder ends it (finish)
+    got = sorted((m.payload["data"]["id"], m.type) for m in _messages(db_engine))
+    assert got == sorted([(queued.id, "job.cancelled"), (f"resp_{waiting.id}", "response.cancelled"),
+                          (late.id, "job.failed"), (running.id, "job.failed")])
+
+
+def test_an_ending_rolled_back_or_refused_writes_no_message(db_engine: Engine, jobs: Jobs, endpoints: Endpoints,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoints.create("acme", "https://example.com/hooks")
+    job, _ = jobs.create("agent", "acme", {})
+    owner = jobs.claim(job.id, "w1").owner or ""
+    real = webhooks.enqueue
+
+    def then_fail(db: Any, job_id: str) -> int:
+        assert real(db, job_id) == 1  # written, inside the ending's transaction
+        raise RuntimeError("the database went away before the commit")
+
+    monkeypatch.setattr(webhooks, "enqueue", then_fail)
+    with pytest.raises(RuntimeError):
+        jobs.finish(job.id, owner, "succeeded")
+    assert jobs.get(job.id).status == "running" and _messages(db_engine) == []
+    monkeypatch.setattr(webhooks, "enqueue", real)
+    with pytest.raises(Exception, match="claim_lost"):  # not the holder: nothing ends, nothing is written
+        jobs.finish(job.id, "not-the-owner", "succeeded")
+    assert _messages(db_engine) == []
+    jobs.finish(job.id, owner, "succeeded")
+    assert len(_messages(db_engine)) == 1
+
+
+# ---- delivery -----------------------------------------------------------------------------------
+
+
+def test_a_response_completed_is_delivered_signed_and_verifies_with_both_libraries(
+        db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
+    with receiver() as rx:
+        ep = endpoints.create("acme", rx.url, ["response.completed"])
+        job_id = _end(jobs, "response", "succeeded", {"status": "completed"})
+        sender = _sender(db_engine)
+        assert sender.deliver_due() == {"delivered": 1, "retried": 0, "failed": 0, "deferred": 0, "dropped": 0}
+        assert sender.deliver_due()["delivered"] == 0, "delivered once"
+        sender.close()
+    (got,) = rx.got
+    assert got.path == "/hooks" and got.headers["content-type"] == "application/json"
+    (m,) = _messages(db_engine)
+    assert got.headers["webhook-id"] == m.id and abs(int(got.headers["webhook-timestamp"]) - time.time()) < 60
+    assert got.headers["webhook-signature"].startswith("v1,")
+    body = _verified(got, ep.secret)
+    assert body == {"id": m.id, "object": "event", "type": "response.completed", "created_at": m.payload["created_at"],
+                    "data": {"id": f"resp_{job_id}"}}
+    unwrapped = openai.OpenAI(api_key="x", base_url="http://127.0.0.1:1").webhooks.unwrap(
+        got.body, got.headers, secret=ep.secret)
+    assert unwrapped.type == "response.completed" and unwrapped.data.id == f"resp_{job_id}"
+    with pytest.raises(Exception, match="signature"):  # another endpoint's secret does not verify it
+        Webhook(webhooks.new_secret()).verify(got.body, got.headers)
+    assert m.delivered_at is not None and m.attempts == 1
+    assert endpoints.deliveries("acme", ep.id) == {"pending": 0, "delivered": 1, "failed": 0}
+
+
+def test_a_failing_receiver_is_retried_with_backoff_under_one_webhook_id(db_engine: Engine, jobs: Jobs,
+                                                                         endpoints: Endpoints) -> None:
+    with receiver(500, 503) as rx:
+        ep = endpoints.create("acme", rx.url)
+        _end(jobs)
+        sender, t0 = _sender(db_engine), time.time() + 1
+        assert sender.deliver_due(now=t0)["retried"] == 1
+        (m,) = _messages(db_engine)
+        assert (m.attempts, m.next_attempt_at, m.last_error) == (1, t0 + 5.0, "HTTP 500")  # base 5 s
+        assert sender.deliver_due(now=t0 + 4.9)["retried"] == 0 and len(rx.got) == 1, "not due before its backoff"
+        assert sender.deliver_due(now=t0 + 5.0)["retried"] == 1
+        (m,) = _messages(db_engine)
+        assert (m.attempts, m.next_attempt_at, m.last_error) == (2, t0 + 5.0 + 10.0, "HTTP 503")  # doubled
+        assert sender.deliver_due(now=t0 + 15.0)["delivered"] == 1
+        sender.close()
+    assert len(rx.got) == 3 and len({g.headers["webhook-id"] for g in rx.got}) == 1, "one id on every attempt"
+    assert {json.dumps(_verified(g, ep.secret), sort_keys=True) for g in rx.got} == {
+        json.dumps(m.payload, sort_keys=True)}, "the same event each time, each signature valid"
+    (m,) = _messages(db_engine)
+    assert m.attempts == 3 and m.delivered_at is not None and m.last_error == ""
+
+
+def test_backoff_doubles_from_its_base_up_to_its_cap_with_jitter_below() -> None:
+    assert [backoff(n, 5.0, 3600.0, 0.0) for n in range(1, 13)] == [
+        5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600, 3600]
+    assert backoff(1000, 5.0, 3600.0, 0.0) == 3600
+    assert 0.75 * 40 < backoff(4, 5.0, 3600.0, 0.999) < 40
+
+
+def test_an_unreachable_receiver_fails_its_messages_after_the_retry_period(db_engine: Engine, jobs: Jobs,
+                                                                           endpoints: Endpoints) -> None:
+    ep = endpoints.create("acme", closed_port_url())
+    first, second = _end(jobs), _end(jobs)
+    sender, t0 = _sender(db_engine), time.time() + 1
+    # the first refusal costs the pass its endpoint: the other message waits as long, unattempted
+    assert sender.deliver_due(now=t0) == {"delivered": 0, "retried": 1, "failed": 0, "deferred": 1, "dropped": 0}
+    ms = _messages(db_engine)
+    assert sorted(m.attempts for m in ms) == [0, 1] and {m.next_attempt_at for m in ms} == {t0 + 5.0}
+    assert "ConnectError" in max(ms, key=lambda m: m.attempts).last_error
+    end = t0 + S.webhook_retry_for_s + 60
+    sender.deliver_due(now=end)  # the first attempt past the period fails it
+    sender.deliver_due(now=end)
+    sender.close()
+    assert {m.payload["data"]["id"]: m.failed_at is not None for m in _messages(db_engine)} == {first: True, second: True}
+    assert endpoints.deliveries("acme", ep.id) == {"pending": 0, "delivered": 0, "failed": 2}
+    assert _sender(db_engine).deliver_due(now=end + 10**6)["retried"] == 0, "a failed message is never sent again"
+
+
+def test_the_last_retry_comes_at_the_deadline_not_after_it(db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
+    endpoints.create("acme", closed_port_url())
+    _end(jobs)
+    (m,) = _messages(db_engine)
+    created = webhooks._epoch(m.created_at)
+    near = created + S.webhook_retry_for_s - 100  # a backoff of an hour would pass the deadline
+    with db_engine.begin() as c:
+        c.execute(update(WebhookMessageRecord).values(attempts=20))
+    sender = _sender(db_engine)
+    assert sender.deliver_due(now=near)["retried"] == 1
+    (m,) = _messages(db_engine)
+    assert m.next_attempt_at == pytest.approx(created + S.webhook_retry_for_s)
+    assert sender.deliver_due(now=m.next_attempt_at)["failed"] == 1
+    sender.close()
+
+
+class Crash(BaseException):
+    """The worker process dies in the middle of a request."""
+
+
+def test_a_new_sender_delivers_what_a_dead_one_left(db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
+    with receiver() as rx:
+        ep = endpoints.create("acme", rx.url)
+        _end(jobs)
+
+        def die(request: httpx.Request) -> httpx.Response:
+            raise Crash
+
+        t0 = time.time() + 1
+        dead = _sender(db_engine, http=httpx.Client(transport=httpx.MockTransport(die)))
+        with pytest.raises(Crash):
+            dead.deliver_due(now=t0)  # claimed, never recorded
+        (m,) = _messages(db_engine)
+        assert m.attempts == 0 and m.delivered_at is None and m.next_attempt_at > t0
+        restarted = _sender(db_engine)  # another worker, or this one after its restart
+        assert restarted.deliver_due(now=t0)["delivered"] == 0, "the dead sender's claim holds until its lease ends"
+        assert rx.got == []
+        assert restarted.deliver_due(now=m.next_attempt_at)["delivered"] == 1
+        restarted.close()
+    (got,) = rx.got
+    assert _verified(got, ep.secret)["id"] == m.id
+
+
+def test_a_restarted_sender_resumes_the_retries(db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
+    with receiver(500) as rx:
+        endpoints.create("acme", rx.url)
+        _end(jobs)
+        t0 = time.time() + 1
+        first = _sender(db_engine)
+        assert first.deliver_due(now=t0)["retried"] == 1
+        first.close()
+        second = _sender(db_engine)
+        assert second.deliver_due(now=t0 + 5.0)["delivered"] == 1
+        second.close()
+    assert [g.headers["webhook-id"] for g in rx.got] == [_messages(db_engine)[0].id] * 2
+
+
+# ---- endpoints, the outbox's retention, the schema ------------------------------------------------
+
+
+def test_endpoints_are_checked_capped_and_per_tenant(db_engine: Engine, endpoints: Endpoints) -> None:
+    for bad in ("ftp://example.com/x", "example.com/hooks", "https://", "http://x/" + "a" * 2048, ""):
+        with pytest.raises(BadInput, match="url"):
+            endpoints.create("acme", bad)
+    with pytest.raises(BadInput, match="unknown event types"):
+        endpoints.create("acme", "https://example.com", ["job.succeeded", "response.created"])
+    assert endpoints.listing("acme") == []
+    made = [endpoints.create("acme", f"https://example.com/{i}", ["job.failed", "job.failed"]) for i in range(3)]
+    assert made[0].events == ["job.failed"] and made[0].secret.startswith("whsec_") and len(made[0].secret) == 38
+    assert len({m.secret for m in made}) == 3
+    with pytest.raises(OverBudget, match="tenant_max_webhooks"):
+        endpoints.create("acme", "https://example.com/4")
+    assert [e.id for e in endpoints.listing("acme")] == [m.id for m in made]
+    with pytest.raises(NotFound):
+        endpoints.get("globex", made[0].id)
+    with pytest.raises(NotFound):
+        endpoints.delete("globex", made[0].id)
+    with pytest.raises(NotFound):
+        endpoints.get("acme", "../etc")
+    endpoints.create("globex", "https://example.com/theirs")  # their own cap
+
+
+def test_delete_drops_the_pending_messages_and_the_sender_drops_a_late_one(db_engine: Engine, jobs: Jobs,
+                                                                          endpoints: Endpoints) -> None:
+    ep = endpoints.create("acme", closed_port_url())
+    _end(jobs), _end(jobs)
+    assert endpoints.delete("acme", ep.id) == 2 and _messages(db_engine) == []
+    with pytest.raises(NotFound):
+        endpoints.deliveries("acme", ep.id)
+    ep = endpoints.create("acme", closed_port_url())
+    _end(jobs)
+    with db_engine.begin() as c:  # deleted while the ending's transaction read it: its message is an orphan
+        c.execute(WebhookMessageRecord.__table__.update().values(endpoint_id="we_" + "0" * 24))
+    sender = _sender(db_engine)
+    assert sender.deliver_due()["dropped"] == 1 and _messages(db_engine) == []
+    sender.close()
+
+
+def test_prune_deletes_finished_messages_past_the_retention(db_engine: Engine, jobs: Jobs,
+                                                            endpoints: Endpoints) -> None:
+    with receiver() as rx:
+        endpoints.create("acme", rx.url)
+        _end(jobs)
+        sender = _sender(db_engine)
+        sender.deliver_due()
+    endpoints.create("acme", closed_port_url())
+    _end(jobs)  # one delivered (to the first), two pending (one each)
+    later = time.time() + S.job_retention_s + 60
+    assert sender.prune() == 0, "within the retention"
+    assert sender.prune(now=later) == 1
+    assert len(_messages(db_engine)) == 2 and all(m.delivered_at is None for m in _messages(db_engine))
+    sender.close()
+
+
+def test_the_migration_builds_the_tables_as_declared(db_engine: Engine) -> None:
+    with db_engine.connect() as c:
+        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
+    ours = [d for d in diff if "webhook" in repr(d)]
+    assert ours == []
