@@ -4,6 +4,7 @@ and writes them lives with its owner: runtime/sessions/records.py, runtime/jobs/
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -53,10 +54,14 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{WRITE: True})
 
 
+_MIGRATING = threading.Lock()  # Alembic's context is module state: one migration per process at a time
+
+
 def upgrade(engine: Engine) -> None:
-    """Bring the schema to the latest Alembic revision (idempotent)."""
+    """Bring the schema to the latest Alembic revision (idempotent; threads of one process, a
+    worker's reaper and its webhook sender, take turns)."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
+    with _MIGRATING, engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

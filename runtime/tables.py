@@ -173,3 +173,20 @@ class WebhookMessageRecord(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)  # retries ran out
     last_error: Mapped[str] = mapped_column(String(500), default="", server_default="")
+
+
+class ConversationRecord(Base):
+    """A conversation of the Responses API (runtime/api/routes/conversations.py): one session,
+    whose responses are its jobs; the items a client added that no response has read yet (the
+    next response of the conversation reads them first), and its metadata."""
+
+    __tablename__ = "conversations"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: [{"id", "type", ...}]: items added, waiting for the conversation's next response
+    pending: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    #: how many items have been added so far (each one's id is its number: stable, never reused)
+    added: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

@@ -18,7 +18,7 @@ state, on whichever worker takes it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -60,7 +60,7 @@ Fits = Callable[[dict[str, Any]], str | None]
 
 
 def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str | None = None,
-        fits: Fits | None = None) -> dict[str, Any]:
+        fits: Fits | None = None, offered: Collection[str] | None = None) -> dict[str, Any]:
     """Answer spec.question with tools; the result has the transcript, the calls with their
     results, the answer, and each turn's summary (resume path, nfe, timing).
 
@@ -137,7 +137,7 @@ def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str
         #    is the next turn's input
         try:
             call = _run_call(turns, spec, written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
-                             f"call_{len(calls) + 1}", data, fits)
+                             f"call_{len(calls) + 1}", data, fits, offered)
         except RequiresAction as e:  # what a later job needs to go on from here
             e.state = asdict(Parked(held, calls, doc, pieces, e.calls[0]))
             raise
@@ -201,10 +201,18 @@ def _no_answer(problems: list[str]) -> NoAnswer:
 
 
 def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corpus.Dataset,
-              fits: Fits | None = None) -> dict[str, Any]:
+              fits: Fits | None = None, offered: Collection[str] | None = None) -> dict[str, Any]:
     """One call's record ({"id", "call", "tool", "result", "ok", "by"}): run here, or its
-    client's output (RequiresAction while there is none).  A call that does not parse, or does
-    not fit its client's schema, is answered here (its error), whoever runs the tool it names."""
+    client's output (RequiresAction while there is none).  A call that does not parse, does
+    not fit its client's schema, or names a tool not offered, is answered here (its error)."""
+    if offered is not None:
+        try:
+            name = corpus.parse_call(text)[0]
+        except corpus.ToolError:
+            name = None  # its error comes back below, as any such call's
+        if name is not None and name not in offered:
+            return {"id": call_id, "call": text.strip(), "tool": name, "ok": False, "by": "server",
+                    "result": corpus.error_result(f"no tool {name!r} here; the tools are {sorted(offered)}")}
     if spec.client_tools:
         asked = tools.client_call(text, call_id)
         if isinstance(asked, dict) and asked["tool"] in spec.client_tools:

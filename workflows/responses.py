@@ -2,9 +2,11 @@
 on its conversation's session.
 
     mode "text":  one turn; its input the messages' text (the profile's turn format), its output
-                  one message: what the model wrote, unchecked (it states no fact it was given)
+                  one message: what the model wrote, unchecked (it was given no fact, and writes
+                  no fact slot: NoSlots)
     mode "agent": workflows/agent.py over the client's functions (each fitting a skill the model
-                  has: ResponseSpec.callable) and the built-in tools; its output the answer as a
+                  has: ResponseSpec.callable) and the built-in tools (calc always: the runtime's
+                  arithmetic; the metric lookup where it was asked for); its output the answer as a
                   message, checked as an agent's is, or, where the model calls a function the
                   client runs, a `function_call` item: the response ends there, the session parked
                   at the call (`parked`, kept in the result) and no worker held; the next
@@ -17,11 +19,14 @@ prefilled again: `cached`), what each turn appended (`prefill`) and what it wrot
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from domain.facts import Slots
+from domain.markup import SLOT_TOKENS
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.profiles import Profile
@@ -47,6 +52,9 @@ def _text(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
     if not ids:
         raise BadInput("the input text encodes to no tokens")
     params = with_stops(turns, decode_params(spec.params))
+    if turns.profile.facts == "slots":  # no fact was given: a slot would point at nothing
+        params = replace(params, guide=NoSlots(turns.tokenizer))
+    turns.report(text_at=turns.cached + len(ids))  # where its text starts: a stream's deltas follow it from there
     r = turns.turn(ids, params, text=spec.text)
     cut = not ended(turns, r.tokens) and len(r.tokens) >= params.max_new_tokens
     return {"session": r.session, "status": "incomplete" if cut else "completed",
@@ -70,7 +78,7 @@ def _agent(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
         return f.problem(f.arguments(call["arguments"]))
 
     try:
-        res = agent.run(turns, a, parked, spec.output, fits=fits)
+        res = agent.run(turns, a, parked, spec.output, fits=fits, offered=spec.offered())
     except RequiresAction as e:
         [call] = e.calls
         f = functions[call["tool"]]
@@ -88,6 +96,17 @@ def _function_call(f: FunctionTool, call: dict[str, Any]) -> dict[str, Any]:
     call id (the API names it after the response)."""
     return {"type": "function_call", "name": f.name, "call": call["id"], "tool": call["tool"],
             "arguments": json.dumps(f.arguments(call["arguments"]), ensure_ascii=False)}
+
+
+class NoSlots:
+    """A text response's guide: it was given no facts, so the model's fact slots are no tokens
+    it may write (its most probable other token is taken).  Pure: the same on every worker."""
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self._slots = frozenset(tok.token_id(t) for t in SLOT_TOKENS if tok.has_token(t))
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        return token not in self._slots  # every position guided: a refused slot's stand-in is any other token
 
 
 class Counted:

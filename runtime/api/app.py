@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.types import Send as AsgiSend
 
 from runtime.api import errors
-from runtime.api.routes import datasets, jobs, ops, page, sessions
+from runtime.api.routes import conversations, datasets, jobs, models, ops, page, responses, sessions, webhooks
 from runtime.api.services import Services
 from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
@@ -51,7 +51,8 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
 
     app.add_middleware(Bounded, limit=settings.max_body_bytes)
 
-    for r in (sessions.router, jobs.router, datasets.router, ops.router, page.router):
+    for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,
+              webhooks.router, ops.router, page.router):
         app.include_router(r)
     return app
 
@@ -71,7 +72,7 @@ class Bounded:
         size = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), None)
         if size is not None:
             if not size.isdigit():
-                await errors.body("bad_input", "Content-Length is not a number", 422)(scope, receive, send)
+                await errors.body("bad_input", "Content-Length is not a number", 422, scope["path"])(scope, receive, send)
             elif int(size) > self.limit:
                 await self._refuse(scope, receive, send)
             else:
@@ -101,4 +102,5 @@ class Bounded:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
-        await errors.body("too_large", f"a request body is at most {self.limit} bytes", 413)(scope, receive, send)
+        await errors.body("too_large", f"a request body is at most {self.limit} bytes", 413,
+                          scope["path"])(scope, receive, send)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
 from runtime.api.auth import Unauthorized
+from runtime.api.responses import OPENAI_PATHS
 from runtime.errors import SetflowError
 
 log = logging.getLogger("setflow.api")
@@ -30,7 +31,18 @@ HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 
               415: "unsupported_media_type", 422: "bad_input", 429: "rate_limited"}
 
 
-def body(code: str, message: str, status: int, **extra: Any) -> JSONResponse:
+#: on the routes of OpenAI's APIs (runtime/api/responses.OPENAI_PATHS) an error is OpenAI's: its
+#: `type` beside the code, `param`, and a bad request is a 400 (what OpenAI's SDKs raise BadRequestError for)
+OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error",
+                429: "rate_limit_error"}
+
+
+def body(code: str, message: str, status: int, path: str = "", **extra: Any) -> JSONResponse:
+    """The error's JSON; path: the request's (an OpenAI route's error is OpenAI's shape)."""
+    if path.startswith(OPENAI_PATHS):
+        status = 400 if status == 422 else status
+        extra = {"type": OPENAI_TYPES.get(status, "server_error"), "param": None, **extra}
     headers = {}
     if extra.get("retry_after_s") is not None:
         headers["Retry-After"] = str(max(1, math.ceil(extra["retry_after_s"])))
@@ -41,34 +53,36 @@ def body(code: str, message: str, status: int, **extra: Any) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(SetflowError)
-    async def _setflow(_: Request, e: SetflowError) -> JSONResponse:
-        return body(e.code, e.message, STATUS.get(e.code, 500), retry_after_s=getattr(e, "retry_after_s", None))
+    async def _setflow(r: Request, e: SetflowError) -> JSONResponse:
+        return body(e.code, e.message, STATUS.get(e.code, 500), r.url.path,
+                    retry_after_s=getattr(e, "retry_after_s", None))
 
     @app.exception_handler(Unauthorized)
-    async def _unauthorized(_: Request, e: Unauthorized) -> JSONResponse:
-        return body("unauthorized", str(e), 401)
+    async def _unauthorized(r: Request, e: Unauthorized) -> JSONResponse:
+        return body("unauthorized", str(e), 401, r.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+    async def _invalid(r: Request, e: RequestValidationError) -> JSONResponse:
         reasons = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
-        return body("bad_input", reasons or "invalid request", 422)
+        return body("bad_input", reasons or "invalid request", 422, r.url.path)
 
     @app.exception_handler(HTTPException)
-    async def _http(_: Request, e: HTTPException) -> JSONResponse:
+    async def _http(r: Request, e: HTTPException) -> JSONResponse:
         # the framework's own refusals (no such route or method, a body that is not even text)
         # in the same shape as ours; a body that cannot be read is bad input like any other
         status = 422 if e.status_code == 400 else e.status_code
         code = HTTP_CODES.get(status, "http_error")
-        r = body(code, str(e.detail), status)
-        r.headers.update(e.headers or {})
-        return r
+        out = body(code, str(e.detail), status, r.url.path)
+        out.headers.update(e.headers or {})
+        return out
 
     @app.exception_handler(redis.RedisError)
-    async def _redis(_: Request, e: redis.RedisError) -> JSONResponse:
+    async def _redis(r: Request, e: redis.RedisError) -> JSONResponse:
         log.warning("redis unavailable: %s", e)
-        return body("unavailable", "the session store (Redis) is unavailable; retry shortly", 503, retry_after_s=1)
+        return body("unavailable", "the session store (Redis) is unavailable; retry shortly", 503, r.url.path,
+                    retry_after_s=1)
 
     @app.exception_handler(OperationalError)
-    async def _database(_: Request, e: OperationalError) -> JSONResponse:
+    async def _database(r: Request, e: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", e)
-        return body("unavailable", "the database is unavailable; retry shortly", 503, retry_after_s=1)
+        return body("unavailable", "the database is unavailable; retry shortly", 503, r.url.path, retry_after_s=1)

@@ -7,6 +7,8 @@ The check is one Lua script (atomic across processes) timed by the Redis server'
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from runtime.errors import RateLimited
@@ -41,6 +43,7 @@ class RateLimiter:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.s = settings
         self.k = Keys(settings.key_prefix)
+        self._r = client
         self._take = client.register_script(_TAKE)
 
     def take(self, tenant: str, cost: int = 1) -> None:
@@ -50,3 +53,13 @@ class RateLimiter:
             retry = int(wait_ms) / 1000
             raise RateLimited(f"tenant {tenant!r} is over its rate of {self.s.tenant_rate_per_s:g} jobs/s "
                               f"(burst {self.s.tenant_burst}); retry after {retry:.3f} s", retry_after_s=retry)
+
+    def headers(self, tenant: str) -> dict[str, str]:
+        """The tenant's bucket as OpenAI's rate-limit headers say one (read, nothing taken): its
+        size, what is left now, and the time until it is full again."""
+        tokens, ts = self._r.hmget(self.k.bucket(tenant), "tokens", "ts")
+        burst, rate = self.s.tenant_burst, self.s.tenant_rate_per_s
+        now_ms = time.time() * 1000  # this host's clock for the bucket's (the Redis server's): a header, not a decision
+        left = burst if tokens is None else min(burst, float(tokens) + max(0.0, now_ms - float(ts or 0)) * rate / 1000)
+        return {"x-ratelimit-limit-requests": str(burst), "x-ratelimit-remaining-requests": str(int(left)),
+                "x-ratelimit-reset-requests": f"{(burst - left) / rate:.3f}s"}

@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
-from runtime.errors import AlreadyAnswered, BadInput, ClaimLost, DeadlinePassed, NotFound, NotWaiting, RateLimited, UnknownCall
+from runtime.errors import AlreadyAnswered, BadInput, Busy, ClaimLost, DeadlinePassed, NotFound, NotWaiting, RateLimited, UnknownCall
 from runtime.jobs import hosts, webhooks
 from runtime.jobs.hosts import Host
 from runtime.settings import Settings
@@ -403,6 +403,16 @@ class Jobs:
             return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", JobRecord.queue != "",
                                                                 or_(*conds), ~waits))
                                    .order_by(JobRecord.created_at).limit(limit)))
+
+    def delete(self, job_id: str, tenant: str) -> None:
+        """Delete a job that has ended (its turns stay: they are its session's); NotFound for an
+        unknown or another tenant's, Busy for one that has not ended."""
+        with self._write.begin() as db:
+            n = _rows(db.execute(delete(JobRecord).where(JobRecord.id == job_id, JobRecord.tenant == tenant,
+                                                         JobRecord.status.in_(TERMINAL))))
+        if not n:
+            self.get(job_id, tenant)  # NotFound
+            raise Busy(f"job {job_id} has not ended: cancel it first")
 
     def prune(self, limit: int = 1000) -> int:
         """Delete up to `limit` finished jobs that ended more than job_retention_s ago (oldest

@@ -387,6 +387,9 @@ class ResponseSpec(_Tuned):
     max_calls: int = Field(default=6, ge=0, le=8)
     params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
     allow_unverified: bool = False
+    #: what the client sent (its input items, instructions, tools, metadata...): the API echoes
+    #: it in the response object; the workflow reads none of it
+    request: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("text")
     @classmethod
@@ -404,6 +407,12 @@ class ResponseSpec(_Tuned):
         if self.question is not None:
             self.agent(self.question)  # its rules (ValueError names what is wrong)
         return self
+
+    def offered(self) -> list[str]:
+        """The tools the model may call: calc always (the runtime's arithmetic, exact: no number
+        the model computes itself), the metric lookup where a function fits it or it was asked
+        for as a built-in."""
+        return sorted({"calc", *self.builtin, *self.callable()})
 
     def agent(self, question: str) -> AgentSpec:
         """The agent job this response runs: its client tools the skills its functions fit, the

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from domain.markup import SLOT_TOKENS
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import NoAnswer
@@ -78,6 +79,8 @@ def test_a_text_response_is_one_turn_and_says_when_its_limit_cut_it(loaded: tupl
     out = responses.run(turns, ResponseSpec.model_validate(
         {"mode": "text", "text": "Revenue rose in EMEA", "params": {"max_new_tokens": 3, "policy": "ar", "window": 1}}))
     assert out["status"] == "incomplete" and out["incomplete"] == "max_output_tokens"
+    assert turns.state is not None and not set(turns.state.tokens) & {loaded[1].token_id(t) for t in SLOT_TOKENS}, \
+        "no fact slot: none was given"
     assert out["usage"] == {"input": out["usage"]["prefill"], "cached": 0, "prefill": out["usage"]["prefill"],
                             "output": 3}
 
@@ -100,3 +103,27 @@ def test_only_functions_of_three_or_one_required_strings_fit_a_skill() -> None:
                                                              "properties": {"e": {"type": "string"}}}}]})
     assert {k: f.name for k, f in spec.callable().items()} == {"metric": "get_kpi", "calc": "calc"}
     assert DATA.seed == 2026  # the sample dataset the outputs above come from
+
+
+def test_the_built_in_tools_run_here_as_the_native_agents_do(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    out = responses.run(LocalTurns(*loaded), ResponseSpec.model_validate(
+        {"mode": "agent", "question": QUESTION, "builtin": ["metric", "calc"]}))
+    native = agent.run(LocalTurns(*loaded), AgentSpec(question=QUESTION))
+    [message] = out["output"]
+    assert message["text"] == native["answer"] and ANSWER in message["text"] and out["verified"] is True
+    assert [c["by"] for c in out["calls"]] == ["server"] * 3
+
+
+def test_a_lookup_nobody_offered_is_answered_with_an_error_never_from_the_sample_dataset(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    calc = {"type": "function", "name": "calculate", "parameters": {
+        "type": "object", "required": ["expression"], "properties": {"expression": {"type": "string"}}}}
+    spec = ResponseSpec.model_validate({"mode": "agent", "question": QUESTION, "functions": [calc], "max_calls": 2,
+                                        "allow_unverified": True})
+    assert spec.offered() == ["calc"]
+    try:
+        out = responses.run(LocalTurns(*loaded), spec)
+    except NoAnswer:
+        return  # it kept asking for the lookup: no answer, and none from data nobody gave
+    lookups = [c for c in out["calls"] if c["tool"] == "metric"]
+    assert lookups and all(not c["ok"] and c["result"].startswith("error: no tool 'metric' here") for c in lookups)

@@ -36,8 +36,19 @@ TOOL_OUTPUTS = ("POST", "/v1/jobs/{job_id}/tool_outputs")
 DATASET_OPS = [("PUT", "/v1/datasets/{name}"), ("GET", "/v1/datasets/{name}"), ("DELETE", "/v1/datasets/{name}")]
 OTHER_OPS = [("POST", "/v1/sessions"), ("GET", "/v1/sessions"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs"),
              ("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/datasets")]
+#: OpenAI's routes (the Responses API), with random ids: a response's stream (GET ...?stream=true)
+#: of a real job that never runs would never end
+OPENAI_OPS = [("POST", "/v1/responses"), ("GET", "/v1/responses/{response_id}"),
+              ("POST", "/v1/responses/{response_id}/cancel"), ("DELETE", "/v1/responses/{response_id}"),
+              ("GET", "/v1/responses/{response_id}/input_items"), ("POST", "/v1/conversations"),
+              ("GET", "/v1/conversations/{conversation_id}"), ("POST", "/v1/conversations/{conversation_id}"),
+              ("DELETE", "/v1/conversations/{conversation_id}"), ("GET", "/v1/conversations/{conversation_id}/items"),
+              ("POST", "/v1/conversations/{conversation_id}/items"), ("GET", "/v1/models"),
+              ("GET", "/v1/models/{model}")]
+WEBHOOK_OPS = [("POST", "/v1/webhooks"), ("GET", "/v1/webhooks"), ("GET", "/v1/webhooks/{webhook_id}"),
+               ("DELETE", "/v1/webhooks/{webhook_id}")]
 NO_PARAMETERS = {("POST", "/v1/sessions"), ("GET", "/healthz"), ("GET", "/metrics"),
-                 ("GET", "/v1/datasets")}  # nothing to make invalid
+                 ("GET", "/v1/datasets"), ("GET", "/v1/models"), ("GET", "/v1/webhooks")}  # nothing to make invalid
 ONLY_AN_ID = {("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{session_id}"),
               ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel")}  # nothing else to make invalid
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
@@ -48,7 +59,9 @@ STATUSES: Counter[tuple[str, str, int]] = Counter()  # (operation, variant, stat
 @pytest.fixture(scope="module")
 def fuzz_api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     # a small bucket, so that some submissions are refused with 429 (which must write nothing)
-    with running_api(redis_url, tmp_path_factory.mktemp("fuzz"), tenant_burst=8, tenant_rate_per_s=2.0) as api:
+    # no worker runs here: a response is answered as it is (queued) after a moment
+    with running_api(redis_url, tmp_path_factory.mktemp("fuzz"), tenant_burst=8, tenant_rate_per_s=2.0,
+                     response_wait_s=0.2) as api:
         yield api
 
 
@@ -113,7 +126,7 @@ def statuses(label: str, variant: str) -> set[int]:
 
 def test_the_fuzz_covers_every_operation(schema: Any) -> None:
     ops = {(method.upper(), path) for path, item in schema.raw_schema["paths"].items() for method in item}
-    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS) | {EVENTS, TOOL_OUTPUTS}
+    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS + OPENAI_OPS + WEBHOOK_OPS) | {EVENTS, TOOL_OUTPUTS}
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
@@ -186,6 +199,16 @@ def test_fuzz_tool_outputs(fuzz_api: Api, schema: Any, variant: str, mode: Gener
 def test_fuzz_datasets(fuzz_api: Api, schema: Any, method: str, path: str, mode: GenerationMode) -> None:
     fuzz_api.http.put("/v1/datasets/sales", headers=ACME, json={"rows": [
         {"metric": "revenue", "region": "EMEA", "period": "2026-Q3", "value": "512"}]})
+    fuzz(fuzz_api, schema, method, path, mode, str(mode))
+    seen = statuses(f"{method} {path}", str(mode))
+    assert seen and max(seen) < 500
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize("method,path", OPENAI_OPS + WEBHOOK_OPS, ids=[f"{m} {p}" for m, p in OPENAI_OPS + WEBHOOK_OPS])
+def test_fuzz_more(fuzz_api: Api, schema: Any, method: str, path: str, mode: GenerationMode) -> None:
+    if mode is GenerationMode.NEGATIVE and (method, path) in NO_PARAMETERS:
+        pytest.skip("no parameters or body to make invalid")
     fuzz(fuzz_api, schema, method, path, mode, str(mode))
     seen = statuses(f"{method} {path}", str(mode))
     assert seen and max(seen) < 500

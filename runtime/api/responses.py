@@ -1,0 +1,466 @@
+"""The Responses API's shapes, as OpenAI's clients speak them, and how each maps onto setflow:
+the request -> a `response` job's spec (runtime/jobs/specs.ResponseSpec), a job row -> the
+response object, its input and output items, and a job's event stream -> OpenAI's stream events.
+
+Ids: a response is `resp_<job id>`, a conversation `conv_<session id>`; an output item is named
+after its response and its place (`msg_<job>_<i>`, `fc_<job>_<i>`), a call after its response and
+the agent's call (`call_<job>_<n>`), so every read names them alike.  setflow's own decoding
+parameters ride in one extension field, `setflow` (the SDK's `extra_body`), and the response
+object carries `setflow`: the job, its session, whether the answer was verified, the turns."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from model.tokenizer import Tokenizer
+from runtime.errors import BadInput
+from runtime.jobs.specs import FunctionTool
+from runtime.tables import JobRecord
+
+#: the routes whose errors and ids are OpenAI's (runtime/api/errors.py)
+OPENAI_PATHS = ("/v1/responses", "/v1/conversations", "/v1/models")
+RESPONSE_ID = re.compile(r"resp_([0-9a-f]{24})")
+CONVERSATION_ID = re.compile(r"conv_([A-Za-z0-9_-]{1,64})")
+CALL_ID = re.compile(r"call_([0-9a-f]{24})_([0-9]{1,3})")
+
+
+def response_id(job_id: str) -> str:
+    return f"resp_{job_id}"
+
+
+def job_of(rid: str) -> str:
+    """A response id's job; BadInput where it names none (OpenAI's clients send what they got)."""
+    m = RESPONSE_ID.fullmatch(rid)
+    if m is None:
+        raise BadInput(f"{rid!r} is not a response id (resp_...)")
+    return m[1]
+
+
+def conversation_id(session: str) -> str:
+    return f"conv_{session}"
+
+
+def session_of(cid: str) -> str:
+    m = CONVERSATION_ID.fullmatch(cid)
+    if m is None:
+        raise BadInput(f"{cid!r} is not a conversation id (conv_...)")
+    return m[1]
+
+
+# ---- the request -------------------------------------------------------------------------------
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["input_text", "output_text", "text"]
+    text: str = Field(max_length=65536)
+
+
+def _typed(v: Any) -> Any:
+    """An item without a type ({"role", "content"}: the SDK's easy message) is a message."""
+    return {**v, "type": "message"} if isinstance(v, dict) and "type" not in v and "role" in v else v
+
+
+class MessageItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # id, status: what a client re-sends of an output item
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[Part]
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionCallItem(BaseModel):
+    """A call the model made, as a client re-sends its history."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["function_call"]
+    call_id: str = Field(max_length=128)
+    name: str = Field(max_length=64)
+    arguments: str = Field(max_length=65536)
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["function_call_output"]
+    call_id: str = Field(max_length=128)
+    output: str = Field(max_length=65536)
+
+
+Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem, BeforeValidator(_typed)]
+
+
+class BuiltinTool(BaseModel):
+    """setflow's own tools, run by the server: the metric lookup (over the tenant's dataset, or
+    the sample one) and the calculator."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["setflow_metric", "setflow_calc"]
+    dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # setflow_metric's table
+
+
+class NamedChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: str
+
+
+class Extension(BaseModel):
+    """setflow's decoding parameters (`extra_body={"setflow": {...}}`); what is left out takes the
+    response's defaults (prefix, W 4, tau 0.9 for the agent; the same for text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    policy: Literal["set", "prefix", "block", "ar"] | None = None
+    window: int | None = Field(default=None, ge=1, le=256)
+    tau: float | None = Field(default=None, ge=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    max_calls: int | None = Field(default=None, ge=0, le=8)
+    allow_unverified: bool = False
+    priority: Literal["interactive", "batch"] = "interactive"
+
+
+class CreateResponse(BaseModel):
+    """POST /v1/responses.  Fields OpenAI's clients send that change nothing here are taken and
+    ignored (parallel_tool_calls, user, include, ...); one that would change what comes back
+    and that setflow does not do is refused (top_p other than 1, a text format other than text,
+    reasoning)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    #: a string (one user message) or items; none where a conversation's added items are the input
+    input: str | list[Item] = Field(default_factory=list, max_length=256)
+    instructions: str | None = Field(default=None, max_length=65536)
+    previous_response_id: str | None = Field(default=None, max_length=64)
+    conversation: str | dict[str, str] | None = None
+    store: bool = True
+    background: bool = False
+    stream: bool = False
+    tools: list[FunctionTool | BuiltinTool] = Field(default_factory=list, max_length=64)
+    tool_choice: Literal["auto", "none", "required"] | NamedChoice = "auto"
+    max_output_tokens: int | None = Field(default=None, ge=1, le=4096)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    metadata: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]] | None = \
+        Field(default=None, max_length=16)
+    setflow: Extension = Field(default_factory=Extension)
+    # taken, changing nothing here
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: int | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    stream_options: dict[str, Any] | None = None
+    top_p: float | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+
+    @field_validator("top_p")
+    @classmethod
+    def _top_p(cls, v: float | None) -> float | None:
+        if v is not None and v != 1.0:
+            raise ValueError("setflow samples from the whole distribution: top_p is 1 or left out")
+        return v
+
+    @field_validator("text")
+    @classmethod
+    def _format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        fmt = (v or {}).get("format") or {"type": "text"}
+        if fmt.get("type") != "text":
+            raise ValueError("setflow writes text: text.format is {\"type\": \"text\"} or left out")
+        return v
+
+    @field_validator("reasoning")
+    @classmethod
+    def _reasoning(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v and any(x is not None for x in v.values()):
+            raise ValueError("setflow's models do not reason apart from their answer: leave reasoning out")
+        return v
+
+    def items(self) -> list[dict[str, Any]]:
+        """The input as items (a string: one user message), as stored and listed."""
+        if isinstance(self.input, str):
+            return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.input}]}]
+        out = []
+        for x in self.input:
+            d = x.model_dump(mode="json")
+            if isinstance(x, MessageItem):
+                kind = "output_text" if x.role == "assistant" else "input_text"
+                d["content"] = [{"type": kind, "text": x.text}]
+            out.append(d)
+        return out
+
+    def conversation_id(self) -> str | None:
+        c = self.conversation
+        return c.get("id") if isinstance(c, dict) else c
+
+
+def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | None) -> dict[str, Any]:
+    """The job spec (ResponseSpec) for the request, its input `items` (the request's, after the
+    conversation's pending ones), going on from `parked` (the previous response, when it ended at
+    a function call).  BadInput where the input does not fit what the previous response left:
+    a call waiting for its output gets one, and only a waiting call does."""
+    outputs = [x for x in items if x["type"] == "function_call_output"]
+    messages = [x for x in items if x["type"] == "message"]
+    tools = [t for t in req.tools if isinstance(t, FunctionTool)]
+    builtin = [t for t in req.tools if isinstance(t, BuiltinTool)]
+    ext = req.setflow
+    params = {k: v for k, v in {"policy": ext.policy, "window": ext.window, "tau": ext.tau, "seed": ext.seed,
+                                "max_new_tokens": req.max_output_tokens, "temperature": req.temperature}.items()
+              if v is not None}
+    spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified}
+    if ext.max_calls is not None:
+        spec["max_calls"] = ext.max_calls
+    waiting = _waiting(parked)
+    if waiting is not None:
+        mine = [o for o in outputs if o["call_id"] == waiting]
+        if not mine:
+            raise BadInput(f"the previous response waits for the output of {waiting}: give a function_call_output "
+                           "for it")
+        others = [o["call_id"] for o in outputs if o["call_id"] != waiting]
+        if others or len(mine) > 1:
+            raise BadInput(f"only {waiting} waits for an output; got {[o['call_id'] for o in outputs]}")
+        assert parked is not None and parked.result is not None
+        spec.update(mode="agent", parked=parked.result["parked"], output=mine[0]["output"],
+                    functions=[t.model_dump() for t in tools])
+        prev = parked.spec
+        spec.update(builtin=prev.get("builtin", []), dataset=prev.get("dataset"))
+        return spec
+    if outputs:
+        raise BadInput(f"no call waits for an output here; got {[o['call_id'] for o in outputs]}")
+    users = [m for m in messages if m["role"] == "user"]
+    if not users:
+        raise BadInput("the input holds no user message")
+    question = _text(users[-1])
+    calls = req.tool_choice != "none" and (builtin or any(t.skill() is not None for t in tools))
+    if calls:
+        spec.update(mode="agent", question=question, functions=[t.model_dump() for t in tools],
+                    builtin=[{"setflow_metric": "metric", "setflow_calc": "calc"}[t.type] for t in builtin],
+                    dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
+    else:  # the messages in order, each a line: what a text model continues
+        lines = ([req.instructions] if req.instructions else []) + [_text(m) for m in messages]
+        spec.update(mode="text", text="\n".join(lines) + "\n")
+    return spec
+
+
+def _waiting(parked: JobRecord | None) -> str | None:
+    """The public call id the previous response waits for (it ended at a function call), or None."""
+    if parked is None or parked.result is None or not parked.result.get("parked"):
+        return None
+    call = parked.result["parked"]["pending"]["id"]  # "call_<n>"
+    return f"call_{parked.id}_{call.removeprefix('call_')}"
+
+
+def _text(message: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in message["content"])
+
+
+# ---- the response object -----------------------------------------------------------------------
+
+def status(job: JobRecord) -> str:
+    """queued, in_progress, completed, incomplete, failed or cancelled."""
+    if job.status == "succeeded":
+        return str((job.result or {}).get("status", "completed"))
+    return {"queued": "queued", "running": "in_progress", "requires_action": "in_progress",
+            "failed": "failed", "cancelled": "cancelled"}[job.status]
+
+
+def output_items(job: JobRecord) -> list[dict[str, Any]]:
+    """The response's output, each item named after the response and its place."""
+    out = []
+    for i, x in enumerate((job.result or {}).get("output", [])):
+        if x["type"] == "message":
+            out.append({"type": "message", "id": f"msg_{job.id}_{i}", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": x["text"], "annotations": []}]})
+        else:
+            out.append({"type": "function_call", "id": f"fc_{job.id}_{i}", "status": "completed",
+                        "call_id": f"call_{job.id}_{x['call'].removeprefix('call_')}", "name": x["name"],
+                        "arguments": x["arguments"]})
+    return out
+
+
+def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
+    """The response object of `job`.  snapshot: the status a stream event shows (a stream's
+    events are the same on every read: none carries what the job became since)."""
+    req: dict[str, Any] = job.spec.get("request", {})
+    res = job.result or {}
+    st = snapshot or status(job)
+    final = snapshot is None or snapshot in ("completed", "incomplete", "failed", "cancelled")
+    usage = res.get("usage") if final else None
+    return {
+        "id": response_id(job.id), "object": "response", "created_at": _ts(job.created_at), "status": st,
+        "background": bool(req.get("background")), "model": req.get("model") or "", "store": req.get("store", True),
+        "output": output_items(job) if final else [],
+        "error": ({"code": (job.error or {}).get("code", "server_error"), "message": (job.error or {}).get("message", "")}
+                  if st == "failed" else None),
+        "incomplete_details": {"reason": res.get("incomplete") or "max_output_tokens"} if st == "incomplete" else None,
+        "instructions": req.get("instructions"), "metadata": req.get("metadata") or {},
+        "tools": req.get("tools", []), "tool_choice": req.get("tool_choice", "auto"),
+        "parallel_tool_calls": False, "temperature": req.get("temperature"), "top_p": 1.0,
+        "max_output_tokens": req.get("max_output_tokens"), "previous_response_id": req.get("previous_response_id"),
+        "conversation": {"id": req["conversation"]} if req.get("conversation") else None,
+        "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "usage": None if usage is None else {
+            "input_tokens": usage["input"], "input_tokens_details": {"cached_tokens": usage["cached"]},
+            "output_tokens": usage["output"], "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["input"] + usage["output"]},
+        "setflow": {"job": job.id, "session": job.session_id, "status": job.status,
+                    **{k: res[k] for k in ("verified", "problems", "attempt", "calls", "turns") if k in res},
+                    **({"prefill_tokens": usage["prefill"]} if usage else {})},
+    }
+
+
+def input_items(job: JobRecord) -> list[dict[str, Any]]:
+    """The response's input items, as stored, each named after the response and its place."""
+    out = []
+    for i, x in enumerate(job.spec.get("request", {}).get("items", [])):
+        item = {**x, "id": x.get("id") or f"in_{job.id}_{i}"}
+        if x["type"] == "message":
+            item.setdefault("status", "completed")
+        out.append(item)
+    return out
+
+
+def _ts(t: datetime | None) -> int:
+    return int(t.timestamp()) if t is not None else 0
+
+
+# ---- the stream --------------------------------------------------------------------------------
+
+TERMINAL_EVENT = {"completed": "response.completed", "incomplete": "response.incomplete",
+                  "failed": "response.failed", "cancelled": "response.cancelled"}
+
+
+class Translator:
+    """A response job's events (runtime/jobs/events.py) -> OpenAI's stream events, numbered in
+    order.  A pure function of the job's event stream and its final row: read again from the
+    start (a client resuming after `starting_after`, an API restarted), it writes the same events
+    with the same numbers, so the client skips what it has and misses nothing.
+
+    Text deltas follow the committed prefix of a text response (its positions from `text_at`,
+    the progress event the workflow sends before its turn): set diffusion commits out of order,
+    and a token is final once committed, so a delta is never taken back.  An agent's answer is
+    known once it is checked: its text comes whole at the end.  Each set the model commits is
+    also one `setflow.step` event (positions and their text), for clients that show sets where
+    they land; a rerun's steps that say nothing new (the same positions) are not said again."""
+
+    def __init__(self, job: JobRecord, tok: Tokenizer | None) -> None:
+        self.job, self.tok = job, tok
+        self.seq = 0
+        self.text_at: int | None = None
+        self.tokens: dict[int, int] = {}  # position -> token, committed (a text response's)
+        self.said = ""  # the text its deltas said
+        self.seen: set[tuple[int, int]] = set()  # (turn, position) a step event said
+        self.opened = False  # the message item and its part were said to be added
+
+    def _ev(self, kind: str, **data: Any) -> dict[str, Any]:
+        e = {"type": kind, "sequence_number": self.seq, **data}
+        self.seq += 1
+        return e
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._ev("response.created", response=view(self.job, snapshot="queued")),
+                self._ev("response.in_progress", response=view(self.job, snapshot="in_progress"))]
+
+    def feed(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events one job event says (none for most)."""
+        if ev.get("type") == "progress" and isinstance(ev.get("text_at"), int):
+            self.text_at = ev["text_at"]
+            return []
+        if ev.get("type") != "step":
+            return []
+        turn, positions, tokens = int(ev.get("turn", 0)), ev.get("positions", []), ev.get("tokens", [])
+        cut = ev.get("cut")
+        new = [(p, t, x) for p, t, x in zip(positions, tokens, ev.get("pieces") or [""] * len(tokens))
+               if (turn, p) not in self.seen]
+        out = []
+        if new or cut is not None:
+            self.seen.update((turn, p) for p, _, _ in new)
+            out.append(self._ev("setflow.step", turn=turn, positions=[p for p, _, _ in new],
+                                pieces=[x for _, _, x in new], cut=cut))
+        if self.text_at is not None:
+            for p, t, _ in new:
+                self.tokens[p] = t
+            if cut is not None:
+                self.tokens = {p: t for p, t in self.tokens.items() if p < cut}
+            out += self._delta(self._prefix())
+        return out
+
+    def _prefix(self) -> str:
+        """The committed prefix's text, up to a special token (EOS: the text ends there), a
+        character's first bytes held back until it is whole."""
+        if self.tok is None or self.text_at is None:
+            return self.said
+        ids, p = [], self.text_at
+        special = self.tok.specials.all()
+        while p in self.tokens and self.tokens[p] not in special:
+            ids.append(self.tokens[p])
+            p += 1
+        return self.tok.decode(ids, skip_special=True).rstrip("\ufffd")
+
+    def _delta(self, text: str) -> list[dict[str, Any]]:
+        if not text.startswith(self.said) or len(text) == len(self.said):
+            return []
+        out = self._open()
+        out.append(self._ev("response.output_text.delta", item_id=f"msg_{self.job.id}_0", output_index=0,
+                            content_index=0, delta=text[len(self.said):], logprobs=[]))
+        self.said = text
+        return out
+
+    def _open(self) -> list[dict[str, Any]]:
+        if self.opened:
+            return []
+        self.opened = True
+        iid = f"msg_{self.job.id}_0"
+        return [self._ev("response.output_item.added", output_index=0,
+                         item={"type": "message", "id": iid, "status": "in_progress", "role": "assistant", "content": []}),
+                self._ev("response.content_part.added", item_id=iid, output_index=0, content_index=0,
+                         part={"type": "output_text", "text": "", "annotations": []})]
+
+    def finish(self, job: JobRecord) -> list[dict[str, Any]]:
+        """The job has ended: its output items, done, and the terminal event."""
+        self.job = job
+        out: list[dict[str, Any]] = []
+        items = output_items(job)
+        if self.opened and not items:  # a text said in part, and no message came of it (failed, cancelled)
+            iid, part = f"msg_{job.id}_0", {"type": "output_text", "text": self.said, "annotations": []}
+            out += [self._ev("response.output_text.done", item_id=iid, output_index=0, content_index=0,
+                             text=self.said, logprobs=[]),
+                    self._ev("response.content_part.done", item_id=iid, output_index=0, content_index=0, part=part),
+                    self._ev("response.output_item.done", output_index=0, item={
+                        "type": "message", "id": iid, "status": "incomplete", "role": "assistant", "content": [part]})]
+        for i, item in enumerate(items):
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                if i == 0:
+                    out += self._open()
+                    rest = text[len(self.said):] if text.startswith(self.said) else ""
+                else:
+                    out.append(self._ev("response.output_item.added", output_index=i,
+                                        item={**item, "status": "in_progress", "content": []}))
+                    out.append(self._ev("response.content_part.added", item_id=item["id"], output_index=i,
+                                        content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+                    rest = text
+                if rest:
+                    out.append(self._ev("response.output_text.delta", item_id=item["id"], output_index=i,
+                                        content_index=0, delta=rest, logprobs=[]))
+                out.append(self._ev("response.output_text.done", item_id=item["id"], output_index=i,
+                                    content_index=0, text=text, logprobs=[]))
+                out.append(self._ev("response.content_part.done", item_id=item["id"], output_index=i,
+                                    content_index=0, part=item["content"][0]))
+            else:
+                out.append(self._ev("response.output_item.added", output_index=i,
+                                    item={**item, "status": "in_progress", "arguments": ""}))
+                out.append(self._ev("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
+                                    delta=item["arguments"]))
+                out.append(self._ev("response.function_call_arguments.done", item_id=item["id"], output_index=i,
+                                    name=item["name"], arguments=item["arguments"]))
+            out.append(self._ev("response.output_item.done", output_index=i, item=item))
+        out.append(self._ev(TERMINAL_EVENT[status(job)], response=view(job)))
+        return out

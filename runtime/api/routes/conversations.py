@@ -1,0 +1,114 @@
+"""/v1/conversations: OpenAI's conversations over setflow's sessions.  A conversation is a
+session: its responses run on it one after another, each restoring its K/V from Redis (or warm
+on the worker that ran the last).  Items added to it are read by its next response.
+
+    POST   /v1/conversations                  create (with items and metadata)
+    GET    /v1/conversations/{id}             get
+    POST   /v1/conversations/{id}             update its metadata
+    DELETE /v1/conversations/{id}             delete (its session: turns, K/V, responses)
+    GET    /v1/conversations/{id}/items       its items: each response's input and output, and those added
+    POST   /v1/conversations/{id}/items       add items
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.api import responses as shapes
+from runtime.api.deps import Svc, Tenant
+from runtime.api.models import ERRORS
+from runtime.api.responses import Item
+from runtime.api.routes.responses import page
+from runtime.errors import Busy
+from runtime.jobs.conversations import Conversations
+from runtime.sessions import lifecycle
+from runtime.tables import ConversationRecord
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+ConversationId = Annotated[str, Path(pattern=r"^conv_[A-Za-z0-9_-]{1,64}$")]
+Metadata = dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]]
+
+
+class CreateConversation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[Item] = Field(default_factory=list, max_length=20)
+    metadata: Metadata | None = Field(default=None, max_length=16)
+
+
+class AddItems(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[Item] = Field(min_length=1, max_length=20)
+
+
+class UpdateConversation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metadata: Metadata = Field(max_length=16)
+
+
+def _items(items: list[Any]) -> list[dict[str, Any]]:
+    """Items as a response's input stores them (runtime/api/responses.CreateResponse.items)."""
+    return shapes.CreateResponse(input=items).items() if items else []
+
+
+def _view(rec: ConversationRecord) -> dict[str, Any]:
+    return {"id": shapes.conversation_id(rec.session_id), "object": "conversation",
+            "created_at": int(rec.created_at.timestamp()) if rec.created_at else 0, "metadata": rec.meta or {}}
+
+
+@router.post("", responses=ERRORS)
+def create_conversation(body: CreateConversation, who: Tenant, svc: Svc) -> JSONResponse:
+    svc.limiter.take(who)
+    return JSONResponse(_view(Conversations(svc.sql).create(who, body.metadata or {}, _items(body.items))))
+
+
+@router.get("/{conversation_id}", responses=ERRORS)
+def get_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) -> JSONResponse:
+    return JSONResponse(_view(Conversations(svc.sql).get(shapes.session_of(conversation_id), who)))
+
+
+@router.post("/{conversation_id}", responses=ERRORS)
+def update_conversation(conversation_id: ConversationId, body: UpdateConversation, who: Tenant, svc: Svc
+                        ) -> JSONResponse:
+    convs, session = Conversations(svc.sql), shapes.session_of(conversation_id)
+    convs.set_meta(session, who, body.metadata)
+    return JSONResponse(_view(convs.get(session, who)))
+
+
+@router.delete("/{conversation_id}", responses=ERRORS)
+def delete_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) -> JSONResponse:
+    """Delete the conversation with its session (turns, K/V) and its responses; 409 busy while a
+    response of it runs (cancel it first)."""
+    session = shapes.session_of(conversation_id)
+    Conversations(svc.sql).get(session, who)  # NotFound first
+    if svc.records.unfinished_jobs(session):
+        raise Busy(f"conversation {conversation_id} has a response in progress; cancel it first")
+    svc.limiter.take(who)
+    jobs = lifecycle.delete_session(svc.store, svc.records, session, who, idle_only=True)
+    svc.client.delete(*[k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))] or [svc.keys.affinity(session)])
+    return JSONResponse({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
+
+
+@router.get("/{conversation_id}/items", responses=ERRORS)
+def list_items(conversation_id: ConversationId, who: Tenant, svc: Svc,
+               limit: Annotated[int, Query(ge=1, le=100)] = 20, order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
+               after: Annotated[str | None, Query(max_length=128)] = None) -> JSONResponse:
+    """Each response's input items and output items, in order, then the items added since."""
+    convs, session = Conversations(svc.sql), shapes.session_of(conversation_id)
+    rec = convs.get(session, who)
+    items: list[dict[str, Any]] = []
+    for job in convs.responses(session):
+        items += shapes.input_items(job) + shapes.output_items(job)
+    return JSONResponse(page(items + list(rec.pending), limit, order, after))
+
+
+@router.post("/{conversation_id}/items", responses=ERRORS)
+def add_items(conversation_id: ConversationId, body: AddItems, who: Tenant, svc: Svc) -> JSONResponse:
+    """Add items; the conversation's next response reads them before its own input."""
+    svc.limiter.take(who)
+    added = Conversations(svc.sql).add(shapes.session_of(conversation_id), who, _items(body.items))
+    return JSONResponse({"object": "list", "data": added, "first_id": added[0]["id"], "last_id": added[-1]["id"],
+                         "has_more": False})

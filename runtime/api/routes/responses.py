@@ -1,0 +1,300 @@
+"""/v1/responses: OpenAI's Responses API over setflow's sessions (the shapes and the mapping:
+runtime/api/responses.py).  A response is a `response` job; a conversation, or a chain of
+previous_response_id, is a session whose K/V lives in Redis, so the next response restores it on
+any worker instead of reading the history again.  A response that ends at a function call holds
+no worker: the next one carries the output.
+
+    POST   /v1/responses                      create (wait for it; `stream`: its events; `background`)
+    GET    /v1/responses/{id}                 the response (`stream=true&starting_after=N`: its events again)
+    POST   /v1/responses/{id}/cancel          cancel
+    DELETE /v1/responses/{id}                 delete
+    GET    /v1/responses/{id}/input_items     its input items
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import redis
+from anyio.to_thread import run_sync
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from runtime.api import responses as shapes
+from runtime.api.deps import Svc, Tenant
+from runtime.api.models import ERRORS
+from runtime.api.responses import CreateResponse
+from runtime.api.services import Services
+from runtime.errors import BadInput, Busy, NotFound, RateLimited
+from runtime.jobs.conversations import Conversations
+from runtime.jobs.events import entries
+from runtime.jobs.hosts import Hosts
+from runtime.sessions import lifecycle
+from runtime.tables import TERMINAL, JobRecord
+
+router = APIRouter(prefix="/v1/responses", tags=["responses"])
+log = logging.getLogger("setflow.api")
+ResponseId = Annotated[str, Path(pattern=r"^resp_[0-9a-f]{24}$")]
+KEEPALIVE_S = 15.0
+
+
+@router.post("", responses=ERRORS)
+def create_response(req: CreateResponse, who: Tenant, svc: Svc) -> Response:
+    """Create a response: it runs as a job on its conversation's session (a new one without a
+    conversation or a previous response).  Without `background` or `stream` the call waits for it
+    (up to response_wait_s; then it answers with the response as it is, in progress)."""
+    job = submit(svc, who, req)
+    limits = _limits(svc, who)
+    if req.stream:
+        out = _streaming(svc, who, job, -1, drop=not req.store)
+        out.headers.update(limits)
+        return out
+    if not req.background:
+        job = svc.dispatcher.wait(job.id, svc.settings.response_wait_s)
+    body = shapes.view(job)
+    if not req.store and job.status in TERMINAL:
+        forget(svc, job)
+    return JSONResponse(body, headers=limits)
+
+
+def _limits(svc: Services, who: str) -> dict[str, str]:
+    """The tenant's rate limit as OpenAI's headers (none where Redis cannot say: the response stands)."""
+    try:
+        return svc.limiter.headers(who)
+    except redis.RedisError:
+        return {}
+
+
+def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
+    """The request as a job on the session it continues: refused, changing nothing, where it
+    does not fit (a conversation and a previous response both; a previous response that has not
+    ended, or another tenant's: 404; an output for no waiting call)."""
+    if req.background and not req.store:
+        raise BadInput("a background response is kept until it is read: store false cannot be background")
+    conv, prev_id = req.conversation_id(), req.previous_response_id
+    if conv is not None and prev_id is not None:
+        raise BadInput("give a conversation or a previous_response_id, not both")
+    convs = Conversations(svc.sql)
+    items, pending, session, prev = req.items(), [], None, None
+    if conv is not None:
+        if not req.store:
+            raise BadInput("a conversation keeps its responses: store false is for a response of its own")
+        session = shapes.session_of(conv)
+        pending = convs.get(session, who).pending
+        items = [*[{k: v for k, v in x.items() if k != "id"} for x in pending], *items]
+        done = convs.responses(session)
+        prev = done[-1] if done else None
+        if prev is not None and prev.status not in TERMINAL:
+            raise BadInput(f"the conversation's last response ({shapes.response_id(prev.id)}) has not ended")
+    else:
+        if prev_id is None:  # a client that re-sends the history: its last call's response goes on
+            prev_id, items = _resent(svc, who, items)
+        if prev_id is not None:
+            prev = _response(svc, shapes.job_of(prev_id), who)
+            if prev.status != "succeeded":
+                raise BadInput(f"previous response {prev_id} is {shapes.status(prev)}: only a completed one goes on")
+            session = _at(svc, prev, who, fork=not req.store)
+    spec = shapes.plan(req, items, prev if prev is not None and prev.status == "succeeded" else None)
+    spec["request"] = {**req.model_dump(mode="json", exclude={"input", "setflow", "stream"}, exclude_none=True),
+                       "items": items, "conversation": conv, "store": req.store, "background": req.background}
+    job = svc.submit("response", who, spec, session, req.setflow.priority, open_session=session is None,
+                     model=req.model if session is None and req.model in _hosted(svc) else None)
+    if pending:
+        assert session is not None
+        convs.take(session, who, pending)
+    return job
+
+
+def _resent(svc: Services, who: str, items: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """A stateless client (the agents SDK's default) sends the whole history again, the output of
+    the call it ran last: that call names the response it ended (call_<job>_<n>), whose session
+    holds the history already.  So it goes on from there, its K/V restored, as with
+    previous_response_id: (that response's id, the output alone).  The call as the history
+    re-sends it must be the one that response made (BadInput otherwise: an edited history is
+    not what the session holds); (None, items) where the last item is no output of such a call."""
+    if not items or items[-1]["type"] != "function_call_output":
+        return None, items
+    last = items[-1]
+    m = shapes.CALL_ID.fullmatch(last["call_id"])
+    if m is None:
+        return None, items
+    prev = _response(svc, m[1], who)
+    made = {x["call_id"]: x for x in shapes.output_items(prev) if x["type"] == "function_call"}
+    sent = [x for x in items if x["type"] == "function_call" and x["call_id"] == last["call_id"]]
+    if last["call_id"] not in made or any((x["name"], x["arguments"]) != (made[x["call_id"]]["name"],
+                                                                          made[x["call_id"]]["arguments"]) for x in sent):
+        raise BadInput(f"{last['call_id']} is not a call response {shapes.response_id(prev.id)} made as the input "
+                       "says: give its previous_response_id, or the history as it was")
+    return shapes.response_id(prev.id), [last]
+
+
+def _hosted(svc: Services) -> set[str]:
+    """The models live workers host (a request naming another runs on the default: OpenAI's
+    clients name a model whatever the server)."""
+    return {h.model for h in Hosts(svc.client, svc.settings).live()}
+
+
+def _at(svc: Services, prev: JobRecord, who: str, fork: bool) -> str:
+    """The session to go on from `prev` in: its own while `prev` is its latest turn and nothing
+    else runs on it (O(1): the next turn restores its K/V), else a fork at prev's last turn (copy
+    on write: the fork shares the K/V segments in Redis)."""
+    assert prev.session_id is not None
+    turns = [t["turn"] for t in (prev.result or {}).get("turns", []) if t.get("turn", -1) >= 0]
+    if not turns:
+        raise BadInput(f"response {shapes.response_id(prev.id)} wrote nothing to go on from")
+    last = max(turns)
+    latest = svc.records.turn_count(prev.session_id, who) - 1
+    if not fork and last == latest and not svc.jobs.unfinished_jobs(prev.session_id):
+        return prev.session_id
+    svc.limiter.take(who)
+    return lifecycle.fork_session(svc.store, svc.records, prev.session_id, who, last).id
+
+
+def _response(svc: Services, job_id: str, who: str) -> JobRecord:
+    job = svc.jobs.get(job_id, who)  # NotFound for another tenant's
+    if job.kind != "response":
+        raise NotFound(f"no response {shapes.response_id(job_id)}")
+    return job
+
+
+def forget(svc: Services, job: JobRecord) -> None:
+    """A response with store false keeps nothing past itself: its session (turns, K/V, the job)
+    is deleted; it ran on a session of its own (a new one, or a fork)."""
+    if job.session_id is None:
+        return
+    try:
+        lifecycle.delete_session(svc.store, svc.records, job.session_id, job.tenant)
+        svc.client.delete(svc.keys.events(job.id), svc.keys.cancel(job.id))
+    except Exception:  # noqa: BLE001 - the reaper's retention deletes it later
+        log.warning("response %s (store false): its session was not deleted", job.id, exc_info=True)
+
+
+@router.get("/{response_id}", responses=ERRORS)
+async def get_response(response_id: ResponseId, who: Tenant, svc: Svc, stream: bool = False,
+                       starting_after: Annotated[int | None, Query(ge=-1, lt=2**31)] = None) -> Response:
+    """The response; `stream=true`: its events from the start, or after `starting_after` (the
+    sequence_number of the last event a client has), at any time the job's event stream is kept
+    (events_ttl_s after its last event)."""
+    job = await run_sync(_response, svc, shapes.job_of(response_id), who)
+    if stream:
+        return _streaming(svc, who, job, -1 if starting_after is None else starting_after, drop=False)
+    return JSONResponse(shapes.view(job))
+
+
+@router.post("/{response_id}/cancel", responses=ERRORS)
+def cancel_response(response_id: ResponseId, who: Tenant, svc: Svc) -> JSONResponse:
+    """Cancel: a queued response ends at once, one in progress at its next decode step; one that
+    has ended is returned as it is."""
+    job = _response(svc, shapes.job_of(response_id), who)
+    return JSONResponse(shapes.view(svc.dispatcher.cancel(job.id, who)))
+
+
+@router.delete("/{response_id}", responses=ERRORS)
+def delete_response(response_id: ResponseId, who: Tenant, svc: Svc) -> JSONResponse:
+    """Delete a response that has ended (409 busy before: cancel it first).  A response on a
+    session of its own takes the session with it (turns, K/V); one of a conversation, or one
+    another response went on from, leaves the session's turns to them."""
+    job = _response(svc, shapes.job_of(response_id), who)
+    if job.status not in TERMINAL:
+        raise Busy(f"response {response_id} has not ended: cancel it first")
+    assert job.session_id is not None
+    convs = Conversations(svc.sql)
+    others = svc.jobs.unfinished_jobs(job.session_id) or [j for j in convs.responses(job.session_id) if j.id != job.id]
+    if others or convs.is_conversation(job.session_id):
+        svc.jobs.delete(job.id, who)
+    else:
+        forget(svc, job)
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+@router.get("/{response_id}/input_items", responses=ERRORS)
+def input_items(response_id: ResponseId, who: Tenant, svc: Svc,
+                limit: Annotated[int, Query(ge=1, le=100)] = 20, order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
+                after: Annotated[str | None, Query(max_length=128)] = None) -> JSONResponse:
+    job = _response(svc, shapes.job_of(response_id), who)
+    return JSONResponse(page(shapes.input_items(job), limit, order, after))
+
+
+def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> dict[str, Any]:
+    """OpenAI's list: `data` in `order`, after the item `after`, at most `limit`."""
+    items = items if order == "asc" else items[::-1]
+    if after is not None:
+        ids = [x["id"] for x in items]
+        if after not in ids:
+            raise BadInput(f"no item {after!r} in this list")
+        items = items[ids.index(after) + 1:]
+    data = items[:limit]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": len(items) > limit}
+
+
+# ---- the stream --------------------------------------------------------------------------------
+
+def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool) -> Response:
+    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
+        raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
+                          retry_after_s=KEEPALIVE_S)
+    return StreamingResponse(_events(svc, who, job, after, drop), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(ev: dict[str, Any]) -> str:
+    return f"id: {ev['sequence_number']}\nevent: {ev['type']}\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
+
+
+async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: bool) -> AsyncIterator[str]:
+    """The response's events with sequence_number > after: translated from the job's event
+    stream from its start (shapes.Translator: the same events and numbers on every read), the
+    last ones from its row once it has ended (SQL is the truth: read every second too, so the
+    stream ends with the job even if its final event was lost)."""
+    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
+        return
+    svc.streams[who] = svc.streams.get(who, 0) + 1
+    r = svc.aclient()
+    key, at = svc.keys.events(job.id), "0"
+    tr = shapes.Translator(job, await run_sync(svc.tokenizer, ""))
+    quiet = checked = time.monotonic()
+    try:
+        for ev in tr.start():
+            if ev["sequence_number"] > after:
+                yield _sse(ev)
+        while True:
+            ended = False
+            try:
+                for eid, raw in entries(await r.xread({key: at}, count=1000, block=1000)):
+                    at, quiet = eid, time.monotonic()
+                    for ev in tr.feed(raw):
+                        if ev["sequence_number"] > after:
+                            yield _sse(ev)
+                    ended = ended or (raw.get("type") == "status" and raw.get("status") in TERMINAL)
+            except redis.RedisError:
+                await asyncio.sleep(0.5)
+                continue
+            now = time.monotonic()
+            if ended or now - checked >= 1.0:
+                checked = now
+                final = await run_sync(svc.jobs.get, job.id)
+                if final.status in TERMINAL:
+                    # what the stream holds that this read has not reached yet comes first
+                    for eid, raw in entries(await r.xread({key: at}, count=100_000)):
+                        at = eid
+                        for ev in tr.feed(raw):
+                            if ev["sequence_number"] > after:
+                                yield _sse(ev)
+                    for ev in tr.finish(final):
+                        if ev["sequence_number"] > after:
+                            yield _sse(ev)
+                    if drop:
+                        await run_sync(forget, svc, final)
+                    return
+            if now - quiet >= KEEPALIVE_S:
+                quiet = now
+                yield ": keep-alive\n\n"
+    finally:
+        svc.streams[who] -= 1
+        await r.aclose()

@@ -1,0 +1,87 @@
+"""Conversations of the Responses API in SQL: a conversation is a session (its K/V in Redis, its
+turns in SQL) with a row of its own for its metadata and the items a client added that no
+response has read yet.  Its responses are the session's `response` jobs, in submission order."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import sessionmaker
+
+from runtime.db import writer
+from runtime.errors import BadInput, NotFound
+from runtime.tables import ConversationRecord, JobRecord, SessionRecord
+
+MAX_PENDING = 256  # items a conversation holds unread at most
+
+
+class Conversations:
+    def __init__(self, engine: Engine) -> None:
+        self._db = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+
+    def create(self, tenant: str, meta: dict[str, str], items: list[dict[str, Any]]) -> ConversationRecord:
+        """A new conversation on a new session, in one transaction."""
+        with self._write.begin() as db:
+            session = secrets.token_hex(16)
+            db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
+            db.flush()
+            rec = ConversationRecord(session_id=session, tenant=tenant, meta=meta,
+                                     pending=_named(session, 0, items), added=len(items))
+            db.add(rec)
+        return self.get(session, tenant)
+
+    def get(self, session: str, tenant: str) -> ConversationRecord:
+        with self._db() as db:
+            row = db.execute(select(ConversationRecord).where(
+                ConversationRecord.session_id == session, ConversationRecord.tenant == tenant)).first()
+        if row is None:
+            raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+        rec: ConversationRecord = row[0]
+        return rec
+
+    def add(self, session: str, tenant: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Items added (each named by its number in the conversation), read by its next response."""
+        with self._write.begin() as db:
+            rec = db.get(ConversationRecord, session, with_for_update=True)
+            if rec is None or rec.tenant != tenant:
+                raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+            if len(rec.pending) + len(items) > MAX_PENDING:
+                raise BadInput(f"a conversation holds at most {MAX_PENDING} items no response has read")
+            named = _named(session, rec.added, items)
+            rec.pending = [*rec.pending, *named]
+            rec.added += len(items)
+        return named
+
+    def take(self, session: str, tenant: str, expect: list[dict[str, Any]]) -> None:
+        """The pending items `expect` were read by a response: out of the pending list (what was
+        added meanwhile stays)."""
+        ids = {x["id"] for x in expect}
+        with self._write.begin() as db:
+            rec = db.get(ConversationRecord, session, with_for_update=True)
+            if rec is not None and rec.tenant == tenant:
+                rec.pending = [x for x in rec.pending if x["id"] not in ids]
+
+    def set_meta(self, session: str, tenant: str, meta: dict[str, str]) -> None:
+        with self._write.begin() as db:
+            rec = db.get(ConversationRecord, session, with_for_update=True)
+            if rec is None or rec.tenant != tenant:
+                raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+            rec.meta = meta
+
+    def responses(self, session: str) -> list[JobRecord]:
+        """The session's responses, in submission order."""
+        with self._db() as db:
+            return [r[0] for r in db.execute(select(JobRecord).where(
+                JobRecord.session_id == session, JobRecord.kind == "response").order_by(JobRecord.seq))]
+
+    def is_conversation(self, session: str) -> bool:
+        with self._db() as db:
+            return db.scalar(select(ConversationRecord.session_id).where(
+                ConversationRecord.session_id == session)) is not None
+
+
+def _named(session: str, first: int, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**x, "id": f"item_{session}_{first + i}"} for i, x in enumerate(items)]
