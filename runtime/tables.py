@@ -190,3 +190,59 @@ class ConversationRecord(Base):
     #: how many items have been added so far (each one's id is its number: stable, never reused)
     added: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class IdempotencyRecord(Base):
+    """A POST's Idempotency-Key (runtime/api/idempotency.py): the first request's body hash and,
+    once it was answered, its answer; the same key and body replay that answer, another body is
+    refused.  Kept idempotency_ttl_s."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_created", "created_at"),)  # the retention
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    route: Mapped[str] = mapped_column(String(255))  # "POST /v1/jobs": a key names one request
+    body_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the body as sent
+    #: the answer once given: its HTTP status and JSON body; None while the first is in flight
+    status: Mapped[int | None] = mapped_column(Integer, default=None)
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ScheduleRecord(Base):
+    """A tenant's schedule (runtime/jobs/schedules.py): a cron expression in a time zone and the
+    job it submits at each tick; its next tick, and what to do with the ticks it missed."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (Index("ix_schedule_due", "paused", "next_at"),  # the leader's scan
+                      Index("ix_schedule_tenant", "tenant", "created_at"))  # the listing
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "sch_" + 24 hex
+    tenant: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(128), default="", server_default="")
+    cron: Mapped[str] = mapped_column(String(128))
+    timezone: Mapped[str] = mapped_column(String(64))
+    #: {"kind": "report" | "narrative", "spec": {...}, "data": {...}}: what each tick submits
+    template: Mapped[dict[str, Any]] = mapped_column(JSON)
+    missed: Mapped[str] = mapped_column(String(16), default="skip")  # "skip" or "catch_up"
+    max_catch_up: Mapped[int] = mapped_column(Integer, default=0)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    next_at: Mapped[float] = mapped_column(Float)  # epoch seconds of its next tick
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class TickRecord(Base):
+    """One tick of a schedule, written once: the unique (schedule, tick) is what makes every
+    tick submit exactly one job set, whoever races for it."""
+
+    __tablename__ = "schedule_ticks"
+    __table_args__ = (UniqueConstraint("schedule_id", "tick_at", name="uq_schedule_tick"),
+                      Index("ix_tick_created", "created_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))
+    tick_at: Mapped[float] = mapped_column(Float)  # epoch seconds: the tick it is (not when it ran)
+    jobs: Mapped[list[str]] = mapped_column(JSON, default=list)  # the jobs it submitted
+    late_s: Mapped[float] = mapped_column(Float, default=0.0)  # how long after its time it was submitted
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
