@@ -12,6 +12,8 @@ on its conversation's session.
                   at the call (`parked`, kept in the result) and no worker held; the next
                   response carries the call's output and goes on from the parked state
 
+    an imported chat model (a ChatML / Qwen3 profile): workflows/chat.py, whichever the mode
+
 The result's output items have no ids: the API names them after the response (stable on every
 read).  `usage` counts positions: what the session held before (read from the KV cache, not
 prefilled again: `cached`), what each turn appended (`prefill`) and what it wrote."""
@@ -35,13 +37,16 @@ from runtime.errors import BadInput, RequiresAction
 from runtime.jobs.plans import turn_input
 from runtime.jobs.specs import FunctionTool, ResponseSpec
 from runtime.sessions.turn import TurnResult
-from workflows import agent
+from workflows import agent, chat
 from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
 
 
 def run(turns: Turns, spec: ResponseSpec) -> dict[str, Any]:
     counted = Counted(turns)
-    out = _text(counted, spec) if spec.mode == "text" else _agent(counted, spec)
+    if chat.speaks(turns.profile):  # an imported chat model: its own template and tool-call format
+        out = {**chat.run(counted, spec), "turns": counted.summaries}
+    else:
+        out = _text(counted, spec) if spec.mode == "text" else _agent(counted, spec)
     return {**out, "usage": counted.usage()}
 
 

@@ -204,33 +204,35 @@ class CreateResponse(BaseModel):
 def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | None) -> dict[str, Any]:
     """The job spec (ResponseSpec) for the request, its input `items` (the request's, after the
     conversation's pending ones), going on from `parked` (the previous response, when it ended at
-    a function call).  BadInput where the input does not fit what the previous response left:
-    a call waiting for its output gets one, and only a waiting call does."""
+    function calls).  BadInput where the input does not fit what the previous response left:
+    calls waiting for their outputs get one each, and only waiting calls do."""
     outputs = [x for x in items if x["type"] == "function_call_output"]
     messages = [x for x in items if x["type"] == "message"]
-    tools = [t for t in req.tools if isinstance(t, FunctionTool)]
-    builtin = [t for t in req.tools if isinstance(t, BuiltinTool)]
+    tools = [t for t in req.tools if isinstance(t, FunctionTool)] if req.tool_choice != "none" else []
+    builtin = [t for t in req.tools if isinstance(t, BuiltinTool)] if req.tool_choice != "none" else []
     ext = req.setflow
     params = {k: v for k, v in {"policy": ext.policy, "window": ext.window, "tau": ext.tau, "seed": ext.seed,
                                 "max_new_tokens": req.max_output_tokens, "temperature": req.temperature}.items()
               if v is not None}
-    spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified}
+    spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified,
+                            "functions": [t.model_dump() for t in tools],
+                            # as a chat model reads them (workflows/chat.py): the instructions first
+                            "messages": ([{"role": "system", "content": req.instructions}] if req.instructions else [])
+                            + [{"role": m["role"], "content": _text(m)} for m in messages]}
     if ext.max_calls is not None:
         spec["max_calls"] = ext.max_calls
     waiting = _waiting(parked)
-    if waiting is not None:
-        mine = [o for o in outputs if o["call_id"] == waiting]
-        if not mine:
-            raise BadInput(f"the previous response waits for the output of {waiting}: give a function_call_output "
-                           "for it")
-        others = [o["call_id"] for o in outputs if o["call_id"] != waiting]
-        if others or len(mine) > 1:
-            raise BadInput(f"only {waiting} waits for an output; got {[o['call_id'] for o in outputs]}")
+    if waiting:
+        given = [o["call_id"] for o in outputs]
+        if sorted(given) != sorted(waiting):
+            raise BadInput(f"the previous response waits for the outputs of {list(waiting)}: give one "
+                           f"function_call_output for each; got {given}")
         assert parked is not None and parked.result is not None
-        spec.update(mode="agent", parked=parked.result["parked"], output=mine[0]["output"],
-                    functions=[t.model_dump() for t in tools])
-        prev = parked.spec
-        spec.update(builtin=prev.get("builtin", []), dataset=prev.get("dataset"))
+        by_call = {waiting[o["call_id"]]: o["output"] for o in outputs}
+        spec.update(mode="agent", parked=parked.result["parked"], outputs=by_call,
+                    builtin=parked.spec.get("builtin", []), dataset=parked.spec.get("dataset"))
+        if len(by_call) == 1:
+            spec["output"] = next(iter(by_call.values()))
         return spec
     if outputs:
         raise BadInput(f"no call waits for an output here; got {[o['call_id'] for o in outputs]}")
@@ -238,9 +240,8 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     if not users:
         raise BadInput("the input holds no user message")
     question = _text(users[-1])
-    calls = req.tool_choice != "none" and (builtin or any(t.skill() is not None for t in tools))
-    if calls:
-        spec.update(mode="agent", question=question, functions=[t.model_dump() for t in tools],
+    if builtin or any(t.skill() is not None for t in tools):
+        spec.update(mode="agent", question=question,
                     builtin=[{"setflow_metric": "metric", "setflow_calc": "calc"}[t.type] for t in builtin],
                     dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
     else:  # the messages in order, each a line: what a text model continues
@@ -249,12 +250,14 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     return spec
 
 
-def _waiting(parked: JobRecord | None) -> str | None:
-    """The public call id the previous response waits for (it ended at a function call), or None."""
+def _waiting(parked: JobRecord | None) -> dict[str, str]:
+    """The public ids of the calls the previous response waits for (it ended at function calls)
+    -> the workflow's ids ("call_<n>"); {} where it waits for none."""
     if parked is None or parked.result is None or not parked.result.get("parked"):
-        return None
-    call = parked.result["parked"]["pending"]["id"]  # "call_<n>"
-    return f"call_{parked.id}_{call.removeprefix('call_')}"
+        return {}
+    pending = parked.result["parked"]["pending"]
+    calls = pending if isinstance(pending, list) else [pending]  # a chat model's several, the agent's one
+    return {f"call_{parked.id}_{c['id'].removeprefix('call_')}": c["id"] for c in calls}
 
 
 def _text(message: dict[str, Any]) -> str:

@@ -387,6 +387,12 @@ class ResponseSpec(_Tuned):
     max_calls: int = Field(default=6, ge=0, le=8)
     params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
     allow_unverified: bool = False
+    #: the input as a chat model reads it (workflows/chat.py): [{"role", "content"}] for each
+    #: message (the instructions first, as "system"), [{"role": "tool", "call", "content"}] for
+    #: each function call's output; setflow's own models read `text` or `question` instead
+    messages: list[dict[str, str]] = Field(default_factory=list, max_length=256)
+    #: the client's outputs of a chat model's parked calls: call id ("call_<n>") -> output
+    outputs: dict[str, str] = Field(default_factory=dict, max_length=64)
     #: what the client sent (its input items, instructions, tools, metadata...): the API echoes
     #: it in the response object; the workflow reads none of it
     request: dict[str, Any] = Field(default_factory=dict)
@@ -402,7 +408,7 @@ class ResponseSpec(_Tuned):
             raise ValueError("a text response has a text")
         if self.mode == "agent" and (self.question is None) == (self.parked is None):
             raise ValueError("an agent response has a question, or goes on from a parked call")
-        if self.parked is not None and self.output is None:
+        if self.parked is not None and self.output is None and not self.outputs:
             raise ValueError("a parked call goes on with its output")
         if self.question is not None:
             self.agent(self.question)  # its rules (ValueError names what is wrong)

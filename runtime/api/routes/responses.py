@@ -125,12 +125,13 @@ def _resent(svc: Services, who: str, items: list[dict[str, Any]]) -> tuple[str |
         return None, items
     prev = _response(svc, m[1], who)
     made = {x["call_id"]: x for x in shapes.output_items(prev) if x["type"] == "function_call"}
-    sent = [x for x in items if x["type"] == "function_call" and x["call_id"] == last["call_id"]]
+    answered = [x for x in items if x["type"] == "function_call_output" and x["call_id"] in made]
+    sent = [x for x in items if x["type"] == "function_call" and x["call_id"] in made]
     if last["call_id"] not in made or any((x["name"], x["arguments"]) != (made[x["call_id"]]["name"],
                                                                           made[x["call_id"]]["arguments"]) for x in sent):
         raise BadInput(f"{last['call_id']} is not a call response {shapes.response_id(prev.id)} made as the input "
                        "says: give its previous_response_id, or the history as it was")
-    return shapes.response_id(prev.id), [last]
+    return shapes.response_id(prev.id), answered
 
 
 def _hosted(svc: Services) -> set[str]:
