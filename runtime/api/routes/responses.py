@@ -44,22 +44,45 @@ KEEPALIVE_S = 15.0
 
 
 @router.post("", responses=ERRORS)
-def create_response(req: CreateResponse, who: Tenant, svc: Svc) -> Response:
+async def create_response(req: CreateResponse, who: Tenant, svc: Svc) -> Response:
     """Create a response: it runs as a job on its conversation's session (a new one without a
     conversation or a previous response).  Without `background` or `stream` the call waits for it
-    (up to response_wait_s; then it answers with the response as it is, in progress)."""
-    job = submit(svc, who, req)
-    limits = _limits(svc, who)
+    (up to response_wait_s, holding no thread: _ended; then it answers with the response as it
+    is, in progress)."""
+    job = await run_sync(submit, svc, who, req)
+    limits = await run_sync(_limits, svc, who)
     if req.stream:
         out = _streaming(svc, who, job, -1, drop=not req.store)
         out.headers.update(limits)
         return out
     if not req.background:
-        job = svc.dispatcher.wait(job.id, svc.settings.response_wait_s)
+        job = await _ended(svc, job, svc.settings.response_wait_s)
     body = shapes.view(job)
     if not req.store and job.status in TERMINAL:
-        forget(svc, job)
+        await run_sync(forget, svc, job)
     return JSONResponse(body, headers=limits)
+
+
+async def _ended(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
+    """The job once it has ended, or as it is at the timeout: woken by its status events (an
+    async read: no thread held while it waits); its row read at a status event and every second
+    (events are best effort; SQL is the truth)."""
+    r, key, at = svc.aclient(), svc.keys.events(job.id), "0"
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            job, checked = await run_sync(svc.jobs.get, job.id), time.monotonic()
+            if job.status in TERMINAL or checked >= deadline:
+                return job
+            said = False  # a status event: the row may have moved
+            while not said and time.monotonic() - checked < 1.0:
+                try:
+                    for eid, ev in entries(await r.xread({key: at}, count=1000, block=1000)):
+                        at, said = eid, said or ev.get("type") == "status"
+                except redis.RedisError:
+                    await asyncio.sleep(0.5)
+    finally:
+        await r.aclose()
 
 
 def _limits(svc: Services, who: str) -> dict[str, str]:
