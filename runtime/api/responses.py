@@ -120,6 +120,7 @@ class Extension(BaseModel):
     tau: float | None = Field(default=None, ge=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     max_calls: int | None = Field(default=None, ge=0, le=8)
+    ignore_eos: bool | None = None  # decode to max_output_tokens whatever the model ends with
     allow_unverified: bool = False
     priority: Literal["interactive", "batch"] = "interactive"
 
@@ -212,8 +213,8 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     builtin = [t for t in req.tools if isinstance(t, BuiltinTool)] if req.tool_choice != "none" else []
     ext = req.setflow
     params = {k: v for k, v in {"policy": ext.policy, "window": ext.window, "tau": ext.tau, "seed": ext.seed,
-                                "max_new_tokens": req.max_output_tokens, "temperature": req.temperature}.items()
-              if v is not None}
+                                "ignore_eos": ext.ignore_eos, "max_new_tokens": req.max_output_tokens,
+                                "temperature": req.temperature}.items() if v is not None}
     spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified,
                             "functions": [t.model_dump() for t in tools],
                             # as a chat model reads them (workflows/chat.py): the instructions first

@@ -38,9 +38,9 @@ LOOKUP: dict[str, Any] = {"type": "function", "name": "get_kpi", "description": 
                                                         "market": {"type": "string", "enum": ["EMEA", "APAC"]},
                                                         "quarter": {"type": "string"}}}}
 OUTPUTS = {"2026-Q2": V1, "2026-Q3": V2}  # the client's lookup: the sample dataset's values
-#: a text response long enough to be caught mid-stream (AR: one token a step)
-LONG: dict[str, Any] = {"input": "Revenue rose in EMEA", "max_output_tokens": 120,
-                        "extra_body": {"setflow": {"policy": "ar", "window": 1, "tau": None}}}
+#: a text response long enough to be caught mid-stream (AR: one token a step, to its limit)
+LONG: dict[str, Any] = {"input": "Revenue rose in EMEA", "max_output_tokens": 400,
+                        "extra_body": {"setflow": {"policy": "ar", "window": 1, "tau": None, "ignore_eos": True}}}
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +188,13 @@ def test_a_stream_resumed_after_a_kill_and_an_api_restart_loses_and_doubles_no_e
                 break
     rid = seen[0].response.id
     job = c.get(f"/jobs/{rid.removeprefix('resp_')}", cast_to=httpx.Response).json()
-    if job["status"] == "running":
-        kill(stack, job["worker"])  # mid-decode: another worker takes the job over from its first step
-        try:
-            seen += list(c.responses.retrieve(rid, stream=True, starting_after=seen[-1].sequence_number))
-        finally:
-            restart(stack, job["worker"])
-    else:
+    assert job["status"] == "running", job  # caught mid-decode (400 AR steps)
+    kill(stack, job["worker"])  # another worker takes the job over from its first uncommitted step
+    try:
         seen += list(c.responses.retrieve(rid, stream=True, starting_after=seen[-1].sequence_number))
+    finally:
+        restart(stack, job["worker"])
+    assert c.get(f"/jobs/{rid.removeprefix('resp_')}", cast_to=httpx.Response).json()["attempts"] == 2
     assert [e.sequence_number for e in seen] == list(range(len(seen))), "every event once, in order"
     final = seen[-1]
     assert final.type in ("response.completed", "response.incomplete")
