@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope
 from starlette.types import Send as AsgiSend
 
 from runtime.api import errors
+from runtime.api.idempotency import Idempotent
 from runtime.api.routes import conversations, datasets, jobs, models, ops, page, responses, sessions, webhooks
 from runtime.api.services import Services
 from runtime.embedded import from_url
@@ -49,6 +50,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     app.state.services = svc
     errors.install(app)
 
+    app.add_middleware(Idempotent)  # inside Bounded: a body past the limit is refused before it is read
     app.add_middleware(Bounded, limit=settings.max_body_bytes)
 
     for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,

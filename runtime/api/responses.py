@@ -314,7 +314,7 @@ def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
             "input_tokens": usage["input"], "input_tokens_details": {"cached_tokens": usage["cached"]},
             "output_tokens": usage["output"], "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": usage["input"] + usage["output"]},
-        "setflow": {"job": job.id, "session": job.session_id, "status": job.status,
+        "setflow": {"job": job.id, "session": job.session_id, **({"status": job.status} if final else {}),
                     **{k: res[k] for k in ("verified", "problems", "attempt", "calls", "turns") if k in res},
                     **({"prefill_tokens": usage["prefill"]} if usage else {})},
     }

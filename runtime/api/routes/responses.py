@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
+from runtime.api.idempotency import STREAMED
 from runtime.api.models import ERRORS
 from runtime.api.responses import CreateResponse
 from runtime.api.services import Services
@@ -264,7 +265,8 @@ def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool) 
         raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
                           retry_after_s=KEEPALIVE_S)
     return StreamingResponse(_events(svc, who, job, after, drop), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                      STREAMED: shapes.response_id(job.id)})  # what an Idempotency-Key keeps of it
 
 
 def _sse(ev: dict[str, Any]) -> str:

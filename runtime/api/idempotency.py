@@ -1,0 +1,236 @@
+"""Idempotent POSTs: a request with an `Idempotency-Key` header is answered once per tenant and
+key; the same key again, with the same body to the same route, within idempotency_ttl_s, gets
+that first answer replayed (`Idempotent-Replayed: true`): a client that timed out and retries
+cannot submit twice.  The same key with another body or route is refused (idempotency_mismatch)
+and changes nothing.
+
+    the key row is inserted first (its primary key (tenant, key) decides a race: one request
+    runs the route, the duplicates wait for its answer and replay it)
+    -> the route runs -> its answer is stored in the row (a 2xx, and a 4xx too: the same request
+       gets the same refusal, as Stripe does); a 5xx or a failure deletes the row, so that a
+       retry runs the request again
+
+The body is compared as the bytes sent (sha256): a client retries with the bytes it sent.  A
+stream (POST /v1/responses with stream) is kept as the response it streams (the route names it
+in a header); its replay streams that response's events again from the start.  Keys live in SQL
+(runtime/tables.py IdempotencyRecord) and survive restarts; rows past their TTL are pruned a
+batch at a time as new keys come."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from anyio.to_thread import run_sync
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime.api import errors
+from runtime.api.auth import Unauthorized, tenant_of
+from runtime.db import writer
+from runtime.tables import IdempotencyRecord
+
+HEADER = "idempotency-key"
+STREAMED = "setflow-response-id"  # the header a streaming route names its response by
+WAIT_S = 60.0  # a duplicate waits this long for the first request's answer (then 409 in_flight)
+PRUNE = 500  # expired rows deleted per new key, at most
+
+
+def _key_problem(key: str) -> str | None:
+    if not 1 <= len(key) <= 255 or not all(33 <= ord(c) <= 126 for c in key):
+        return "an Idempotency-Key is 1-255 visible ASCII characters (no spaces)"
+    return None
+
+
+class Keys:
+    """The idempotency_keys rows (sync: the middleware runs them on a worker thread)."""
+
+    def __init__(self, engine: Any, ttl_s: float) -> None:
+        self._db = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+        self.ttl_s = ttl_s
+
+    def claim(self, tenant: str, key: str, route: str, digest: str) -> IdempotencyRecord | None:
+        """None: this request holds the key now (run it); else the row another holds or held."""
+        cutoff = datetime.now(UTC) - timedelta(seconds=self.ttl_s)
+        try:
+            with self._write.begin() as db:
+                old = db.get(IdempotencyRecord, (tenant, key))
+                if old is not None and _aware(old.created_at) < cutoff:  # expired: the key is free again
+                    db.delete(old)
+                    db.flush()
+                    old = None
+                if old is not None:
+                    return old
+                db.add(IdempotencyRecord(tenant=tenant, key=key, route=route, body_hash=digest))
+                stale = select(IdempotencyRecord.tenant, IdempotencyRecord.key).where(
+                    IdempotencyRecord.created_at < cutoff).limit(PRUNE)
+                for t, k in db.execute(stale).all():
+                    db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == t,
+                                                                IdempotencyRecord.key == k))
+            return None
+        except IntegrityError:  # another request inserted it between our read and our insert
+            with self._db() as db:
+                row = db.get(IdempotencyRecord, (tenant, key))
+            return row if row is not None else self.claim(tenant, key, route, digest)
+
+    def get(self, tenant: str, key: str) -> IdempotencyRecord | None:
+        with self._db() as db:
+            return db.get(IdempotencyRecord, (tenant, key))
+
+    def answer(self, tenant: str, key: str, status: int, answer: dict[str, Any]) -> None:
+        with self._write.begin() as db:
+            row = db.get(IdempotencyRecord, (tenant, key))
+            if row is not None:
+                row.status, row.answer = status, answer
+
+    def release(self, tenant: str, key: str) -> None:
+        with self._write.begin() as db:
+            db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
+                                                       IdempotencyRecord.key == key))
+
+
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+class Idempotent:
+    """The ASGI middleware: POSTs with an Idempotency-Key, after their tenant is known (an
+    unauthenticated request passes through to its 401 and writes no key)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        key = headers.get(HEADER)
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        svc = scope["app"].state.services
+        try:
+            tenant = tenant_of(svc.keyring, headers)
+        except Unauthorized:
+            await self.app(scope, receive, send)
+            return
+        why = _key_problem(key)
+        if why is not None:
+            await errors.body("bad_input", why, 422, path)(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            more = bool(message.get("more_body", False))
+        keys = Keys(svc.sql, svc.settings.idempotency_ttl_s)
+        route, digest = f"POST {path}", hashlib.sha256(body).hexdigest()
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            held = await run_sync(keys.claim, tenant, key, route, digest)
+            if held is None:
+                break  # ours: run it
+            if held.route != route or held.body_hash != digest:
+                await errors.body("idempotency_mismatch", f"Idempotency-Key {key!r} was used for another request "
+                                  f"({held.route}, another body): use a new key for a new request", 422,
+                                  path)(scope, receive, send)
+                return
+            while held is not None and held.status is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # the first request runs: its answer comes
+                held = await run_sync(keys.get, tenant, key)
+            if held is None:
+                continue  # the first failed (its row released): this one runs it
+            if held.status is None:
+                await errors.body("idempotency_in_flight", f"a request with Idempotency-Key {key!r} is still "
+                                  "running: retry later", 409, path, retry_after_s=1.0)(scope, receive, send)
+                return
+            await self._replay(scope, receive, send, held)
+            return
+        await self._run(scope, receive, send, body, keys, tenant, key)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, body: bytes, keys: Keys, tenant: str,
+                   key: str) -> None:
+        """Run the request, its answer kept (a 5xx, or a failure, releases the key)."""
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # what comes after the body: the client's disconnect (a stream listens)
+
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+        kept = False
+
+        async def keep(message: Message) -> None:
+            nonlocal kept
+            if message["type"] == "http.response.start":
+                start.update(message)
+                hs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message.get("headers", [])}
+                status = int(message["status"])
+                if status >= 500:
+                    await run_sync(keys.release, tenant, key)
+                    kept = True
+                elif STREAMED in hs:  # a stream: kept as the response it streams
+                    await run_sync(keys.answer, tenant, key, status, {"stream": hs[STREAMED]})
+                    kept = True
+            elif message["type"] == "http.response.body" and not kept:
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    hs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
+                    await run_sync(keys.answer, tenant, key, int(start["status"]),
+                                   {"body": b"".join(chunks).decode("utf-8", "replace"),
+                                    "type": hs.get("content-type", "application/json")})
+                    kept = True
+            await send(message)
+
+        try:
+            await self.app(scope, replay, keep)
+        except BaseException:
+            if not kept:
+                await run_sync(keys.release, tenant, key)
+            raise
+        if not kept:  # no answer came (the client went away mid-way): a retry runs it again
+            await run_sync(keys.release, tenant, key)
+
+    async def _replay(self, scope: Scope, receive: Receive, send: Send, held: IdempotencyRecord) -> None:
+        answer = held.answer or {}
+        if "stream" in answer:  # the response's events again, from the start
+            rid = answer["stream"]
+            again = {**scope, "method": "GET", "path": f"/v1/responses/{rid}", "raw_path": f"/v1/responses/{rid}".encode(),
+                     "query_string": b"stream=true",
+                     "headers": [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-length",)]}
+
+            done = False
+
+            async def nothing() -> Message:
+                nonlocal done
+                if not done:
+                    done = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+                return await receive()
+
+            async def mark(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), (b"idempotent-replayed", b"true")]}
+                await send(message)
+
+            await self.app(again, nothing, mark)
+            return
+        body = str(answer.get("body", "")).encode()
+        await send({"type": "http.response.start", "status": int(held.status or 200),
+                    "headers": [(b"content-type", str(answer.get("type", "application/json")).encode()),
+                                (b"content-length", str(len(body)).encode()), (b"idempotent-replayed", b"true")]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
