@@ -7,14 +7,17 @@ and changes nothing.
     the key row is inserted first (its primary key (tenant, key) decides a race: one request
     runs the route, the duplicates wait for its answer and replay it)
     -> the route runs -> its answer is stored in the row (a 2xx, and a 4xx too: the same request
-       gets the same refusal, as Stripe does); a 5xx or a failure deletes the row, so that a
-       retry runs the request again
+       gets the same refusal, as Stripe does); an answer that says "retry later" (a 5xx, a 429,
+       anything with Retry-After) or a failure deletes the row, so that a retry runs the request
+       again
 
 The body is compared as the bytes sent (sha256): a client retries with the bytes it sent.  A
 stream (POST /v1/responses with stream) is kept as the response it streams (the route names it
 in a header); its replay streams that response's events again from the start.  Keys live in SQL
 (runtime/tables.py IdempotencyRecord) and survive restarts; rows past their TTL are pruned a
-batch at a time as new keys come."""
+batch at a time as new keys come.  A row still in flight long after any request could have
+answered (ABANDONED_S past response_wait_s: its process died mid-request) is taken over by the
+next request with its key, rather than holding the key for the whole TTL."""
 
 from __future__ import annotations
 
@@ -39,6 +42,9 @@ HEADER = "idempotency-key"
 STREAMED = "setflow-response-id"  # the header a streaming route names its response by
 WAIT_S = 60.0  # a duplicate waits this long for the first request's answer (then 409 in_flight)
 PRUNE = 500  # expired rows deleted per new key, at most
+#: an in-flight row older than response_wait_s (the longest a POST runs: one that waits for its
+#: response) plus this was left by a process that died mid-request: the next request takes it over
+ABANDONED_S = 60.0
 
 
 def _key_problem(key: str) -> str | None:
@@ -50,20 +56,29 @@ def _key_problem(key: str) -> str | None:
 class Keys:
     """The idempotency_keys rows (sync: the middleware runs them on a worker thread)."""
 
-    def __init__(self, engine: Any, ttl_s: float) -> None:
+    def __init__(self, engine: Any, ttl_s: float, abandoned_s: float) -> None:
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.ttl_s = ttl_s
+        self.abandoned_s = abandoned_s  # an in-flight row this old is nobody's any more
 
     def claim(self, tenant: str, key: str, route: str, digest: str) -> IdempotencyRecord | None:
         """None: this request holds the key now (run it); else the row another holds or held."""
-        cutoff = datetime.now(UTC) - timedelta(seconds=self.ttl_s)
+        now = datetime.now(UTC)
+        cutoff = now - timedelta(seconds=self.ttl_s)
         try:
             with self._write.begin() as db:
                 old = db.get(IdempotencyRecord, (tenant, key))
-                if old is not None and _aware(old.created_at) < cutoff:  # expired: the key is free again
-                    db.delete(old)
-                    db.flush()
+                if old is not None and (_aware(old.created_at) < cutoff or old.status is None
+                                        and _aware(old.created_at) < now - timedelta(seconds=self.abandoned_s)):
+                    # expired, or abandoned in flight: the key is free again.  Deleted only as it
+                    # was read (its created_at): a duplicate that freed it first keeps the row it
+                    # wrote since, and the insert below loses on the primary key (PostgreSQL ran
+                    # both when the delete named the key alone)
+                    db.expunge(old)
+                    db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
+                                                               IdempotencyRecord.key == key,
+                                                               IdempotencyRecord.created_at == old.created_at))
                     old = None
                 if old is not None:
                     return old
@@ -133,7 +148,7 @@ class Idempotent:
                 return
             body += message.get("body", b"")
             more = bool(message.get("more_body", False))
-        keys = Keys(svc.sql, svc.settings.idempotency_ttl_s)
+        keys = Keys(svc.sql, svc.settings.idempotency_ttl_s, svc.settings.response_wait_s + ABANDONED_S)
         route, digest = f"POST {path}", hashlib.sha256(body).hexdigest()
         deadline = time.monotonic() + WAIT_S
         while True:
@@ -180,7 +195,7 @@ class Idempotent:
                 start.update(message)
                 hs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message.get("headers", [])}
                 status = int(message["status"])
-                if status >= 500:
+                if status >= 500 or status == 429 or "retry-after" in hs:  # "retry later": a retry must run
                     await run_sync(keys.release, tenant, key)
                     kept = True
                 elif STREAMED in hs:  # a stream: kept as the response it streams

@@ -1,18 +1,27 @@
 """Idempotency-Key on every POST (runtime/api/idempotency.py): the same key and body replay the
 first answer (the same job), another body is refused and changes nothing, 8 concurrent
-duplicates make one job, a key survives an API restart, a 5xx frees the key, and the Responses
-route replays its response (and its stream)."""
+duplicates make one job (SQLite and PostgreSQL), a key survives an API restart, an answer that
+says "retry later" (429) frees the key, a key left in flight by a dead process is taken over, and
+the Responses route replays its response (and its stream)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
+from sqlalchemy.orm import Session
 
 from app.serve import ApiServer
+from runtime.api import idempotency
 from runtime.jobs import models
+from runtime.tables import IdempotencyRecord
+from tests.conftest import pg_schema
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, api_settings, delete_keys, shipped_card
 
 
@@ -59,6 +68,42 @@ def test_a_refusal_is_replayed_and_a_request_without_a_tenant_writes_no_key(api:
     assert api.http.post("/v1/sessions", headers=keyed("k-4")).status_code == 201  # the key was never taken
 
 
+def test_a_retry_later_answer_frees_the_key(make_api: Callable[..., Api]) -> None:
+    """A 429 (its Retry-After says when to come back) is not kept: the retry with the same key,
+    once the bucket has refilled, runs the request."""
+    api = make_api(tenant_burst=1, tenant_rate_per_s=20.0)
+    assert api.http.post("/v1/sessions", headers=ACME).status_code == 201  # the bucket's one token
+    refused = api.http.post("/v1/sessions", headers=keyed("k-429"))
+    assert refused.status_code == 429 and refused.headers["retry-after"]
+    for _ in range(50):  # 20 tokens a second: the next comes within 0.05 s
+        again = api.http.post("/v1/sessions", headers=keyed("k-429"))
+        if again.status_code != 429:
+            break
+    assert again.status_code == 201 and "idempotent-replayed" not in again.headers
+
+
+def _in_flight(api: Api, key: str, age_s: float) -> None:
+    """The row a request to POST /v1/sessions holds while it runs, written `age_s` ago."""
+    with Session(api.svc.sql) as db, db.begin():
+        db.add(IdempotencyRecord(tenant="acme", key=key, route="POST /v1/sessions",
+                                 body_hash=hashlib.sha256(b"").hexdigest(),
+                                 created_at=datetime.now(UTC) - timedelta(seconds=age_s)))
+
+
+def test_a_key_in_flight_is_waited_for_and_one_left_by_a_dead_process_is_taken_over(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(idempotency, "WAIT_S", 0.3)
+    _in_flight(api, "k-running", 1.0)  # its request still runs: a duplicate waits, then 409
+    r = api.http.post("/v1/sessions", headers=keyed("k-running"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "idempotency_in_flight" and r.headers["retry-after"]
+    # in flight past any request's time (response_wait_s, the longest, and a margin): its process died
+    _in_flight(api, "k-dead", api.s.response_wait_s + idempotency.ABANDONED_S + 5)
+    r = api.http.post("/v1/sessions", headers=keyed("k-dead"))
+    assert r.status_code == 201 and "idempotent-replayed" not in r.headers
+    again = api.http.post("/v1/sessions", headers=keyed("k-dead"))
+    assert again.headers["idempotent-replayed"] == "true" and again.json() == r.json()
+
+
 def test_the_responses_route_replays_its_response_and_its_stream(api: Api) -> None:
     body = {"model": "small", "input": "Revenue rose", "background": True}
     first = api.http.post("/v1/responses", headers=keyed("r-1"), json=body)
@@ -77,34 +122,58 @@ def test_the_responses_route_replays_its_response_and_its_stream(api: Api) -> No
     assert replay == text and f'"id":"{name}"' in replay and "response.cancelled" in replay
 
 
-def test_eight_concurrent_duplicates_make_one_job_and_a_key_survives_a_restart(redis_url: str, tmp_path: Path) -> None:
-    s = api_settings(redis_url, tmp_path, api_port=0, tenant_burst=100, tenant_rate_per_s=100.0)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None: the API's SQLite file; else a fresh PostgreSQL schema (skipped where none answers)."""
+    if request.param == "sqlite":
+        yield None
+    else:
+        with pg_schema() as url:
+            yield url
+
+
+def _burst(url: str, path: str, key: str, body: dict[str, object] | None = None) -> list[tuple[int, str]]:
+    """8 identical POSTs at once (threads released together): each one's (status, id)."""
+    out: list[tuple[int, str]] = []
+    go = threading.Barrier(8)
+
+    def post() -> None:
+        go.wait()
+        r = httpx.post(f"{url}{path}", headers=keyed(key), json=body, timeout=60)
+        json = r.headers.get("content-type", "").startswith("application/json")
+        out.append((r.status_code, r.json().get("id", r.text) if json else r.text))
+
+    threads = [threading.Thread(target=post) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_eight_concurrent_duplicates_make_one_job_and_a_key_survives_a_restart(
+        redis_url: str, tmp_path: Path, database_url: str | None) -> None:
+    s = api_settings(redis_url, tmp_path, api_port=0, tenant_burst=100, tenant_rate_per_s=100.0,
+                     database_url=database_url)
     mine = redis.Redis.from_url(redis_url)
     models.publish(mine, s, shipped_card())
     server = ApiServer(s, port=0).start()
     try:
-        ids: list[str] = []
-        go = threading.Barrier(8)
-
-        def post() -> None:
-            go.wait()
-            r = httpx.post(f"{server.url}/v1/jobs", headers=keyed("k-8"), timeout=60,
-                           json={"kind": "narrative", "spec": NARRATIVE})
-            assert r.status_code == 202, r.text
-            ids.append(r.json()["id"])
-
-        threads = [threading.Thread(target=post) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(ids) == 8 and len(set(ids)) == 1
+        out = _burst(server.url, "/v1/jobs", "k-8", {"kind": "narrative", "spec": NARRATIVE})
+        assert len(out) == 8 and {code for code, _ in out} == {202} and len({i for _, i in out}) == 1, out
         jobs = httpx.get(f"{server.url}/v1/jobs", headers=ACME).json()["jobs"]
-        assert [j["id"] for j in jobs] == ids[:1], "one job"
+        assert [j["id"] for j in jobs] == [out[0][1]], "one job"
         server.stop()
         server = ApiServer(s, port=0).start()  # a restart: the key is in SQL
         r = httpx.post(f"{server.url}/v1/jobs", headers=keyed("k-8"), json={"kind": "narrative", "spec": NARRATIVE})
-        assert r.headers["idempotent-replayed"] == "true" and r.json()["id"] == ids[0]
+        assert r.headers["idempotent-replayed"] == "true" and r.json()["id"] == out[0][1]
+        # a key past its TTL is free again, and 8 duplicates racing to take it still run once
+        with Session(server.app.state.services.sql) as db, db.begin():
+            db.add(IdempotencyRecord(tenant="acme", key="k-old", route="POST /v1/sessions", body_hash="0" * 64,
+                                     status=201, answer={"body": "{}"},
+                                     created_at=datetime.now(UTC) - timedelta(seconds=s.idempotency_ttl_s + 5)))
+        out = _burst(server.url, "/v1/sessions", "k-old")
+        assert {code for code, _ in out} == {201} and len({i for _, i in out}) == 1, out
     finally:
         server.stop()
         delete_keys(redis_url, f"{s.key_prefix}*")
