@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from bench.resume import REALISTIC
 from domain import agent, narrative
 from model import checkpoint, shipped
 from model.batch import KVPool, PooledCache, batched_forward
@@ -108,7 +109,7 @@ def sequential(model: SetDLM, sessions: list[list[Turn]], dtype: torch.dtype) ->
     turns, then their second ones, ...); a session's turns continue its cache and state."""
     n, per = len(sessions), len(sessions[0])
     out = Pass(latency=[0.0] * (n * per), written=[[] for _ in range(n * per)])
-    caches = [KVCache.for_model(model.cfg, dtype=dtype) for _ in sessions]
+    caches = [KVCache.for_model(model.cfg, dtype=dtype, device=_device(model)) for _ in sessions]
     states: list[DecodeState | None] = [None] * n
     arrived = [0.0] * n
     t0 = time.perf_counter()
@@ -189,12 +190,22 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
 
 
 @torch.no_grad()
+def _device(model: SetDLM) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _sync(model: SetDLM) -> None:
+    """A GPU's queued kernels done (a timing reads the clock after them)."""
+    if _device(model).type == "cuda":
+        torch.cuda.synchronize()
+
+
 def step_shape(model: SetDLM, turns: list[Turn], dtype: torch.dtype) -> tuple[int, int, int]:
     """A typical step of these turns decoded alone: (mean pending tokens, mean masks scored,
     mean cached slots), rounded."""
     pending, masks, cached = [], [], []
     for t in turns:
-        cache = KVCache.for_model(model.cfg, dtype=dtype)
+        cache = KVCache.for_model(model.cfg, dtype=dtype, device=_device(model))
         state = begin_turn(model, cache, None, t.ids, t.params)
         for ev in decode(model, cache, state, t.params):
             assert ev.logits is not None
@@ -214,7 +225,7 @@ def ceiling(model: SetDLM, pool: KVPool, shape: tuple[int, int, int], B: int, dt
     ctx = [model.cfg.bos_id] + torch.randint(4, model.cfg.vocab_size, (L - 1,), generator=g).tolist()
     ids = torch.randint(4, model.cfg.vocab_size, (m,), generator=g).tolist() + [model.cfg.mask_id] * a
     pos = list(range(L, L + m + a))
-    one = KVCache.for_model(model.cfg, capacity=L + m + a, dtype=dtype)
+    one = KVCache.for_model(model.cfg, capacity=L + m + a, dtype=dtype, device=_device(model))
     prefill(model, one, ctx, list(range(L)))
     rows: list[PooledCache] = []
     for _ in range(B):
@@ -224,8 +235,10 @@ def ceiling(model: SetDLM, pool: KVPool, shape: tuple[int, int, int], B: int, dt
         rows.append(c)
 
     def timed(fn: Callable[[], object], caches: Sequence[KVCache]) -> float:
+        _sync(model)
         t0 = time.perf_counter()
         fn()
+        _sync(model)
         dt = time.perf_counter() - t0
         for c in caches:
             c.rollback(L)  # the forward committed the pending tokens: back to L slots
@@ -339,6 +352,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--repeats", type=int, default=None, help="interleaved (a, b) pairs per row (default 5, quick 1)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
     ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--preset", default="shipped", help="shipped, or a realistic shape with random weights "
+                    "(bench/resume.py REALISTIC: qwen3-0.6b, qwen3-1.7b): its turns read the shipped tokenizer's ids")
     args = ap.parse_args(argv)
     try:
         sessions = sorted({int(s) for s in (args.sessions or ",".join(map(str, QUICK_SESSIONS if args.quick
@@ -372,8 +388,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     for dname in dtypes:
         dtype = DTYPES[dname]
         model, tok = shipped.load(dtype=dtype)
+        if args.preset != "shipped":  # the realistic shape, random weights (the costs are the shape's)
+            torch.manual_seed(0)
+            with torch.device(args.device):
+                model = SetDLM(replace(REALISTIC[args.preset], max_seq_len=1024)).eval().to(dtype)
+        model = model.to(args.device)
         fingerprint = fingerprint or checkpoint.fingerprint(model)[:16]
-        pool = KVPool(model.cfg, max(sessions), dtype=dtype)
+        pool = KVPool(model.cfg, max(sessions), dtype=dtype, device=args.device)
         for task in tasks:
             turns = make_turns(task, max(sessions), tok, model.cfg.bos_id, args.tokens, max(per_session))
             warm_up(model, pool, turns, dtype)
@@ -385,7 +406,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                     pairs = [(sequential(model, mine, dtype), batched(model, pool, mine)) for _ in range(repeats)]
                     rows.append(row(dname, task, N, per, pairs, ceil[N]))
                     print(table_line(rows[-1]), flush=True)
-    result = {"bench": "batch", "rows": rows, "targets": targets(rows),
+    result = {"bench": "batch", "rows": rows, "targets": targets(rows), "preset": args.preset, "device": args.device,
               "step_shapes": {k: dict(zip(("pending", "masks", "cached"), v)) for k, v in shapes.items()},
               "fingerprint": fingerprint, "threads": args.threads, "repeats": repeats,
               "wall_s": round(time.perf_counter() - t_start, 1)}

@@ -7,7 +7,8 @@ bandwidth measured in the same run (1 MiB values) and the restore bandwidth as a
 and the store writes' cost against the decode time of a turn (commit overhead).  Medians of
 --repeats runs.  Models have random weights: the costs depend on the shapes, not the weights.
 
-    python bench/resume.py [--quick] [--repeats N] [--threads N]
+    python bench/resume.py [--quick] [--repeats N] [--threads N] [--presets qwen3-0.6b,qwen3-1.7b]
+                           [--histories 256,1024,2048] [--dtype fp32|bf16] [--device cpu|cuda]
 
 Uses REDIS_URL when set, else the embedded Redis; a throw-away SQLite file; its own key prefix.
 """
@@ -44,7 +45,17 @@ PRESETS = {  # the shipped shape (context widened to hold the longest history) a
     "wide": ModelConfig.from_name("small", d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, d_ff=2048,
                                   max_seq_len=4608),
 }
+#: the released SetDLMs' shapes (Qwen3-0.6B and -1.7B: 28 layers, 8 KV heads of 128, a 151936
+#: vocabulary, RoPE theta 1e6): 112 KiB of K/V per token in bf16, 224 in fp32.  Random weights:
+#: the costs depend on the shapes, not the weights.  --presets qwen3-0.6b,qwen3-1.7b
+REALISTIC = {
+    "qwen3-0.6b": ModelConfig(name="qwen3-0.6b", vocab_size=151936, d_model=1024, n_layers=28, n_heads=16,
+                              n_kv_heads=8, head_dim=128, d_ff=3072, max_seq_len=2304, rope_theta=1e6),
+    "qwen3-1.7b": ModelConfig(name="qwen3-1.7b", vocab_size=151936, d_model=2048, n_layers=28, n_heads=16,
+                              n_kv_heads=8, head_dim=128, d_ff=6144, max_seq_len=2304, rope_theta=1e6),
+}
 HISTORIES = (256, 1024, 4096)
+REALISTIC_HISTORIES = (256, 1024, 2048)
 QUICK = {"presets": ("small",), "histories": (256, 1024), "repeats": 1}
 NEXT = DecodeParams(policy="ar", max_new_tokens=8)  # the measured turn: 4 input tokens, then decode
 COMMIT_TURN = DecodeParams(policy="ar", max_new_tokens=64)  # the turn whose store writes are timed
@@ -102,9 +113,22 @@ def _drop(engine: Engine) -> None:
     engine.records.engine.dispose()
 
 
-def measure(preset: str, history: int, repeats: int, settings: Settings, client: Any) -> dict[str, Any]:
+def model_of(preset: str, dtype: torch.dtype, device: str) -> SetDLM:
     torch.manual_seed(0)
-    model = SetDLM(PRESETS[preset]).eval()
+    with torch.device(device):  # built where it runs: a 1.7B model is not made twice
+        model = SetDLM({**PRESETS, **REALISTIC}[preset]).eval()
+    return model.to(dtype)
+
+
+def pool_row_bytes(cfg: ModelConfig, dtype: torch.dtype) -> int:
+    """What a warm session holds in the worker's KV pool today: a static row of the whole context
+    (model/batch.py KVPool), whatever its length."""
+    return 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
+
+
+def measure(preset: str, history: int, repeats: int, settings: Settings, client: Any,
+            dtype: torch.dtype = torch.float32, device: str = "cpu", model: SetDLM | None = None) -> dict[str, Any]:
+    model = model if model is not None else model_of(preset, dtype, device)
     s = settings.model_copy(update={"key_prefix": f"sfbench-{secrets.token_hex(4)}"})
     engine = Engine(model, SessionStore(client, s), Records(make_engine(s)), s)
     engine.rates()  # the cost model's one-time calibration, outside the timings
@@ -136,7 +160,9 @@ def measure(preset: str, history: int, repeats: int, settings: Settings, client:
         # choice_vs_best: the chosen path's cost (its forced runs) over the best path's: 1.0 when
         # the policy picks the cheaper one.  chosen_ms is the policy's own run, which does the
         # same work as the forced run of its path, plus timing noise
-        return {"preset": preset, "history_tokens": history, "warm_ms": round(med["warm"], 2),
+        held = nbytes / slots * history
+        return {"preset": preset, "dtype": str(dtype).removeprefix("torch."), "device": device,
+                "history_tokens": history, "warm_ms": round(med["warm"], 2),
                 "restore_ms": round(med["restore"], 2), "recompute_ms": round(med["recompute"], 2),
                 "chosen": pick, "chosen_ms": round(med["auto"], 2),
                 "choice_vs_best": round(med[pick] / best, 3), "chosen_ms_vs_best": round(med["auto"] / best, 3),
@@ -144,7 +170,12 @@ def measure(preset: str, history: int, repeats: int, settings: Settings, client:
                 "kv_bytes_per_token": round(nbytes / slots, 1),
                 "raw_get_mb_s": round(statistics.median(raw) / 1e6, 1),
                 "restore_mb_s": round(statistics.median(rest) / 1e6, 1),
-                "restore_fraction_of_raw": round(statistics.median(rest) / statistics.median(raw), 3)}
+                "restore_fraction_of_raw": round(statistics.median(rest) / statistics.median(raw), 3),
+                "recompute_over_restore": round(med["recompute"] / med["restore"], 2),
+                # the worker's pool: a static row of the whole context per warm session, against
+                # the bytes of the tokens it holds (a paged pool would hold about the latter)
+                "pool_row_bytes": pool_row_bytes(model.cfg, dtype),
+                "pool_row_over_held": round(pool_row_bytes(model.cfg, dtype) / held, 2)}
     finally:
         _drop(engine)
 
@@ -189,39 +220,56 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--quick", action="store_true", help="the small preset, histories 256 and 1024, once: < 1 min")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
+    ap.add_argument("--presets", default=None, help=f"comma-separated subset of {','.join([*PRESETS, *REALISTIC])} "
+                    "(default: small,wide; quick: small)")
+    ap.add_argument("--histories", default=None, help="comma-separated history lengths (default 256,1024,4096; "
+                                                       "realistic shapes 256,1024,2048)")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the commit-overhead rows")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.threads < 1:
         ap.error("--repeats and --threads must be >= 1")
     torch.set_num_threads(args.threads)
-    presets = QUICK["presets"] if args.quick else tuple(PRESETS)
-    histories = QUICK["histories"] if args.quick else HISTORIES
+    presets = tuple(args.presets.split(",")) if args.presets else QUICK["presets"] if args.quick else tuple(PRESETS)
+    unknown = [p for p in presets if p not in PRESETS and p not in REALISTIC]
+    if unknown:
+        ap.error(f"unknown presets {unknown}")
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     repeats = QUICK["repeats"] if args.quick else args.repeats
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sfb") as tmp:
         settings = Settings(data_dir=Path(tmp), max_input_tokens=max(HISTORIES),
                             session_budget_bytes=1024 * 2**20, tenant_budget_bytes=4096 * 2**20)
+        if any(p in REALISTIC for p in presets):  # 2048 tokens of 224 KiB: 448 MiB a session in fp32
+            settings = settings.model_copy(update={"session_budget_bytes": 2048 * 2**20,
+                                                   "tenant_budget_bytes": 8192 * 2**20})
         client, server = connect(settings)
         try:
             where = settings.redis_url or f"embedded ({server.url if server else '?'})"
             print(f"resume benchmark: Redis {where}; threads {args.threads}; medians of {repeats}", flush=True)
-            print(f"{'preset':>6} {'hist':>5} {'warm ms':>8} {'restore':>8} {'recomp':>8} {'chosen':>10} "
+            print(f"{'preset':>10} {'hist':>5} {'warm ms':>8} {'restore':>8} {'recomp':>8} {'chosen':>10} "
                   f"{'ms':>8} {'KV B/tok':>9} {'raw MB/s':>9} {'rest MB/s':>9} {'frac':>6}", flush=True)
             rows = []
             for preset in presets:
+                histories = (tuple(int(h) for h in args.histories.split(",")) if args.histories
+                             else QUICK["histories"] if args.quick
+                             else REALISTIC_HISTORIES if preset in REALISTIC else HISTORIES)
+                model = model_of(preset, dtype, args.device)
                 for h in histories:
-                    r = measure(preset, h, repeats, settings, client)
+                    r = measure(preset, h, repeats, settings, client, dtype, args.device, model)
                     rows.append(r)
-                    print(f"{preset:>6} {h:>5} {r['warm_ms']:>8} {r['restore_ms']:>8} {r['recompute_ms']:>8} "
+                    print(f"{preset:>10} {h:>5} {r['warm_ms']:>8} {r['restore_ms']:>8} {r['recompute_ms']:>8} "
                           f"{r['chosen']:>10} {r['chosen_ms']:>8} {r['kv_bytes_per_token']:>9} "
                           f"{r['raw_get_mb_s']:>9} {r['restore_mb_s']:>9} {r['restore_fraction_of_raw']:>6}",
                           flush=True)
-            overhead = commit_overhead(settings, client, repeats)
+            overhead = {} if args.no_overhead else commit_overhead(settings, client, repeats)
             print(f"commit overhead (64-token AR turns, small shape, writes behind vs at the end): {overhead}",
                   flush=True)
         finally:
             if server is not None:
                 server.stop()
-    result = {"bench": "resume", "rows": rows, "commit_overhead": overhead,
+    result = {"bench": "resume", "rows": rows, "commit_overhead": overhead, "dtype": args.dtype, "device": args.device,
               "threads": args.threads, "repeats": repeats, "wall_s": round(time.perf_counter() - t_start, 1)}
     print(json.dumps(result))
     return result
