@@ -17,16 +17,26 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     SETFLOW_DATA_DIR=/data
 
+# the PDF export (WeasyPrint) lays out text with Pango and HarfBuzz (its subsetter embeds only the
+# glyphs a PDF uses); the slim image has no fonts: DejaVu for Latin, Greek, Cyrillic, Arabic and
+# Hebrew, Noto CJK for Chinese, Japanese and Korean names (a name may be in any script)
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 \
+      fonts-dejavu-core fonts-noto-cjk \
+ && rm -rf /var/lib/apt/lists/*
+
 # torch first, in its own layer: the largest one, and it changes only with TORCH_INDEX.
 # `pip install .` then finds torch==2.13.0 satisfied (2.13.0+cpu matches it) and keeps it.
 RUN pip install --index-url "$TORCH_INDEX" "torch==2.13.0"
 
 COPY . /src
 # the package carries the shipped checkpoint and the web page (pyproject's package data); the
-# check loads the model from the installed package (run from /, not /src)
+# checks load the model from the installed package (run from /, not /src) and render a chart
+# into a PDF, as the export does (its libraries and fonts are there)
 RUN pip install /src \
  && cd / \
  && python -c 'from model import shipped; shipped.load()' \
+ && python -c 'from runtime.api import exports; assert exports.pdf("<p>\u6771\u4eac</p>" + exports.svg({"mark": "bar", "data": {"values": [{"a": 1}]}, "encoding": {"x": {"field": "a", "type": "quantitative"}}})).startswith(b"%PDF")' \
  && rm -rf /src
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin setflow \

@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 # torch 2.13.0's CPU wheel lies in /opt/wheels on these machines; pip also finds it there via its config.
 FIND    := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: demo test bench install clean browser
+.PHONY: demo test bench install clean browser pdf-libs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,8 +26,15 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "make: /usr/bin/chromium is absent and could not be installed: the browser test will skip"
 
+# WeasyPrint (the PDF export) wants HarfBuzz's subsetter to embed only the glyphs a PDF uses:
+# installed here when absent and apt-get can (root); without it PDFs embed whole fonts
+pdf-libs:
+	@ldconfig -p | grep -q libharfbuzz-subset.so.0 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libharfbuzz-subset0 >/dev/null; } || \
+	  echo "make: libharfbuzz-subset0 is absent and could not be installed: PDFs embed whole fonts"
+
 # ruff first (seconds): a lint error fails the run before the suite starts
-test: $(STAMP) browser
+test: $(STAMP) browser pdf-libs
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -17,6 +17,7 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     │   └── NoAnswer        code "no_answer"      an agent's last segment holds no answer (never returned flagged)
     ├── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
     │                                             is hosted by no live worker
+    ├── NotFinished         code "not_finished"   a job's export asked for while the job has not ended
     └── tool outputs (POST /v1/jobs/{id}/tool_outputs), refused:
         ├── NotWaiting      code "not_waiting"    the job waits for no tool output (any more)
         ├── UnknownCall     code "unknown_call"   no call of the job has that id
@@ -112,6 +113,13 @@ class ModelNotHosted(SetflowError):
     """Refused at submission: no live worker hosts the model (and numerics) the job needs."""
 
     code = "model_not_hosted"
+
+
+class NotFinished(SetflowError):
+    """A job's report (GET /v1/jobs/{id}/report.{fmt}) asked for while the job is queued,
+    running or waiting: there is none yet."""
+
+    code = "not_finished"
 
 
 class NotWaiting(SetflowError):

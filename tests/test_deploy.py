@@ -1,6 +1,6 @@
-"""docker-compose.yml and .dockerignore, read as a deployer's checklist: the KV Redis has a
-ceiling and never evicts or snapshots, the broker is a Redis of its own, no password has a
-default, and no .env enters the image."""
+"""docker-compose.yml, .dockerignore and the Dockerfile, read as a deployer's checklist: the KV
+Redis has a ceiling and never evicts or snapshots, the broker is a Redis of its own, no password
+has a default, no .env enters the image, and the image renders the PDF export."""
 
 from __future__ import annotations
 
@@ -34,3 +34,13 @@ def test_no_password_has_a_default_and_no_env_file_enters_the_image() -> None:
     assert "POSTGRES_PASSWORD:-" not in text and "${POSTGRES_PASSWORD:?" in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".env" in ignored and ".env.*" in ignored
+
+
+def test_the_image_can_render_the_pdf_export() -> None:
+    """WeasyPrint's libraries and fonts for any script are installed, and the build renders a
+    chart into a PDF (the export's own functions) before the image exists."""
+    text = (ROOT / "Dockerfile").read_text()
+    apt = text[text.index("apt-get install"):text.index("rm -rf /var/lib/apt/lists")]
+    for package in ("libpango-1.0-0", "libpangoft2-1.0-0", "libharfbuzz-subset0", "fonts-dejavu-core", "fonts-noto-cjk"):
+        assert package in apt, package
+    assert "exports.pdf(" in text and "exports.svg(" in text

@@ -1,12 +1,15 @@
 """The `narrative` job kind: one dashboard narrative from a metrics payload, a single turn with
 the payload as its prompt (high volume).  The model points at facts (slots) and the runtime
 writes them (runtime/jobs/plans.py written_out); what the model wrote is read back before the
-text is returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR)."""
+text is returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR).
+The result carries the payload's chart (a Vega-Lite spec) and drivers, computed from the payload,
+never from the model's text."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from domain import charts, drivers
 from domain import narrative as corpus
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
@@ -29,7 +32,8 @@ def problems(c: corpus.Check) -> list[str]:
 
 def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
     tok, profile = turns.tokenizer, turns.profile
-    ids, text_in, facts = narrative_input(tok, spec.payload.to_payload(), profile)
+    payload = spec.payload.to_payload()
+    ids, text_in, facts = narrative_input(tok, payload, profile)
     params = with_stops(turns, decode_params(spec.params))
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
@@ -42,4 +46,5 @@ def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
                  allow_unverified=spec.allow_unverified)
     text, c = done.value
     return {"session": done.turn.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
-            **summary(done.turn), **done.fields()}
+            **summary(done.turn), **done.fields(), "chart": charts.chart(payload, f"{payload.tenant}, {payload.period}"),
+            "drivers": drivers.drivers(payload), "detail": spec.detail, "audience": spec.audience}

@@ -2,7 +2,9 @@
 sections stay in its cache; each is a document of its own, model/masks.py), then the key-figures
 template filled by infill in the same session; the report as Markdown and HTML.  Each section
 and the key figures are read back before the report is returned (workflows/checked.py: a part
-that fails is decoded again, greedy AR, where the plan leaves room for it)."""
+that fails is decoded again, greedy AR, where the plan leaves room for it).  Each section's
+result carries its chart (a Vega-Lite spec) and drivers, computed from its data; the exports
+(runtime/api/exports.py) show them as the spec's `detail` says."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import html
 from dataclasses import replace
 from typing import Any
 
+from domain import charts, drivers
 from domain import narrative as corpus
 from model.params import DecodeParams
 from runtime.jobs.plans import (
@@ -64,7 +67,8 @@ def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
     parts = sections + ([figs] if figs is not None else [])
     return {"session": session, "title": spec.title, "markdown": markdown, "html": to_html(markdown),
             "sections": sections, "figures": figs, "verified": all(x["verified"] for x in parts),
-            "attempt": "ar_retry" if any(x["attempt"] == "ar_retry" for x in parts) else "first"}
+            "attempt": "ar_retry" if any(x["attempt"] == "ar_retry" for x in parts) else "first",
+            "detail": spec.detail, "audience": spec.audience}
 
 
 def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodeParams, *, room: int | None = None,
@@ -91,7 +95,8 @@ def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodePar
     took += positions(ids, done.turn) if done.attempt == "ar_retry" else 0
     text, c = done.value
     return ({"title": title, "markdown": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
-             **summary(done.turn), **done.fields()}, done.turn.session, took)
+             **summary(done.turn), **done.fields(), "chart": charts.chart(payload, title),
+             "drivers": drivers.drivers(payload)}, done.turn.session, took)
 
 
 def figures(turns: Turns, data: corpus.Payload, params: DecodeParams, *, room: int | None = None,

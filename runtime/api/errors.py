@@ -25,7 +25,7 @@ log = logging.getLogger("setflow.api")
 STATUS = {"bad_input": 422, "not_found": 404, "busy": 409, "rate_limited": 429, "over_budget": 409,
           "stale_write": 409, "lease_lost": 409, "corrupt_state": 500, "cancelled": 409, "claim_lost": 409,
           "no_model": 503, "model_not_hosted": 409, "not_waiting": 409, "unknown_call": 404,
-          "already_answered": 409, "deadline_passed": 409}
+          "already_answered": 409, "deadline_passed": 409, "not_finished": 409}
 
 HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
               415: "unsupported_media_type", 422: "bad_input", 429: "rate_limited"}

@@ -236,6 +236,13 @@ class PayloadSpec(BaseModel):
                                                            "rows": [list(r) for r in p.breakdown.rows]}})
 
 
+#: what a job's exports show (GET /v1/jobs/{id}/report.{fmt}; domain/document.py): `summary` the
+#: first sentence (a report's key figures) and the charts, `standard` the text, charts and main
+#: drivers, `full` also every driver and the breakdown table.  The model writes the same text
+#: at every level: the level shapes the export, not the phrasing
+Detail = Literal["summary", "standard", "full"]
+
+
 class NarrativeSpec(_Tuned):
     """One dashboard narrative from a metrics payload."""
 
@@ -248,6 +255,9 @@ class NarrativeSpec(_Tuned):
     #: a narrative that fails its checker, also after the greedy AR retry, comes back flagged
     #: (`verified: false`, its problems) instead of failing the job with "unverified"
     allow_unverified: bool = False
+    detail: Detail = "standard"
+    #: who it is for (a label the exports print under the title; the model does not read it)
+    audience: Name | None = None
 
 
 class AgentSpec(_Tuned):
@@ -470,6 +480,9 @@ class ReportSpec(_Tuned):
     #: a section or the key figures failing their checker, also after the greedy AR retry, come
     #: back flagged (`verified: false`, their problems) instead of failing the job with "unverified"
     allow_unverified: bool = False
+    detail: Detail = "standard"
+    #: who it is for (a label the exports print under the title; the model does not read it)
+    audience: Name | None = None
 
     @model_validator(mode="after")
     def _known_metrics(self) -> ReportSpec:

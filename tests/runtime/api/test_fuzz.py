@@ -1,6 +1,6 @@
 """Schemathesis over the API's own OpenAPI schema, as tenant acme: every operation with
 positive (schema-valid) and negative (schema-invalid) requests, its path parameters random or
-naming real sessions and jobs.  Two properties:
+naming real sessions and jobs (a job's report exports too, of a succeeded narrative).  Two properties:
 
 - no 5xx, ever;
 - a rejected request (>= 400, 429 included) changes nothing: the sessions, turns and jobs rows
@@ -25,6 +25,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from tests.runtime.api.conftest import ACME, AGENT, GLOBEX, INFILL, NARRATIVE, REPORT, TURN, Api, running_api
+from tests.runtime.api.test_exports import narrative_result
 
 EXAMPLES = 30
 EVENTS = ("GET", "/v1/jobs/{job_id}/events")
@@ -33,6 +34,7 @@ SESSION_OPS = [("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{s
                ("POST", "/v1/sessions/{session_id}/fork")]
 JOB_OPS = [("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel")]
 TOOL_OUTPUTS = ("POST", "/v1/jobs/{job_id}/tool_outputs")
+REPORT_EXPORT = ("GET", "/v1/jobs/{job_id}/report.{fmt}")  # md, html, pdf, json of a succeeded narrative or report
 DATASET_OPS = [("PUT", "/v1/datasets/{name}"), ("GET", "/v1/datasets/{name}"), ("DELETE", "/v1/datasets/{name}")]
 OTHER_OPS = [("POST", "/v1/sessions"), ("GET", "/v1/sessions"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs"),
              ("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/datasets")]
@@ -126,7 +128,8 @@ def statuses(label: str, variant: str) -> set[int]:
 
 def test_the_fuzz_covers_every_operation(schema: Any) -> None:
     ops = {(method.upper(), path) for path, item in schema.raw_schema["paths"].items() for method in item}
-    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS + OPENAI_OPS + WEBHOOK_OPS) | {EVENTS, TOOL_OUTPUTS}
+    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS + OPENAI_OPS + WEBHOOK_OPS) | {
+        EVENTS, TOOL_OUTPUTS, REPORT_EXPORT}
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
@@ -192,6 +195,27 @@ def test_fuzz_tool_outputs(fuzz_api: Api, schema: Any, variant: str, mode: Gener
         assert seen <= {404, 409, 422}, seen
     if mode is GenerationMode.POSITIVE and variant == "waiting":
         assert seen <= {202, 404, 409, 422}, seen  # call_1 answered once (then already_answered); others unknown
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize("variant", ["random", "queued", "succeeded"])
+def test_fuzz_report_export(fuzz_api: Api, schema: Any, variant: str, mode: GenerationMode) -> None:
+    """The exports of a job id that is nobody's, of a queued job (409), of a succeeded narrative
+    (every format and detail renders: 200)."""
+    ids = seeds(fuzz_api)
+    done, _ = fuzz_api.svc.jobs.create("narrative", "acme", NARRATIVE, None, "interactive", open_session=True)
+    owner = fuzz_api.svc.jobs.claim(done.id, "fuzz-worker").owner
+    assert owner is not None
+    fuzz_api.svc.jobs.finish(done.id, owner, "succeeded", result=narrative_result(NARRATIVE))
+    method, path = REPORT_EXPORT
+    fixed = None if variant == "random" else {"job_id": ids["queued"] if variant == "queued" else done.id}
+    fuzz(fuzz_api, schema, method, path, mode, f"{variant} {mode}", fixed)
+    seen = statuses(f"{method} {path}", f"{variant} {mode}")
+    assert seen and max(seen) < 500
+    if mode is GenerationMode.POSITIVE and variant == "queued":
+        assert seen == {409}, seen
+    if mode is GenerationMode.POSITIVE and variant == "succeeded":
+        assert seen == {200}, seen
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)

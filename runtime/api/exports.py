@@ -1,0 +1,124 @@
+"""A finished narrative's or report's exports: Markdown, one self-contained HTML page (charts
+inline as SVG), PDF from that page, and JSON (the result with its chart specs and drivers).
+Charts: the Vega-Lite specs rendered by vl-convert (no browser, nothing fetched); PDF:
+WeasyPrint, which fetches nothing either.  CPU work: callers run it off the event loop.
+What each detail level shows is domain/document.py's; this reads the job and renders."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+from urllib.parse import quote
+
+import vl_convert
+
+from domain import charts, document, drivers
+from domain import narrative as corpus
+from runtime.errors import NotFinished, NotFound
+from runtime.jobs.plans import section_payload
+from runtime.jobs.specs import NarrativeSpec, ReportSpec
+from runtime.tables import JobRecord
+
+KINDS = ("narrative", "report")
+#: format -> (media type, disposition): the page and the PDF open in a browser, the others download
+FORMATS = {"md": ("text/markdown; charset=utf-8", "attachment"), "html": ("text/html; charset=utf-8", "inline"),
+           "pdf": ("application/pdf", "inline"), "json": ("application/json", "attachment")}
+VEGA_LITE = "6.4"  # vl-convert's bundled Vega-Lite that renders domain/charts.py's specs (v6)
+
+
+def exportable(job: JobRecord) -> None:
+    """NotFound for a job that has no report: another kind, or one that ended without success;
+    NotFinished while it may still have one (queued, running, waiting for tool outputs)."""
+    if job.kind not in KINDS:
+        raise NotFound(f"job {job.id} is a {job.kind} job: only narrative and report jobs have a report")
+    if job.status in ("queued", "running", "requires_action"):
+        raise NotFinished(f"job {job.id} is {job.status}: its report is there once it has succeeded")
+    if job.status != "succeeded" or job.result is None:
+        raise NotFound(f"job {job.id} {job.status}: it has no report")
+
+
+def result(job: JobRecord) -> dict[str, Any]:
+    """The job's result with each part's chart and drivers, and the detail and audience (a job
+    that finished before results carried them gets them from its spec, as its workflow computes them)."""
+    out = dict(job.result or {})
+    if job.kind == "narrative":
+        n = NarrativeSpec.model_validate(job.spec)
+        p = n.payload.to_payload()
+        out.setdefault("chart", charts.chart(p, f"{p.tenant}, {p.period}"))
+        out.setdefault("drivers", drivers.drivers(p))
+        spec_detail, audience = n.detail, n.audience
+    else:
+        r = ReportSpec.model_validate(job.spec)
+        data = r.data.to_payload()
+        sections = []
+        for item, sec in zip(r.outline, out.get("sections") or []):
+            p = section_payload(data, list(item.metrics))
+            sections.append({**sec, "chart": sec.get("chart") or charts.chart(p, item.title),
+                             "drivers": sec.get("drivers") or drivers.drivers(p)})
+        out["sections"] = sections
+        spec_detail, audience = r.detail, r.audience
+    out.setdefault("detail", spec_detail)
+    out.setdefault("audience", audience)
+    return out
+
+
+def build(job: JobRecord, detail: str | None = None) -> document.Document:
+    """The job's document at `detail` (None: the job's own level)."""
+    res = result(job)
+    level = detail or res["detail"]
+    if job.kind == "narrative":
+        p = NarrativeSpec.model_validate(job.spec).payload.to_payload()
+        parts = [document.Part(None, res.get("text", ""), p, res["chart"], res["drivers"])]
+        title, figures = f"{p.tenant}, {p.period}", None
+        meta = [] if res.get("audience") is None else [f"for {res['audience']}"]
+    else:
+        r = ReportSpec.model_validate(job.spec)
+        data = r.data.to_payload()
+        parts = [document.Part(item.title, _body(sec.get("markdown", ""), item.title),
+                               section_payload(data, list(item.metrics)), sec["chart"], sec["drivers"])
+                 for item, sec in zip(r.outline, res["sections"])]
+        title, figures = r.title, (res.get("figures") or {}).get("markdown")
+        meta = [f"{data.tenant}, {data.period}"] + ([] if res.get("audience") is None else [f"for {res['audience']}"])
+    subtitle = " · ".join(["Narrative" if job.kind == "narrative" else "Report", *meta])
+    notes = [] if res.get("verified", True) else ["Some of this text failed its fact check (allow_unverified): "
+                                                  "read it against the tables."]
+    return document.Document(title, subtitle, level, parts, figures, notes)
+
+
+def _body(markdown: str, title: str) -> str:
+    """A section's text without its heading line."""
+    head = f"## {title}\n"
+    return markdown[len(head):] if markdown.startswith(head) else markdown
+
+
+def svg(spec: dict[str, Any]) -> str:
+    """A Vega-Lite spec as SVG; text stays text (any script; shown in whatever font the viewer has)."""
+    return vl_convert.vegalite_to_svg(spec, vl_version=VEGA_LITE, allowed_base_urls=[])
+
+
+def html(job: JobRecord, detail: str | None = None) -> str:
+    return document.html_page(build(job, detail), svg)
+
+
+def markdown(job: JobRecord, detail: str | None = None) -> str:
+    return document.markdown(build(job, detail))
+
+
+def pdf(page: str) -> bytes:
+    """An HTML page (html()) as PDF; WeasyPrint may fetch nothing (the page needs nothing)."""
+    import weasyprint  # imported on the first PDF: a second's import the API's start does not pay
+
+    fetcher = weasyprint.URLFetcher(allowed_protocols=[])
+    out: bytes = weasyprint.HTML(string=page, url_fetcher=fetcher).write_pdf()
+    return out
+
+
+def filename(job: JobRecord, fmt: str) -> str:
+    """Content-Disposition's value: an ASCII name (the title's letters and digits, then the job's
+    id) and the title in UTF-8 (RFC 6266 filename*)."""
+    title = str((job.result or {}).get("title") or job.kind)
+    ascii_ = re.sub(r"[^A-Za-z0-9]+", "-", unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode())
+    base = f"{ascii_.strip('-').lower()[:60] or job.kind}-{job.id[:8]}.{fmt}"
+    utf8 = f"{corpus.canonical(title)[:80]}-{job.id[:8]}.{fmt}"
+    return f"{FORMATS[fmt][1]}; filename=\"{base}\"; filename*=UTF-8''{quote(utf8, safe='')}"

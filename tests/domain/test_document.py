@@ -1,0 +1,69 @@
+"""domain/document.py: the first sentence found by the narrative's forms (names and numbers
+hold periods), what each detail level shows, tables that survive any name."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from domain import charts, document, drivers
+from domain.narrative import STYLES, Breakdown, Metric, Payload, narrative, wild_payload
+
+PAYLOAD = Payload("St. Mary's Co.", "2026-Q3", "formal",
+                  [Metric("revenue", "1240.5", "1105.25", "1300"), Metric("churn", "2.4", "2.6")],
+                  Breakdown("region", "revenue", [("N. America | West", "512", "468"), ("APAC", "301", "318")]))
+
+
+def written(p: Payload, seed: int = 0) -> str:
+    """A narrative as a job's result holds it: the facts written out."""
+    return p.render().slots.lexicalise(narrative(random.Random(seed), p))
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_the_first_sentence_is_the_first_metrics_clause(style: str) -> None:
+    p = Payload(PAYLOAD.tenant, PAYLOAD.period, style, PAYLOAD.metrics, PAYLOAD.breakdown)
+    for seed in range(8):
+        text = written(p, seed)
+        first = document.first_sentence(p, text)
+        assert first.startswith("Revenue ") and first.endswith(".") and "1240.5" in first and "1105.25" in first
+        assert "Churn" not in first and "Northwind" not in first and "St. Mary" not in first  # not the lead
+        assert text.endswith(text[text.index(first):])
+
+
+def test_the_first_sentence_of_any_payload() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        p = wild_payload(rng)
+        text = written(p, rng.randrange(99))
+        first = document.first_sentence(p, text)
+        assert first and first in text and first.startswith(p.metrics[0].display)
+
+
+def test_a_text_the_forms_do_not_write_is_kept_whole() -> None:
+    assert document.first_sentence(PAYLOAD, "Something else. Entirely.") == "Something else. Entirely."
+
+
+def doc(detail: str, figures: str | None = None) -> document.Document:
+    part = document.Part("Revenue", written(PAYLOAD), PAYLOAD, charts.chart(PAYLOAD, "Revenue"), drivers.drivers(PAYLOAD))
+    return document.Document("Q3 review", "Report · St. Mary's Co., 2026-Q3", detail, [part], figures)
+
+
+def fake_svg(spec: dict[str, object]) -> str:
+    return f"<svg><text>{len(spec['vconcat'])} charts</text></svg>"  # type: ignore[arg-type]
+
+
+def test_what_each_level_shows() -> None:
+    text = written(PAYLOAD)
+    first = document.first_sentence(PAYLOAD, text)
+    summary, standard, full = (document.markdown(doc(d)) for d in document.DETAILS)
+    assert first in summary and text not in summary and "| driver |" not in summary
+    assert text in standard and "| driver |" in standard and "share of change" not in standard
+    assert text in full and "| region | value | prev | change | share of change | share of value |" in full
+    assert "| N. America \\| West | 512 | 468 | +44 |" in full  # a name's pipe escaped in a table
+    with_figures = document.markdown(doc("summary", figures="Revenue: 1240.5 k USD (up)."))
+    assert "## Key figures" in with_figures and first not in with_figures  # a report's summary: its key figures
+    pages = {d: document.html_page(doc(d), fake_svg) for d in document.DETAILS}
+    assert all("<svg><text>2 charts</text></svg>" in page for page in pages.values())  # the chart at every level
+    assert "<table>" not in pages["summary"] and pages["full"].count("<table>") == 3
+    assert "St. Mary&#x27;s Co." in pages["full"] and "N. America | West" in pages["full"]
