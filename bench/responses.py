@@ -2,7 +2,7 @@
 same conversation through the native API, and against a stateless client that re-sends its whole
 history every turn.
 
-    python bench/responses.py [--quick] [--turns N] [--repeats R] [--max-output-tokens T]
+    python bench/responses.py [--quick] [--turns N] [--repeats R] [--max-output-tokens T] [--eos]
 
 One stack (app/demo.py Stack: the embedded Redis unless REDIS_URL, a SQLite file, the API on a
 thread of this process, one worker process of one torch thread), then R conversations of N user
@@ -21,12 +21,13 @@ that drift on a noisy machine hits every way alike:
              all, what a server without state makes a client do.
 
 Every turn's message is a short line of business text (LINES, one per turn, the same sequence on
-every repeat).  Decoding is greedy AR (policy ar, W 1) with --max-output-tokens 4, the same
-params for the native turns, so that the decode is small and alike and the prefill or the
-restore makes the difference: the shipped model ends most of these answers at EOS after 2
-tokens, and at 16 (the issue's figure) its answers run 2 to 16 tokens, up to 14 decode steps
-apart (about 60 ms here), which swamps the prefill's share.  (A text response also keeps the
-model off its fact slots, NoSlots; a native turn does not, so a few answers differ.)
+every repeat).  Decoding is greedy AR (policy ar, W 1) to exactly --max-output-tokens (16)
+tokens (setflow's ignore_eos, on the native turns too), so that the decode is small and the same
+on every turn and the prefill or the restore makes the difference: the shipped model ends most of
+these answers at EOS after 2 tokens and others run to the limit, 2 to 16 tokens, up to 14 decode
+steps (about 60 ms here) apart, which swamps the prefill's share (--eos: let them end so).  (A
+text response also keeps the model off its fact slots, NoSlots; a native turn does not, so
+their answers differ.)
 
 Timed: the wall clock around the HTTP call(s) of a turn, from this process.  Per way and turn:
 the median time over the repeats, the tokens the turn prefilled (setflow's prefill_tokens; the
@@ -81,7 +82,7 @@ LINES = ["Revenue in EMEA rose 4% in Q3.", "Churn in APAC fell to 2.1% in Q3.",
          "Orders in EMEA beat the forecast by 3%.", "Conversion in APAC slipped to 2.7%.",
          "Revenue in LATAM rose 11% in Q3.", "Tickets in EMEA fell 4% after the fix.",
          "Latency in APAC rose to 240 ms.", "Revenue in AMER reached 427 in Q3."]
-EXT = {"policy": "ar", "window": 1, "tau": None}  # greedy AR: one token a step, the same on every turn
+EXT = {"policy": "ar", "window": 1, "tau": None}  # greedy AR: one token a step
 
 
 def expected(way: str, k: int) -> str:
@@ -102,9 +103,10 @@ class Conversation:
 
 
 class Bench:
-    def __init__(self, stack: Stack, max_out: int) -> None:
+    def __init__(self, stack: Stack, max_out: int, eos: bool) -> None:
         self.stack = stack
         self.max_out = max_out
+        self.ext = {**EXT, "ignore_eos": not eos}  # not eos: every answer max_out tokens, its decode fixed
         self.sdk = openai.OpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0, timeout=120)
         self.native = Client(stack.api.url, KEY, rate_per_s=1000.0)
         self.sql = make_engine(stack.s)
@@ -122,7 +124,7 @@ class Bench:
     def _response(self, **kw: Any) -> tuple[Any, float]:
         t = time.perf_counter()
         r = self.sdk.responses.create(model=MODEL, max_output_tokens=self.max_out,
-                                      extra_body={"setflow": EXT}, **kw)
+                                      extra_body={"setflow": self.ext}, **kw)
         return r, 1000 * (time.perf_counter() - t)
 
     def _record(self, conv: Conversation, r: Any, ms: float) -> None:
@@ -152,7 +154,7 @@ class Bench:
         t = time.perf_counter()
         if conv.session is None:  # its first turn: the session is made with it, as a response's is
             conv.session = self.native.create_session()["id"]
-        job = self.native.turn(conv.session, text=text + "\n", params={**EXT, "max_new_tokens": self.max_out})
+        job = self.native.turn(conv.session, text=text + "\n", params={**self.ext, "max_new_tokens": self.max_out})
         done = self.native.wait(job["id"], 120)
         ms = 1000 * (time.perf_counter() - t)
         if done["status"] != "succeeded":
@@ -203,6 +205,7 @@ def summarise(convs: list[Conversation], n_turns: int) -> dict[str, Any]:
                 "prefill": imed([t["prefill"] for t in ts]), "cached": imed([t["cached"] for t in ts]),
                 "load_ms_p50": med([t["load_ms"] for t in ts], 3),
                 "decode_ms_p50": med([t["decode_ms"] for t in ts], 1),
+                "worker_ms_p50": med([t["load_ms"] + t["decode_ms"] for t in ts], 1),
                 "output_tokens": imed([t["output_tokens"] for t in ts]),
                 "paths": sorted({str(t["path"]) for t in ts})})
     return rows
@@ -214,7 +217,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                     help=f"{QUICK['turns']} turns, {QUICK['repeats']} repeats (the test runs this)")
     ap.add_argument("--turns", type=int, default=20, help=f"user messages per conversation (default 20, at most {len(LINES)})")
     ap.add_argument("--repeats", type=int, default=5, help="conversations per way (default 5)")
-    ap.add_argument("--max-output-tokens", type=int, default=4, help="tokens each answer may have (default 4)")
+    ap.add_argument("--max-output-tokens", type=int, default=16, help="tokens each answer has (default 16)")
+    ap.add_argument("--eos", action="store_true", help="answers end at EOS (at most --max-output-tokens): their "
+                                                        "decode then differs from turn to turn")
     args = ap.parse_args(argv)
     if min(args.turns, args.repeats, args.max_output_tokens) < 1 or args.turns > len(LINES):
         ap.error(f"--turns in [1, {len(LINES)}], --repeats and --max-output-tokens >= 1")
@@ -226,7 +231,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                      tenant_burst=10_000, tenant_rate_per_s=10_000.0, max_streams_per_tenant=1000)
         stack = Stack(s, workers=1).start()
         try:
-            result = _run(stack, n_turns, repeats, args.max_output_tokens)
+            result = _run(stack, n_turns, repeats, args.max_output_tokens, args.eos)
         finally:
             external = stack.redis_server is None
             stack.stop()
@@ -237,9 +242,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     return result
 
 
-def _run(stack: Stack, n_turns: int, repeats: int, max_out: int) -> dict[str, Any]:
+def _run(stack: Stack, n_turns: int, repeats: int, max_out: int, eos: bool) -> dict[str, Any]:
     r = from_url(str(stack.s.redis_url))
-    bench = Bench(stack, max_out)
+    bench = Bench(stack, max_out, eos)
     try:
         for way in WAYS:  # warm the worker (its first turns, the API's first requests)
             warm = Conversation(way)
@@ -247,7 +252,7 @@ def _run(stack: Stack, n_turns: int, repeats: int, max_out: int) -> dict[str, An
                 bench.turn(warm, text)
         mem_before = int(r.info("memory")["used_memory"])
         print(f"responses benchmark: Redis {stack.s.redis_url}; 1 worker; {repeats} conversations of {n_turns} "
-              f"turns per way; greedy AR, {max_out} output tokens at most", flush=True)
+              f"turns per way; greedy AR, {max_out} output tokens" + (" at most (EOS ends them)" if eos else ""), flush=True)
         convs: list[Conversation] = []
         for rep in range(repeats):
             mine = [Conversation(w) for w in WAYS]
@@ -266,7 +271,7 @@ def _run(stack: Stack, n_turns: int, repeats: int, max_out: int) -> dict[str, An
     finally:
         bench.close()
         r.close()
-    return report(convs, n_turns, repeats, max_out, {"redis_used_memory_before": mem_before,
+    return report(convs, n_turns, repeats, max_out, eos, {"redis_used_memory_before": mem_before,
                                                      "redis_used_memory_after": mem_after, "kv_bytes_per_conversation": kv,
                                                      "worker_rss_mb": rss, "worker_peak_rss_mb": peak})
 
@@ -285,16 +290,19 @@ def kv_bytes(store: SessionStore, convs: list[Conversation]) -> dict[str, int]:
     return out
 
 
-def report(convs: list[Conversation], n_turns: int, repeats: int, max_out: int, memory: dict[str, Any]) -> dict[str, Any]:
+def report(convs: list[Conversation], n_turns: int, repeats: int, max_out: int, eos: bool,
+           memory: dict[str, Any]) -> dict[str, Any]:
     rows = summarise(convs, n_turns)
-    print(f"{'turn':>4} | " + " | ".join(f"{w + ' ms':>13} {'prefill':>7} {'cached':>6} {'out':>3} {'path':>9}"
+    print(f"{'turn':>4} | " + " | ".join(f"{w + ' ms':>13} {'wk ms':>6} {'prefill':>7} {'cached':>6} {'out':>3} {'path':>9}"
                                          for w in WAYS))
     for k in range(n_turns):
         print(f"{k + 1:>4} | " + " | ".join(
-            f"{rows[w][k]['ms_p50']!s:>13} {rows[w][k]['prefill']!s:>7} {rows[w][k]['cached']!s:>6} "
-            f"{rows[w][k]['output_tokens']!s:>3} {'/'.join(rows[w][k]['paths']):>9}" for w in WAYS))
+            f"{r['ms_p50']!s:>13} {r['worker_ms_p50']!s:>6} {r['prefill']!s:>7} {r['cached']!s:>6} "
+            f"{r['output_tokens']!s:>3} {'/'.join(r['paths']):>9}" for w in WAYS for r in [rows[w][k]]))
     first, last = 0, n_turns - 1
     growth = {w: ratio(rows[w][last]["ms_p50"], rows[w][first]["ms_p50"]) for w in WAYS}
+    # the worker's own time (load + prefill + decode): the same ratio without the API, SQL and the broker
+    worker_growth = {w: ratio(rows[w][last]["worker_ms_p50"], rows[w][first]["worker_ms_p50"]) for w in WAYS}
     prefill_growth = {w: ratio(rows[w][last]["prefill"], rows[w][first]["prefill"]) for w in WAYS}
     # turn 1 opens its session (and may write more): against turn 2, both turns go on from state
     growth_2 = {w: ratio(rows[w][last]["ms_p50"], rows[w][1]["ms_p50"]) if n_turns > 2 else None for w in WAYS}
@@ -311,19 +319,21 @@ def report(convs: list[Conversation], n_turns: int, repeats: int, max_out: int, 
                "route_overhead": sdk_native <= ROUTE_MAX}
     print(f"turn {n_turns} / turn 1 time: " + ", ".join(f"{w} {growth[w]}" for w in WAYS)
           + f" (target with state <= {GROWTH_MAX}); against turn 2: "
-          + ", ".join(f"{w} {growth_2[w]}" for w in WAYS) + f"; prefill turn {n_turns} / turn 1: "
+          + ", ".join(f"{w} {growth_2[w]}" for w in WAYS) + "; the worker's own time: "
+          + ", ".join(f"{w} {worker_growth[w]}" for w in WAYS) + f"; prefill turn {n_turns} / turn 1: "
           + ", ".join(f"{w} {prefill_growth[w]}" for w in WAYS))
     print(f"sdk / native per turn, median of the pairs: {sdk_native} (target <= {ROUTE_MAX}); "
           f"added {added} ms per turn; targets met: {targets}")
     print(f"paths not as expected: {unexpected or 'none'}; Redis used_memory {memory['redis_used_memory_before']} -> "
           f"{memory['redis_used_memory_after']} bytes; K/V bytes per conversation {memory['kv_bytes_per_conversation']}; "
           f"worker RSS {memory['worker_rss_mb']} MB (peak {memory['worker_peak_rss_mb']} MB)", flush=True)
-    return {"bench": "responses", "turns": n_turns, "repeats": repeats, "max_output_tokens": max_out, "workers": 1,
-            "responses": len(turns), "statuses": statuses,
+    return {"bench": "responses", "turns": n_turns, "repeats": repeats, "max_output_tokens": max_out, "eos": eos,
+            "workers": 1, "responses": len(turns), "statuses": statuses,
             "ms_p50": {w: {str(r["turn"]): r["ms_p50"] for r in rows[w]} for w in WAYS},
             "prefill": {w: {str(r["turn"]): r["prefill"] for r in rows[w]} for w in WAYS},
             "cached": {w: {str(r["turn"]): r["cached"] for r in rows[w]} for w in WAYS},
-            "rows": rows, "growth": growth, "growth_vs_turn2": growth_2, "prefill_growth": prefill_growth,
+            "rows": rows, "growth": growth, "growth_vs_turn2": growth_2, "worker_growth": worker_growth,
+            "prefill_growth": prefill_growth,
             "sdk_over_native_p50": sdk_native, "sdk_added_ms_p50": added, "unexpected_paths": unexpected,
             "targets": {"growth_max": GROWTH_MAX, "route_max": ROUTE_MAX, **targets},
             "targets_met": all(targets.values()), **memory}

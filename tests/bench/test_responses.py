@@ -18,7 +18,7 @@ def test_a_quick_run_goes_on_from_state_and_the_stateless_client_reads_it_all_ag
     assert json.loads(last) == json.loads(json.dumps(result)) and result["bench"] == "responses"
     n, ways = result["turns"], ("sdk", "native", "stateless")
     assert n == 5 and result["repeats"] == 2 and result["responses"] == 3 * n * 2
-    for key in ("ms_p50", "prefill", "cached", "rows", "growth", "growth_vs_turn2", "prefill_growth"):
+    for key in ("ms_p50", "prefill", "cached", "rows", "growth", "growth_vs_turn2", "worker_growth", "prefill_growth"):
         assert set(result[key]) == set(ways), key
     assert {"sdk_over_native_p50", "sdk_added_ms_p50", "targets", "targets_met", "redis_used_memory_before",
             "redis_used_memory_after", "worker_rss_mb", "worker_peak_rss_mb", "wall_s"} <= set(result)
@@ -28,6 +28,9 @@ def test_a_quick_run_goes_on_from_state_and_the_stateless_client_reads_it_all_ag
     assert set(result["statuses"]["sdk"]) | set(result["statuses"]["stateless"]) <= {"completed", "incomplete"}
     assert result["statuses"]["native"] == ["succeeded"]
     assert all(ms > 0 for w in ways for ms in result["ms_p50"][w].values())
+    # every answer decoded to its limit (ignore_eos): the same decode on every turn, every way
+    assert result["eos"] is False and result["max_output_tokens"] == 16
+    assert all(r["output_tokens"] == 16 for w in ways for r in result["rows"][w])
     # with state: each turn reads its new message only (~constant), on top of what the session holds
     for w in ("sdk", "native"):
         prefill = [result["prefill"][w][str(k)] for k in range(1, n + 1)]
