@@ -28,9 +28,11 @@ def _number(x: str) -> float:
     return float(Decimal(x))
 
 
-def _colour() -> dict[str, Any]:
+def _colour(p: Payload) -> dict[str, Any]:
+    """The measures' colours, the same in every part of a chart; the target's only where p has one."""
+    n = 3 if any(m.target is not None for m in p.metrics) else 2
     return {"field": "measure", "type": "nominal", "title": None,
-            "scale": {"domain": list(MEASURES), "range": list(COLORS)}, "legend": {"orient": "bottom"}}
+            "scale": {"domain": list(MEASURES[:n]), "range": list(COLORS[:n])}, "legend": {"orient": "bottom"}}
 
 
 def metrics_chart(p: Payload) -> dict[str, Any]:
@@ -46,11 +48,11 @@ def metrics_chart(p: Payload) -> dict[str, Any]:
     x = {"field": "amount", "type": "quantitative", "title": None}
     layer = [
         {"transform": [{"filter": {"field": "measure", "equal": "prev"}}],
-         "mark": {"type": "bar", "height": 18}, "encoding": {"x": x, "color": _colour()}},
+         "mark": {"type": "bar", "height": 18}, "encoding": {"x": x, "color": _colour(p)}},
         {"transform": [{"filter": {"field": "measure", "equal": "value"}}],
-         "mark": {"type": "bar", "height": 8}, "encoding": {"x": x, "color": _colour()}},
+         "mark": {"type": "bar", "height": 8}, "encoding": {"x": x, "color": _colour(p)}},
         {"transform": [{"filter": {"field": "measure", "equal": "target"}}],
-         "mark": {"type": "tick", "thickness": 3, "size": 24}, "encoding": {"x": x, "color": _colour()}},
+         "mark": {"type": "tick", "thickness": 3, "size": 24}, "encoding": {"x": x, "color": _colour(p)}},
     ]
     return {"data": {"values": rows},
             "facet": {"row": {"field": "metric", "type": "nominal", "title": None, "sort": {"field": "order", "op": "min"},
@@ -77,7 +79,7 @@ def breakdown_chart(p: Payload) -> dict[str, Any] | None:
                                "axis": {"labelLimit": 0}},
                          "yOffset": {"field": "measure", "sort": ["value", "prev"]},
                          "x": {"field": "amount", "type": "quantitative", "title": None},
-                         "color": _colour()}}
+                         "color": _colour(p)}}
 
 
 def chart(p: Payload, title: str) -> dict[str, Any]:

@@ -200,3 +200,19 @@ def test_the_openapi_schema_names_the_formats(api: Api) -> None:
     assert set(op["responses"]["200"]["content"]) == {"text/markdown; charset=utf-8", "text/html; charset=utf-8",
                                                       "application/pdf", "application/json"}
     assert json.dumps(op).count("summary") >= 1
+
+
+def test_names_are_text_never_markup(api: Api) -> None:
+    """A name may hold any character (the payload grammar): in the page and its SVG it is
+    escaped, in Markdown tables its pipe too."""
+    evil = "<img src=x onerror=alert(1)>"
+    data = {**DATA, "tenant": 'A&B "co" <b>', "breakdown": {"kind": "region", "metric": "revenue", "rows": [
+        [evil, "512", "468"], ["West | East", "301", "318"], ["AMER", "427", "319"]]}}
+    spec = {**NARRATIVE, "payload": data, "detail": "full"}
+    job = seed(api, "narrative", spec, result=narrative_result(spec))
+    page = get(api, job, "html").text
+    assert "<img" not in page and "<b>" not in page and "onerror=alert(1)&gt;" in page
+    assert "A&amp;B &quot;co&quot; &lt;b&gt;" in page
+    assert not re.search(r"""(?:src|href)\s*=""", page.replace("&lt;img src=x", ""), re.I)
+    md = get(api, job, "md").text
+    assert "| West \\| East | 301 | 318 | -17 |" in md

@@ -2,12 +2,14 @@
 and a worker process (app/demo.py Stack) on the test Redis.  A narrative job started from the
 page: its step events place tokens at their positions on the canvas (several per step: set
 decoding), the result arrives over SSE, the jobs table shows it succeeded; then a report job.
-The sessions view: a job's session in the list, its transcript (each turn's resume path and
-costs) and K/V cache; a follow-up turn, a fork at turn 0, the fork deleted.  A pending tool call:
+Its export beside the result: the chart as SVG (a report's: one per section), the PDF downloaded
+from the page.  The sessions view: a job's session in the list, its transcript (each turn's
+resume path and costs) and K/V cache; a follow-up turn, a fork at turn 0, the fork deleted.  A pending tool call:
 the agent with `metric` run on the client stops at each metric call; the page shows it and sends
 the output.
-Screenshots: .cache/screenshots/web-page.png and web-page-sessions.png (and the tests' tmp dirs);
-docs/web-page.png (the sessions view) with SETFLOW_UPDATE_SCREENSHOT=1."""
+Screenshots: .cache/screenshots/web-page.png, web-page-report.png and web-page-sessions.png (and the
+tests' tmp dirs); docs/web-page.png (the sessions view) and docs/web-page-report.png (a report
+with its charts) with SETFLOW_UPDATE_SCREENSHOT=1."""
 
 from __future__ import annotations
 
@@ -86,9 +88,9 @@ def _browser(stack: Stack) -> Iterator[tuple[Any, list[str]]]:
             browser.close()
 
 
-def _screenshot(page: Any, tmp_path: Path, name: str, docs: bool = False) -> None:
-    """Kept in the test's tmp dir and under .cache/ (ignored by git); docs/web-page.png is
-    refreshed on request: SETFLOW_UPDATE_SCREENSHOT=1 make test."""
+def _screenshot(page: Any, tmp_path: Path, name: str, docs: bool | str = False) -> None:
+    """Kept in the test's tmp dir and under .cache/ (ignored by git); docs/web-page.png (or the
+    docs file `docs` names) is refreshed on request: SETFLOW_UPDATE_SCREENSHOT=1 make test."""
     page.wait_for_timeout(2000)  # the new-token highlight fades (0.6 s, then a 1.2 s transition)
     shot = page.screenshot(full_page=True)
     (tmp_path / name).write_bytes(shot)
@@ -96,7 +98,7 @@ def _screenshot(page: Any, tmp_path: Path, name: str, docs: bool = False) -> Non
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_bytes(shot)
     if docs and os.environ.get("SETFLOW_UPDATE_SCREENSHOT") == "1":
-        (ROOT / "docs" / "web-page.png").write_bytes(shot)
+        (ROOT / "docs" / (docs if isinstance(docs, str) else "web-page.png")).write_bytes(shot)
 
 
 def _get(stack: Stack, path: str) -> tuple[int, Any]:
@@ -132,13 +134,25 @@ def test_page_runs_a_narrative_and_a_report(stack: Stack, tmp_path: Path) -> Non
         row.locator("td.succeeded").wait_for(timeout=10_000)  # the table polls every 1.5 s
         assert row.locator("td").nth(1).text_content() == "narrative"
         assert row.locator(".bar > div").get_attribute("style") == "width:100%"
+        # its export beside the text: the chart as SVG, drawn by the API (a frame where no script runs)
+        page.wait_for_selector(f"#report[data-job='{job_id}']:not([hidden])", timeout=10_000)
+        frame = page.frame_locator("#report-frame")
+        frame.locator("svg").first.wait_for(timeout=10_000)
+        assert "Revenue (k USD)" in (frame.locator("svg").first.text_content() or "")
         _screenshot(page, tmp_path, "web-page.png")
 
-        # 2) a report: its markdown ends with the key figures
+        # 2) a report: its markdown ends with the key figures; a chart per section in its export
         _run(page, "#run-report")
         final = page.text_content("#final") or ""
         assert "Key figures" in final, final
-        page.screenshot(path=str(tmp_path / "web-page-report.png"), full_page=True)
+        page.wait_for_selector("#report:not([hidden])", timeout=10_000)
+        page.wait_for_function("document.getElementById('report-frame').contentDocument.querySelectorAll('svg').length === 3",
+                               timeout=10_000)
+        with page.expect_download() as download:  # a download as the page saves it: the PDF, fetched with the key
+            page.click("#report button[data-fmt=pdf]")
+        saved = download.value.suggested_filename
+        assert saved.startswith("quarterly-review-") and saved.endswith(".pdf"), saved
+        _screenshot(page, tmp_path, "web-page-report.png", docs="web-page-report.png")
         print(f"narrative: {n} tokens in {steps} steps; screenshots in {tmp_path}")
     assert not errors, errors
 
