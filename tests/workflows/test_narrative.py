@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from domain import charts, drivers
 from domain import narrative as corpus
 from domain.facts import slots_in
 from runtime.jobs.specs import NarrativeSpec, ParamsSpec, PayloadSpec
@@ -34,6 +35,9 @@ def test_a_narrative_reads_back_every_fact_of_its_payload(session: Callable[[], 
     assert slots.lexicalise(slots.delexicalise(r["text"])) == r["text"]
     assert r["path"] == "new" and r["turn"] == 0 and "worker" not in r
     assert r["verified"] and r["attempt"] == "first"  # read back right on its first decode: no retry
+    p = spec.payload.to_payload()  # the chart and drivers: of the payload, never of the model's text
+    assert r["chart"] == charts.chart(p, f"{p.tenant}, {p.period}") and r["drivers"] == drivers.drivers(p)
+    assert (r["detail"], r["audience"]) == ("standard", None)
     if policy == "ar":  # one token per step, plus the prompt's prefill and the last token's commit
         assert r["nfe"] == r["tokens"] + 2
     else:  # parallel decoding: fewer forwards than tokens

@@ -16,12 +16,13 @@ import pytest
 import redis
 
 from app.demo import REPORT
+from domain import charts, drivers
 from model import shipped
 from runtime.db import make_engine
 from runtime.errors import BadInput
 from runtime.jobs.context import JobContext
 from runtime.jobs.events import JobEvents
-from runtime.jobs.plans import report_parts
+from runtime.jobs.plans import report_parts, section_payload
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import ReportSpec
@@ -49,6 +50,11 @@ def test_a_report_reads_back_every_section_and_fills_its_key_figures(session: Ca
         assert x["facts_total"] > 0 and x["facts_ok"] == x["facts_total"] and x["problems"] == [], x["markdown"]
         assert x["markdown"].startswith(f"## {x['title']}\n") and x["markdown"] in r["markdown"]
     assert r["figures"]["exact"] and r["figures"]["markdown"] in r["markdown"]
+    data = SPEC.data.to_payload()
+    for item, x in zip(SPEC.outline, r["sections"]):  # each section's chart and drivers: of its own data
+        p = section_payload(data, list(item.metrics))
+        assert x["chart"] == charts.chart(p, item.title) and x["drivers"] == drivers.drivers(p)
+    assert (r["detail"], r["audience"]) == ("standard", None)
     assert r["verified"] and r["attempt"] == "first" and all(x["attempt"] == "first" for x in r["sections"])
     assert r["markdown"].startswith(f"# {SPEC.title}\n") and "<h2>Key figures</h2>" in r["html"]
     assert [x["path"] for x in r["sections"]] + [r["figures"]["path"]] == ["new", "warm", "warm", "warm"]
