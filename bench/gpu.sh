@@ -49,8 +49,7 @@ if [ "$DEVICE" = cuda ]; then
         --histories 256,1024,2048 --repeats 3 --no-overhead
 else  # the CPU: the same parts, quick
     run batch_shipped $PY -m bench.batch --dtypes fp32 --sessions 1,8 --tasks narrative --turns 1 --repeats 1 --tokens 32
-    run batch_06b $PY -m bench.batch --preset qwen3-0.6b --dtypes fp32 --sessions 1,4 --tasks narrative --turns 1 \
-        --repeats 1 --tokens 8 --threads 2
+    # (no realistic-shape batch row: its prompts' prefills take tens of minutes on 2 cores)
     run resume_shipped $PY -m bench.resume --presets small --histories 256 --repeats 1 --no-overhead
     run resume_realistic $PY -m bench.resume --presets qwen3-0.6b --histories 256 --repeats 1 --no-overhead --threads 2
 fi
