@@ -4,6 +4,7 @@ and writes them lives with its owner: runtime/sessions/records.py, runtime/jobs/
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 
@@ -27,7 +28,13 @@ def make_engine(settings: Settings, migrate: bool = True) -> Engine:
     url = database_url(settings)
     if url.startswith("sqlite"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, future=True)
+    timeout = settings.database_timeout_s
+    # a connection is pinged before the pool hands it out (one dropped by the server, a restart or
+    # a proxy is replaced, not given to a request), and connecting waits at most `timeout`
+    connect_args: dict[str, object] = ({"timeout": timeout} if url.startswith("sqlite")
+                                       else {"connect_timeout": max(2, math.ceil(timeout))}
+                                       if url.startswith("postgresql") else {})  # libpq: whole seconds, >= 2
+    engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args)
     if engine.dialect.name == "sqlite":
         @event.listens_for(engine, "connect")
         def _fk_on(conn, _record):  # type: ignore[no-untyped-def]  # SQLite enforces FKs only when asked
@@ -35,7 +42,7 @@ def make_engine(settings: Settings, migrate: bool = True) -> Engine:
             # several worker processes write one file: readers do not block the writer (WAL), and
             # a writer waits for another's lock instead of failing at once
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
             conn.isolation_level = None  # the driver emits no BEGIN of its own: _begin below does
 
         @event.listens_for(engine, "begin")

@@ -94,6 +94,11 @@ class Settings(BaseSettings):
     #: throughput (bench/load.py: 4 for 12 sessions, -11%)
     tenant_max_waiting: int | None = Field(default=None, ge=1)
 
+    # ---- what a tenant holds in SQL (runtime/sessions/quota.py, retention.py; runtime/db.py) ----
+    #: a connection to the database is given up after this (PostgreSQL's connect_timeout, SQLite's
+    #: wait for another writer's lock); the pool pings a connection before handing it out
+    database_timeout_s: float = Field(default=10.0, gt=0, le=600)
+
     # ---- webhooks (runtime/jobs/webhooks.py; each worker's sender, workers/watch.py) -----------
     tenant_max_webhooks: int = Field(default=10, ge=1)  #: a tenant's webhook endpoints, at most (409 beyond)
     #: one delivery's HTTP request: each of connect, write and read waits at most this long

@@ -13,6 +13,7 @@ from runtime.errors import BadInput, Busy, NotFound, StaleWrite
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import JobStep, Records
 from runtime.settings import Settings
+from tests.conftest import pg_schema
 
 
 def test_migrations_create_the_tables_and_are_idempotent(db_engine: Engine) -> None:
@@ -158,3 +159,32 @@ def test_an_idle_only_delete_is_refused_while_a_job_of_the_session_is_unfinished
     assert db.delete_session(sid, "acme", idle_only=True) == [job.id]
     with pytest.raises(NotFound):  # a submission after the delete finds no session
         jobs.create("turn", "acme", {"text": "x"}, sid)
+
+
+def test_the_pool_pings_and_replaces_a_connection_the_server_closed(tmp_path: Path) -> None:
+    """PostgreSQL kills a pooled connection (a restart, a proxy's idle timeout, an operator):
+    the next checkout pings it, finds it dead and connects again; the caller sees nothing."""
+    with pg_schema() as url:
+        engine = make_engine(Settings(database_url=url, data_dir=tmp_path, database_timeout_s=3))
+        try:
+            with engine.connect() as c:
+                pid = c.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                dsn = c.connection.dbapi_connection.info.dsn  # type: ignore[union-attr]
+            assert "connect_timeout=3" in dsn
+            admin = make_engine(Settings(database_url=url, data_dir=tmp_path), migrate=False)
+            with admin.connect() as c:
+                assert c.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+            admin.dispose()
+            with engine.connect() as c:  # the same pooled connection, dead: pinged and replaced
+                assert c.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
+            assert Records(engine).create_session("acme", "fp").id
+        finally:
+            engine.dispose()
+
+
+def test_sqlite_waits_for_a_lock_as_long_as_the_setting_says(tmp_path: Path) -> None:
+    engine = make_engine(Settings(data_dir=tmp_path, database_timeout_s=2.5))
+    with engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 2500
+    assert engine.pool._pre_ping  # type: ignore[attr-defined]
+    engine.dispose()
