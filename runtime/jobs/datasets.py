@@ -117,11 +117,6 @@ class Datasets:
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.max_per_tenant = max_per_tenant
 
-    def check_room(self, tenant: str, name: str) -> None:
-        """OverBudget where `name` would be a new dataset past max_per_tenant."""
-        with self._db() as db:
-            self._room(db, tenant, name)
-
     def _room(self, db: Session, tenant: str, name: str) -> DatasetRecord | None:
         rec = db.get(DatasetRecord, (tenant, name))
         if rec is None:
