@@ -141,7 +141,7 @@ def _session_demo(model: SetDLM, tok: Tokenizer) -> None:
     settings = Settings()
     client, server = connect(settings)
     try:
-        records = Records(make_engine(settings))
+        records = Records(make_engine(settings), settings)
         params = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
         first, second = narrate_prompt(tok, PAYLOAD), tok.encode("\nnarrative: ")
         a = Engine(model, SessionStore(client, settings), records, settings)

@@ -95,6 +95,14 @@ class Settings(BaseSettings):
     tenant_max_waiting: int | None = Field(default=None, ge=1)
 
     # ---- what a tenant holds in SQL (runtime/sessions/quota.py, retention.py; runtime/db.py) ----
+    #: an idle session (no unfinished job, not used for this long) is deleted whole, from SQL and
+    #: Redis, by the workers' reaper (at most 100 a pass); as long as a finished job's row is kept
+    session_retention_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    #: sessions one tenant holds in SQL, at most (a fork and a job's own session count): 409 over_budget beyond
+    tenant_max_sessions: int = Field(default=100_000, ge=1)
+    #: bytes of turns one tenant stores in SQL (text, token ids, ledger, meta; a fork's copies
+    #: count), at most: 409 over_budget beyond (a job's turn past it fails over_budget)
+    tenant_max_turn_bytes: int = Field(default=1024 * MiB, ge=1)
     #: a connection to the database is given up after this (PostgreSQL's connect_timeout, SQLite's
     #: wait for another writer's lock); the pool pings a connection before handing it out
     database_timeout_s: float = Field(default=10.0, gt=0, le=600)

@@ -24,7 +24,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -38,7 +51,8 @@ class Base(DeclarativeBase):
 
 class SessionRecord(Base):
     __tablename__ = "sessions"
-    __table_args__ = (Index("ix_session_tenant_created", "tenant", "created_at"),)  # the listing
+    __table_args__ = (Index("ix_session_tenant_created", "tenant", "created_at"),  # the listing
+                      Index("ix_session_updated", "updated_at"))  # the retention's scan, oldest first
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(128), index=True)
@@ -66,7 +80,21 @@ class TurnRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     job_id: Mapped[str | None] = mapped_column(String(32), default=None)  # the job that wrote it, if any
     job_step: Mapped[int | None] = mapped_column(Integer, default=None)  # that job's step counter
+    #: what it stores (runtime/sessions/quota.py turn_bytes), counted in its tenant's usage
+    bytes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     session: Mapped[SessionRecord] = relationship(back_populates="turns")
+
+
+class TenantUsageRecord(Base):
+    """What a tenant holds in SQL, counted in the transactions that change it (a session's
+    creation, fork and delete; a turn's insert): its sessions and its turns' bytes, checked
+    against its quota there (runtime/sessions/quota.py).  One row per tenant."""
+
+    __tablename__ = "tenant_usage"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    sessions: Mapped[int] = mapped_column(Integer, default=0)
+    turn_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 #: requires_action: the job stopped at a call of a tool its client runs (an agent's client_tools)

@@ -37,7 +37,7 @@ class LocalCluster:
         self.values = {"data_dir": data_dir, **values}
         self.settings = Settings(**self.values)
         self.sql = make_engine(self.settings)  # migrated once, before any worker opens it
-        self.records = Records(self.sql)
+        self.records = Records(self.sql, self.settings)
         self.jobs = Jobs(self.sql, self.settings)
         url = self.settings.redis_url
         if url is None:

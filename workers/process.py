@@ -106,7 +106,7 @@ def _build() -> Runtime:
     client = redis_client(s)
     sql = make_engine(s)
     jobs = Jobs(sql, s)
-    eng = engine(model, SessionStore(client, s), Records(sql), s)
+    eng = engine(model, SessionStore(client, s), Records(sql, s), s)
     try:  # the restore-or-recompute cost model, measured now rather than inside a first turn's load
         eng.rates()
     except redis.RedisError:

@@ -22,6 +22,8 @@ from runtime.jobs.hosts import Hosts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.webhooks import WebhookSender
+from runtime.sessions import retention
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from workers.celery_app import app, sender
@@ -58,7 +60,8 @@ def _reap(settings: Settings) -> None:
 
 
 def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True) -> dict[str, int]:
-    """One reaper pass: the jobs (Dispatcher.reap), then, when `collect` (gc_interval_s has
+    """One reaper pass: the jobs (Dispatcher.reap), the sessions idle past their retention
+    (retention.prune, when this worker took the pass), then, when `collect` (gc_interval_s has
     passed) and this worker took the pass (the reaper's lock: one worker per interval), the
     sessions' overdue pending writes and expired manifests (SessionStore.sweep), and the event
     streams gone from their tenants' accounts (JobEvents.sweep).
@@ -71,6 +74,11 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
             log.warning("reaper: %s", done)
     except Exception:  # noqa: BLE001 - Redis or the database away: keep trying, never die
         log.warning("reaper pass failed", exc_info=True)
+    if done:  # sessions idle past session_retention_s, a bounded batch a pass
+        try:
+            done["sessions_deleted"] = retention.prune(store, Records(dispatcher.jobs.engine), store.s.session_retention_s)
+        except Exception:  # noqa: BLE001 - the same: they wait for the next pass
+            log.warning("session retention failed", exc_info=True)
     if done and collect:
         try:
             done.update(store.sweep())

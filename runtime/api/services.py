@@ -62,7 +62,7 @@ class Services:
         settings = settings.model_copy(update={"api_keys": {}})
         sql = make_engine(settings)
         jobs = Jobs(sql, settings)
-        return cls(settings, client, sql, Records(sql), jobs, Dispatcher(client, jobs, send),
+        return cls(settings, client, sql, Records(sql, settings), jobs, Dispatcher(client, jobs, send),
                    SessionStore(client, settings), RateLimiter(client, settings), TurnMetrics(client, settings),
                    Cards(client, settings), Keys(settings.key_prefix), keyring, Datasets(sql, settings.tenant_max_datasets))
 

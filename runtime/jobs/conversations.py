@@ -12,22 +12,29 @@ from sqlalchemy.orm import sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound
+from runtime.sessions import quota
+from runtime.sessions.quota import Quota
+from runtime.settings import Settings
 from runtime.tables import ConversationRecord, JobRecord, SessionRecord
 
 MAX_PENDING = 256  # items a conversation holds unread at most
 
 
 class Conversations:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, settings: Settings | None = None) -> None:
+        """settings: the tenants' quotas (a conversation is a session); None: none."""
+        self.quota = Quota.of(settings)
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
 
     def create(self, tenant: str, meta: dict[str, str], items: list[dict[str, Any]]) -> ConversationRecord:
-        """A new conversation on a new session, in one transaction."""
+        """A new conversation on a new session, in one transaction (OverBudget past the
+        tenant's tenant_max_sessions)."""
         with self._write.begin() as db:
             session = secrets.token_hex(16)
             db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
             db.flush()
+            quota.charge(db, tenant, self.quota, sessions=1)
             rec = ConversationRecord(session_id=session, tenant=tenant, meta=meta,
                                      pending=_named(session, 0, items), added=len(items))
             db.add(rec)

@@ -41,6 +41,8 @@ from runtime.db import writer
 from runtime.errors import AlreadyAnswered, BadInput, Busy, ClaimLost, DeadlinePassed, NotFound, NotWaiting, RateLimited, UnknownCall
 from runtime.jobs import hosts, webhooks
 from runtime.jobs.hosts import Host
+from runtime.sessions import quota
+from runtime.sessions.quota import Quota
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, SessionRecord
 
@@ -61,6 +63,7 @@ class Jobs:
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self.engine = engine
         self.s = settings
+        self.quota = Quota.of(settings)
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
 
@@ -83,16 +86,21 @@ class Jobs:
         open_session (with session None): the job runs on a new session, written in the same
         transaction (a refused job leaves no session behind).  host: what the session is bound
         to where it is bound to no model yet (its model, numerics and weights); the job carries
-        its session's pool, and only workers of that pool run it."""
+        its session's pool, and only workers of that pool run it.  OverBudget where the
+        tenant's turns fill its SQL quota already, or a new session would pass it
+        (runtime/sessions/quota.py); the session used is touched (its retention counts from its
+        last use)."""
         self.check(tenant, priority)
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
                 with self._write.begin() as db:
                     seq, pool = 0, ""
+                    quota.check_room(db, tenant, self.quota)
                     if session is None and open_session:
                         session = secrets.token_hex(16)
                         db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
                         db.flush()
+                        quota.charge(db, tenant, self.quota, sessions=1)
                     unfinished = int(db.scalar(select(func.count()).select_from(JobRecord).where(
                         JobRecord.tenant == tenant, JobRecord.status.not_in(TERMINAL))) or 0)
                     if unfinished >= self.s.tenant_max_unfinished:
@@ -107,6 +115,7 @@ class Jobs:
                             owner.model, owner.numerics = host.model, host.numerics
                             owner.model_fingerprint = owner.model_fingerprint or host.fingerprint
                         pool = hosts.pool(owner.model, owner.numerics) if owner.model else ""
+                        owner.updated_at = datetime.now(UTC)
                         seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session))
                                   or 0) + 1
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(

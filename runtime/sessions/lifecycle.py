@@ -5,6 +5,7 @@ queues, events or HTTP."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import redis
 
@@ -17,11 +18,12 @@ from runtime.tables import SessionRecord
 log = logging.getLogger("setflow.sessions")
 
 
-def delete_session(store: SessionStore, records: Records, session: str, tenant: str, idle_only: bool = False
-                   ) -> list[str]:
+def delete_session(store: SessionStore, records: Records, session: str, tenant: str, idle_only: bool = False,
+                   before: datetime | None = None) -> list[str]:
     """Delete a session everywhere: its Redis state (store.drop: the manifest, the segments no
     other session names, the byte accounts), then its SQL rows (turns and jobs by cascade;
-    idle_only: Busy while a job of it is queued or running).  Returns the deleted jobs' ids.
+    idle_only: Busy while a job of it is queued or running; before: Busy when it was used since,
+    the retention's).  Returns the deleted jobs' ids.
     NotFound for an unknown or another tenant's session.  Under the session's lease, so no turn
     runs meanwhile (Busy while one does).
 
@@ -36,11 +38,13 @@ def delete_session(store: SessionStore, records: Records, session: str, tenant: 
     with store.lease(session) as lease:
         if idle_only and records.unfinished_jobs(session):  # refused: its Redis state stays too
             raise Busy(f"session {session} has unfinished jobs; cancel them first")
+        if before is not None and records.used_since(session, before):  # the same
+            raise Busy(f"session {session} was used since {before.isoformat()}")
         try:
             store.drop(session, tenant, lease.lease)
         except (redis.RedisError, SetflowError) as e:
             log.warning("session %s: its Redis state was not dropped (%s; it expires by itself)", session, e)
-        return records.delete_session(session, tenant, idle_only=idle_only)
+        return records.delete_session(session, tenant, idle_only=idle_only, before=before)
 
 
 def fork_session(store: SessionStore, records: Records, session: str, tenant: str, turn: int,

@@ -1,5 +1,6 @@
 """Sessions and turns in SQL: one short transaction per call.  Every operation checks its input
-first and raises a named error without writing anything."""
+first and raises a named error without writing anything.  What a tenant holds (its sessions, its
+turns' bytes) is counted against its quota in the same transactions (runtime/sessions/quota.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, Busy, ClaimLost, NotFound, StaleWrite
+from runtime.sessions import quota
+from runtime.sessions.quota import Quota
+from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, SessionRecord, TurnRecord
 
 ROLES = ("user", "assistant", "tool")
@@ -30,16 +34,20 @@ class JobStep(NamedTuple):
 
 
 class Records:
-    """Sessions and turns.  One short transaction per call."""
+    """Sessions and turns.  One short transaction per call.  settings: the tenants' quotas
+    (tenant_max_sessions, tenant_max_turn_bytes); None: none (what is held is counted all the
+    same)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, settings: Settings | None = None) -> None:
         self.engine = engine
+        self.quota = Quota.of(settings)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
 
     def create_session(self, tenant: str, fingerprint: str, session_id: str | None = None,
                        model: tuple[str, str] | None = None) -> SessionRecord:
-        """model: (name, numerics) the session is bound to; None: bound by its first job or turn."""
+        """model: (name, numerics) the session is bound to; None: bound by its first job or turn.
+        OverBudget where the tenant holds tenant_max_sessions already."""
         if not tenant or len(tenant) > 128:
             raise BadInput("tenant must be 1..128 characters")
         if session_id is not None and not _SESSION_ID.fullmatch(session_id):
@@ -51,6 +59,7 @@ class Records:
                             model=name, numerics=numerics)
         with self._write.begin() as db:
             db.add(rec)
+            quota.charge(db, tenant, self.quota, sessions=1)
         return rec
 
     def fork(self, session_id: str, tenant: str, turn: int, new_id: str | None = None) -> SessionRecord:
@@ -59,7 +68,9 @@ class Records:
         (job, step) pair names one turn).  Its ledger is the parent's up to that turn, so its
         first turn, recomputed from SQL, decodes what the parent's would have after that turn.
         One transaction.  NotFound for an unknown or another tenant's session; BadInput for a
-        turn outside 0..turn_count-1 or a bad or taken new_id."""
+        turn outside 0..turn_count-1 or a bad or taken new_id; OverBudget where the new session,
+        or its copies' bytes, would pass the tenant's quota (a fork counts as a session of its
+        own, its copies as turns of their own)."""
         if new_id is not None and not _SESSION_ID.fullmatch(new_id):
             raise BadInput("a session id is 1..64 characters of letters, digits, '-' and '_'")
         if not isinstance(turn, int) or isinstance(turn, bool):
@@ -77,33 +88,61 @@ class Records:
                                       numerics=parent.numerics)
                 db.add(child)
                 # the rows are immutable once written: those read here are the parent's for good
+                copied = 0
                 for t in db.scalars(select(TurnRecord).where(TurnRecord.session_id == session_id,
                                                              TurnRecord.index <= turn).order_by(TurnRecord.index)):
                     db.add(TurnRecord(session_id=child.id, index=t.index, role=t.role, text=t.text,
                                       token_ids=list(t.token_ids), ledger=[list(e) for e in t.ledger],
-                                      meta=dict(t.meta)))
+                                      meta=dict(t.meta), bytes=t.bytes))
+                    copied += t.bytes
+                quota.charge(db, tenant, self.quota, sessions=1, nbytes=copied)
         except IntegrityError as e:  # another writer took new_id between the check and the insert
             raise BadInput(f"session {new_id!r} exists already") from e
         return child
 
-    def delete_session(self, session_id: str, tenant: str, idle_only: bool = False) -> list[str]:
+    def delete_session(self, session_id: str, tenant: str, idle_only: bool = False,
+                       before: datetime | None = None) -> list[str]:
         """Delete the session, its turns and its jobs (the foreign keys cascade: PostgreSQL
         always, SQLite with PRAGMA foreign_keys on, which make_engine sets); returns the deleted
         jobs' ids.  NotFound for an unknown or another tenant's session.  idle_only: Busy when a
         job of it is queued or running, checked in the same transaction, with the session's row
         locked against a submission at the same moment (Jobs.create locks it too; SQLite's
-        writers are serialised anyway).  Its Redis state is SessionStore.drop's."""
+        writers are serialised anyway).  before: Busy when it was updated since (a turn, a job
+        submitted), checked the same way (the retention's).  Its Redis state is
+        SessionStore.drop's.  Its tenant's usage gives back the session and its turns' bytes."""
         with self._write.begin() as db:
             owner = db.get(SessionRecord, session_id, with_for_update=True)
             if owner is None or owner.tenant != tenant:
                 raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
+            if before is not None and _aware(owner.updated_at) >= before:
+                raise Busy(f"session {session_id} was used since {before.isoformat()}")
             jobs = db.execute(select(JobRecord.id, JobRecord.status).where(JobRecord.session_id == session_id)).all()
             if idle_only and any(status not in TERMINAL for _, status in jobs):
                 raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
+            stored = int(db.scalar(select(func.coalesce(func.sum(TurnRecord.bytes), 0))
+                                   .where(TurnRecord.session_id == session_id)) or 0)
+            quota.release(db, tenant, sessions=1, nbytes=stored)
             # a bulk DELETE, not db.delete(): the ORM would first set the turns' session_id to
             # NULL (the relationship has no delete cascade), which the schema refuses
             db.execute(delete(SessionRecord).where(SessionRecord.id == session_id))
         return [job_id for job_id, _ in jobs]
+
+    def idle(self, before: datetime, limit: int) -> list[tuple[str, str]]:
+        """(session, tenant) of up to `limit` sessions not updated since `before` that have no
+        unfinished job, the longest idle first: the retention's, an index range of
+        ix_session_updated (never a scan of the table)."""
+        busy = select(JobRecord.id).where(JobRecord.session_id == SessionRecord.id,
+                                          JobRecord.status.not_in(TERMINAL)).exists()
+        with self._sessions() as db:
+            return [(s, t) for s, t in db.execute(
+                select(SessionRecord.id, SessionRecord.tenant).where(SessionRecord.updated_at < before, ~busy)
+                .order_by(SessionRecord.updated_at).limit(limit))]
+
+    def used_since(self, session_id: str, before: datetime) -> bool:
+        """Whether the session was updated (a turn, a job submitted) at or after `before`."""
+        with self._sessions() as db:
+            rec = db.get(SessionRecord, session_id)
+            return rec is not None and _aware(rec.updated_at) >= before
 
     def unfinished_jobs(self, session_id: str) -> int:
         """The session's jobs that are queued or running (a delete that must find it idle asks)."""
@@ -136,7 +175,8 @@ class Records:
         second turn for the same (job, step) is a StaleWrite, and a job no longer held under
         job.owner (requeued, cancelled, given up) is ClaimLost: in the same transaction, the
         job's step counter moves on with the turn.  fingerprint: binds a session opened without
-        a model (by the API) to the writer's model; model: (name, numerics), the same."""
+        a model (by the API) to the writer's model; model: (name, numerics), the same.
+        OverBudget where its bytes would pass its tenant's tenant_max_turn_bytes."""
         if role not in ROLES:
             raise BadInput(f"role must be one of {ROLES}, got {role!r}")
         try:
@@ -148,6 +188,7 @@ class Records:
                 rec = TurnRecord(session_id=session_id, index=n, role=role, text=text, token_ids=list(token_ids),
                                  ledger=[[int(p), int(t)] for p, t in ledger], meta=dict(meta or {}),
                                  job_id=job.job_id if job else None, job_step=job.step if job else None)
+                rec.bytes = quota.turn_bytes(rec.text, rec.token_ids, rec.ledger, rec.meta)
                 db.add(rec)
                 owner.updated_at = datetime.now(UTC)
                 if job is not None:
@@ -160,6 +201,7 @@ class Records:
                     owner.model_fingerprint = fingerprint
                 if model is not None and not owner.model:
                     owner.model, owner.numerics = model
+                quota.charge(db, tenant, self.quota, nbytes=rec.bytes)  # last: its row is locked till the commit
         except IntegrityError as e:  # two writers at the same index, or the same job step, at once
             raise StaleWrite(f"session {session_id}: turn {index} (job step {job}) was written by another holder"
                              ) from e
@@ -202,6 +244,11 @@ def _owned(db: Session, session_id: str, tenant: str) -> SessionRecord:
     if rec is None or rec.tenant != tenant:
         raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
     return rec
+
+
+def _aware(t: datetime) -> datetime:
+    """A time read back from SQLite (naive, stored in UTC) as PostgreSQL gives it."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _count(db: Session, session_id: str) -> int:

@@ -3,16 +3,22 @@ answers (the `db_engine` fixture, tests/runtime/conftest.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
-from runtime.db import make_engine, upgrade
+from runtime.db import MIGRATIONS, make_engine, upgrade
 from runtime.errors import BadInput, Busy, NotFound, StaleWrite
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import JobStep, Records
 from runtime.settings import Settings
+from runtime.tables import Base
 from tests.conftest import pg_schema
 
 
@@ -159,6 +165,39 @@ def test_an_idle_only_delete_is_refused_while_a_job_of_the_session_is_unfinished
     assert db.delete_session(sid, "acme", idle_only=True) == [job.id]
     with pytest.raises(NotFound):  # a submission after the delete finds no session
         jobs.create("turn", "acme", {"text": "x"}, sid)
+
+
+def test_the_migrations_make_the_tables_runtime_tables_declares(db_engine: Engine) -> None:
+    """Every table, column and index of runtime/tables.py, as Alembic's autogenerate compares them."""
+    with db_engine.connect() as c:
+        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+
+
+def test_migration_0009_counts_what_each_tenant_holds_already(db_engine: Engine) -> None:
+    """Sessions and turns written before tenant_usage existed: the upgrade counts them, each
+    turn's bytes kept with it, so that deleting one later takes out what was counted."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with db_engine.begin() as c:
+        cfg.attributes["connection"] = c
+        command.downgrade(cfg, "0008")
+    with db_engine.begin() as c:
+        c.execute(text("INSERT INTO sessions (id, tenant, model_fingerprint, model, numerics, created_at, updated_at) "
+                       "VALUES ('s1', 'acme', '', '', '', :t, :t), ('s2', 'acme', '', '', '', :t, :t), "
+                       "('s3', 'globex', '', '', '', :t, :t)"), {"t": datetime.now(UTC)})
+        c.execute(text("INSERT INTO turns (session_id, \"index\", role, text, token_ids, ledger, meta, created_at) "
+                       "VALUES ('s1', 0, 'user', 'Grüße', '[1, 2]', '[[0, 1], [1, 2]]', '{}', :t), "
+                       "('s2', 0, 'user', 'hi', '[3]', '[[0, 3]]', '{\"path\": \"new\"}', :t)"), {"t": datetime.now(UTC)})
+    upgrade(db_engine)
+    expect = {"s1": len("Grüße".encode()) + len("[1, 2]") + len("[[0, 1], [1, 2]]") + len("{}"),
+              "s2": len("hi") + len("[3]") + len("[[0, 3]]") + len('{"path": "new"}')}
+    with db_engine.connect() as c:
+        assert dict(c.execute(text("SELECT session_id, bytes FROM turns")).all()) == expect
+        assert sorted(c.execute(text("SELECT tenant, sessions, turn_bytes FROM tenant_usage")).all()) == [
+            ("acme", 2, expect["s1"] + expect["s2"]), ("globex", 1, 0)]
+    Records(db_engine).delete_session("s1", "acme")
+    with db_engine.connect() as c:
+        assert c.execute(text("SELECT turn_bytes FROM tenant_usage WHERE tenant = 'acme'")).scalar_one() == expect["s2"]
 
 
 def test_the_pool_pings_and_replaces_a_connection_the_server_closed(tmp_path: Path) -> None:

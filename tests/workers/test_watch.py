@@ -1,23 +1,28 @@
 """workers/watch.py: one reaper pass, as the reaper thread runs it, on a real Redis and a SQLite
-file: the jobs' pass, then the sessions' sweep (a crashed writer's segments past their deadline),
-by the worker that took the pass; a failing sweep is logged, never fatal.  And one webhook
+file: the jobs' pass, the sessions idle past their retention, then the sessions' sweep (a crashed
+writer's segments past their deadline), by the worker that took the pass; a failing sweep is
+logged, never fatal.  And one webhook
 sender pass, as its thread runs it: delivered to a real receiver; a failing pass is logged."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
 from runtime.jobs.webhooks import Endpoints, WebhookSender
+from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
+from runtime.tables import SessionRecord
 from tests.receiver import receiver
 from workers.watch import deliver_pass, reap_pass
 
@@ -54,6 +59,20 @@ def test_a_reaper_pass_deletes_old_unnamed_segments(client: redis.Redis, setting
     store.sweep = down  # type: ignore[method-assign]
     assert "segments_freed" not in reap_pass(dispatcher, store)
     assert "session sweep failed" in caplog.text
+
+
+def test_a_reaper_pass_deletes_sessions_idle_past_their_retention(client: redis.Redis, settings: Settings,
+                                                                   tmp_path: Path) -> None:
+    s = settings.model_copy(update={"data_dir": tmp_path, "session_retention_s": 3600.0})
+    engine = make_engine(s)
+    store, records = SessionStore(client, s), Records(engine)
+    dispatcher = Dispatcher(client, Jobs(engine, s), lambda job_id, queue, priority: None)
+    idle, used = records.create_session("acme", "").id, records.create_session("acme", "").id
+    with engine.begin() as c:
+        c.execute(update(SessionRecord).where(SessionRecord.id == idle)
+                  .values(updated_at=datetime.now(UTC) - timedelta(hours=2)))
+    assert reap_pass(dispatcher, store, collect=False)["sessions_deleted"] == 1
+    assert [r.id for r in records.list_sessions("acme")] == [used]
 
 
 def test_a_webhook_pass_delivers_prunes_and_survives_a_database_away(tmp_path: Path,

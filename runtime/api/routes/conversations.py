@@ -62,7 +62,7 @@ def _view(rec: ConversationRecord) -> dict[str, Any]:
 @router.post("", responses=ERRORS)
 def create_conversation(body: CreateConversation, who: Tenant, svc: Svc) -> JSONResponse:
     svc.limiter.take(who)
-    return JSONResponse(_view(Conversations(svc.sql).create(who, body.metadata or {}, _items(body.items))))
+    return JSONResponse(_view(Conversations(svc.sql, svc.settings).create(who, body.metadata or {}, _items(body.items))))
 
 
 @router.get("/{conversation_id}", responses=ERRORS)

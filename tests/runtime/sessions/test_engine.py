@@ -22,9 +22,10 @@ from model import shipped
 from model.params import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.errors import BadInput, Busy, LeaseLost, NotFound, StaleWrite
+from runtime.errors import BadInput, Busy, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.jobs.rows import Jobs
 from runtime.sessions.engine import Engine
+from runtime.sessions.quota import Quota
 from runtime.sessions.records import JobStep, Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
@@ -177,6 +178,25 @@ def test_bad_input_is_named_and_changes_nothing(engine: Engine, loaded: tuple[Se
     with pytest.raises(DecodeError, match="context"):
         engine.run_turn(sid, "acme", first, DecodeParams(max_new_tokens=5000))
     assert engine.records.turns(sid, "acme") == [] and engine.store.read(sid) is None
+    assert not engine.store.r.exists(engine.store.k.lease(sid)), "the lease is given back"
+
+
+def test_a_turn_past_its_tenants_sql_quota_is_refused_and_writes_nothing(engine: Engine,
+                                                                         loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The turn's row would pass tenant_max_turn_bytes: OverBudget, no row, the manifest as it
+    was (it commits only after the row), the lease given back."""
+    tok = loaded[1]
+    first, second = _inputs(tok)
+    sid = engine.open("acme")
+    engine.run_turn(sid, "acme", first, PARAMS)
+    before = engine.store.read(sid)
+    held = engine.records.turns(sid, "acme")[0].bytes
+    engine.records.quota = Quota(turn_bytes=held + 10)
+    with pytest.raises(OverBudget, match="tenant_max_turn_bytes"):
+        engine.run_turn(sid, "acme", second, PARAMS)
+    after = engine.store.read(sid)
+    assert engine.records.turn_count(sid, "acme") == 1 and sid not in engine.warm
+    assert before is not None and after is not None and (after.slots, after.state) == (before.slots, before.state)
     assert not engine.store.r.exists(engine.store.k.lease(sid)), "the lease is given back"
 
 
