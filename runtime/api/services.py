@@ -19,7 +19,7 @@ from runtime.db import make_engine
 from runtime.embedded import async_from_url
 from runtime.errors import BadInput
 from runtime.jobs.datasets import Datasets
-from runtime.jobs.dispatch import Dispatcher, Send
+from runtime.jobs.dispatch import Admission, Dispatcher, Send
 from runtime.jobs.hosts import Host, Hosts
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.models import Cards
@@ -84,12 +84,11 @@ class Services:
                open_session: bool = False, model: str | None = None, numerics: str | None = None) -> JobRecord:
         """Dispatcher.submit with the API's own checks of the parsed spec: which model runs it
         (`host`) and whether it fits that model (`fits`); nothing is written for a job refused."""
-        def admit(parsed: BaseModel) -> Host | None:  # after the spec's checks; its host binds the session
+        def admit(parsed: BaseModel) -> Admission:  # after the spec's checks; its host binds the session
             if isinstance(parsed, AgentSpec) and parsed.dataset is not None:
                 self.datasets.exists(tenant, parsed.dataset)  # NotFound: the tenant has no such dataset
             host = self.host(session, tenant, model, numerics)
-            self.fits(kind, parsed, session, tenant, host)
-            return host
+            return Admission(host, self.fits(kind, parsed, session, tenant, host))
 
         return self.dispatcher.submit(kind, tenant, spec, session, priority, open_session, admit=admit)
 
@@ -113,24 +112,26 @@ class Services:
                 or model_name(self.cards.require().config.name))
         return hosts.choose(name, numerics)
 
-    def fits(self, kind: str, spec: BaseModel, session: str | None, tenant: str, host: Host | None = None) -> None:
-        """BadInput when the job cannot fit the session's context or names a token id the model
-        has not; NotFound for another tenant's session; NoModel where no worker has published
-        its model (its vocabulary and context are not known).  host: the model it runs on
-        (None: the current card's)."""
+    def fits(self, kind: str, spec: BaseModel, session: str | None, tenant: str, host: Host | None = None) -> int:
+        """The positions the job appends to its session at most (kept with it: the next job's
+        check adds it up rather than planning it again).  BadInput when the job cannot fit the
+        session's context or names a token id the model has not; NotFound for another tenant's
+        session; NoModel where no worker has published its model (its vocabulary and context
+        are not known).  host: the model it runs on (None: the current card's)."""
         card = self.cards.of(host.fingerprint) if host is not None else None
         card = card if card is not None else self.cards.require()
         check_ids(spec, card.config)
         used = 0
         if session is not None:  # what it holds, and what the jobs queued or running on it will add
-            ahead = self.jobs.unfinished_jobs(session)
-            used = self.records.length(session, tenant, except_jobs={j.id for j in ahead})
-            for j in ahead:
+            ahead = self.jobs.planned(session)
+            used = self.records.length(session, tenant, except_jobs={j for j, _ in ahead})
+            used += sum(n for _, n in ahead if n is not None)
+            for j in self.jobs.specs([j for j, n in ahead if n is None]):  # not planned at their submission
                 try:
                     used += positions(j.kind, check_spec(j.kind, j.spec, session), card.tokenizer, card.profile)
                 except BadInput:
                     pass  # a stored spec that no longer checks: its job fails without writing
-        check_fits(kind, spec, card.tokenizer, used, card.config.max_seq_len, card.profile)
+        return check_fits(kind, spec, card.tokenizer, used, card.config.max_seq_len, card.profile)
 
     def tokenizer(self, fingerprint: str = "") -> Tokenizer | None:
         """The tokenizer of the model a session was bound to (its fingerprint; "": none yet),

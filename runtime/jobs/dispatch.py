@@ -1,7 +1,7 @@
 """Submitting, routing, cancelling and reaping jobs: what the API (and tests, benchmarks) call.
 
-    submit: check the spec (once: parsed here, the caller's `admit` gets the parsed model)
-            -> take a rate-limit token -> SQL job row (queued) -> status event
+    submit: check the spec (once: parsed here) -> take a rate-limit token -> the caller's costly
+            checks (`admit` gets the parsed model) -> SQL job row (queued) -> status event
             -> send the job id to its queue (unless an earlier job of its session is unfinished:
                the one finishing sends it, so a session's jobs run in submission order)
     reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from pydantic import BaseModel
@@ -34,9 +34,20 @@ from runtime.keys import Keys
 from runtime.tables import TERMINAL, JobRecord
 
 Send = Callable[[str, str, str], None]  # (job id, queue, priority)
-#: the parsed spec -> raises where the caller refuses it (the API: context, hosts), else the
-#: model and numerics it binds the job's session to (None: as submit's `host`)
-Admit = Callable[[BaseModel], Host | None]
+
+
+class Admission(NamedTuple):
+    """What the caller's admit found: the model and numerics the job binds its session to (None:
+    as submit's `host`), and the positions the job appends to its session at most (None: not
+    planned), kept with the job."""
+
+    host: Host | None = None
+    positions: int | None = None
+
+
+#: the parsed spec -> raises where the caller refuses it (the API: context, hosts), else what it
+#: admitted (None: nothing to add)
+Admit = Callable[[BaseModel], Admission | None]
 log = logging.getLogger("setflow.dispatch")
 
 
@@ -67,21 +78,21 @@ class Dispatcher:
         """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
         written the job is accepted: a failed send is left to the reaper (next pass).
         open_session: a job submitted without a session runs on a new one (Jobs.create).
-        admit: the caller's own check of the parsed spec, after the spec's and before the
-        session's and the rate limit's (the API's: does it fit the model's context?).
+        admit: the caller's own check of the parsed spec, after the spec's, the session's and
+        the rate limit's token (the API's: does it fit the model's context?  Costly checks come
+        after the token: a request they refuse has paid for them).
         host: binds a session bound to no model yet (a new one) to that model and numerics
         (Jobs.create); the job then goes only to workers that host them."""
         opens = session is None and open_session
         parsed = check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
         check_size(spec, self.s.max_input_tokens)
-        if admit is not None:
-            host = admit(parsed) or host
         if session is not None:
-            self.jobs.check_session(session, tenant)
+            self.jobs.check_session(session, tenant)  # a look-up by key: a 404 takes no token
         self.limiter.take(tenant)
+        admitted = (admit(parsed) if admit is not None else None) or Admission()
         job, _ = self.jobs.create(kind, tenant, resolved(parsed, spec), session, priority, open_session=opens,
-                                  host=host)  # queued, not sent; its params whole
+                                  host=admitted.host or host, positions=admitted.positions)  # queued, not sent
         self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
         self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)

@@ -158,10 +158,12 @@ def check_ids(spec: object, cfg: ModelConfig) -> None:
 
 
 def check_fits(kind: str, spec: object, tok: Tokenizer, used: int, max_seq_len: int,
-               profile: Profile = DEFAULT) -> None:
-    """BadInput when the job cannot fit: `used` positions of the session are taken already."""
+               profile: Profile = DEFAULT) -> int:
+    """The positions the job needs (positions()); BadInput when it cannot fit: `used` positions
+    of the session are taken already."""
     need = positions(kind, spec, tok, profile)
     if used + need > max_seq_len:
         raise BadInput(f"context_overflow: this {kind} needs up to {need} positions and the session has "
                        f"{max_seq_len - used} of {max_seq_len} left (fewer sections, shorter inputs or a smaller "
                        f"max_new_tokens, or a new session)")
+    return need

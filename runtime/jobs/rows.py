@@ -78,7 +78,7 @@ class Jobs:
 
     def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
                priority: str = "interactive", queue: str = "", open_session: bool = False,
-               host: Host | None = None) -> tuple[JobRecord, bool]:
+               host: Host | None = None, positions: int | None = None) -> tuple[JobRecord, bool]:
         """A queued job, and whether it is blocked (an earlier job of its session is
         unfinished: that one's end sends it).  A session's jobs get consecutive seq numbers in
         submission order.  queue: where it is about to be sent, recorded as sent now unless it
@@ -86,10 +86,11 @@ class Jobs:
         open_session (with session None): the job runs on a new session, written in the same
         transaction (a refused job leaves no session behind).  host: what the session is bound
         to where it is bound to no model yet (its model, numerics and weights); the job carries
-        its session's pool, and only workers of that pool run it.  OverBudget where the
-        tenant's turns fill its SQL quota already, or a new session would pass it
-        (runtime/sessions/quota.py); the session used is touched (its retention counts from its
-        last use)."""
+        its session's pool, and only workers of that pool run it.  positions: what the job
+        appends to its session at most, as the API planned it (kept: the next submission's
+        plan adds it up).  OverBudget where the tenant's turns fill its SQL quota already, or a
+        new session would pass it (runtime/sessions/quota.py); the session used is touched
+        (its retention counts from its last use)."""
         self.check(tenant, priority)
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
@@ -125,7 +126,7 @@ class Jobs:
                                     priority=priority, pool=pool, spec=spec, status="queued", attempts=0,
                                     lease_until=0.0,
                                     queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0, step=0,
-                                    progress={}, cancel_requested=False)
+                                    positions=positions, progress={}, cancel_requested=False)
                     db.add(job)
                 return job, blocked
             except IntegrityError:
@@ -160,6 +161,20 @@ class Jobs:
         with self._db() as db:
             return list(db.scalars(select(JobRecord).where(
                 JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).order_by(JobRecord.seq)))
+
+    def planned(self, session: str) -> list[tuple[str, int | None]]:
+        """(id, positions) of the session's jobs not yet finished: what they append to it at
+        most, as planned at their submission (None: not planned then)."""
+        with self._db() as db:
+            return [(i, n) for i, n in db.execute(select(JobRecord.id, JobRecord.positions).where(
+                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)))]
+
+    def specs(self, job_ids: list[str]) -> list[JobRecord]:
+        """The jobs (their specs) by id."""
+        if not job_ids:
+            return []
+        with self._db() as db:
+            return list(db.scalars(select(JobRecord).where(JobRecord.id.in_(job_ids))))
 
     def counts(self) -> dict[tuple[str, str], int]:
         """(kind, status) -> jobs, over every tenant (the metrics)."""

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -228,10 +228,13 @@ class Records:
         """Positions the session holds: its next turn starts here (every position below it is
         in exactly one turn's ledger; a stop's cut drops the positions past it).  except_jobs:
         not counting the turns those jobs wrote (a job's plan counts them already)."""
+        q = select(func.coalesce(func.sum(func.json_array_length(TurnRecord.ledger)), 0)).where(
+            TurnRecord.session_id == session_id)  # counted in SQL: no ledger read into Python
+        if except_jobs:
+            q = q.where(or_(TurnRecord.job_id.is_(None), TurnRecord.job_id.not_in(list(except_jobs))))
         with self._sessions() as db:
             _owned(db, session_id, tenant)
-            rows = db.execute(select(TurnRecord.ledger, TurnRecord.job_id).where(TurnRecord.session_id == session_id))
-            return sum(len(ledger) for ledger, job in rows if job is None or job not in except_jobs)
+            return int(db.scalar(q) or 0)
 
     def ledger(self, session_id: str, tenant: str) -> list[tuple[int, int]]:
         """The session's whole commit-order ledger: what a recompute prefills, in order."""

@@ -1,5 +1,5 @@
 """what a tenant holds in SQL (its sessions, its turns' bytes: its quotas' counts), each turn's
-bytes, and the index the retention of idle sessions scans
+bytes, each job's planned positions, and the index the retention of idle sessions scans
 
 Revision ID: 0009
 Revises: 0008
@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("turn_bytes", sa.BigInteger, nullable=False),
     )
     op.add_column("turns", sa.Column("bytes", sa.Integer, nullable=False, server_default="0"))
+    op.add_column("jobs", sa.Column("positions", sa.Integer, nullable=True))  # None: planned when needed
     op.create_index("ix_session_updated", "sessions", ["updated_at"])
     # the turns written before: their stored sizes, as the database measures them (a close
     # estimate of runtime/sessions/quota.py turn_bytes); a tenant's count is their sum, so that a
@@ -39,5 +40,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_session_updated", "sessions")
+    op.drop_column("jobs", "positions")
     op.drop_column("turns", "bytes")
     op.drop_table("tenant_usage")

@@ -1,10 +1,18 @@
 """A job that cannot fit the model's context (what the session holds plus what the job appends)
-is a 422 at submission, before any state changes: not a job that fails at its fourth section."""
+is a 422 at submission, before any state changes: not a job that fails at its fourth section.
+The check is costly: it comes after the rate-limit token, and adds up the plans kept with the
+jobs ahead on the session rather than planning each of them again."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
+import pytest
+
+from runtime.api import services
+from runtime.jobs import plans
 from tests.runtime.api.conftest import ACME, REPORT, Api, shipped_card
 
 REGIONS = ("EMEA", "APAC", "AMER", "LATAM", "Nordics", "DACH", "Benelux", "Iberia", "UK", "France", "Italy", "Japan")
@@ -37,7 +45,7 @@ def test_a_report_that_cannot_fit_is_refused_before_it_runs(api: Api) -> None:
     assert r.status_code == 422 and r.json()["error"]["code"] == "bad_input"
     assert "context_overflow" in r.json()["error"]["message"] and f"of {L} left" in r.json()["error"]["message"]
     assert "needs up to 2258 positions" in r.json()["error"]["message"]  # five: 425 more than four
-    assert api.snapshot(rate_limits=True) == before  # no job, no session, no token
+    assert api.snapshot(rate_limits=True) == before  # no job, no session (its token taken: the test below)
 
 
 def test_a_turn_counts_what_its_session_holds_already(api: Api) -> None:
@@ -55,3 +63,39 @@ def test_jobs_queued_on_the_session_count_too(api: Api) -> None:
     half = {"text": "revenue: up\n", "params": {"max_new_tokens": (L - api.svc.records.length(sid, "acme")) // 2}}
     assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=half).status_code == 202  # queued
     assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=half).status_code == 422  # it would not fit
+
+
+def test_a_refused_costly_submission_has_paid_its_token(make_api: Callable[..., Api]) -> None:
+    api = make_api(tenant_rate_per_s=0.001, tenant_burst=3)
+    for _ in range(3):
+        r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(5, 400, long=True)})
+        assert r.status_code == 422 and "context_overflow" in r.text
+    r = api.http.post("/v1/jobs", headers=ACME, json={"kind": "report", "spec": _report(1, 400)})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
+
+
+def test_a_submission_adds_up_the_plans_kept_with_the_jobs_ahead(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = api.seed_session("acme", turns=1)
+    turn = {"text": "revenue: up\n", "params": {"max_new_tokens": 16}}
+    planned: list[str] = []
+
+    def counting(kind: str, spec: Any, *args: Any) -> int:
+        planned.append(kind)
+        return real(kind, spec, *args)
+
+    real = plans.positions
+    monkeypatch.setattr(plans, "positions", counting)
+    monkeypatch.setattr(services, "positions", counting)
+    for _ in range(5):
+        assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=turn).status_code == 202
+    assert len(planned) == 5, "each job planned once, at its submission"
+    kept = [n for _, n in api.svc.jobs.planned(sid)]
+    assert kept == [kept[0]] * 5 and kept[0] > 16
+    api.svc.dispatcher.submit("turn", "acme", turn, sid)  # not through the API: no plan kept with it
+    planned.clear()
+    assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=turn).status_code == 202
+    assert planned == ["turn", "turn"], "the new job's plan, and the one job ahead that had none"
+    left = L - api.svc.records.length(sid, "acme") - 7 * kept[0]
+    too_long = {"text": "revenue: up\n", "params": {"max_new_tokens": left - kept[0] + 16 + 1}}
+    r = api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=too_long)
+    assert r.status_code == 422 and f"has {left} of {L} left" in r.json()["error"]["message"]

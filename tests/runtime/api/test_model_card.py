@@ -14,7 +14,7 @@ from tests.runtime.api.conftest import ACME, NARRATIVE, TURN, Api, shipped_card
 def test_no_card_no_submission_then_a_card_and_it_is_accepted(make_api: Callable[..., Api]) -> None:
     api = make_api(card=False)
     sid = api.seed_session("acme", turns=1)
-    before = api.snapshot(rate_limits=True)
+    before = api.snapshot()
     for path, body in ((f"/v1/sessions/{sid}/turns", TURN), ("/v1/jobs", {"kind": "narrative", "spec": NARRATIVE})):
         r = api.http.post(path, headers=ACME, json=body)
         assert r.status_code == 503, r.text
@@ -22,7 +22,7 @@ def test_no_card_no_submission_then_a_card_and_it_is_accepted(make_api: Callable
         assert err["code"] == "no_model" and "start a worker" in err["message"] and int(r.headers["retry-after"]) >= 1
     bad = api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json={"text": "hi", "params": {"window": 0}})
     assert bad.status_code == 422  # a bad spec is refused as such, model or not
-    assert api.snapshot(rate_limits=True) == before  # no job, no session, no token
+    assert api.snapshot() == before  # no job, no session (a token paid: checked after the rate limit)
     page = api.http.get(f"/v1/sessions/{sid}", headers=ACME)
     assert page.status_code == 200 and page.json()["turns"][0]["input"] == "Question 0?"
     assert page.json()["turns"][0]["output"] == ""  # no tokenizer yet

@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from runtime.db import make_engine
 from runtime.errors import BadInput, NotFound, RateLimited
-from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.dispatch import Admission, Dispatcher
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing, consumed_by
 from runtime.jobs.rows import Jobs
@@ -194,12 +194,16 @@ def test_admit_gets_the_parsed_spec_once_and_its_refusal_writes_nothing(env: tup
     with pytest.raises(BadInput):
         d.submit("turn", "acme", SPEC, sid, admit=refuse)
     assert len(seen) == 1 and isinstance(seen[0], TurnSpec) and seen[0].params.max_new_tokens == 8
-    assert sent == [] and d.jobs.next_queued(sid) is None and not client.exists(d.k.bucket("acme"))
+    assert sent == [] and d.jobs.next_queued(sid) is None
+    # the caller's checks are the costly ones: they run after the token, so a refused request has paid
+    assert float(client.hget(d.k.bucket("acme"), "tokens") or 0) <= d.s.tenant_burst - 1
     with pytest.raises(BadInput):
         d.submit("turn", "acme", {"text": "a", "extra": 1}, sid, admit=refuse)  # a bad spec never reaches it
     assert len(seen) == 1
     job = d.submit("turn", "acme", SPEC, sid, admit=seen.append)
     assert len(seen) == 2 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
+    planned = d.submit("turn", "acme", SPEC, sid, admit=lambda spec: Admission(positions=42))
+    assert sorted(d.jobs.planned(sid), key=str) == sorted([(job.id, None), (planned.id, 42)], key=str)  # kept with it
 
 
 def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starves_it(
