@@ -66,11 +66,13 @@ def _crc(head: bytes | memoryview, payload: bytes | memoryview) -> int:
     return zlib.crc32(payload, zlib.crc32(head))
 
 
-def decode(blob: bytes, fingerprint: str | None = None) -> tuple[SegmentMeta, memoryview]:
-    """-> (meta, payload view).  Raises CorruptState on any damage or mismatch."""
-    if len(blob) < HEADER.size:
-        raise CorruptState(f"segment of {len(blob)} bytes is shorter than its header ({HEADER.size})")
-    magic, version, code, fp, n_layers, n_kv, head_dim, start, end, crc = HEADER.unpack_from(blob)
+def header(head: bytes, fingerprint: str | None = None) -> SegmentMeta:
+    """The meta of a segment from its first HEADER.size bytes (what a fork reads of the segments
+    it shares: GETRANGE, not the K/V).  Raises CorruptState on a bad header or a mismatch; the
+    length and checksum are decode()'s, which has the whole segment."""
+    if len(head) < HEADER.size:
+        raise CorruptState(f"segment of {len(head)} bytes is shorter than its header ({HEADER.size})")
+    magic, version, code, fp, n_layers, n_kv, head_dim, start, end, _ = HEADER.unpack_from(head)
     if magic != MAGIC:
         raise CorruptState(f"bad segment magic {magic!r}")
     if version != VERSION:
@@ -81,8 +83,17 @@ def decode(blob: bytes, fingerprint: str | None = None) -> tuple[SegmentMeta, me
                        n_layers, n_kv, head_dim, start, end)
     if fingerprint is not None and meta.fingerprint != fingerprint:
         raise CorruptState(f"segment of model {meta.fingerprint}, expected {fingerprint}")
+    if start >= end:
+        raise CorruptState(f"segment of slots [{start}, {end})")
+    return meta
+
+
+def decode(blob: bytes, fingerprint: str | None = None) -> tuple[SegmentMeta, memoryview]:
+    """-> (meta, payload view).  Raises CorruptState on any damage or mismatch."""
+    meta = header(blob, fingerprint)
+    start, end, crc = meta.start, meta.end, HEADER.unpack_from(blob)[-1]
     payload = memoryview(blob)[HEADER.size:]
-    if start >= end or len(payload) != (end - start) * meta.slot_bytes:
+    if len(payload) != (end - start) * meta.slot_bytes:
         raise CorruptState(f"segment length {len(payload)} does not match slots [{start}, {end})")
     if _crc(memoryview(blob)[:HEADER.size - 4], payload) != crc:
         raise CorruptState(f"segment checksum mismatch for slots [{start}, {end})")

@@ -30,7 +30,9 @@ by runtime/jobs/events.py in a hash of its own): a tenant whose streams are larg
 sessions evicted sooner.
 
 Redis Cluster: every script touches one session's keys, which share its hash tag (one slot,
-runtime/keys.py); a fork there copies its parent's segments instead of sharing them.  The
+runtime/keys.py); a fork there copies its parent's segments instead of sharing them (through
+the forking process, COPY_BATCH at a time: Redis copies no key across slots).  On one server a
+fork reads its parent's segment headers and the one segment its slot cuts, never its whole K/V.  The
 tenant's account and LRU order lie elsewhere, so they move by single-key commands right after
 each script (the account read just before the commit script, which checks the budget against
 it).  What that allows, on one server as on a cluster:
@@ -192,6 +194,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 SWEEP_BATCH = 100  #: sessions one sweep() call looks at, per kind (pending writes, expired manifests)
+COPY_BATCH = 8  #: segments a fork on a Redis Cluster copies at a time (at most 8 x segment_bytes in memory)
 EXPIRE_AT = 0.9  #: sweep() lets a session go once idle this share of session_ttl_s (its TTL is the backstop)
 
 
@@ -454,30 +457,47 @@ class SessionStore:
         """A new session sharing the parent's K/V of slots [0, slot): the segments below slot are
         shared (copy on write: segments are immutable; each counts the manifests that name it),
         the one that slot cuts is re-written with its first part only.  `lease` is the child's;
-        `state` its manifest's state (what a restore reads; default empty: nothing to restore)."""
+        `state` its manifest's state (what a restore reads; default empty: nothing to restore).
+        What this process reads of the parent: its segments' headers (heads()) and the one
+        segment the slot cuts (at most segment_bytes), never its whole K/V.  On a Redis Cluster
+        the segments below slot are copied into the child's slot instead (a script touches one
+        slot), COPY_BATCH of them at a time."""
         if not 0 < slot <= parent.slots:
             raise BadInput(f"fork slot {slot} outside (0, {parent.slots}]")
-        shared: list[str] = []
-        copies: list[bytes] = []  # written under the child: the one the slot cuts (and on a cluster all)
-        for sid, blob in zip(parent.segments, self.get_segments(parent.segments)):
-            meta, payload = segments.decode(blob, parent.fingerprint)
+        below: list[str] = []  # the segments wholly below slot
+        cut: str | None = None  # the one slot cuts
+        for sid, meta in zip(parent.segments, self.heads(parent.segments, parent.fingerprint)):
             if meta.end <= slot:
-                # on a Redis Cluster a script touches one slot: the child gets copies in its own
-                # (its account counts them as copies either way)
-                if self.cluster:
-                    copies.append(blob)
-                else:
-                    shared.append(sid)
+                below.append(sid)
                 continue
             if meta.start < slot:
-                cut = meta.with_slots(meta.start, slot)
-                copies.append(segments.encode(cut, payload[:(slot - meta.start) * meta.slot_bytes]))
+                cut = sid
             break
-        ids = shared + self.put_segments(child, parent.tenant, copies)
+        ids = [] if self.cluster else list(below)
+        if self.cluster:  # copies in the child's slot (its account counts them as copies either way)
+            for i in range(0, len(below), COPY_BATCH):
+                ids += self.put_segments(child, parent.tenant, self.get_segments(below[i:i + COPY_BATCH]))
+        if cut is not None:
+            meta, payload = segments.decode(self.get_segments([cut])[0], parent.fingerprint)
+            first = segments.encode(meta.with_slots(meta.start, slot), payload[:(slot - meta.start) * meta.slot_bytes])
+            ids += self.put_segments(child, parent.tenant, [first])
         # the parent is not evicted to make room: it holds the shared segments (which the child's
         # account counts again: forks are budgeted as copies)
         return self.commit(Manifest(child, parent.tenant, parent.fingerprint, segments=ids, slots=slot,
                                     state=dict(state or {})), lease, keep=frozenset({parent.session}))
+
+    def heads(self, ids: list[str], fingerprint: str | None = None) -> list[segments.SegmentMeta]:
+        """The segments' headers (GETRANGE of their first bytes, one pipeline): the slots each
+        holds, without reading its K/V.  CorruptState for a missing or damaged one."""
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.getrange(self.k.segment(i), 0, segments.HEADER.size - 1)
+        out = []
+        for i, head in zip(ids, pipe.execute()):
+            if not head:
+                raise CorruptState(f"segment {i} is missing")
+            out.append(segments.header(head, fingerprint))
+        return out
 
     def drop(self, session: str, tenant: str, lease: Lease | None = None) -> int:
         """Delete a session's Redis state for good (the session itself is deleted): its manifest,

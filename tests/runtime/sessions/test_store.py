@@ -4,12 +4,15 @@ lease.  Every refusal leaves the stored state as it was."""
 from __future__ import annotations
 
 import json
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 import redis
 
+from runtime.embedded import EmbeddedRedis
 from runtime.errors import BadInput, Busy, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.keys import owner
 from runtime.sessions.segments import SegmentMeta, decode, split
@@ -346,3 +349,28 @@ def test_segments_written_before_counts_are_left_to_their_ttl_and_accounts_never
     assert store.drop("old", "acme") == 0, "a segment nobody counted may be a fork's: not deleted"
     assert all(client.exists(store.k.segment(i)) and client.pttl(store.k.segment(i)) > 0 for i in m.segments)
     assert store.tenant_bytes().get("acme", 0) == 0
+
+
+def test_a_fork_reads_its_parents_headers_and_the_segment_it_cuts_never_its_whole_kv() -> None:
+    """Issue 31: a fork (POST /v1/sessions/{id}/fork, in the API process) read every segment of its
+    parent (up to 256 MiB for an imported Qwen3).  Now it reads their headers (GETRANGE) and at
+    most the one segment its slot cuts: measured as the bytes the server sent (a server of its own)."""
+    with tempfile.TemporaryDirectory(prefix="sfr") as d, EmbeddedRedis(d) as server:
+        r = redis.Redis.from_url(server.url)
+        store = SessionStore(r, Settings(key_prefix="sf", segment_bytes=64 * 1024))
+        parent = _session(store, "parent", 600)  # 1.2 MB of K/V in 20 segments
+        ends = [m.end for m in store.heads(parent.segments, FP)]
+        assert len(ends) == 20 and ends[-1] == 600
+
+        def sent(fork: Callable[[], Manifest]) -> tuple[Manifest, int]:
+            before = int(r.info("stats")["total_net_output_bytes"])
+            m = fork()
+            return m, int(r.info("stats")["total_net_output_bytes"]) - before
+
+        edge, at_edge = sent(lambda: store.fork(parent, "edge", ends[-2], store.acquire("edge")))
+        mid, in_mid = sent(lambda: store.fork(parent, "mid", ends[-2] + 5, store.acquire("mid")))
+        assert at_edge < 8 * 1024, "headers and replies only"
+        assert in_mid < store.s.segment_bytes + 8 * 1024, "and the one segment the slot cuts"
+        assert edge.segments == parent.segments[:-1] and mid.segments[:-1] == parent.segments[:-1]
+        assert _kv_of(store, mid) == _kv_of(store, parent)[:(ends[-2] + 5) * META.slot_bytes]
+        r.close()
