@@ -26,6 +26,7 @@ On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix
     {p}:evbytes:{tenant} hash  job -> bytes of its stream (MEMORY USAGE), `*` -> their sum: in the
                                tenant's budget beside its KV bytes (runtime/jobs/events.py)
     {p}:events_due      zset   [tenant, job] -> when its stream expires (ms): what the sweep visits
+    {p}:events_done     zset   [tenant, job] -> when its ended stream is compacted (ms): what the reaper visits
     {p}:event_tenants   set    the tenants that have had a stream (for /metrics)
     {p}:cancel:{job}    string present when the job is to stop (checked every step)
     {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
@@ -104,6 +105,10 @@ class Keys:
     @property
     def events_due(self) -> str:
         return f"{self.prefix}:events_due"
+
+    @property
+    def events_done(self) -> str:
+        return f"{self.prefix}:events_done"
 
     @property
     def event_tenants(self) -> str:

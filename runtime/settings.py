@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     response_wait_s: float = Field(default=600.0, gt=0)  #: POST /v1/responses waits this long for a response (not background)
     events_maxlen: int = 10_000  #: step events kept per job (the stream is trimmed beyond)
     events_ttl_s: int = 24 * 3600  #: a job's event stream expires this long after its last event
+    #: a tenant's job event streams, in bytes (as counted after each write), at most: a submission
+    #: past it is refused (429 rate_limited, naming it) until streams end, are compacted or expire
+    tenant_max_event_bytes: int = Field(default=256 * MiB, ge=1)
+    #: a finished job's stream keeps its status events (and last progress) only, this long after
+    #: it ended (the reaper compacts it; a watcher a little behind still reads every step first).
+    #: A response's stream is kept whole (runtime/jobs/events.py)
+    events_compact_after_s: float = Field(default=60.0, ge=0)
     tenant_rate_per_s: float = 50.0  #: submissions per second per tenant (token bucket refill)
     tenant_burst: int = 100  #: submissions a tenant may make at once (bucket size)
     #: jobs one tenant may have unfinished (queued or running) at once: 429 beyond (concurrent
@@ -126,6 +133,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1 * MiB  #: a request body's largest size (413 beyond)
     tenant_max_datasets: int = Field(default=100, ge=1)  #: a tenant's own datasets, at most (409 beyond)
     max_streams_per_tenant: int = 16  #: event streams one tenant may hold open per API process (429 beyond)
+    #: event streams all tenants together may hold open per API process (429 beyond): each holds
+    #: an async Redis connection
+    max_streams: int = Field(default=1000, ge=1)
     metrics_token: str | None = None  #: /metrics needs `Authorization: Bearer <it>` (it names tenants)
     metrics_public: bool = False  #: /metrics without a token: only where the network is private
     api_url: str = "http://127.0.0.1:8000"  #: where `setflow submit` finds the API

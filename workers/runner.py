@@ -23,6 +23,7 @@ Outcomes of a delivery:
     place); its client's outputs queue it again (Dispatcher.answer)
 The job's outcome is written to SQL (retried while the database is away); the events and the
 sending of the session's next job after it are best effort (the reaper sends that job anyway).
+An ended job's stream is due for compaction (JobEvents.ended: the reaper keeps its final events).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def run(rt: Runtime, job_id: str) -> str:
         if claim.reason == "gave up":
             _quietly(lambda: events.publish(claim.job.tenant, job_id,
                                             {"type": "status", "status": "failed", "error": claim.job.error}))
+            _quietly(lambda: events.ended(claim.job.tenant, job_id, claim.job.kind))
             _quietly(lambda: rt.dispatcher.dispatch_next(claim.job.session_id))
         return claim.reason
     job, owner, session = claim.job, claim.owner, claim.job.session_id
@@ -120,6 +122,7 @@ def run(rt: Runtime, job_id: str) -> str:
     # the outcome is durable; the rest helps watchers and the session's next job (the reaper
     # sends that one anyway if this fails)
     _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": final, "error": error}))
+    _quietly(lambda: events.ended(job.tenant, job_id, job.kind))
     _quietly(lambda: rt.dispatcher.dispatch_next(session))
     return final
 

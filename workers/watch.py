@@ -66,7 +66,8 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
     sessions' overdue pending writes and expired manifests (SessionStore.sweep), and the event
     streams gone from their tenants' accounts (JobEvents.sweep).
     Failures are logged, never fatal: Redis or the database away, the next pass tries again.
-    Returns what the pass did ({} when another worker holds the lock)."""
+    Returns what the pass did ({} when another worker holds the lock).  A pass this worker
+    took also compacts the ended jobs' streams that are due (JobEvents.compact_due)."""
     done: dict[str, int] = {}
     try:
         done = dispatcher.reap()
@@ -79,6 +80,11 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
             done["sessions_deleted"] = retention.prune(store, Records(dispatcher.jobs.engine), store.s.session_retention_s)
         except Exception:  # noqa: BLE001 - the same: they wait for the next pass
             log.warning("session retention failed", exc_info=True)
+    if done:  # ended jobs' streams down to their final events (JobEvents.compact_due)
+        try:
+            done.update(dispatcher.events.compact_due())
+        except Exception:  # noqa: BLE001 - Redis away: they wait for the next pass
+            log.warning("event stream compaction failed", exc_info=True)
     if done and collect:
         try:
             done.update(store.sweep())

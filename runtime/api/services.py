@@ -80,6 +80,16 @@ class Services:
         """At the app's shutdown."""
         self.close()
 
+    def streams_full(self, tenant: str) -> str | None:
+        """Why one more event stream cannot open in this process for the tenant: it holds
+        max_streams_per_tenant, or all tenants together hold max_streams; None when it can."""
+        s = self.settings
+        if self.streams.get(tenant, 0) >= s.max_streams_per_tenant:
+            return f"tenant {tenant!r} holds {s.max_streams_per_tenant} event streams open already"
+        if sum(self.streams.values()) >= s.max_streams:
+            return f"this API process holds {s.max_streams} event streams open already (max_streams)"
+        return None
+
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None, priority: str,
                open_session: bool = False, model: str | None = None, numerics: str | None = None) -> JobRecord:
         """Dispatcher.submit with the API's own checks of the parsed spec: which model runs it

@@ -1,7 +1,8 @@
 """Submitting, routing, cancelling and reaping jobs: what the API (and tests, benchmarks) call.
 
-    submit: check the spec (once: parsed here) -> take a rate-limit token -> the caller's costly
-            checks (`admit` gets the parsed model) -> SQL job row (queued) -> status event
+    submit: check the spec (once: parsed here) -> take a rate-limit token -> the tenant's event
+            quota -> the caller's costly checks (`admit` gets the parsed model) -> SQL job row (queued)
+            -> status event
             -> send the job id to its queue (unless an earlier job of its session is unfinished:
                the one finishing sends it, so a session's jobs run in submission order)
     reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
@@ -90,6 +91,7 @@ class Dispatcher:
         if session is not None:
             self.jobs.check_session(session, tenant)  # a look-up by key: a 404 takes no token
         self.limiter.take(tenant)
+        self.events.check_quota(tenant)  # its streams at tenant_max_event_bytes: refused, nothing written
         admitted = (admit(parsed) if admit is not None else None) or Admission()
         job, _ = self.jobs.create(kind, tenant, resolved(parsed, spec), session, priority, open_session=opens,
                                   host=admitted.host or host, positions=admitted.positions)  # queued, not sent
@@ -177,8 +179,11 @@ class Dispatcher:
         return self.jobs.get(job.id)
 
     def _event(self, job: JobRecord, event: dict[str, Any]) -> None:
+        """Publish (best effort); a status that ends the job makes its stream due for compaction."""
         try:
             self.events.publish(job.tenant, job.id, event)
+            if event.get("type") == "status" and event.get("status") in TERMINAL:
+                self.events.ended(job.tenant, job.id, job.kind)
         except redis.RedisError:
             log.warning("job %s: event not published: %s", job.id, event)
 

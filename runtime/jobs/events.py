@@ -24,6 +24,20 @@ finds it gone is counted again by its next write (the size is set, not added).
 Cancellation is a flag `{p}:cancel:{job}` (read when a job starts) and a message published on a
 channel of the same name (heard by the worker running the job).
 Task messages that name no job go to a dead-letter stream, with the reason.
+
+Ceilings.  A tenant whose streams hold tenant_max_event_bytes (as counted) has its submissions
+refused (check_quota: 429 rate_limited, naming the quota), before anything is written; it may
+pass the quota by what its running jobs' streams grow meanwhile (each at most events_maxlen
+entries).  A job that has ended (ended()) is due, events_compact_after_s later, for compaction
+by the reaper (compact_due): its stream keeps its status events, cancel_requested and its last
+progress; its step events go, by XDEL, which keeps the other entries' ids (a client's
+Last-Event-ID still finds its place) and allocates nothing (it works at maxmemory too).  The
+wait lets a watcher a little behind read every step first.  EXCEPT a response's stream (kind
+"response"): GET /v1/responses/{id}?stream=true&starting_after=N replays it from its start
+through runtime/api/responses.Translator, numbering the events it derives as it goes, so a
+compacted stream would renumber them; it is kept whole, bounded by the quota and its TTL.
+A deleted session's jobs' streams go in bounded batches (drop(): DROP_BATCH keys per DEL, one
+script call per DROP_BATCH jobs).
 """
 
 from __future__ import annotations
@@ -35,12 +49,17 @@ from typing import Any
 
 import redis
 
+from runtime.errors import RateLimited
 from runtime.keys import Keys
 from runtime.settings import Settings
 
 FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
 SWEEP_BATCH = 1000  # streams looked at per round of a sweep
 SWEEP_S = 2.0  # a sweep's rounds go on this long at most (the reaper's pass)
+DROP_BATCH = 500  # keys per DEL, jobs per script call, when a session's jobs' streams go
+PAGE = 1000  # entries read per XRANGE while a stream is compacted
+RESPONSE = "response"  # the job kind whose stream is never compacted (see the module's note)
+FINAL = ("status", "cancel_requested")  # what compaction keeps (with the last progress event)
 log = logging.getLogger("setflow.events")
 
 # KEYS[1] the tenant's hash; ARGV: job, its stream's bytes now (0: gone), the hash's TTL in ms.
@@ -52,6 +71,20 @@ if new > 0 then redis.call('HSET', KEYS[1], ARGV[1], new) else redis.call('HDEL'
 local total = redis.call('HINCRBY', KEYS[1], '*', new - old)
 if total <= 0 and redis.call('HLEN', KEYS[1]) <= 1 then redis.call('DEL', KEYS[1]) return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return total
+"""
+# KEYS[1] the tenant's hash; ARGV: the hash's TTL in ms, then jobs whose streams are gone.  Their
+# fields go and `*` moves by their sum (moved first: refused at maxmemory, nothing changes);
+# returns the tenant's event bytes.
+_FORGET = """
+local held = redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+local gone = 0
+for _, v in ipairs(held) do if v then gone = gone + tonumber(v) end end
+if gone == 0 then return tonumber(redis.call('HGET', KEYS[1], '*') or '0') end
+local total = redis.call('HINCRBY', KEYS[1], '*', -gone)
+redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
+if total <= 0 and redis.call('HLEN', KEYS[1]) <= 1 then redis.call('DEL', KEYS[1]) return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return total
 """
 # KEYS[1] events_due; ARGV: a member, the score it was read with.  Removes it if no write has
@@ -69,6 +102,7 @@ class JobEvents:
         self.k = Keys(settings.key_prefix)
         self._set = client.register_script(_SET)
         self._take = client.register_script(_TAKE)
+        self._forget = client.register_script(_FORGET)
         # job -> (bytes last set, when, when last put in events_due) (monotonic s): what this
         # process counted, so that a running job's flushes (every FLUSH_S) cost one round trip
         self._seen: dict[str, tuple[int, float, float]] = {}
@@ -128,12 +162,93 @@ class JobEvents:
         self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, int((self.s.events_ttl_s + 60) * 1000)])
 
     def forget(self, tenant: str, jobs: list[str]) -> None:
-        """The jobs' streams are deleted (their session was): out of the tenant's account now."""
-        for job in jobs:
-            self._set_bytes(tenant, job, 0)
-            self._seen.pop(job, None)
-        if jobs:
-            self.r.zrem(self.k.events_due, *(json.dumps([tenant, j]) for j in jobs))
+        """The jobs' streams are deleted (their session was): out of the tenant's account now,
+        one script call and one ZREM per DROP_BATCH jobs."""
+        ttl_ms = int((self.s.events_ttl_s + 60) * 1000)
+        for i in range(0, len(jobs), DROP_BATCH):
+            part = jobs[i:i + DROP_BATCH]
+            self._forget(keys=[self.k.event_bytes(tenant)], args=[ttl_ms, *part])
+            members = [json.dumps([tenant, j]) for j in part]
+            with self.r.pipeline(transaction=False) as p:
+                p.zrem(self.k.events_due, *members)
+                p.zrem(self.k.events_done, *members)
+                p.execute()
+            for job in part:
+                self._seen.pop(job, None)
+
+    def drop(self, tenant: str, jobs: list[str]) -> None:
+        """Delete the jobs' streams and cancellation flags (their session is deleted) and take
+        them out of the tenant's account: at most DROP_BATCH keys per DEL, never one command
+        over all of a session's jobs."""
+        keys = [key for j in jobs for key in (self.k.events(j), self.k.cancel(j))]
+        for i in range(0, len(keys), DROP_BATCH):
+            self.r.delete(*keys[i:i + DROP_BATCH])
+        self.forget(tenant, jobs)
+
+    def check_quota(self, tenant: str) -> None:
+        """RateLimited while the tenant's streams hold tenant_max_event_bytes or more (as last
+        counted): what a submission checks before it writes anything."""
+        held, quota = self.tenant_bytes(tenant), self.s.tenant_max_event_bytes
+        if held >= quota:
+            raise RateLimited(f"tenant {tenant!r}: its job event streams hold {held} bytes, the most it may hold "
+                              f"(tenant_max_event_bytes {quota}); a finished job's stream is compacted "
+                              f"{self.s.events_compact_after_s:g} s after it ends and expires {self.s.events_ttl_s} s "
+                              "after its last event, and deleting a session frees its jobs' streams at once",
+                              retry_after_s=max(1.0, self.s.events_compact_after_s))
+
+    def ended(self, tenant: str, job: str, kind: str) -> None:
+        """The job has ended: its stream is due for compaction events_compact_after_s from now
+        (compact_due), unless it is a response's, which is kept whole (the module's note)."""
+        if kind == RESPONSE:
+            return
+        due = int((time.time() + self.s.events_compact_after_s) * 1000)
+        self.r.zadd(self.k.events_done, {json.dumps([tenant, job]): due})
+
+    def compact(self, tenant: str, job: str) -> int:
+        """The ended job's stream keeps its final events: its status events, cancel_requested and
+        its last progress (the others' ids unchanged: XDEL); it is counted again in the tenant's
+        account.  Read PAGE entries at a time.  Returns the entries deleted."""
+        key = self.k.events(job)
+        drop: list[str] = []
+        progress: str | None = None  # the last progress event seen: kept
+        after = "-"
+        while True:
+            page: Any = self.r.xrange(key, after, "+", count=PAGE)
+            for eid, fields in page:
+                eid = _text(eid)
+                kind = _kind(fields)
+                if kind == "progress":
+                    if progress is not None:
+                        drop.append(progress)
+                    progress = eid
+                elif kind not in FINAL:
+                    drop.append(eid)
+            if len(page) < PAGE:
+                break
+            after = f"({_text(page[-1][0])}"
+        for i in range(0, len(drop), DROP_BATCH):
+            self.r.xdel(key, *drop[i:i + DROP_BATCH])
+        self._set_bytes(tenant, job, int(self.r.memory_usage(key) or 0))
+        self._seen.pop(job, None)
+        return len(drop)
+
+    def compact_due(self, batch: int = SWEEP_BATCH, budget_s: float = SWEEP_S) -> dict[str, int]:
+        """The ended jobs' streams whose compaction is due, the oldest first, until none is due
+        or budget_s has passed (the reaper's pass).  Returns {"event_streams_compacted": n}."""
+        done, started = 0, time.monotonic()
+        while time.monotonic() - started < budget_s:
+            due: Any = self.r.zrangebyscore(self.k.events_done, "-inf", int(time.time() * 1000), start=0, num=batch)
+            if not due:
+                break
+            for raw in due:
+                who = _who(raw)
+                if who is not None:  # else not ours to read: dropped
+                    self.compact(*who)
+                    done += 1
+                self.r.zrem(self.k.events_done, raw)
+                if time.monotonic() - started >= budget_s:
+                    break
+        return {"event_streams_compacted": done}
 
     def tenant_bytes(self, tenant: str) -> int:
         """The bytes of the tenant's event streams (as last counted)."""
@@ -205,6 +320,16 @@ def _who(raw: Any) -> tuple[str, str] | None:
     except (ValueError, TypeError):
         return None
     return (tenant, job) if isinstance(tenant, str) and isinstance(job, str) else None
+
+
+def _kind(fields: Any) -> str | None:
+    """An entry's event type (None: unreadable, kept as it is)."""
+    try:
+        event = json.loads(fields[b"data"] if b"data" in fields else fields["data"])
+    except (KeyError, ValueError, TypeError):
+        return None
+    kind = event.get("type") if isinstance(event, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def entries(got: Any) -> list[tuple[str, dict[str, Any]]]:

@@ -58,7 +58,10 @@ def get_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
 def cancel_job(job_id: JobId, who: Tenant, svc: Svc) -> JobView:
     """Cancel: a queued job, or one waiting for its tool outputs, ends at once (its session
     takes its next job); a running one stops at its next decode step (the turn it was decoding
-    is not written).  A finished job is returned unchanged."""
+    is not written).  A finished job is returned unchanged.  A cancel takes a rate-limit token
+    as a submission does (after the 404)."""
+    svc.jobs.get(job_id, who)  # NotFound before a rate-limit token is spent
+    svc.limiter.take(who)
     return JobView.of(svc.dispatcher.cancel(job_id, who))
 
 
@@ -83,8 +86,9 @@ async def job_events(job_id: JobId, who: Tenant, svc: Svc,
     positions, token ids and their text), `progress`, and last `result` (the job as GET
     returns it), after which the stream ends.  An EventSource that reconnects (Last-Event-ID)
     to a finished job whose events it has all read gets 204 No Content, which tells it to stop
-    reconnecting.  A tenant holds at most max_streams_per_tenant streams at once per API
-    process (429 beyond)."""
+    reconnecting.  A stream opened takes a rate-limit token as a submission does; a tenant
+    holds at most max_streams_per_tenant streams at once per API process, and all tenants
+    together max_streams (429 beyond)."""
     start = last_event_id or after or "0"
     if start != "0" and any(int(x) >= 2**64 for x in start.split("-")):
         raise BadInput(f"an event id is two numbers below 2**64, got {start!r}")
@@ -92,9 +96,9 @@ async def job_events(job_id: JobId, who: Tenant, svc: Svc,
     if last_event_id is not None and job.status in TERMINAL and \
             not await run_sync(svc.client.xrange, svc.keys.events(job_id), f"({last_event_id}", "+", 1):
         return Response(status_code=204)
-    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
-        raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
-                          retry_after_s=KEEPALIVE_S)
+    if (full := svc.streams_full(who)) is not None:
+        raise RateLimited(full, retry_after_s=KEEPALIVE_S)
+    await run_sync(svc.limiter.take, who)
     return StreamingResponse(_stream(svc, who, job_id, start), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -113,9 +117,8 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
     start = quiet = checked = time.monotonic()
     # checked and counted in one step (no await between them): streams that passed the route's
     # check together cannot all open; the one over the cap says so and ends
-    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
-        yield _sse("error", {"code": "rate_limited", "message": f"tenant {who!r} holds "
-                             f"{svc.settings.max_streams_per_tenant} event streams open already"})
+    if (full := svc.streams_full(who)) is not None:
+        yield _sse("error", {"code": "rate_limited", "message": full})
         return
     svc.streams[who] = svc.streams.get(who, 0) + 1  # counted while it runs (a stream never started holds nothing)
     r = svc.aclient()

@@ -204,9 +204,13 @@ async def get_response(response_id: ResponseId, who: Tenant, svc: Svc, stream: b
                        starting_after: Annotated[int | None, Query(ge=-1, lt=2**31)] = None) -> Response:
     """The response; `stream=true`: its events from the start, or after `starting_after` (the
     sequence_number of the last event a client has), at any time the job's event stream is kept
-    (events_ttl_s after its last event)."""
+    (events_ttl_s after its last event: a response's stream is never compacted, so a replay
+    numbers its events as the first read did).  A stream opened takes a rate-limit token."""
     job = await run_sync(_response, svc, shapes.job_of(response_id), who)
     if stream:
+        if (full := svc.streams_full(who)) is not None:
+            raise RateLimited(full, retry_after_s=KEEPALIVE_S)
+        await run_sync(svc.limiter.take, who)
         return _streaming(svc, who, job, -1 if starting_after is None else starting_after, drop=False)
     return JSONResponse(shapes.view(job))
 
@@ -214,8 +218,9 @@ async def get_response(response_id: ResponseId, who: Tenant, svc: Svc, stream: b
 @router.post("/{response_id}/cancel", responses=ERRORS)
 def cancel_response(response_id: ResponseId, who: Tenant, svc: Svc) -> JSONResponse:
     """Cancel: a queued response ends at once, one in progress at its next decode step; one that
-    has ended is returned as it is."""
+    has ended is returned as it is.  A cancel takes a rate-limit token (after the 404)."""
     job = _response(svc, shapes.job_of(response_id), who)
+    svc.limiter.take(who)
     return JSONResponse(shapes.view(svc.dispatcher.cancel(job.id, who)))
 
 
@@ -261,9 +266,8 @@ def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None)
 # ---- the stream --------------------------------------------------------------------------------
 
 def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool) -> Response:
-    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
-        raise RateLimited(f"tenant {who!r} holds {svc.settings.max_streams_per_tenant} event streams open already",
-                          retry_after_s=KEEPALIVE_S)
+    if (full := svc.streams_full(who)) is not None:
+        raise RateLimited(full, retry_after_s=KEEPALIVE_S)
     return StreamingResponse(_events(svc, who, job, after, drop), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
                                       STREAMED: shapes.response_id(job.id)})  # what an Idempotency-Key keeps of it
@@ -278,7 +282,7 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
     stream from its start (shapes.Translator: the same events and numbers on every read), the
     last ones from its row once it has ended (SQL is the truth: read every second too, so the
     stream ends with the job even if its final event was lost)."""
-    if svc.streams.get(who, 0) >= svc.settings.max_streams_per_tenant:
+    if svc.streams_full(who) is not None:
         return
     svc.streams[who] = svc.streams.get(who, 0) + 1
     r = svc.aclient()

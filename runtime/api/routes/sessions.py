@@ -108,9 +108,8 @@ def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
     svc.limiter.take(who)
     jobs = lifecycle.delete_session(svc.store, svc.records, session_id, who, idle_only=True)  # Busy while a turn runs
     try:  # the jobs' streams and the session's affinity are nobody's now
-        keys = [svc.keys.affinity(session_id)] + [k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))]
-        svc.client.delete(*keys)
-        svc.dispatcher.events.forget(who, jobs)  # ... and out of the tenant's account now
+        svc.client.delete(svc.keys.affinity(session_id))
+        svc.dispatcher.events.drop(who, jobs)  # bounded batches, and out of the tenant's account now
     except redis.RedisError as e:
         log.warning("session %s deleted; its jobs' Redis keys were not (%s)", session_id, e)
     return Response(status_code=204)

@@ -1,16 +1,19 @@
 """A tenant's job event streams are in its byte account: counted at their size after trimming,
 taken out by the sweep once they are gone (found from deadlines), and checked with its sessions'
-bytes against the tenant budget.  On one Redis server and on a local Redis Cluster."""
+bytes against the tenant budget; a tenant at its event quota is refused; an ended job's stream
+is compacted to its final events (a response's is kept whole); a session's jobs' streams go in
+bounded batches.  On one Redis server and on a local Redis Cluster."""
 
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 import redis
 
-from runtime.errors import OverBudget
-from runtime.jobs.events import JobEvents
+from runtime.errors import OverBudget, RateLimited
+from runtime.jobs.events import DROP_BATCH, JobEvents
 from runtime.sessions.segments import split
 from runtime.sessions.store import Manifest, SessionStore
 from runtime.settings import Settings
@@ -125,3 +128,107 @@ def test_the_tenant_budget_counts_its_event_streams(client: redis.Redis, setting
     client.zadd(ev.k.events_due, {f'["acme", "{"e" * 24}"]': 0})  # (due now, not in a day)
     assert ev.sweep() == {"event_streams_gone": 1}
     commit(m)  # the streams are gone: it fits again
+
+
+# ---- ceilings (issue 31): the quota, compaction, deletes in bounded batches -----------------------
+
+def _job(ev: JobEvents, tenant: str, job: str, steps: int = 300) -> list[str]:
+    """A job's whole stream as a worker writes it; returns the ids of what compaction keeps."""
+    ev.publish(tenant, job, {"type": "status", "status": "queued"})
+    ev.publish(tenant, job, {"type": "status", "status": "running", "worker": "w1"})
+    for i in range(0, steps, 50):
+        ev.send(tenant, job, [_step(i + j) for j in range(50)], count_every_s=0)
+    ev.publish(tenant, job, {"type": "progress", "steps": 1})
+    ev.publish(tenant, job, {"type": "cancel_requested"})
+    for i in range(steps, 2 * steps, 50):
+        ev.send(tenant, job, [_step(i + j) for j in range(50)], count_every_s=0)
+    ev.publish(tenant, job, {"type": "progress", "steps": 2})
+    ev.publish(tenant, job, {"type": "status", "status": "succeeded"})
+    return [eid for eid, e in ev.read(job, count=100_000) if e["type"] != "step" and e.get("steps") != 1]
+
+
+def test_an_ended_jobs_stream_keeps_its_final_events_and_a_responses_stays_whole(
+        client: redis.Redis, settings: Settings) -> None:
+    """The step events go (and the progress but the last), the rest keep their ids (a client's
+    Last-Event-ID still finds its place), the account follows; not before events_compact_after_s;
+    a response's stream is never compacted (its replay numbers what it derives from every event)."""
+    ev = JobEvents(client, settings.model_copy(update={"events_compact_after_s": 0.3}))
+    job, response = "a" * 24, "b" * 24
+    kept = _job(ev, "acme", job)
+    _job(ev, "acme", response)
+    whole = ev.read(response, count=100_000)
+    before = ev.tenant_bytes("acme")
+    ev.ended("acme", job, "narrative")
+    ev.ended("acme", response, "response")
+    assert ev.compact_due() == {"event_streams_compacted": 0}, "a watcher a little behind still reads every step"
+    time.sleep(0.35)
+    assert ev.compact_due() == {"event_streams_compacted": 1}
+    left = ev.read(job, count=100_000)
+    assert [eid for eid, _ in left] == kept
+    assert [(e["type"], e.get("status"), e.get("steps")) for _, e in left] == [
+        ("status", "queued", None), ("status", "running", None), ("cancel_requested", None, None),
+        ("progress", None, 2), ("status", "succeeded", None)]
+    assert ev.read(response, count=100_000) == whole, "a response's stream is kept whole"
+    small = client.memory_usage(ev.k.events(job))
+    assert small < 16 * 1024 < client.memory_usage(ev.k.events(response))
+    assert ev.tenant_bytes("acme") == small + client.memory_usage(ev.k.events(response)) < before
+    assert client.zcard(ev.k.events_done) == 0 and ev.compact_due() == {"event_streams_compacted": 0}
+
+
+def test_a_tenant_at_its_event_quota_is_refused_and_another_is_not(client: redis.Redis, settings: Settings) -> None:
+    ev = JobEvents(client, settings.model_copy(update={"tenant_max_event_bytes": 20_000}))
+    ev.check_quota("acme")
+    n = 0
+    while ev.tenant_bytes("acme") < 20_000:
+        ev.publish("acme", f"{n:024x}", {"type": "status", "status": "queued"})
+        n += 1
+    assert n > 2
+    with pytest.raises(RateLimited, match=r"tenant 'acme': .*\(tenant_max_event_bytes 20000\)") as e:
+        ev.check_quota("acme")
+    assert e.value.retry_after_s >= 1
+    ev.check_quota("globex")
+    ev.forget("acme", [f"{i:024x}" for i in range(n)])  # its session deleted: free again
+    ev.check_quota("acme")
+
+
+def test_a_sessions_jobs_streams_go_in_bounded_batches(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DELETE /v1/sessions/{id} of a session with 1200 jobs: no DEL of more than DROP_BATCH keys,
+    one account script call per DROP_BATCH jobs (not one DEL of 2400 keys and 1200 calls).  On
+    one server (a cluster client splits a DEL by slot anyway)."""
+    plain = redis.Redis.from_url(redis_url)
+    ev = JobEvents(plain, Settings(key_prefix=f"sftest-{uuid.uuid4().hex[:12]}"))
+    try:
+        _drop_in_batches(plain, ev, monkeypatch)
+    finally:
+        stale = list(plain.scan_iter(f"{ev.s.key_prefix}:*", count=1000))
+        for i in range(0, len(stale), DROP_BATCH):
+            plain.delete(*stale[i:i + DROP_BATCH])
+        plain.close()
+
+
+def _drop_in_batches(plain: redis.Redis, ev: JobEvents, monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = [f"{i:024x}" for i in range(1200)]
+    with plain.pipeline(transaction=False) as p:
+        for j in jobs:
+            p.xadd(ev.k.events(j), {"data": '{"type": "status", "status": "succeeded"}'})
+            p.set(ev.k.cancel(j), 1)
+            p.hset(ev.k.event_bytes("acme"), j, 100)
+            p.zadd(ev.k.events_due, {f'["acme", "{j}"]': 1})
+        p.hset(ev.k.event_bytes("acme"), "*", 100 * len(jobs))
+        p.execute()
+    calls: list[tuple[str, int]] = []
+    real = plain.execute_command
+
+    def counted(*args: object, **kw: object) -> object:
+        calls.append((str(args[0]).upper(), len(args) - 1))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(plain, "execute_command", counted)
+    ev.drop("acme", jobs)
+    monkeypatch.undo()
+    dels = [n for c, n in calls if c == "DEL"]
+    scripts = [n for c, n in calls if c == "EVALSHA"]
+    assert dels and max(dels) <= DROP_BATCH and len(dels) == 2 * len(jobs) // DROP_BATCH + 1
+    assert len(scripts) == -(-len(jobs) // DROP_BATCH)
+    assert ev.tenant_bytes("acme") == 0 and plain.zcard(ev.k.events_due) == 0
+    assert not any(plain.exists(ev.k.events(j), ev.k.cancel(j)) for j in jobs[::97])
