@@ -8,7 +8,9 @@ process.  Default count: one per GPU (each sees only its GPU), else one per `tor
 cores; default batch: 32 on a GPU (not measured: no GPU was lent), 6 on CPUs (Settings.batch_size:
 on 2 cores, 2 processes of batch 6 served 1.6-1.7x the turns/s of 2 of batch 1, docs/BENCHMARKS.md).
 With no REDIS_URL the embedded Redis is started (or joined) first and stopped at the end if this
-process started it; the database schema is migrated once, before any worker starts.
+process started it; the database schema is migrated once, before any worker starts; one tenant's
+budgets are checked against Redis's maxmemory (runtime/sessions/ceilings.py: refused to start
+where they do not fit).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from pathlib import Path
 
 from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
+from runtime.embedded import client as redis_client
 from runtime.errors import CliError
 from runtime.jobs.hosts import pool
 from runtime.keys import model_name
+from runtime.sessions import ceilings
 from runtime.settings import Settings
 
 SHIPPED = Path(__file__).resolve().parents[1] / "model" / "shipped"  # model/shipped.py's (that one imports torch)
@@ -49,6 +53,7 @@ def launch(name: str | None, processes: int | None, loglevel: str) -> int:
         server.start()
     make_engine(s).dispose()  # migrate once, before several processes open the database
     try:
+        ceilings.check(redis_client(s), s)  # CliError where one tenant's budgets exceed Redis's maxmemory
         n, gpus = default_processes(s) if processes is None else (processes, 0)
         if n == 1:
             return _one(s, name, loglevel)

@@ -9,7 +9,8 @@ Outcomes of a delivery:
   - not claimed (finished already, running under another live lease, waiting for an earlier job
     of its session): a no-op; a redelivered or duplicated task lands here
   - the workflow returns: succeeded, with its result
-  - a transient error (Redis or the database unreachable, the session busy or its lease lost):
+  - a transient error (Redis or the database unreachable, Redis at its maxmemory, the session
+    busy or its lease lost):
     retried in this process with exponential backoff (0.25 s doubling to 5 s) for up to
     job_retry_s, each time from the job's last committed step, then failed with "unavailable"
   - bad input, an unknown session, a decode error, any other error: failed at once, no retry
@@ -43,14 +44,22 @@ from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, RequiresAction
 from runtime.jobs.context import JobContext
 from runtime.jobs.rows import JOB_ID
 from runtime.jobs.specs import check_spec
+from runtime.sessions.ceilings import oom
 from workers.process import Runtime
 from workflows import WORKFLOWS
 
 log = logging.getLogger("setflow.worker")
 T = TypeVar("T")
 
-#: worth another try from the last committed step: the state they leave is consistent
+#: worth another try from the last committed step: the state they leave is consistent (and a
+#: Redis at its maxmemory: transient())
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OperationalError, Busy, LeaseLost, StaleWrite)
+
+
+def transient(e: BaseException) -> bool:
+    """Worth another try: TRANSIENT, or a write Redis refused at its maxmemory (OOM), which may
+    pass once idle sessions are evicted, streams compacted or expired (what the reaper does)."""
+    return isinstance(e, TRANSIENT) or oom(e)
 
 
 def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -133,8 +142,8 @@ def _retrying(rt: Runtime, fn: Callable[[], T]) -> T:
     while True:
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError, OperationalError) as e:
-            if time.monotonic() + delay > deadline:
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OperationalError) as e:
+            if not transient(e) or time.monotonic() + delay > deadline:
                 raise
             log.warning("transient %r; retrying in %.2f s", e, delay)
             time.sleep(delay)
@@ -174,7 +183,10 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float
             return "cancelled", None, {**_err(e.code, e.message), "seen_at": ctx.channel.seen_at}
         except SoftTimeLimitExceeded:
             return "failed", None, _time_limit(rt)
-        except TRANSIENT as e:
+        except (*TRANSIENT, redis.ResponseError) as e:
+            if not transient(e):  # a Redis error no retry mends: a bug, as below
+                log.error("job %s failed:\n%s", job_id, traceback.format_exc())
+                return "failed", None, _err("internal", f"{type(e).__name__}: {e}")
             if time.monotonic() + delay > deadline:
                 return "failed", None, _err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
                                                            f"transient errors; last: {e!r}")

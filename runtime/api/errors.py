@@ -1,7 +1,9 @@
 """Errors as HTTP: every error body is {"error": {"code", "message"[, "retry_after_s"]}} with a
-stable code (runtime/errors.py's, plus unauthorized, too_large, no_model and unavailable).
-Request validation is a 422 that names each bad field; a rate limit is a 429 with Retry-After;
-a store away or no model published yet is a 503 with Retry-After."""
+stable code (runtime/errors.py's, plus unauthorized, too_large, no_model, unavailable and
+store_full).  Request validation is a 422 that names each bad field; a rate limit is a 429 with
+Retry-After; a store away or no model published yet is a 503 with Retry-After, and so is a
+write Redis refused at its maxmemory (store_full: nothing of the request is kept; a submission
+takes its rate-limit token, a Redis write, before its SQL row, so it writes nothing)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from starlette.exceptions import HTTPException
 from runtime.api.auth import Unauthorized
 from runtime.api.responses import OPENAI_PATHS
 from runtime.errors import SetflowError
+from runtime.sessions.ceilings import oom
 
 log = logging.getLogger("setflow.api")
+STORE_FULL_RETRY_S = 30  # Retry-After of store_full: memory frees as idle sessions go and streams are compacted
 
 STATUS = {"bad_input": 422, "not_found": 404, "busy": 409, "rate_limited": 429, "over_budget": 409,
           "stale_write": 409, "lease_lost": 409, "corrupt_state": 500, "cancelled": 409, "claim_lost": 409,
@@ -78,6 +82,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(redis.RedisError)
     async def _redis(r: Request, e: redis.RedisError) -> JSONResponse:
+        if oom(e):
+            log.warning("redis full: %s", e)
+            return body("store_full", "the session store (Redis) is at its memory ceiling (maxmemory) and refused "
+                        "the write; nothing was kept: retry later", 503, r.url.path, retry_after_s=STORE_FULL_RETRY_S)
         log.warning("redis unavailable: %s", e)
         return body("unavailable", "the session store (Redis) is unavailable; retry shortly", 503, r.url.path,
                     retry_after_s=1)

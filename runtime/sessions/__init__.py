@@ -1,5 +1,6 @@
 """A session's state and its turns: K/V segments and manifests in Redis (store, segments, kv,
 state, writebehind, writer), sessions and turns in SQL (records), one turn's decoding (decoding),
 the engine that resumes a turn warm, from Redis or recomputed, a session's delete and fork
-(lifecycle), and the in-process runner over a bare model (local).  Knows nothing of jobs, Celery
+(lifecycle), Redis's memory ceiling against the budgets (ceilings), and the in-process runner
+over a bare model (local).  Knows nothing of jobs, Celery
 or HTTP."""

@@ -8,16 +8,21 @@ so an interrupted turn that started warm or restored leaves that turn restorable
 started by recomputing leaves the session to recompute again); the next commit of the session
 releases what was written behind.  A write that
 fails (budget, lease, anything) stops the write-behind; the turn's final save then writes the
-turn's slots again.
+turn's slots again.  A write Redis refused at its maxmemory (OOM) is first tried again for up to
+OOM_RETRY_S: memory frees as the reaper evicts sessions and compacts or expires streams.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import replace
 
+from runtime.sessions.ceilings import oom
 from runtime.sessions.store import Lease, Manifest, SessionStore
+
+OOM_RETRY_S = 5.0  # a batch refused at maxmemory is tried again this long (the lease lasts lease_ms)
 
 
 class WriteBehind:
@@ -49,8 +54,24 @@ class WriteBehind:
             if self.error is not None:
                 continue  # stopped: drain without writing
             try:
-                ids = self.store.put_segments(self.manifest.session, self.manifest.tenant, blobs)
-                m = replace(self.manifest, behind=self.manifest.behind + ids)
-                self.manifest = self.store.commit(m, self.lease)
+                self._write(blobs)
             except Exception as e:  # noqa: BLE001 - any failure stops the write-behind, never the thread:
                 self.error = e  # a dead writer would leave the decoding blocked on the full queue
+
+    def _write(self, blobs: list[bytes]) -> None:
+        """Put the batch, then name it in the manifest; each step tried again while Redis refuses
+        it at its maxmemory, for up to OOM_RETRY_S (backoff 0.05 s doubling to 1 s)."""
+        deadline, delay = time.monotonic() + OOM_RETRY_S, 0.05
+        ids: list[str] | None = None
+        while True:
+            try:
+                if ids is None:
+                    ids = self.store.put_segments(self.manifest.session, self.manifest.tenant, blobs)
+                m = replace(self.manifest, behind=self.manifest.behind + ids)
+                self.manifest = self.store.commit(m, self.lease)
+                return
+            except Exception as e:
+                if not oom(e) or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)

@@ -5,6 +5,8 @@ job succeeds, flagged."""
 
 from __future__ import annotations
 
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import redis
 from domain import narrative as corpus
 from model import shipped
 from runtime.db import make_engine
+from runtime.embedded import EmbeddedRedis
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.rows import Jobs
@@ -57,3 +60,32 @@ def test_a_narrative_its_checker_refutes_fails_unverified_or_succeeds_flagged(
     assert r is not None and r["verified"] is False and r["attempt"] == "ar_retry" and r["problems"]
     assert TurnMetrics(client, s).read()["checked"] == {"narrative": {"unverified": 1, "flagged": 1}}
     sql.dispose()
+
+
+def test_a_job_waits_out_a_full_redis_and_its_ended_stream_keeps_its_final_events(tmp_path: Path) -> None:
+    """Issue 31: at maxmemory a turn's lease cannot be taken (OOM), which failed every job
+    `internal`.  It is transient now: retried from the last committed step until memory frees.
+    The ended job's stream is then compacted by the reaper's pass to its final events."""
+    with tempfile.TemporaryDirectory(prefix="sfr") as d, EmbeddedRedis(d) as server:
+        client = redis.Redis.from_url(server.url)
+        s = Settings(key_prefix="sf", data_dir=tmp_path, events_compact_after_s=0, job_retry_s=30)
+        model, tok = shipped.load()
+        sql = make_engine(s)
+        records, jobs = Records(sql), Jobs(sql, s)
+        dispatcher = Dispatcher(client, jobs, lambda job_id, queue, priority="interactive": None)
+        rt = Runtime(s, "w1", Engine(model, SessionStore(client, s), records, s), tok, jobs, dispatcher)
+        job, _ = jobs.create("turn", "acme", {"text": "Hello there.", "params": {"max_new_tokens": 8}},
+                             records.create_session("acme", "").id)
+        client.config_set("maxmemory", max(1, int(client.info("memory")["used_memory"]) // 2))
+        freed = threading.Timer(1.0, client.config_set, ("maxmemory", 0))
+        freed.start()
+        assert runner.run(rt, job.id) == "succeeded"
+        freed.join()
+        steps = [e for _, e in dispatcher.events.read(job.id, count=100_000) if e["type"] == "step"]
+        assert steps, "the retried turn streamed its steps"
+        assert dispatcher.events.compact_due() == {"event_streams_compacted": 1}
+        left = [e for _, e in dispatcher.events.read(job.id, count=100_000)]
+        assert {e["type"] for e in left} <= {"status", "progress"} and left[-1]["status"] == "succeeded"
+        assert len([e for e in left if e["type"] == "progress"]) <= 1
+        sql.dispose()
+        client.close()

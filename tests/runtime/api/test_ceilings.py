@@ -1,14 +1,20 @@
 """Issue 31 at the API: no tenant can fill Redis for the others.  A tenant looping submit and
 cancel is refused at its event quota (429 rate_limited, naming it), writing nothing, while
 another tenant is served; cancels and reads that open event streams take rate-limit tokens; a
-global cap on open streams per process."""
+global cap on open streams per process; a submission to a Redis at its maxmemory gets 503
+store_full with Retry-After and writes nothing to SQL."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api
+import redis
+
+from runtime.embedded import EmbeddedRedis
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, running_api
 
 JOB = {"kind": "narrative", "spec": NARRATIVE}
 
@@ -68,3 +74,21 @@ def test_open_streams_are_capped_per_process_across_tenants(make_api: Callable[.
     finally:
         api.svc.streams["globex"] = 0
     assert api.http.get(f"/v1/jobs/{job}/events", headers=ACME).status_code == 200
+
+
+def test_a_submission_to_a_redis_at_its_maxmemory_gets_store_full_and_writes_nothing(tmp_path: Path) -> None:
+    """A Redis of its own (the bundled server), pushed past its maxmemory once the API is up:
+    the submission's first Redis write (its rate-limit token) is refused with OOM before its SQL
+    row, and the API says so (503 store_full, Retry-After), not 503 unavailable."""
+    with tempfile.TemporaryDirectory(prefix="sfr") as d, EmbeddedRedis(d) as server, \
+            running_api(server.url, tmp_path) as api:
+        r = redis.Redis.from_url(server.url)
+        sql = api.sql_state()
+        r.config_set("maxmemory", max(1, int(r.info("memory")["used_memory"]) // 2))
+        for method, path, body in (("POST", "/v1/jobs", JOB), ("POST", "/v1/sessions", None)):
+            out = api.http.request(method, path, headers=ACME, json=body)
+            assert "maxmemory" in _error(out, 503, "store_full") and out.headers["Retry-After"] == "30"
+        assert api.sql_state() == sql, "nothing written to SQL"
+        r.config_set("maxmemory", 0)
+        assert api.http.post("/v1/jobs", headers=ACME, json=JOB).status_code == 202
+        r.close()
