@@ -194,7 +194,7 @@ def forget(svc: Services, job: JobRecord) -> None:
         return
     try:
         lifecycle.delete_session(svc.store, svc.records, job.session_id, job.tenant)
-        svc.client.delete(svc.keys.events(job.id), svc.keys.cancel(job.id))
+        svc.dispatcher.events.drop(job.tenant, [job.id])  # its stream, and out of its tenant's account now
     except Exception:  # noqa: BLE001 - the reaper's retention deletes it later
         log.warning("response %s (store false): its session was not deleted", job.id, exc_info=True)
 

@@ -64,6 +64,16 @@ def test_cancels_and_reads_that_open_event_streams_take_a_token(make_api: Callab
     assert api.http.post(f"/v1/responses/{resp}/cancel", headers=ACME).status_code == 429
 
 
+def test_a_deleted_responses_stream_leaves_its_tenants_event_account_at_once(api: Api) -> None:
+    """Not 24 h later, when the sweep would find it gone: a client that deletes what it created
+    (or sends store false) is not refused for streams it no longer has."""
+    resp = api.http.post("/v1/responses", headers=ACME, json={"input": "Hello.", "background": True}).json()["id"]
+    api.http.post(f"/v1/responses/{resp}/cancel", headers=ACME)
+    assert api.svc.dispatcher.events.tenant_bytes("acme") > 0
+    assert api.http.delete(f"/v1/responses/{resp}", headers=ACME).json()["deleted"] is True
+    assert api.svc.dispatcher.events.tenant_bytes("acme") == 0
+
+
 def test_open_streams_are_capped_per_process_across_tenants(make_api: Callable[..., Api]) -> None:
     api = make_api(max_streams=2)
     job = api.http.post("/v1/jobs", headers=ACME, json=JOB).json()["id"]
