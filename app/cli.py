@@ -244,9 +244,9 @@ def parser() -> argparse.ArgumentParser:
     wk.add_argument("--loglevel", default="warning", help="Celery log level (default: warning)")
     wk.set_defaults(func=cmd_worker)
     bench = sub.add_parser("bench", help="run a benchmark: bench decode|quality|resume|load|documents|api|batch|state|agent|"
-                           "responses|exports [--quick] ...")
+                           "responses|exports|schedules [--quick] ...")
     bench.add_argument("name", choices=["decode", "quality", "resume", "load", "documents", "api", "batch", "state", "agent",
-                                        "responses", "exports"])
+                                        "responses", "exports", "schedules"])
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed on to bench/<name>.py")
     bench.set_defaults(func=cmd_bench)
     tr = sub.add_parser("train", help="train a preset: toy (arithmetic progressions) or small (the shipped "

@@ -18,6 +18,8 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
     │                                             is hosted by no live worker
     ├── NotFinished         code "not_finished"   a job's export asked for while the job has not ended
+    ├── Duplicate           code "duplicate"      a job of that id exists already (a schedule's tick
+    │                                             submitted it: runtime/jobs/schedules.py)
     └── tool outputs (POST /v1/jobs/{id}/tool_outputs), refused:
         ├── NotWaiting      code "not_waiting"    the job waits for no tool output (any more)
         ├── UnknownCall     code "unknown_call"   no call of the job has that id
@@ -120,6 +122,13 @@ class NotFinished(SetflowError):
     running or waiting: there is none yet."""
 
     code = "not_finished"
+
+
+class Duplicate(SetflowError):
+    """A job submitted under an id of its own (a schedule's tick: its id says which tick and
+    which group) that a job holds already: the tick was submitted, nothing was written."""
+
+    code = "duplicate"
 
 
 class NotWaiting(SetflowError):

@@ -31,6 +31,7 @@ On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix
     {p}:cancel:{job}    string present when the job is to stop (checked every step)
     {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
     {p}:reaper          string the reaper's lock (one reaper at a time across workers)
+    {p}:ticker          string the schedules' leader lock: its holder's token, with a PX expiry
     {p}:dead            stream task messages that named no job (malformed payload, unknown id)
     {p}:model           string the fingerprint of the model a worker loaded last (the current card)
     {p}:model:{fp}      hash   that model's card: fingerprint, config (JSON), tokenizer (JSON);
@@ -139,6 +140,10 @@ class Keys:
     @property
     def reaper(self) -> str:
         return f"{self.prefix}:reaper"
+
+    @property
+    def ticker(self) -> str:
+        return f"{self.prefix}:ticker"
 
     @property
     def dead(self) -> str:

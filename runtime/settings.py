@@ -128,6 +128,16 @@ class Settings(BaseSettings):
     webhook_retry_for_s: float = Field(default=26 * 3600.0, gt=0)
     webhook_interval_s: float = Field(default=1.0, gt=0)  #: how often each worker's sender looks for messages due
 
+    # ---- schedules (runtime/jobs/schedules.py; each worker's ticker, workers/watch.py) --------
+    tenant_max_schedules: int = Field(default=100, ge=1)  #: a tenant's schedules, at most (409 beyond)
+    schedule_interval_s: float = Field(default=1.0, gt=0)  #: how often each worker's ticker looks for ticks due
+    #: the ticker's leader lock lives this long unless renewed (every third of it, while it
+    #: leads): when the leader dies another worker's ticker takes over within it
+    schedule_lock_s: float = Field(default=10.0, gt=0)
+    #: a tick found this late is submitted as usual; one found later was missed (the service was
+    #: down): its schedule's `missed` policy decides (skip, or catch_up the most recent ones)
+    schedule_grace_s: float = Field(default=60.0, ge=0)
+
     # ---- the HTTP API (runtime/api/) ----------------------------------------------------------
     #: API key -> tenant, as JSON in SETFLOW_API_KEYS: '{"key-1": "acme", "key-2": "globex"}'
     api_keys: dict[str, str] = Field(default_factory=dict)

@@ -146,6 +146,10 @@ class JobRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    #: the schedule whose tick submitted it, and that tick (epoch seconds); None: submitted otherwise.
+    #: A succeeded one's webhook also says report.ready with its links (runtime/jobs/webhooks.py)
+    schedule_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    tick_at: Mapped[float | None] = mapped_column(Float, default=None)
 
 
 class DatasetRecord(Base):
@@ -266,15 +270,22 @@ class ScheduleRecord(Base):
 
 class TickRecord(Base):
     """One tick of a schedule, written once: the unique (schedule, tick) is what makes every
-    tick submit exactly one job set, whoever races for it."""
+    tick submit exactly one job set, whoever races for it.  Claimed (its job ids planned) before
+    any of its jobs is submitted; submitted once every one of them is in `jobs` (or failed, its
+    spec refused for good: `error`).  A claim left by a process that died is completed by the
+    next leader (runtime/jobs/schedules.py)."""
 
     __tablename__ = "schedule_ticks"
     __table_args__ = (UniqueConstraint("schedule_id", "tick_at", name="uq_schedule_tick"),
+                      Index("ix_tick_status", "status", "claimed_at"),  # the claims left behind
                       Index("ix_tick_created", "created_at"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))
     tick_at: Mapped[float] = mapped_column(Float)  # epoch seconds: the tick it is (not when it ran)
-    jobs: Mapped[list[str]] = mapped_column(JSON, default=list)  # the jobs it submitted
-    late_s: Mapped[float] = mapped_column(Float, default=0.0)  # how long after its time it was submitted
+    jobs: Mapped[list[str]] = mapped_column(JSON, default=list)  # its job ids, planned at the claim
+    status: Mapped[str] = mapped_column(String(16), default="claimed")  # "claimed", "submitted", "failed"
+    error: Mapped[str] = mapped_column(String(500), default="", server_default="")  # why a job of it failed
+    claimed_at: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds (the ticker's clock)
+    late_s: Mapped[float] = mapped_column(Float, default=0.0)  # how long after its time its last job was submitted
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

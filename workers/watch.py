@@ -1,9 +1,11 @@
 """The worker's main process keeps three things going while it lives, each on a daemon thread:
 its heartbeat (the liveness key that affinity routing checks), the reaper (requeue jobs
 whose lease expired, resend jobs stranded on a dead worker's queue or never sent, then delete
-K/V segments no session names) and the webhook sender (deliver the outbox messages due).
+K/V segments no session names), the webhook sender (deliver the outbox messages due) and the
+schedules' ticker (submit the ticks due: runtime/jobs/schedules.py).
 Every worker runs the reaper; a Redis lock lets one pass run per interval.  Every worker runs
-the sender too; each message's SQL claim keeps two from sending it at once.  Started on
+the sender too; each message's SQL claim keeps two from sending it at once.  Every worker runs
+the ticker; a Redis lock elects one leader, and each tick's SQL claim keeps its jobs to one set.  Started on
 Celery's worker_ready, stopped (and the liveness key removed) on worker_shutdown."""
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.hosts import Hosts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
+from runtime.jobs.schedules import Ticker
 from runtime.jobs.webhooks import WebhookSender
 from runtime.sessions import retention
 from runtime.sessions.records import Records
@@ -129,6 +132,12 @@ def deliver_pass(sender: WebhookSender, prune: bool = False) -> dict[str, int]:
     return done
 
 
+def _tick(settings: Settings) -> None:
+    # its own thread: a pass that submits a thousand ticks must not delay the reaper or the sender
+    jobs = Jobs(make_engine(settings), settings)
+    Ticker(Dispatcher(redis_client(settings), jobs, sender(app)), name=settings.worker_name or "").run(_stop)
+
+
 @worker_ready.connect
 def _start(**_: Any) -> None:
     s = Settings()
@@ -138,6 +147,7 @@ def _start(**_: Any) -> None:
     threading.Thread(target=_beat, args=(s, s.worker_name), name="setflow-heartbeat", daemon=True).start()
     threading.Thread(target=_reap, args=(s,), name="setflow-reaper", daemon=True).start()
     threading.Thread(target=_deliver, args=(s,), name="setflow-webhooks", daemon=True).start()
+    threading.Thread(target=_tick, args=(s,), name="setflow-schedules", daemon=True).start()
 
 
 @worker_shutdown.connect

@@ -13,7 +13,7 @@ from starlette.types import Send as AsgiSend
 
 from runtime.api import errors
 from runtime.api.idempotency import Idempotent
-from runtime.api.routes import conversations, datasets, jobs, models, ops, page, responses, sessions, webhooks
+from runtime.api.routes import conversations, datasets, jobs, models, ops, page, responses, schedules, sessions, webhooks
 from runtime.api.services import Services
 from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
@@ -57,7 +57,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     app.add_middleware(Bounded, limit=settings.max_body_bytes)
 
     for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,
-              webhooks.router, ops.router, page.router):
+              webhooks.router, schedules.router, ops.router, page.router):
         app.include_router(r)
     return app
 

@@ -75,7 +75,7 @@ class Dispatcher:
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
                priority: str = "interactive", open_session: bool = False, admit: Admit | None = None,
-               host: Host | None = None) -> JobRecord:
+               host: Host | None = None, job_id: str | None = None, tick: tuple[str, float] | None = None) -> JobRecord:
         """BadInput, NotFound or RateLimited before anything is written.  Once the job row is
         written the job is accepted: a failed send is left to the reaper (next pass).
         open_session: a job submitted without a session runs on a new one (Jobs.create).
@@ -83,7 +83,9 @@ class Dispatcher:
         the rate limit's token (the API's: does it fit the model's context?  Costly checks come
         after the token: a request they refuse has paid for them).
         host: binds a session bound to no model yet (a new one) to that model and numerics
-        (Jobs.create); the job then goes only to workers that host them."""
+        (Jobs.create); the job then goes only to workers that host them.
+        job_id, tick: a schedule's tick submits its jobs under ids of their own, each once
+        (Duplicate for an id taken: Jobs.create), and says which tick it is."""
         opens = session is None and open_session
         parsed = check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
@@ -94,7 +96,8 @@ class Dispatcher:
         self.events.check_quota(tenant)  # its streams at tenant_max_event_bytes: refused, nothing written
         admitted = (admit(parsed) if admit is not None else None) or Admission()
         job, _ = self.jobs.create(kind, tenant, resolved(parsed, spec), session, priority, open_session=opens,
-                                  host=admitted.host or host, positions=admitted.positions)  # queued, not sent
+                                  host=admitted.host or host, positions=admitted.positions, job_id=job_id,
+                                  tick=tick)  # queued, not sent
         self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
         self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)

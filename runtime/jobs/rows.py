@@ -38,7 +38,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
-from runtime.errors import AlreadyAnswered, BadInput, Busy, ClaimLost, DeadlinePassed, NotFound, NotWaiting, RateLimited, UnknownCall
+from runtime.errors import (
+    AlreadyAnswered,
+    BadInput,
+    Busy,
+    ClaimLost,
+    DeadlinePassed,
+    Duplicate,
+    NotFound,
+    NotWaiting,
+    RateLimited,
+    UnknownCall,
+)
 from runtime.jobs import hosts, webhooks
 from runtime.jobs.hosts import Host
 from runtime.sessions import quota
@@ -78,7 +89,8 @@ class Jobs:
 
     def create(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
                priority: str = "interactive", queue: str = "", open_session: bool = False,
-               host: Host | None = None, positions: int | None = None) -> tuple[JobRecord, bool]:
+               host: Host | None = None, positions: int | None = None, job_id: str | None = None,
+               tick: tuple[str, float] | None = None) -> tuple[JobRecord, bool]:
         """A queued job, and whether it is blocked (an earlier job of its session is
         unfinished: that one's end sends it).  A session's jobs get consecutive seq numbers in
         submission order.  queue: where it is about to be sent, recorded as sent now unless it
@@ -90,7 +102,9 @@ class Jobs:
         appends to its session at most, as the API planned it (kept: the next submission's
         plan adds it up).  OverBudget where the tenant's turns fill its SQL quota already, or a
         new session would pass it (runtime/sessions/quota.py); the session used is touched
-        (its retention counts from its last use)."""
+        (its retention counts from its last use).  job_id: its id (default: a random one);
+        Duplicate where a job holds it already (nothing written).  tick: (schedule id, tick) of
+        the schedule's tick that submits it."""
         self.check(tenant, priority)
         for _ in range(20):  # two submissions to one session at once: one of them takes the next seq
             try:
@@ -122,16 +136,30 @@ class Jobs:
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(
                         JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
                     sent = bool(queue) and not blocked
-                    job = JobRecord(id=secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
+                    job = JobRecord(id=job_id or secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
                                     priority=priority, pool=pool, spec=spec, status="queued", attempts=0,
                                     lease_until=0.0,
                                     queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0, step=0,
-                                    positions=positions, progress={}, cancel_requested=False)
+                                    positions=positions, progress={}, cancel_requested=False,
+                                    schedule_id=tick[0] if tick else None, tick_at=tick[1] if tick else None)
                     db.add(job)
                 return job, blocked
             except IntegrityError:
+                if job_id is not None and self._exists(job_id):
+                    raise Duplicate(f"job {job_id} exists already") from None
                 continue
         raise BadInput(f"session {session}: too many concurrent submissions")
+
+    def _exists(self, job_id: str) -> bool:
+        with self._db() as db:
+            return db.scalar(select(JobRecord.id).where(JobRecord.id == job_id)) is not None
+
+    def existing(self, job_ids: list[str]) -> set[str]:
+        """Those of the ids a job holds."""
+        if not job_ids:
+            return set()
+        with self._db() as db:
+            return set(db.scalars(select(JobRecord.id).where(JobRecord.id.in_(job_ids))))
 
     def get(self, job_id: str, tenant: str | None = None) -> JobRecord:
         """NotFound for an unknown job and for another tenant's."""

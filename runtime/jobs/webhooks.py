@@ -32,7 +32,9 @@ from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMe
 RESPONSE = "response"  #: the job kind of the Responses API; such a job's public id is "resp_" + its id
 #: every event type an endpoint may ask for (its `events`; none: all of them)
 EVENT_TYPES = ("job.succeeded", "job.failed", "job.cancelled",
-               "response.completed", "response.incomplete", "response.failed", "response.cancelled")
+               "response.completed", "response.incomplete", "response.failed", "response.cancelled", "report.ready")
+READY = "report.ready"  #: a schedule's job succeeded: its links, beside its job.succeeded
+EXPORTS = ("json", "md", "html", "pdf")  #: GET /v1/jobs/{id}/report.{fmt}
 ENDPOINT_ID = re.compile(r"we_[0-9a-f]{24}")
 MAX_URL = 2048
 LEASE_MARGIN_S = 30.0  # a claim outlasts its request's timeout by this much before another sender may take it
@@ -60,26 +62,41 @@ def event(msg_id: str, type_: str, job_id: str, kind: str, status: str, created_
     return {"id": msg_id, "object": "event", "type": type_, "created_at": created_at, "data": data}
 
 
+def ready(msg_id: str, job_id: str, kind: str, schedule_id: str, tick_at: float, created_at: int) -> dict[str, Any]:
+    """The report.ready body: the job, the schedule and tick (ISO 8601, UTC) that submitted it,
+    and its links (paths on the API: the job, then its exports)."""
+    tick = datetime.fromtimestamp(tick_at, UTC).isoformat().replace("+00:00", "Z")
+    links = {"job": f"/v1/jobs/{job_id}", **{fmt: f"/v1/jobs/{job_id}/report.{fmt}" for fmt in EXPORTS}}
+    return {"id": msg_id, "object": "event", "type": READY, "created_at": created_at,
+            "data": {"id": job_id, "kind": kind, "schedule": schedule_id, "tick": tick, "links": links}}
+
+
 def enqueue(db: Session, job_id: str) -> int:
     """In the caller's transaction, right after it ended the job: one outbox message per endpoint
     of the job's tenant that takes the event, so an ending that commits has its messages and one
-    rolled back has none.  Returns how many."""
+    rolled back has none; a schedule's job that succeeded also says report.ready.  Returns how
+    many."""
     db.flush()  # the ORM's pending change of the status (Jobs.cancel) first
-    job = db.execute(select(JobRecord.tenant, JobRecord.kind, JobRecord.status).where(JobRecord.id == job_id)).one()
+    job = db.execute(select(JobRecord.tenant, JobRecord.kind, JobRecord.status, JobRecord.schedule_id, JobRecord.tick_at)
+                     .where(JobRecord.id == job_id)).one()
     endpoints = db.execute(select(WebhookEndpointRecord.id, WebhookEndpointRecord.events)
                            .where(WebhookEndpointRecord.tenant == job.tenant)).all()
     if not endpoints:
         return 0
     result = db.scalar(select(JobRecord.result).where(JobRecord.id == job_id)) if job.kind == RESPONSE else None
     type_, now = event_type(job.kind, job.status, result), time.time()
+    scheduled = job.status == "succeeded" and job.schedule_id is not None and job.tick_at is not None
     n = 0
     for endpoint_id, events in endpoints:
-        if events and type_ not in events:
-            continue
-        msg_id = f"msg_{secrets.token_hex(12)}"
-        db.add(M(id=msg_id, tenant=job.tenant, endpoint_id=endpoint_id, type=type_, attempts=0, next_attempt_at=now,
-                 payload=event(msg_id, type_, job_id, job.kind, job.status, int(now)), last_error=""))
-        n += 1
+        for t in (type_, READY) if scheduled else (type_,):
+            if events and t not in events:
+                continue
+            msg_id = f"msg_{secrets.token_hex(12)}"
+            body = (ready(msg_id, job_id, job.kind, job.schedule_id, job.tick_at, int(now)) if t == READY
+                    else event(msg_id, t, job_id, job.kind, job.status, int(now)))
+            db.add(M(id=msg_id, tenant=job.tenant, endpoint_id=endpoint_id, type=t, attempts=0, next_attempt_at=now,
+                     payload=body, last_error=""))
+            n += 1
     return n
 
 

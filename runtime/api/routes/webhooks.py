@@ -18,7 +18,7 @@ from runtime.tables import WebhookEndpointRecord
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 EndpointId = Annotated[str, Path(pattern=f"^{webhooks.ENDPOINT_ID.pattern}$")]
 EventType = Literal["job.succeeded", "job.failed", "job.cancelled",
-                    "response.completed", "response.incomplete", "response.failed", "response.cancelled"]
+                    "response.completed", "response.incomplete", "response.failed", "response.cancelled", "report.ready"]
 assert get_args(EventType) == webhooks.EVENT_TYPES, "the API's event types are the sender's"
 
 

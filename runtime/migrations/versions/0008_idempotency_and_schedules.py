@@ -1,4 +1,4 @@
-"""a POST's idempotency keys; schedules and their ticks (one row per (schedule, tick))
+"""a POST's idempotency keys; schedules and their ticks (one row per (schedule, tick)); a job's schedule and tick
 
 Revision ID: 0008
 Revises: 0007
@@ -49,14 +49,24 @@ def upgrade() -> None:
         sa.Column("schedule_id", sa.String(32), sa.ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
         sa.Column("tick_at", sa.Float, nullable=False),
         sa.Column("jobs", sa.JSON, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("error", sa.String(500), nullable=False, server_default=""),
+        sa.Column("claimed_at", sa.Float, nullable=False),
         sa.Column("late_s", sa.Float, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.UniqueConstraint("schedule_id", "tick_at", name="uq_schedule_tick"),
     )
+    op.create_index("ix_tick_status", "schedule_ticks", ["status", "claimed_at"])
     op.create_index("ix_tick_created", "schedule_ticks", ["created_at"])
+    with op.batch_alter_table("jobs") as t:  # a job a schedule's tick submitted: which, and its tick
+        t.add_column(sa.Column("schedule_id", sa.String(32), nullable=True))
+        t.add_column(sa.Column("tick_at", sa.Float, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as t:
+        t.drop_column("tick_at")
+        t.drop_column("schedule_id")
     op.drop_table("schedule_ticks")
     op.drop_table("schedules")
     op.drop_table("idempotency_keys")

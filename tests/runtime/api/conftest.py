@@ -29,7 +29,7 @@ from runtime.jobs import models
 from runtime.keys import Keys
 from runtime.sessions.engine import FP_LEN
 from runtime.settings import Settings
-from runtime.tables import DatasetRecord, JobRecord, SessionRecord, TurnRecord
+from runtime.tables import DatasetRecord, JobRecord, ScheduleRecord, SessionRecord, TickRecord, TurnRecord
 from workers.celery_app import make_app, sender
 
 API_KEYS = {"key-acme-0001": "acme", "key-globex-01": "globex"}
@@ -97,7 +97,7 @@ class Api:
     def sql_state(self) -> dict[str, Any]:
         with self.svc.sql.connect() as c:
             counts = {t.__tablename__: int(c.scalar(select(func.count()).select_from(t)) or 0)
-                      for t in (SessionRecord, TurnRecord, JobRecord, DatasetRecord)}
+                      for t in (SessionRecord, TurnRecord, JobRecord, DatasetRecord, ScheduleRecord, TickRecord)}
             counts["dataset_rows"] = int(c.scalar(select(func.sum(DatasetRecord.n_rows))) or 0)
             jobs = sorted((r.id, r.status, bool(r.cancel_requested), r.session_id)
                           for r in c.execute(select(JobRecord.id, JobRecord.status, JobRecord.cancel_requested,

@@ -49,6 +49,9 @@ OPENAI_OPS = [("POST", "/v1/responses"), ("GET", "/v1/responses/{response_id}"),
               ("GET", "/v1/models/{model}")]
 WEBHOOK_OPS = [("POST", "/v1/webhooks"), ("GET", "/v1/webhooks"), ("GET", "/v1/webhooks/{webhook_id}"),
                ("DELETE", "/v1/webhooks/{webhook_id}")]
+SCHEDULE_OPS = [("POST", "/v1/schedules"), ("GET", "/v1/schedules"), ("GET", "/v1/schedules/{schedule_id}"),
+                ("POST", "/v1/schedules/{schedule_id}/pause"), ("POST", "/v1/schedules/{schedule_id}/resume"),
+                ("DELETE", "/v1/schedules/{schedule_id}")]
 NO_PARAMETERS = {("POST", "/v1/sessions"), ("GET", "/healthz"), ("GET", "/metrics"),
                  ("GET", "/v1/datasets"), ("GET", "/v1/models"), ("GET", "/v1/webhooks")}  # nothing to make invalid
 ONLY_AN_ID = {("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{session_id}"),
@@ -128,7 +131,7 @@ def statuses(label: str, variant: str) -> set[int]:
 
 def test_the_fuzz_covers_every_operation(schema: Any) -> None:
     ops = {(method.upper(), path) for path, item in schema.raw_schema["paths"].items() for method in item}
-    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS + OPENAI_OPS + WEBHOOK_OPS) | {
+    assert ops == set(SESSION_OPS + JOB_OPS + OTHER_OPS + DATASET_OPS + OPENAI_OPS + WEBHOOK_OPS + SCHEDULE_OPS) | {
         EVENTS, TOOL_OUTPUTS, REPORT_EXPORT}
 
 
@@ -229,7 +232,8 @@ def test_fuzz_datasets(fuzz_api: Api, schema: Any, method: str, path: str, mode:
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
-@pytest.mark.parametrize("method,path", OPENAI_OPS + WEBHOOK_OPS, ids=[f"{m} {p}" for m, p in OPENAI_OPS + WEBHOOK_OPS])
+@pytest.mark.parametrize("method,path", OPENAI_OPS + WEBHOOK_OPS + SCHEDULE_OPS,
+                         ids=[f"{m} {p}" for m, p in OPENAI_OPS + WEBHOOK_OPS + SCHEDULE_OPS])
 def test_fuzz_more(fuzz_api: Api, schema: Any, method: str, path: str, mode: GenerationMode) -> None:
     if mode is GenerationMode.NEGATIVE and (method, path) in NO_PARAMETERS:
         pytest.skip("no parameters or body to make invalid")

@@ -150,13 +150,14 @@ def all_routes(api: Api, w: World) -> Iterator[tuple[str, str, dict[str, Any] | 
         ("POST", "/v1/jobs"): {"kind": "narrative", "spec": NARRATIVE},
         ("POST", "/v1/jobs/{job_id}/tool_outputs"): {"tool_outputs": [{"call_id": "call_1", "output": "1"}]},
         ("PUT", "/v1/datasets/{name}"): {"rows": [{"metric": "churn", "region": "APAC", "period": "2026-Q3",
-                                                 "value": "2.4"}]}}
+                                                 "value": "2.4"}]},
+        ("POST", "/v1/schedules"): {"cron": "@daily", "template": {"kind": "narrative", "spec": NARRATIVE}}}
     for path, ops in api.app.openapi()["paths"].items():
         for method in ops:
             m = method.upper()
             yield m, path.format(session_id=w.session, job_id=w.turn_job, name="sales", response_id=f"resp_{w.turn_job}",
                                  conversation_id=f"conv_{w.session}", model="small", webhook_id="we_" + "0" * 24,
-                                 fmt="pdf"), bodies.get((m, path))
+                                 schedule_id="sch_" + "0" * 24, fmt="pdf"), bodies.get((m, path))
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer key-wrong-0001"}, {"X-API-Key": "key-acme-0002"},

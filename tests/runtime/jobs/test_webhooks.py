@@ -84,7 +84,7 @@ def test_event_types_of_endings() -> None:
         "job.succeeded", "job.failed", "job.cancelled"]
     assert set(webhooks.EVENT_TYPES) == {event_type(k, s, r) for k in ("response", "agent")
                                          for s in ("succeeded", "failed", "cancelled")
-                                         for r in (None, {"status": "incomplete"})}
+                                         for r in (None, {"status": "incomplete"})} | {webhooks.READY}
     with pytest.raises(AssertionError):
         event_type("agent", "running", None)
 

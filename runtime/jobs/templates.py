@@ -1,0 +1,165 @@
+"""What a schedule's tick submits (runtime/jobs/schedules.py): its template's job specs, each
+with an id of its own.  A template is `{"kind": "report" | "narrative", "spec": {...}, "data":
+{...} | None}`: the spec as POST /v1/jobs takes it, whose numbers (a narrative's `payload`, a
+report's `data`) are given in the spec, or read at each tick from one of the tenant's
+datasets (runtime/jobs/datasets.py: rows of [metric, region, period, value]) as `data` says:
+
+    {"dataset": "sales"}                     one job from all the rows (they hold one region)
+    {"dataset": "sales", "region": "EMEA"}   one job from that region's rows
+    {"dataset": "sales", "per": "region"}    one job per region (a customer each), from its rows
+
+A job's payload (runtime/jobs/specs.py PayloadSpec) from its rows:
+- period: the latest of the rows' periods; each metric's `prev` is its value in the period
+  before that one.  Periods compare as text: name them so that they sort ("2026-Q3", "2026-03").
+- metrics: each metric (in the dataset's order) that has a value in both periods, at most 8
+  (MAX_METRICS): a built-in one (revenue, churn, ...) by its key, any other as a custom metric
+  with its unit from `units`.  A metric missing either period is left out.
+- tenant: with `per`, the region's value (the job is that customer's); else `tenant`, else the
+  schedule's tenant.  style: `style` (formal).  No breakdown, no targets.
+The same rules hold when a schedule is created (over the dataset as it is then: a 422 naming
+what does not fit) and at each tick (a job whose rows no longer fit is left out of its tick,
+the reason kept with the tick).  Knows nothing of SQL, Redis or time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from domain import narrative as corpus  # plain Python: the built-in metrics, no torch
+from runtime.errors import BadInput
+from runtime.jobs.datasets import NAME
+from runtime.jobs.specs import Name, check_spec
+
+KINDS = ("report", "narrative")
+NUMBERS = {"narrative": "payload", "report": "data"}  #: where a kind's spec holds its payload
+MAX_JOBS = 50  # jobs one tick submits at most (`per`: the first regions in sorted order)
+
+Rows = list[list[str]]  # [metric, region, period, value] per row
+ReadRows = Callable[[str], Rows]  # a dataset's name -> its rows (NotFound where it has gone)
+
+
+class DataSource(BaseModel):
+    """Where a tick reads its template's numbers: one of the tenant's datasets."""
+
+    model_config = ConfigDict(extra="forbid")
+    dataset: str = Field(pattern=NAME, description="the tenant's dataset (PUT /v1/datasets/{name})")
+    per: Literal["region"] | None = Field(default=None, description="one job per region, from its rows")
+    region: Name | None = Field(default=None, description="one job, from this region's rows")
+    tenant: Name | None = Field(default=None, description="the payload's tenant (without `per`); default: yours")
+    style: Literal["brief", "formal", "casual"] = "formal"
+    units: dict[Name, Name] = Field(default_factory=dict, max_length=64,
+                                    description="a custom metric's unit, by its name (built-in ones have theirs)")
+
+    @model_validator(mode="after")
+    def _one_group(self) -> DataSource:
+        if self.per is not None and (self.region is not None or self.tenant is not None):
+            raise ValueError("`per` makes one job per region, each named by its region: no `region` or `tenant` with it")
+        return self
+
+
+class Planned(NamedTuple):
+    """One job of a tick."""
+
+    job_id: str
+    group: str  # its region with `per`, else ""
+    spec: dict[str, Any]
+
+
+def job_id(schedule_id: str, tick_at: float, group: str) -> str:
+    """The id of the tick's job for `group`: the same in every process (a jobs row's primary key,
+    so that a tick's job is written once, whoever submits it)."""
+    return hashlib.sha256(f"{schedule_id}\n{tick_at:.0f}\n{group}".encode()).hexdigest()[:24]
+
+
+def check(kind: str, spec: Any, data: DataSource | None, tenant: str, read: ReadRows) -> dict[str, Any]:
+    """The template, as stored, where it gives at least one job now (its dataset read as it is);
+    BadInput naming the first problem."""
+    if kind not in KINDS:
+        raise BadInput(f"a schedule submits a report or a narrative, not {kind!r}")
+    template = {"kind": kind, "spec": spec, "data": None if data is None else data.model_dump(exclude_defaults=True)}
+    jobs, problems = specs(template, tenant, read)
+    if problems:
+        raise BadInput(problems[0] if len(problems) == 1 else f"{problems[0]} (and {len(problems) - 1} more)")
+    assert jobs, "a template without a problem gives a job"
+    return template
+
+
+def plan(schedule_id: str, tick_at: float, template: dict[str, Any], tenant: str,
+         read: ReadRows) -> tuple[list[Planned], list[str]]:
+    """The tick's jobs (ids and specs) and why any group gave none."""
+    jobs, problems = specs(template, tenant, read)
+    return [Planned(job_id(schedule_id, tick_at, g), g, s) for g, s in jobs], problems
+
+
+def specs(template: dict[str, Any], tenant: str, read: ReadRows) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """(group, spec) of each job the template gives now, and the problems of the groups that
+    give none.  BadInput (NotFound for a dataset gone) where it gives none at all."""
+    kind, spec = template["kind"], template["spec"]
+    if not isinstance(spec, dict):
+        raise BadInput(f"a job spec is a JSON object, got {type(spec).__name__}")
+    if template.get("data") is None:
+        _check(kind, spec)
+        return [("", spec)], []
+    source = DataSource.model_validate(template["data"])
+    if NUMBERS[kind] in spec:
+        raise BadInput(f"the {kind}'s `{NUMBERS[kind]}` comes from dataset {source.dataset!r}: leave it out of the spec")
+    out, problems = [], []
+    for group, mine, name in groups(read(source.dataset), source, tenant):
+        try:
+            job = {**spec, NUMBERS[kind]: payload(mine, source, name)}
+            _check(kind, job)
+            out.append((group, job))
+        except BadInput as e:
+            problems.append(f"{source.dataset}" + (f" region {group!r}" if group else "") + f": {e.message}")
+    if len(out) > MAX_JOBS:
+        problems.append(f"{source.dataset}: {len(out)} regions, at most {MAX_JOBS} jobs a tick (the first {MAX_JOBS} go)")
+        out = out[:MAX_JOBS]
+    return out, problems
+
+
+def groups(rows: Rows, source: DataSource, tenant: str) -> list[tuple[str, Rows, str]]:
+    """(group, its rows, its payload's tenant) for each job the rows give; BadInput where they
+    give none."""
+    regions = sorted({r[1] for r in rows})
+    if source.per == "region":
+        return [(g, [r for r in rows if r[1] == g], g) for g in regions]
+    if source.region is not None:
+        mine = [r for r in rows if r[1] == source.region]
+        if not mine:
+            raise BadInput(f"dataset {source.dataset!r} has no rows of region {source.region!r} "
+                           f"(it has {', '.join(regions[:10])})")
+        return [("", mine, source.tenant or tenant)]
+    if len(regions) > 1:
+        raise BadInput(f"dataset {source.dataset!r} has rows of {len(regions)} regions ({', '.join(regions[:10])}): "
+                       "name one (`region`) or make one job per region (`per`)")
+    return [("", rows, source.tenant or tenant)]
+
+
+def payload(rows: Rows, source: DataSource, tenant: str) -> dict[str, Any]:
+    """One group's rows as a payload (the rules above); BadInput where they make none."""
+    periods = sorted({r[2] for r in rows})
+    if len(periods) < 2:
+        raise BadInput(f"rows of {len(periods)} period: a payload compares the latest period with the one before")
+    now, then = periods[-1], periods[-2]
+    value = {(r[0], r[2]): r[3] for r in rows}
+    metrics: list[dict[str, Any]] = []
+    for m in dict.fromkeys(r[0] for r in rows):
+        if (m, now) not in value or (m, then) not in value:
+            continue
+        if m not in corpus.METRIC and m not in source.units:
+            raise BadInput(f"metric {m!r} is not built in: give its unit in `units`")
+        named = {"key": m} if m in corpus.METRIC else {"name": m, "unit": source.units[m]}
+        metrics.append({**named, "value": value[(m, now)], "prev": value[(m, then)]})
+    if not metrics:
+        raise BadInput(f"no metric has a value in both {then} and {now}")
+    if len(metrics) > corpus.MAX_METRICS:
+        raise BadInput(f"{len(metrics)} metrics have values in {then} and {now}; a payload has at most {corpus.MAX_METRICS}")
+    return {"tenant": tenant, "period": now, "style": source.style, "metrics": metrics}
+
+
+def _check(kind: str, spec: dict[str, Any]) -> None:
+    check_spec(kind, spec, "new")  # BadInput with pydantic's reasons

@@ -1,0 +1,63 @@
+"""One ticker process for the race tests (tests/runtime/jobs/test_schedules.py):
+
+    python -m tests.runtime.jobs.ticking '<json>'
+
+json: {"settings": {...Settings}, "base", "start", "speed", "stop", "die_at", "split", "name"}.
+Its clock is a fast one that every process of a test shares: base + (time.time() - start) *
+speed.  It runs the ticker's passes until the Redis key `stop` exists (the test sets it once
+the ticks it counts are submitted), its jobs submitted to a Dispatcher whose send does nothing
+(no worker).  die_at > 0: at its die_at-th submission,
+right after that job was written and before the rest of its tick, it kills itself with
+SIGKILL (a kill -9 mid-tick).  split: it leads whatever the lock says (a split brain).
+Prints what its passes did, as one JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import redis
+
+from runtime.db import make_engine
+from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.rows import Jobs
+from runtime.jobs.schedules import Ticker
+from runtime.settings import Settings
+
+PASS_S = 0.02  # real seconds between passes
+
+
+def main(args: dict[str, Any]) -> None:
+    s = Settings(**args["settings"])
+    r = redis.Redis.from_url(str(s.redis_url))
+    dispatcher = Dispatcher(r, Jobs(make_engine(s), s), lambda *_: None)
+    submitted = 0
+    submit = dispatcher.submit
+
+    def dying(*a: Any, **k: Any) -> Any:
+        nonlocal submitted
+        job = submit(*a, **k)
+        submitted += 1
+        if submitted == args["die_at"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return job
+
+    dispatcher.submit = dying  # type: ignore[method-assign]
+    ticker = Ticker(dispatcher, lambda: args["base"] + (time.time() - args["start"]) * args["speed"], name=args["name"])
+    if args["split"]:
+        ticker.lead = lambda: True  # type: ignore[method-assign]
+    done: Counter[str] = Counter()
+    while not r.exists(args["stop"]):
+        done.update(ticker.step())
+        time.sleep(PASS_S)
+    ticker.release()
+    print(json.dumps({"name": args["name"], **done}))
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
