@@ -23,9 +23,9 @@ from runtime.api.deps import Svc, Tenant
 from runtime.api.models import ERRORS
 from runtime.api.responses import Item
 from runtime.api.routes.responses import page
+from runtime.api.routes.sessions import delete_whole
 from runtime.errors import Busy
 from runtime.jobs.conversations import Conversations
-from runtime.sessions import lifecycle
 from runtime.tables import ConversationRecord
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
@@ -87,8 +87,7 @@ def delete_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) 
     if svc.records.unfinished_jobs(session):
         raise Busy(f"conversation {conversation_id} has a response in progress; cancel it first")
     svc.limiter.take(who)
-    jobs = lifecycle.delete_session(svc.store, svc.records, session, who, idle_only=True)
-    svc.client.delete(*[k for j in jobs for k in (svc.keys.events(j), svc.keys.cancel(j))] or [svc.keys.affinity(session)])
+    delete_whole(svc, session, who)
     return JSONResponse({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
 

@@ -106,10 +106,16 @@ def delete_session(session_id: SessionId, who: Tenant, svc: Svc) -> Response:
     if svc.records.unfinished_jobs(session_id):
         raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
     svc.limiter.take(who)
-    jobs = lifecycle.delete_session(svc.store, svc.records, session_id, who, idle_only=True)  # Busy while a turn runs
+    delete_whole(svc, session_id, who)
+    return Response(status_code=204)
+
+
+def delete_whole(svc: Svc, session_id: str, who: str) -> None:
+    """lifecycle.delete_session (Busy while a turn runs), then what the API keeps of the session
+    in Redis: its affinity, and its jobs' streams (out of the tenant's account at once)."""
+    jobs = lifecycle.delete_session(svc.store, svc.records, session_id, who, idle_only=True)
     try:  # the jobs' streams and the session's affinity are nobody's now
         svc.client.delete(svc.keys.affinity(session_id))
         svc.dispatcher.events.drop(who, jobs)  # bounded batches, and out of the tenant's account now
     except redis.RedisError as e:
         log.warning("session %s deleted; its jobs' Redis keys were not (%s)", session_id, e)
-    return Response(status_code=204)
