@@ -155,6 +155,7 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
         svc.streams[who] -= 1
         await r.aclose()
 
+
 # ---- exports: a finished narrative's or report's Markdown, HTML, PDF and JSON -------------------
 
 EXPORT_TYPES: dict[int | str, dict[str, Any]] = {200: {"content": {media: {} for media, _ in exports.FORMATS.values()},
