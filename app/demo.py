@@ -25,7 +25,7 @@ from runtime.db import database_url
 from runtime.embedded import EmbeddedRedis, from_url
 from runtime.jobs import models
 from runtime.jobs.routing import Routing
-from runtime.settings import Settings
+from runtime.settings import Settings, redact
 from workers.local import spawn_worker, worker_env
 
 DEMO_KEY = "setflow-demo-key"  # the demo's own tenant key (SETFLOW_API_KEYS overrides it)
@@ -192,7 +192,7 @@ def run_demo(serve: bool = False, port: int | None = None) -> int:
         print(f"setflow demo: could not start: {e}", file=sys.stderr)
         return 1
     where = stack.s.redis_url
-    print(f"   Redis {where}\n   database {database_url(stack.s)}\n   API {stack.api.url} "
+    print(f"   Redis {redact(str(where))}\n   database {redact(database_url(stack.s))}\n   API {stack.api.url} "
           f"(OpenAPI at {stack.api.url}/docs); worker {', '.join(stack.names)}; up in "
           f"{time.perf_counter() - t0:.1f} s\n", flush=True)
     try:

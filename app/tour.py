@@ -31,7 +31,7 @@ from runtime.sessions.engine import Engine
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
-from runtime.settings import Settings
+from runtime.settings import Settings, redact
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow
 from workflows import report as report_flow
@@ -154,7 +154,7 @@ def _session_demo(model: SetDLM, tok: Tokenizer) -> None:
         r2_ref = a.run_turn(ref, "demo", second, params)
         m = b.store.read(sid)
         where = settings.redis_url or (server.url if server else "?")
-        print(f"   Redis {where}; database {database_url(settings)}")
+        print(f"   Redis {redact(str(where))}; database {redact(database_url(settings))}")
         print(f"   turn 1: {r1.path}, {len(r1.tokens)} tokens; turn 2 on a fresh engine: {r2.path} "
               f"({m.nbytes if m else 0} bytes of K/V in {len(m.segments) if m else 0} segments), "
               f"{len(r2.tokens)} tokens in {r2.costs['load_s'] * 1000:.0f} ms load + "

