@@ -20,7 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from app.client import Client
-from app.serve import ApiServer, port_free
+from app.serve import ApiServer, port_free, sigterm_as_ctrl_c
 from runtime.db import database_url
 from runtime.embedded import EmbeddedRedis, from_url
 from runtime.jobs import models
@@ -145,16 +145,17 @@ class Stack:
 
 @contextmanager
 def _no_interrupts() -> Iterator[None]:
-    """SIGINT ignored meanwhile (from the main thread; elsewhere there is none to ignore)."""
+    """SIGINT and SIGTERM ignored meanwhile (from the main thread; elsewhere there is none to ignore)."""
     try:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _follow(c: Client, job_id: str, label: str) -> dict[str, Any]:
@@ -183,6 +184,15 @@ def _turns(result: dict[str, Any], paths: dict[int, str]) -> str:
 
 
 def run_demo(serve: bool = False, port: int | None = None) -> int:
+    """The demo; SIGTERM stops it as Ctrl-C does: the worker, the API and the Redis it started."""
+    try:
+        with sigterm_as_ctrl_c():
+            return _demo(serve, port)
+    except KeyboardInterrupt:  # stopped before its end (what it started is stopped: _demo's finally)
+        return 130
+
+
+def _demo(serve: bool, port: int | None) -> int:
     stack = Stack(Settings(), port=port)
     t0 = time.perf_counter()
     print("setflow demo: starting the embedded Redis, the API and a worker ...", flush=True)

@@ -5,9 +5,12 @@ its sender over Celery (the API itself imports no worker code)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import uvicorn
 from celery import Celery
@@ -72,6 +75,22 @@ class ApiServer:
         self.celery.close()
 
 
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (how docker and systemd stop a process) unwinds like Ctrl-C: a KeyboardInterrupt,
+    so every `finally` runs and stops what the process started; by default SIGTERM ends the
+    process on the spot.  (uvicorn takes both signals while it serves, and raises the one it got
+    again once it has shut down: then this handler turns it into the interrupt.)"""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def serve(host: str | None, port: int | None) -> int:
     s = Settings()
     server = None
@@ -90,7 +109,10 @@ def serve(host: str | None, port: int | None) -> int:
         app, celery = api_app(s)
         print(f"setflow API on http://{host}:{port} (docs: /docs)", flush=True)
         # open event streams end within 5 s of SIGTERM/SIGINT (clients resume with Last-Event-ID)
-        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+        with sigterm_as_ctrl_c():
+            uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    except KeyboardInterrupt:  # the signal that stopped uvicorn, raised again: the expected end
+        pass
     finally:
         if celery is not None:
             celery.close()

@@ -14,13 +14,16 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
+import pytest
 
 from runtime.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_serve_starts_the_embedded_redis_serves_and_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; docker stop and systemd
+def test_serve_starts_the_embedded_redis_serves_and_stops_cleanly(tmp_path: Path, stop: signal.Signals) -> None:
     data = tmp_path / "d"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SETFLOW_") and k not in ("REDIS_URL", "DATABASE_URL")}
@@ -47,9 +50,41 @@ def test_serve_starts_the_embedded_redis_serves_and_stops_cleanly(tmp_path: Path
         assert httpx.post(f"{url}/v1/sessions", timeout=5).status_code == 401
         assert (data / "setflow.db").exists() and EmbeddedRedis(data / "redis").alive()
     finally:
-        p.send_signal(signal.SIGINT)
+        p.send_signal(stop)
         p.wait(30)
         assert p.stdout is not None
         p.stdout.close()
     assert p.returncode == 0
     assert not EmbeddedRedis(data / "redis").alive()
+
+
+@pytest.mark.slow
+def test_the_demo_stopped_by_sigterm_stops_all_it_started(tmp_path: Path) -> None:
+    """`setflow demo --serve` under docker or systemd: SIGTERM stops its worker processes, the
+    API and the embedded Redis, as Ctrl-C does (here sent while the demo's report runs)."""
+    data = tmp_path / "d"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SETFLOW_") and k not in ("REDIS_URL", "DATABASE_URL", "BROKER_URL")}
+    env.update(SETFLOW_DATA_DIR=str(data), PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--port", "0", "--serve"], env=env, cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert p.stdout is not None
+        lines = []
+        while not any(" up in " in x for x in lines):  # the stack is up: Redis, the API, a worker
+            lines.append(p.stdout.readline())
+            assert lines[-1] or p.poll() is None, "".join(lines)
+        started = psutil.Process(p.pid).children(recursive=True)
+        assert started and EmbeddedRedis(data / "redis").alive()
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+        out = "".join(lines) + p.stdout.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        assert p.stdout is not None
+        p.stdout.close()
+    assert p.returncode == 130 and "setflow demo: stopped (worker, API, Redis)." in out, out
+    assert not EmbeddedRedis(data / "redis").alive()
+    left = [c for c in started if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [c.cmdline() for c in left]
