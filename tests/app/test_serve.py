@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from runtime.embedded import EmbeddedRedis
@@ -70,11 +69,11 @@ def test_the_demo_stopped_by_sigterm_stops_all_it_started(tmp_path: Path) -> Non
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert p.stdout is not None
-        lines = []
+        lines: list[str] = []
         while not any(" up in " in x for x in lines):  # the stack is up: Redis, the API, a worker
             lines.append(p.stdout.readline())
             assert lines[-1] or p.poll() is None, "".join(lines)
-        started = psutil.Process(p.pid).children(recursive=True)
+        started = descendants(p.pid)
         assert started and EmbeddedRedis(data / "redis").alive()
         p.send_signal(signal.SIGTERM)
         p.wait(60)
@@ -86,5 +85,23 @@ def test_the_demo_stopped_by_sigterm_stops_all_it_started(tmp_path: Path) -> Non
         p.stdout.close()
     assert p.returncode == 130 and "setflow demo: stopped (worker, API, Redis)." in out, out
     assert not EmbeddedRedis(data / "redis").alive()
-    left = [c for c in started if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert not left, [c.cmdline() for c in left]
+    assert not [pid for pid in started if alive(pid)]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc: each task's children)."""
+    out, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            kids = [int(x) for x in (task / "children").read_text().split()]
+            out += kids
+            todo += kids
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
