@@ -20,7 +20,8 @@ import time
 from dataclasses import replace
 
 from runtime.sessions.ceilings import oom
-from runtime.sessions.store import Lease, Manifest, SessionStore
+from runtime.sessions.lease import Lease
+from runtime.sessions.store import Manifest, SessionStore
 
 OOM_RETRY_S = 5.0  # a batch refused at maxmemory is tried again this long (the lease lasts lease_ms)
 

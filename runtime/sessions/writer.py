@@ -23,8 +23,9 @@ from model.kv_cache import KVCache
 from model.params import DecodeState
 from runtime.errors import SetflowError
 from runtime.sessions import kv
+from runtime.sessions.lease import Held
 from runtime.sessions.state import turn_state
-from runtime.sessions.store import Held, Manifest, SessionStore
+from runtime.sessions.store import Manifest, SessionStore
 from runtime.sessions.writebehind import WriteBehind
 
 
