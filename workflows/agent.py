@@ -13,11 +13,12 @@ raises RequiresAction and the job waits, holding no worker; once the client has 
 the job runs again from the top, its committed turns replayed (not decoded) and the output read
 where the call was (Turns.tool_output), so the session resumes after the call from its cached
 state, on whichever worker takes it.
+A tool run here on the tenant's dataset (which may change meanwhile) has its result recorded
+with the job on its first run and replayed by every rerun (Turns.once), as the session holds it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -179,20 +180,21 @@ def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str
 
 
 def _names(turns: Turns, spec: AgentSpec) -> list[str]:
-    """The names of the question that its source holds, its slot table's first slots (the sample
-    dataset's, or the tenant's table's as the job first read it: kept with the job, so a rerun
-    renders the same input even if the table changed meanwhile; where the client runs the metric
-    tool, the names it declares, spec.names)."""
+    """The names of the question that its source holds, its slot table's first slots: the sample
+    dataset's; or the tenant's table's as the job first read it, recorded with the job
+    (Turns.once) so that a rerun renders the same input even if the table changed meanwhile; or,
+    where the client runs the metric tool, the names it declares (spec.names)."""
     if "metric" in spec.client_tools:
         return source_names(spec.question, spec.names)
     if spec.dataset is None:
         return source_names(spec.question, (n for f in corpus.SAMPLE_NAMES for n in f))
-    kept = turns.tool_output("server:names")
-    if kept is None:
-        table = tools.Table.of(spec.dataset, turns.dataset(spec.dataset))
-        kept = json.dumps(source_names(spec.question, (n for f in corpus.held_names(table.values) for n in f)))
-        turns.keep_output("server:names", kept)
-    names: list[str] = json.loads(kept)
+    dataset = spec.dataset
+
+    def held() -> list[str]:  # the tenant's table as the job first reads it
+        table = tools.Table.of(dataset, turns.dataset(dataset))
+        return source_names(spec.question, (n for f in corpus.held_names(table.values) for n in f))
+
+    names: list[str] = turns.once("names", held)
     return names
 
 
@@ -229,14 +231,15 @@ def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corp
         run = tools.run_call(text, data)
         return {"id": call_id, "call": run.call.strip(), "tool": run.tool, "result": run.result, "ok": run.ok,
                 "by": "server"}
-    # the tenant's own dataset, which may change: what it answered is kept with the job, and a
-    # rerun reads that back (the session holds that answer already)
-    kept = turns.tool_output(f"server:{call_id}")
-    if kept is None:
-        run = tools.run_call(text, tools.Table.of(spec.dataset, turns.dataset(spec.dataset), spec.question))
-        kept = json.dumps({"tool": run.tool, "result": run.result, "ok": run.ok})
-        turns.keep_output(f"server:{call_id}", kept)
-    return {"id": call_id, "call": text.strip(), **json.loads(kept), "by": "server"}
+    # the tenant's own dataset, which may change: what it answered is recorded with the job, and a
+    # rerun replays that (the session holds that answer already)
+    dataset = spec.dataset
+
+    def ask() -> dict[str, Any]:
+        run = tools.run_call(text, tools.Table.of(dataset, turns.dataset(dataset), spec.question))
+        return {"tool": run.tool, "result": run.result, "ok": run.ok}
+
+    return {"id": call_id, "call": text.strip(), **turns.once(call_id, ask), "by": "server"}
 
 
 def at_call(tokens: list[int], end_call: list[int]) -> bool:

@@ -21,7 +21,7 @@ prefilled again: `cached`), what each turn appended (`prefill`) and what it wrot
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -153,8 +153,8 @@ class Counted:
     def tool_output(self, call_id: str) -> str | None:
         return self._t.tool_output(call_id)
 
-    def keep_output(self, key: str, output: str) -> None:
-        self._t.keep_output(key, output)
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        return self._t.once(key, fn)
 
     def dataset(self, name: str) -> list[list[str]]:
         return self._t.dataset(name)

@@ -5,6 +5,7 @@ fill.  Who runs the turns (a job's session, or a session in this process) is not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -51,12 +52,14 @@ class Turns(Protocol):
 
     def tool_output(self, call_id: str) -> str | None:
         """The output the client sent for the call `call_id` of a tool it runs (an agent's
-        client_tools), or one kept by keep_output; None: none yet."""
+        client_tools); None: none yet."""
         ...
 
-    def keep_output(self, key: str, output: str) -> None:
-        """Keep a tool's output with the job (a rerun reads it back with tool_output instead of
-        running the tool again: a tenant's dataset may have changed meanwhile)."""
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        """fn()'s result, recorded the first time the job asks for `key` and replayed on every
+        run after (a retry, on any worker), as a Temporal activity's: for a side effect a rerun
+        must not repeat, or whose answer may have changed meanwhile (a tenant's dataset read by
+        a tool).  JSON both ways (runtime/sessions/once.py): the first run gets what a replay reads."""
         ...
 
     def dataset(self, name: str) -> list[list[str]]:

@@ -13,6 +13,7 @@ the session stays at its last turn.  close() when the attempt ends.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import closing
 from typing import Any
 
@@ -31,6 +32,7 @@ from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.sessions.engine import Engine
+from runtime.sessions.once import once
 from runtime.sessions.records import JobStep
 from runtime.sessions.turn import TurnResult
 from runtime.tables import JobRecord
@@ -113,14 +115,18 @@ class JobContext:
         return self.engine.records.length(self._session(), self.job.tenant, except_jobs={self.job.id})
 
     def tool_output(self, call_id: str) -> str | None:
-        """The client's output of the call (sent with tool_outputs), or one kept, as the job
-        row holds it."""
+        """The client's output of the call (sent with tool_outputs), as the job row holds it."""
         return (self.job.tool_outputs or {}).get(call_id)
 
-    def keep_output(self, key: str, output: str) -> None:
-        """In the job's row, under this holder's claim (ClaimLost where it is no longer ours)."""
-        self.jobs.keep_output(self.job.id, self.owner, key, output)
-        self.job.tool_outputs = {**(self.job.tool_outputs or {}), key: output}
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        """Recorded in the job's row (tool_outputs, beside the client's outputs) under this
+        holder's claim, ClaimLost where it is no longer ours; every later attempt reads the row
+        from SQL when it claims the job, so it replays the record on whichever worker runs it."""
+        return once(key, fn, self.job.tool_outputs or {}, self._record)
+
+    def _record(self, key: str, text: str) -> None:
+        self.jobs.keep_output(self.job.id, self.owner, key, text)  # committed before fn's result is used
+        self.job.tool_outputs = {**(self.job.tool_outputs or {}), key: text}
 
     def dataset(self, name: str) -> list[list[str]]:
         if name not in self._datasets:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from domain.facts import Slots
@@ -17,6 +18,7 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import BadInput, NotFound
 from runtime.sessions.decoding import TurnDecode, infill_holes
+from runtime.sessions.once import once
 from runtime.sessions.turn import TurnResult
 
 
@@ -27,7 +29,8 @@ class LocalTurns:
                  tool_outputs: dict[str, str] | None = None, datasets: dict[str, list[list[str]]] | None = None) -> None:
         """profile: the model's (model/profiles.load, beside its weights); None: its default.
         tool_outputs: call id -> output, for the tools a workflow's client runs (an agent's
-        client_tools): the answers a job's client would send, given up front.  datasets: name
+        client_tools): the answers a job's client would send, given up front; also where `once`
+        keeps its records (a job's, to replay them).  datasets: name
         -> rows, what a tenant's datasets would hold."""
         self.model = model
         self.tokenizer = tokenizer
@@ -69,8 +72,10 @@ class LocalTurns:
     def tool_output(self, call_id: str) -> str | None:
         return self.tool_outputs.get(call_id)
 
-    def keep_output(self, key: str, output: str) -> None:
-        self.tool_outputs[key] = output
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        """Recorded in tool_outputs beside the client's outputs, as a job's row holds them: a
+        LocalTurns given a finished one's tool_outputs replays its records."""
+        return once(key, fn, self.tool_outputs, self.tool_outputs.__setitem__)
 
     def dataset(self, name: str) -> list[list[str]]:
         if name not in self.datasets:

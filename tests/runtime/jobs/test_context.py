@@ -1,11 +1,14 @@
 """runtime/jobs/context.py with the shipped model, a real Redis and a SQLite file: a job that
 dies after committing a step and is run again replays that step as written (no second turn),
-then decodes the rest; the tokens are those of an uninterrupted run.  As the Turns of a
+then decodes the rest; the tokens are those of an uninterrupted run.  A result recorded with
+Turns.once is replayed from SQL by the next attempt, on another worker.  As the Turns of a
 workflow, a job writes what a session in this process writes."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import make_engine
+from runtime.errors import ClaimLost
 from runtime.jobs.context import JobContext
 from runtime.jobs.events import JobEvents
 from runtime.jobs.plans import narrative_input
@@ -90,6 +94,55 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
     ref = engine.open("acme")
     assert [engine.run_turn(ref, "acme", ids, PARAMS).tokens for ids in inputs] == [x.tokens for x in r]
     assert jobs.get(job.id).progress["steps"] == 2
+    sql.dispose()
+
+
+def test_once_is_recorded_in_the_jobs_row_and_replayed_by_its_next_attempt_on_another_worker(
+        loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings: Settings, tmp_path: Path) -> None:
+    """Turns.once: the first attempt runs the side effect and records its result (JSON, in SQL,
+    under its claim); the worker dies; the next attempt, on another worker, gets the recorded
+    result back from the job's row and never runs the side effect again."""
+    model, tok = loaded
+    s = settings.model_copy(update={"data_dir": tmp_path, "job_lease_s": 0.3})
+    sql = make_engine(s)
+    records, jobs = Records(sql), Jobs(sql, s)
+    engine = Engine(model, SessionStore(client, s), records, s)
+    runs: list[Any] = []
+
+    def effect(value: Any) -> Callable[[], Any]:
+        def fn() -> Any:
+            runs.append(value)
+            return value
+        return fn
+
+    def ctx_for(job_id: str, worker: str) -> JobContext:
+        claim = jobs.claim(job_id, worker)
+        assert claim.owner is not None, claim.reason
+        return JobContext(claim.job, claim.owner, worker, engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+
+    said = {"tool": "metric", "result": "1240", "ok": True, "at": (1, 2)}
+    replayed = {**said, "at": [1, 2]}  # what JSON reads back: the first run gets it too
+    job, _ = jobs.create("turn", "acme", {"text": "x"}, records.create_session("acme", "").id)
+    first = ctx_for(job.id, "w1")
+    assert first.once("call_1", effect(said)) == replayed
+    assert first.once("call_1", effect("again")) == replayed  # the same attempt replays it too
+    with pytest.raises(TypeError):
+        first.once("names", lambda: {"x"})  # not JSON: nothing recorded
+    first.close()  # ... then the worker dies: no finish, no more heartbeats
+    time.sleep(0.4)
+    [expired] = jobs.expired()
+    assert jobs.requeue(expired)
+    second = ctx_for(job.id, "w2")
+    try:
+        assert second.once("call_1", effect("changed meanwhile")) == replayed
+        assert second.once("names", effect(["revenue"])) == ["revenue"]
+    finally:
+        second.close()
+    assert runs == [said, ["revenue"]]  # each side effect ran once
+    with pytest.raises(ClaimLost):  # the first worker's claim has gone: it records nothing more
+        first.once("late", effect(1))
+    kept = jobs.get(job.id).tool_outputs or {}  # the format rows written before once hold
+    assert {k: json.loads(v) for k, v in kept.items()} == {"server:call_1": replayed, "server:names": ["revenue"]}
     sql.dispose()
 
 
