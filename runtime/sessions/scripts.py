@@ -196,11 +196,12 @@ return tonumber(v)
 _REINDEX = """
 -- KEYS[1]  an index (the sweep's pending index: member -> its next deadline, ms)
 -- ARGV[1]  the member      ARGV[2]  now (ms)      ARGV[3]  its next deadline ('' none)
--- The member moves to its next deadline, or leaves, unless a writer moved it since (to the future)
+-- The member moves to its next deadline, or leaves, unless a writer moved it since (to the
+-- future).  Returns 1 if it moved or left, 0 if not
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) > tonumber(ARGV[2]) then return 0 end
-if ARGV[3] == '' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
+return 1
 """
 
 _RENEW = """
@@ -280,7 +281,7 @@ class Scripts:
 
     def reindex(self, *, member: str, now_ms: int, next_due: int | None) -> bool:
         """Move a member of the pending index to next_due (None: out of it), unless a writer
-        moved it past now_ms since; whether it moved."""
+        moved it past now_ms since; whether it moved (or left)."""
         due = "" if next_due is None else str(next_due)
         return bool(self._reindex(keys=[self.k.pending_index], args=[member, now_ms, due]))
 
