@@ -17,7 +17,8 @@ from runtime.jobs.events import DROP_BATCH, JobEvents
 from runtime.sessions.segments import split
 from runtime.sessions.store import Manifest, SessionStore
 from runtime.settings import Settings
-from tests.runtime.sessions.test_store import FP, META, _kv
+from tests.runtime.sessions.stored import FP, META
+from tests.runtime.sessions.stored import kv as _kv
 
 
 @pytest.fixture

@@ -28,7 +28,8 @@ from runtime.sessions.segments import split
 from runtime.sessions.store import Manifest, SessionStore
 from runtime.sessions.writebehind import WriteBehind
 from runtime.settings import MiB, Settings
-from tests.runtime.sessions.test_store import FP, META, _kv
+from tests.runtime.sessions.stored import FP, META
+from tests.runtime.sessions.stored import kv as _kv
 
 ROOT = Path(__file__).resolve().parents[3]
 
