@@ -51,6 +51,7 @@ import redis
 
 from runtime.errors import RateLimited
 from runtime.keys import Keys
+from runtime.replies import text as _text
 from runtime.settings import Settings
 
 FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
@@ -339,7 +340,3 @@ def entries(got: Any) -> list[tuple[str, dict[str, Any]]]:
         for eid, fields in items:
             out.append((_text(eid), json.loads(fields[b"data"] if b"data" in fields else fields["data"])))
     return out
-
-
-def _text(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)

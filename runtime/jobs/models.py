@@ -25,6 +25,7 @@ from model.tokenizer import SpecialIds, Tokenizer
 from runtime.errors import SetflowError
 from runtime.jobs.hosts import Host, Hosts
 from runtime.keys import Keys
+from runtime.replies import text as _text
 from runtime.settings import Settings
 
 log = logging.getLogger("setflow.models")
@@ -72,10 +73,6 @@ class ModelCard:
         text = {_text(k): _text(v) for k, v in fields.items()}
         return cls(text["fingerprint"], ModelConfig.from_json(text["config"]), text["tokenizer"],
                    text.get("profile", ""))
-
-
-def _text(x: bytes | str) -> str:
-    return x.decode() if isinstance(x, bytes) else x
 
 
 def publish(client: redis.Redis, settings: Settings, card: ModelCard) -> None:

@@ -27,6 +27,7 @@ import redis
 
 from runtime.jobs.hosts import Hosts
 from runtime.keys import Keys
+from runtime.replies import text as _text
 from runtime.settings import Settings
 
 
@@ -134,10 +135,6 @@ class Routing:
     def _hosts(self, worker: str, pool: str) -> bool:
         host = Hosts(self.r, self.s).of(worker)
         return host is not None and host.pool == pool
-
-
-def _text(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
 
 
 def consumed_by(settings: Settings, worker: str, pool: str = "") -> list[str]:

@@ -24,6 +24,7 @@ from runtime.api.deps import Svc
 from runtime.api.models import ErrorResponse, Health
 from runtime.api.services import Services
 from runtime.jobs.routing import consumed_by, shared_queue
+from runtime.replies import text as _text
 
 router = APIRouter(tags=["operations"])
 
@@ -109,7 +110,3 @@ def metrics(svc: Svc, authorization: Annotated[str | None, Header()] = None) -> 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(svc))
     return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
-
-
-def _text(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
