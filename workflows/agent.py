@@ -26,7 +26,8 @@ from typing import Any
 from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
 from domain.answers import answer_of, slot_problems, verify
-from model.params import DecodeError
+from domain.facts import Slots
+from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
 from runtime.jobs.plans import agent_input
@@ -77,106 +78,151 @@ def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str
     answer fails NoAnswer ("no_answer"), allow_unverified or not: at the call limit or with its
     session full at once (a retry would write the call again, or has no room), a segment with no
     "A:" or cut at its token limit after the retry."""
-    tok = turns.tokenizer
-    # `</call>` is one id in setflow's vocabularies, a multi-token stop sequence in another's
-    end_call = Profile.markup(tok, corpus.END_CALL)
-    params = decode_params(spec.params)
-    seg = with_stops(turns, params, end_call)  # a segment ends at a call, at EOS or at the profile's stops
-    # facts as slots (setflow's models): the question's names its source holds, then each result
-    held = (parked.names if parked is not None else _names(turns, spec)) if turns.profile.facts == "slots" else None
-    facts = AgentFacts.of(spec.question, held) if held is not None else None
-    slots = facts.slots if facts is not None else None
-    question = facts.question if facts is not None else spec.question  # as the model reads it
-    written = facts.written if facts is not None else str  # what the model wrote, its facts written out
-    # the calls' arguments copied from the question, the sample dataset and the results so far
-    names = None
-    if spec.guided:
-        names = corpus.CallNames(question) if spec.dataset else corpus.CallNames.sample(question)
-    data = corpus.Dataset(spec.dataset_seed)
-    text_in = corpus.prompt_text(question)
-    ids = agent_input(tok, question, turns.profile)
-    read_results: list[str] = []  # each call's result as the model read it (a slot, or an error line)
-    doc: list[int] = []  # the document before the segment being decoded: every input, every segment
-    pieces: list[str] = []  # the assistant's side: segments and results
-    calls: list[dict[str, Any]] = []
-    done: list[dict[str, Any]] = []  # each turn's summary
-    if parked is not None:  # the call's output is the first input here
+    agent = _Agent.of(turns, spec, parked)
+    ids, text_in = agent.resume(parked, output) if parked is not None else agent.first_input()
+    last = agent.segments(ids, text_in, fits, offered)  # up to the segment that holds no call
+    return agent.answer(last)
+
+
+@dataclass
+class _Agent:
+    """One run of the agent: what each segment reads (its params, its facts, its guide's names),
+    and the transcript so far."""
+
+    turns: Turns
+    spec: AgentSpec
+    seg: DecodeParams  # a segment ends at a call, at EOS or at the profile's stops
+    end_call: list[int]  # `</call>`: one id in setflow's vocabularies, a multi-token stop sequence in another's
+    held: list[str] | None  # facts as slots (setflow's models): the question's names its source holds
+    facts: AgentFacts | None  # the slot table: those names, then each result
+    names: corpus.CallNames | None  # what guided calls copy: the question's names, the sample dataset's
+    doc: list[int] = field(default_factory=list)  # the document before the segment being decoded: every input, every segment
+    pieces: list[str] = field(default_factory=list)  # the assistant's side: segments and results
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    read_results: list[str] = field(default_factory=list)  # each call's result as the model read it (a slot, or an error line)
+    done: list[dict[str, Any]] = field(default_factory=list)  # each turn's summary
+
+    @classmethod
+    def of(cls, turns: Turns, spec: AgentSpec, parked: Parked | None) -> _Agent:
+        end_call = Profile.markup(turns.tokenizer, corpus.END_CALL)
+        seg = with_stops(turns, decode_params(spec.params), end_call)
+        # facts as slots (setflow's models): the question's names its source holds, then each result
+        held = (parked.names if parked is not None else _names(turns, spec)) if turns.profile.facts == "slots" else None
+        facts = AgentFacts.of(spec.question, held) if held is not None else None
+        question = facts.question if facts is not None else spec.question
+        # the calls' arguments copied from the question, the sample dataset and the results so far
+        names = None
+        if spec.guided:
+            names = corpus.CallNames(question) if spec.dataset else corpus.CallNames.sample(question)
+        return cls(turns, spec, seg, end_call, held, facts, names)
+
+    @property
+    def question(self) -> str:
+        """The question as the model reads it (its names as slots)."""
+        return self.facts.question if self.facts is not None else self.spec.question
+
+    @property
+    def slots(self) -> Slots | None:
+        return self.facts.slots if self.facts is not None else None
+
+    def written(self, text: str) -> str:
+        """What the model wrote, its facts written out."""
+        return self.facts.written(text) if self.facts is not None else text
+
+    def first_input(self) -> tuple[list[int], str]:
+        return agent_input(self.turns.tokenizer, self.question, self.turns.profile), corpus.prompt_text(self.question)
+
+    def resume(self, parked: Parked, output: str | None) -> tuple[list[int], str]:
+        """The transcript `parked` kept; the output of the call it waits for is the first input."""
         if output is None:
             raise BadInput(f"the agent waits for the output of {parked.pending.get('id')}")
-        doc, pieces = list(parked.doc), list(parked.pieces)
-        for c in [*parked.calls, {**parked.pending, "result": output, "ok": not output.startswith("error:"),
-                                  "by": "client"}]:
-            calls.append({k: c[k] for k in ("id", "call", "tool", "result", "ok", "by")})
-            read_results.append(facts.result(c["result"]) if facts is not None else c["result"])
-        text_in = f"{corpus.RESULT}{read_results[-1]}{corpus.END_RESULT}\n"
-        pieces.append(text_in)
-        ids = tok.encode(text_in)
-        turns.report(calls=len(calls))
-    while True:
-        # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
-        #    guided to copy the question's names and the numbers of the results so far
-        guide = None if names is None else tools.CallGuide(
-            tok, names.after(x for c, x in zip(calls, read_results) if c["ok"]), unguided=spec.client_tools)
-        try:
-            r = turns.turn(ids, replace(seg, guide=guide), text=text_in, facts=slots)
-        except DecodeError as e:
-            if e.code != "context_overflow" or not done:
+        self.doc, self.pieces = list(parked.doc), list(parked.pieces)
+        for c in parked.calls:
+            self.calls.append({k: c[k] for k in ("id", "call", "tool", "result", "ok", "by")})
+            self.read_results.append(self.facts.result(c["result"]) if self.facts is not None else c["result"])
+        answered = {**parked.pending, "result": output, "ok": not output.startswith("error:"), "by": "client"}
+        return self.took({k: answered[k] for k in ("id", "call", "tool", "result", "ok", "by")})
+
+    def took(self, call: dict[str, Any]) -> tuple[list[int], str]:
+        """`call` made: its result, as the model reads it, is the next turn's input."""
+        self.calls.append(call)
+        self.read_results.append(self.facts.result(call["result"]) if self.facts is not None else call["result"])
+        text_in = f"{corpus.RESULT}{self.read_results[-1]}{corpus.END_RESULT}\n"
+        self.pieces.append(text_in)
+        self.turns.report(calls=len(self.calls))
+        return self.turns.tokenizer.encode(text_in), text_in
+
+    def segments(self, ids: list[int], text_in: str, fits: Fits | None, offered: Collection[str] | None) -> TurnResult:
+        """Decode segments and run their calls until one holds no call; returns that one's turn
+        (the answer's, or one cut at its token limit).  NoAnswer at the call limit, or with the
+        session full after a call; RequiresAction (its state a Parked) at a call its client runs."""
+        turns, spec, tok = self.turns, self.spec, self.turns.tokenizer
+        data = corpus.Dataset(spec.dataset_seed)
+        while True:
+            # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
+            #    guided to copy the question's names and the numbers of the results so far
+            guide = None if self.names is None else tools.CallGuide(
+                tok, self.names.after(x for c, x in zip(self.calls, self.read_results) if c["ok"]),
+                unguided=spec.client_tools)
+            try:
+                r = turns.turn(ids, replace(self.seg, guide=guide), text=text_in, facts=self.slots)
+            except DecodeError as e:
+                if e.code != "context_overflow" or not self.done:
+                    raise
+                raise NoAnswer(f"the session is full after {len(self.calls)} call(s), before an answer ({e})",
+                               ["no answer: the session is full"]) from e
+            self.done.append(summary(r))
+            self.doc += ids
+            text = text_of(turns, r.tokens)
+            self.pieces.append(text)
+            if not at_call(r.tokens, self.end_call):  # EOS or a stop (the answer), or the segment's token limit
+                return r
+            self.doc += r.tokens
+            if len(self.calls) == spec.max_calls:  # the call limit: this call is not run
+                raise NoAnswer(f"the call limit ({spec.max_calls}) was reached before an answer",
+                               ["no answer: the call limit was reached"])
+            # 2) run the call (here, or its client does: the job waits for the output); its result
+            #    is the next turn's input
+            try:
+                call = _run_call(turns, spec, self.written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
+                                 f"call_{len(self.calls) + 1}", data, fits, offered)
+            except RequiresAction as e:  # what a later job needs to go on from here
+                e.state = asdict(Parked(self.held, self.calls, self.doc, self.pieces, e.calls[0]))
                 raise
-            raise NoAnswer(f"the session is full after {len(calls)} call(s), before an answer ({e})",
-                           ["no answer: the session is full"]) from e
-        done.append(summary(r))
-        doc += ids
-        text = text_of(turns, r.tokens)
-        pieces.append(text)
-        if not at_call(r.tokens, end_call):  # EOS or a stop (the answer), or the segment's token limit
-            break
-        doc += r.tokens
-        if len(calls) == spec.max_calls:  # the call limit: this call is not run
-            raise NoAnswer(f"the call limit ({spec.max_calls}) was reached before an answer",
-                           ["no answer: the call limit was reached"])
-        # 2) run the call (here, or its client does: the job waits for the output); its result
-        #    is the next turn's input
+            ids, text_in = self.took(call)
+
+    def answer(self, last: TurnResult) -> dict[str, Any]:
+        """3) the last segment's answer, verified, or decoded again once; the job's result."""
+        turns, spec = self.turns, self.spec
+        made = [(c["call"], c["result"]) for c in self.calls]
+        answers: list[str | None] = []  # what each read found: the last is the answer the job ends with
+
+        def read(a: TurnResult) -> tuple[str, list[str]]:
+            text = text_of(turns, a.tokens)
+            answer = answer_of(self.written(text)) if ended(turns, a.tokens) else None
+            answers.append(answer)
+            if answer is None:
+                why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
+                return text, [f"no answer: the last segment {why}"]
+            pointed = slot_problems(answer_of(text) or "") if self.facts is not None else []  # its slots, before written out
+            return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None)
+
+        retry = Retry(self.doc, self.seg, corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)
         try:
-            call = _run_call(turns, spec, written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
-                             f"call_{len(calls) + 1}", data, fits, offered)
-        except RequiresAction as e:  # what a later job needs to go on from here
-            e.state = asdict(Parked(held, calls, doc, pieces, e.calls[0]))
+            checked = check(turns, "answer", last, read, retry, allow_unverified=spec.allow_unverified)
+        except Unverified as e:
+            if answers[-1] is None:
+                raise _no_answer(e.problems) from e
             raise
-        calls.append(call)
-        read_results.append(facts.result(call["result"]) if facts is not None else call["result"])
-        text_in = f"{corpus.RESULT}{read_results[-1]}{corpus.END_RESULT}\n"
-        pieces.append(text_in)
-        ids = tok.encode(text_in)
-        turns.report(calls=len(calls))
-    # 3) the last segment's answer, verified, or decoded again once
-    made = [(c["call"], c["result"]) for c in calls]
-    answers: list[str | None] = []  # what each read found: the last is the answer the job ends with
-
-    def read(a: TurnResult) -> tuple[str, list[str]]:
-        text = text_of(turns, a.tokens)
-        answer = answer_of(written(text)) if ended(turns, a.tokens) else None
-        answers.append(answer)
-        if answer is None:
-            why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
-            return text, [f"no answer: the last segment {why}"]
-        pointed = slot_problems(answer_of(text) or "") if facts is not None else []  # its slots, before written out
-        return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None)
-
-    retry = Retry(doc, seg, corpus.prompt_text(question) + "".join(pieces[:-1]), facts=slots)
-    try:
-        checked = check(turns, "answer", r, read, retry, allow_unverified=spec.allow_unverified)
-    except Unverified as e:
-        if answers[-1] is None:
-            raise _no_answer(e.problems) from e
-        raise
-    answer = answers[-1]
-    if answer is None:  # flagged, but no answer to flag
-        raise _no_answer(checked.problems)
-    if checked.attempt == "ar_retry":  # the retry's segment is the transcript's last
-        pieces[-1] = checked.value
-        done.append(summary(checked.turn))
-    return {"session": r.session, "question": spec.question, "text": written("".join(pieces)), "answer": answer.strip(),
-            "calls": calls, "finished": True, "reason": "answer", "turns": done, **checked.fields()}
+        answer = answers[-1]
+        if answer is None:  # flagged, but no answer to flag
+            raise _no_answer(checked.problems)
+        if checked.attempt == "ar_retry":  # the retry's segment is the transcript's last
+            self.pieces[-1] = checked.value
+            self.done.append(summary(checked.turn))
+        return {"session": last.session, "question": spec.question, "text": self.written("".join(self.pieces)),
+                "answer": answer.strip(), "calls": self.calls, "finished": True, "reason": "answer",
+                "turns": self.done, **checked.fields()}
 
 
 def _names(turns: Turns, spec: AgentSpec) -> list[str]:
