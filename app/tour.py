@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
-from domain import agent, answers, narrative, report
+from domain import agent, answers, report
+from domain.draws import make_payload
+from domain.payload import Breakdown, Metric, Payload
 from model import shipped
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
@@ -38,11 +40,11 @@ from workflows import report as report_flow
 from workflows.narrative import prompt_ids as narrate_prompt
 from workflows.turn import decode_params
 
-PAYLOAD = narrative.Payload(
+PAYLOAD = Payload(
     "Northwind", "2026-Q3", "formal",
-    [narrative.Metric("revenue", "1240", "1105", "1300"), narrative.Metric("churn", "2.4", "2.6", "2.5"),
-     narrative.Metric("latency", "182", "182")],
-    narrative.Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
+    [Metric("revenue", "1240", "1105", "1300"), Metric("churn", "2.4", "2.6", "2.5"),
+     Metric("latency", "182", "182")],
+    Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
 AR = ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200)
 SET = ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=200)
@@ -120,7 +122,7 @@ def _agent(model: SetDLM, tok: Tokenizer) -> None:
 
 def _infill(model: SetDLM, tok: Tokenizer) -> None:
     """A key-figures template filled as a report fills it (workflows/report.figures)."""
-    data = narrative.make_payload(random.Random("demo"))
+    data = make_payload(random.Random("demo"))
     data.breakdown = None
     t = report.template(data)
     print("   " + t.rendered.slots.lexicalise(t.text(hole="_")))

@@ -73,7 +73,7 @@ from redis.retry import Retry
 
 from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
-from domain.narrative import METRIC
+from domain.payload import METRIC
 from model import shipped
 from model.profiles import Profile
 from model.tokenizer import Tokenizer

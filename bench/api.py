@@ -39,7 +39,7 @@ import redis  # noqa: E402
 
 from app.client import AsyncClient, Client  # noqa: E402
 from app.demo import Stack  # noqa: E402
-from domain import narrative  # noqa: E402
+from domain.draws import make_payload
 from runtime.db import make_engine  # noqa: E402
 from runtime.jobs.dispatch import Dispatcher  # noqa: E402
 from runtime.jobs.rows import Jobs  # noqa: E402
@@ -53,7 +53,7 @@ SEED = 70_000  # held out
 def payloads(n: int) -> list[dict[str, Any]]:
     rng, out = random.Random(SEED), []
     while len(out) < n:
-        p = narrative.make_payload(rng)
+        p = make_payload(rng)
         if p.breakdown is None:  # short dashboards: the high-volume case
             out.append({"tenant": "Northwind", "period": p.period, "style": p.style,
                         "metrics": [{"key": m.key, "value": m.value, "prev": m.prev,

@@ -41,6 +41,7 @@ import torch
 
 from bench.resume import REALISTIC
 from domain import agent, narrative
+from domain.draws import make_payload
 from model import checkpoint, shipped
 from model.batch import KVPool, PooledCache, batched_forward
 from model.decode import begin_turn, commit_pending, decode, fused_forward, prefill
@@ -76,7 +77,7 @@ def make_turns(task: str, n: int, tok: Tokenizer, bos: int, tokens: int, per_ses
 
     if task in ("narrative", "narrative_eos"):
         p = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=tokens, ignore_eos=task == "narrative")
-        return [[Turn([bos, *tok.encode(narrative.prompt_text(narrative.make_payload(random.Random(f"batch/{seed(i, j)}"))))], p)
+        return [[Turn([bos, *tok.encode(narrative.prompt_text(make_payload(random.Random(f"batch/{seed(i, j)}"))))], p)
                  for j in range(per_session)] for i in range(n)]
     p = DecodeParams(policy="prefix", window=4, tau=0.9, max_new_tokens=AGENT_SEGMENT,
                      stop=[[tok.token_id(agent.END_CALL)]])

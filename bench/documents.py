@@ -31,8 +31,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import model.decode as decode_mod  # noqa: E402
-from domain import narrative as nar  # noqa: E402
 from domain import report  # noqa: E402
+from domain.draws import make_payload
+from domain.payload import Payload
 from model import shipped  # noqa: E402
 from model.params import DecodeParams  # noqa: E402
 from runtime.jobs.plans import section_payload  # noqa: E402
@@ -54,7 +55,7 @@ def documents(on: bool) -> Iterator[None]:
         decode_mod.within_documents = saved
 
 
-def session(m: Any, tok: Any, p: nar.Payload) -> list[bool]:
+def session(m: Any, tok: Any, p: Payload) -> list[bool]:
     """One report session: a section per metric (up to 3), as the report job writes them;
     whether each is fully correct."""
     turns = LocalTurns(m, tok)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     m, tok = shipped.load()
     rng, payloads = random.Random(SEED), []
     while len(payloads) < n:
-        p = nar.make_payload(rng)
+        p = make_payload(rng)
         if len(p.metrics) >= 3:
             payloads.append(p)
     result: dict[str, Any] = {"bench": "documents", "sessions": n}

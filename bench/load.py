@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from domain import narrative
+from domain.payload import Metric, Payload
 from model import shipped
 from model.params import DecodeParams
 from runtime.embedded import connect
@@ -52,7 +52,7 @@ from workers.local import LocalCluster
 from workflows.narrative import prompt_ids
 
 QUICK = {"sessions": 4, "turns": 3, "overhead_sessions": 2}
-PAYLOADS = [narrative.Payload(c, "2026-Q3", "brief", [narrative.Metric("revenue", "1240", "1105", "1300")])
+PAYLOADS = [Payload(c, "2026-Q3", "brief", [Metric("revenue", "1240", "1105", "1300")])
             for c in ("Globex", "Initech", "Umbrella", "Hooli", "Acme", "Vandelay", "Stark", "Wayne")]
 
 

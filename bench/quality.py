@@ -51,7 +51,9 @@ import torch
 from pydantic import ValidationError
 
 from domain import agent, answers, narrative, report
+from domain.draws import make_payload
 from domain.facts import Slots
+from domain.payload import Payload, Rendered
 from model import checkpoint, shipped
 from model.corpus import mixture
 from model.tokenizer import Tokenizer
@@ -124,7 +126,7 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
             sent = as_sent(s.payload)
             ex = report.Section(s.title, sent) if sent is not None else None
         else:
-            ex = narrative.make_payload(rng)
+            ex = make_payload(rng)
             ex.breakdown = None
             n = len(report.infill_tokens(tok, report.template(ex))[0])
         if n <= limit and ex is not None:
@@ -132,7 +134,7 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
     raise RuntimeError(f"no {task} example of at most {limit} tokens in 100 draws")
 
 
-def as_sent(p: narrative.Payload) -> narrative.Payload | None:
+def as_sent(p: Payload) -> Payload | None:
     """The payload as a job gets it through the API (runtime/jobs/specs.py PayloadSpec: names
     canonical), or None where the API refuses it (two names one once canonical): redrawn."""
     try:
@@ -141,7 +143,7 @@ def as_sent(p: narrative.Payload) -> narrative.Payload | None:
         return None
 
 
-def reads_right(r: narrative.Rendered, text: str) -> bool:
+def reads_right(r: Rendered, text: str) -> bool:
     """An independent reading of what a job returned: its written-out text (not the model's
     slots) read back into a table of one slot per distinct fact (r rendered with Slots(dedup=True);
     Slots.delexicalise, as a text model's is) and checked against the payload.  A verified result
@@ -159,7 +161,7 @@ def _checked(r: dict[str, Any], seconds: float, right: bool) -> Outcome:
                    seconds=seconds)
 
 
-def run_narrative(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
+def run_narrative(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec) -> Outcome:
     """The narrative job (workflows/narrative.py): its first decode, checked; a failed one
     decoded again with greedy AR, as a job's is."""
     spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True)
@@ -174,7 +176,7 @@ def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: Params
     return _checked(r, seconds, reads_right(s.render(Slots(dedup=True))[2], r["markdown"].partition("\n")[2]))
 
 
-def run_report(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
+def run_report(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec) -> Outcome:
     """A report job of REPORT_SECTIONS sections (one metric each) and its key figures: fully
     correct when every part is verified on its first decode; `succeeded` when the job succeeds
     (a part may have been decoded again); a wrong success when it succeeds and a section's or the
@@ -236,7 +238,7 @@ def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpe
     return rows
 
 
-def run_infill(model: SetDLM, tok: Tokenizer, p: narrative.Payload, params: ParamsSpec) -> Outcome:
+def run_infill(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec) -> Outcome:
     """A payload's key figures, as a report fills them: one infill turn."""
     r, seconds = _timed(lambda turns: report_flow.figures(turns, p, decode_params(params), allow_unverified=True),
                         model, tok)

@@ -11,7 +11,7 @@ draw from (tests/bench/test_realistic.py holds both).  Names are NFC, 1-80 chara
 and a tool call use as separators (| : ; " < >).
 
 It knows nothing of the model, the tokenizer or the API's grammar of the day: it does not check
-`narrative.valid` (the grammar is being widened to these names), nor the benchmark's length limit
+`grammar.valid` (the grammar is being widened to these names), nor the benchmark's length limit
 (bench/quality.py redraws an example that is too long).
 """
 
@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass
 
 from domain import agent, narrative, report
-from domain.narrative import Breakdown, Metric, Payload
+from domain.payload import STYLES, Breakdown, Metric, Payload
 
 # ---- vocabulary ---------------------------------------------------------------------------
 
@@ -177,7 +177,6 @@ SECTION_TITLES: tuple[str, ...] = (
     "Итоги квартала", "ملخص الأداء", "बिक्री सारांश", "Σύνοψη αποτελεσμάτων",
 )
 
-STYLES = narrative.STYLES
 MAX_DIGITS = 15  # a number's digits (its significant ones: no leading zeros are written)
 MAX_DECIMALS = 6
 AGENT_DIGITS = 12  # a table's values: sums of three stay exact in a float to the cent (calc computes in floats)

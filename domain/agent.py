@@ -31,10 +31,10 @@ import warnings
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
-from domain import narrative
+from domain import draws, grammar
 from domain.facts import SLOT
 from domain.markup import SPECIAL_TOKENS
-from domain.narrative import METRIC, METRICS, PERIODS, REGIONS
+from domain.payload import METRIC, METRICS, PERIODS, REGIONS
 
 CALL, END_CALL, RESULT, END_RESULT = "<call>", "</call>", "<result>", "</result>"
 
@@ -399,7 +399,7 @@ def _wild_arg(rng: random.Random) -> str:
     """A name as a call's argument holds it: the API's name grammar, lower case for a metric; not
     a bare number (an answer that restates it could not be told from its result by a reader)."""
     while True:
-        name = narrative.wild_name(rng)
+        name = draws.wild_name(rng)
         if not NUMBER.fullmatch(name):
             return name
 
@@ -410,13 +410,13 @@ def wild_task(rng: random.Random) -> tuple[Task, Store]:
     lists: the same four kinds as make_task's, the calls copying the names from the question."""
     metric = _wild_arg(rng).lower()
     regions = list(dict.fromkeys(_wild_arg(rng) for _ in range(3)))
-    periods = list(dict.fromkeys(narrative.wild_period(rng) for _ in range(2)))
+    periods = list(dict.fromkeys(draws.wild_period(rng) for _ in range(2)))
     dec = rng.choice((0, 0, 1, 2))
     values: dict[tuple[str, str, str], str] = {}
 
     def value(r: str, p: str) -> str:
         if (metric, r, p) not in values:
-            v = narrative.wild_number(rng, rng.randint(1, 6), dec)
+            v = draws.wild_number(rng, rng.randint(1, 6), dec)
             values[metric, r, p] = format_number(float(v))
         return values[metric, r, p]
 
@@ -494,7 +494,7 @@ def slipped(task: Task, store: Store, rng: random.Random) -> list[tuple[str, boo
         args = ARG_RE.findall(task.calls[i])
         f = rng.randrange(3)
         wrong = _slip(args[f], rng)
-        if wrong and wrong == narrative.canonical(wrong) and wrong not in held[f]:  # as the runtime reads it
+        if wrong and wrong == grammar.canonical(wrong) and wrong not in held[f]:  # as the runtime reads it
             args[f] = wrong
             call = call_text("metric", *args)
             said = error_result(str(no_row((args[0], args[1], args[2]), held, task.question)))

@@ -22,10 +22,10 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from domain import narrative
+from domain import grammar
 from domain.agent import ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, NUMBER, Task, ToolError, holds, metric_name, parse_call
 from domain.facts import SLOT
-from domain.narrative import METRIC, PERIODS
+from domain.payload import METRIC, PERIODS
 
 # ---- checking against a task -------------------------------------------------------------
 
@@ -133,7 +133,7 @@ def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool =
         except ToolError:  # the tools answer such a call with an error: no result can rest on it
             problems.append(f"{call!r} gave a result but is no call")
             continue
-        key = (tool, *map(narrative.canonical, args)) if tool == "metric" else (tool, args[0].replace(" ", ""))
+        key = (tool, *map(grammar.canonical, args)) if tool == "metric" else (tool, args[0].replace(" ", ""))
         if key in seen:
             problems.append(f"{call} repeats an earlier call")
         seen.add(key)
@@ -151,7 +151,7 @@ def _asks(question: str, field: int, name: str, sample: bool) -> bool:
     """Does the question name `name` (field: FIELDS' index): hold it whole, as the corpus's
     questions hold every name their calls copy; a sample metric's key also where the question
     says its name, in any case ("average order value": aov)."""
-    q, name = narrative.canonical(question), narrative.canonical(name)  # as the tools look it up
+    q, name = grammar.canonical(question), grammar.canonical(name)  # as the tools look it up
     if holds(q, name):
         return True
     return sample and field == 0 and name in METRIC and (holds(q.lower(), name) or holds(q.lower(), metric_name(name)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from domain.narrative import Payload
+from domain.payload import Payload
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # the spec's version: the renderer picks its library by it
 WIDTH = 420  # px of a chart's plot

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from domain.narrative import Payload, leads, metric_form, pattern
+from domain.narrative import leads, metric_form, pattern
+from domain.payload import Payload
 
 DETAILS = ("summary", "standard", "full")
 

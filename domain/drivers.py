@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from domain.narrative import Breakdown, Metric, Payload
+from domain.payload import Breakdown, Metric, Payload
 
 RATIO_PLACES = Decimal("0.0001")  # 4 decimals: a share shown as a percent keeps one decimal exact
 HALF = Decimal("0.5")  # "concentrated": one row holds more than this share

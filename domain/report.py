@@ -1,6 +1,6 @@
 """Report sections: an outline line with its data -> section text; and report templates whose
 holes are filled by infill.  Deterministic by seed.  Facts are slots (domain/facts.py): the
-section's title is its first, then its payload's (narrative.Payload.render).
+section's title is its first, then its payload's (payload.Payload.render).
 
 Section (prompt, then target):
 
@@ -26,9 +26,10 @@ import random
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from domain import draws
 from domain import narrative as nar
 from domain.facts import Slots
-from domain.narrative import Payload
+from domain.payload import Payload, Rendered
 
 
 class Tokenizer(Protocol):
@@ -63,7 +64,7 @@ class Section:
     title: str
     payload: Payload
 
-    def render(self, slots: Slots | None = None) -> tuple[str, str, nar.Rendered]:
+    def render(self, slots: Slots | None = None) -> tuple[str, str, Rendered]:
         """(the prompt in slot form, the title's slot, the payload's rendering): the title is the
         first fact of its table, then the payload's (Payload.render)."""
         slots = Slots() if slots is None else slots
@@ -76,14 +77,14 @@ class Section:
 
 
 def make_section(rng: random.Random, wild: bool = False) -> Section:
-    """wild: its data drawn from the API's grammar (narrative.wild_payload), its title too."""
-    p = nar.wild_payload(rng) if wild else nar.make_payload(rng)
+    """wild: its data drawn from the API's grammar (draws.wild_payload), its title too."""
+    p = draws.wild_payload(rng) if wild else draws.make_payload(rng)
     p.metrics = p.metrics[:2]
     if p.breakdown is not None and p.breakdown.metric not in [m.key for m in p.metrics]:
         p.breakdown.metric = p.metrics[0].key
     first = p.metrics[0]
     title = rng.choice(TITLES[first.key]) if not first.custom and (not wild or rng.random() < 0.5) else \
-        nar.wild_name(rng)
+        draws.wild_name(rng)
     return Section(title, p)
 
 
@@ -115,7 +116,7 @@ TREND = {"up": "up", "down": "down", "flat": "flat"}
 
 @dataclass
 class Template:
-    rendered: nar.Rendered  # the payload in slot form (its breakdown left out)
+    rendered: Rendered  # the payload in slot form (its breakdown left out)
     pieces: list[tuple[str, bool]]  # (text in slot form, is_hole), in order; hole texts are the answers
     context: str | None = None  # what precedes the template (None: the payload in slot form, "fill: ")
 
@@ -132,7 +133,7 @@ class Template:
 
 
 def make_template(rng: random.Random) -> Template:
-    p = nar.make_payload(rng)
+    p = draws.make_payload(rng)
     p.breakdown = None
     return template(p)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from domain import charts, drivers
 from domain import narrative as corpus
+from domain.payload import Payload
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.jobs.plans import DEFAULT, narrative_input, slot_form, written_out
@@ -20,7 +21,7 @@ from workflows.checked import Retry, check
 from workflows.turn import Turns, decode_params, summary, text_of, with_stops
 
 
-def prompt_ids(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT) -> list[int]:
+def prompt_ids(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT) -> list[int]:
     """The prompt as the model's profile renders it (setflow's models: [BOS] payload narrative:)."""
     return narrative_input(tok, payload, profile)[0]
 

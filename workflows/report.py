@@ -14,6 +14,7 @@ from typing import Any
 
 from domain import charts, drivers
 from domain import narrative as corpus
+from domain.payload import Payload
 from model.params import DecodeParams
 from runtime.jobs.plans import (
     check_fits,
@@ -71,7 +72,7 @@ def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
             "detail": spec.detail, "audience": spec.audience}
 
 
-def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodeParams, *, room: int | None = None,
+def section(turns: Turns, title: str, payload: Payload, params: DecodeParams, *, room: int | None = None,
             allow_unverified: bool = False) -> tuple[dict[str, Any], str, int]:
     """One section as a turn: its input ends with the heading, the model writes the body; the
     facts read back out of it (checked).  room: positions the section may take, its retry
@@ -99,7 +100,7 @@ def section(turns: Turns, title: str, payload: corpus.Payload, params: DecodePar
              "drivers": drivers.drivers(payload)}, done.turn.session, took)
 
 
-def figures(turns: Turns, data: corpus.Payload, params: DecodeParams, *, room: int | None = None,
+def figures(turns: Turns, data: Payload, params: DecodeParams, *, room: int | None = None,
             allow_unverified: bool = False) -> dict[str, Any]:
     """The key-figures template of `data` (its breakdown left out) filled by infill; exact: every
     hole holds the answer the data fixes (checked).  room: as for a section."""

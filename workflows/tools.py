@@ -21,7 +21,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from domain import agent as corpus
-from domain.narrative import canonical
+from domain.grammar import canonical
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 

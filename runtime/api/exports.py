@@ -14,7 +14,7 @@ from urllib.parse import quote
 import vl_convert
 
 from domain import charts, document, drivers
-from domain import narrative as corpus
+from domain.grammar import canonical
 from runtime.errors import NotFinished, NotFound
 from runtime.jobs.plans import section_payload
 from runtime.jobs.specs import NarrativeSpec, ReportSpec
@@ -120,5 +120,5 @@ def filename(job: JobRecord, fmt: str) -> str:
     title = str((job.result or {}).get("title") or job.kind)
     ascii_ = re.sub(r"[^A-Za-z0-9]+", "-", unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode())
     base = f"{ascii_.strip('-').lower()[:60] or job.kind}-{job.id[:8]}.{fmt}"
-    utf8 = f"{corpus.canonical(title)[:80]}-{job.id[:8]}.{fmt}"
+    utf8 = f"{canonical(title)[:80]}-{job.id[:8]}.{fmt}"
     return f"{FORMATS[fmt][1]}; filename=\"{base}\"; filename*=UTF-8''{quote(utf8, safe='')}"

@@ -10,7 +10,10 @@ import unicodedata
 from decimal import Decimal
 
 from bench import realistic as R
-from domain import agent, answers, narrative, report
+from domain import agent, answers, report
+from domain.draws import CUSTOM_METRICS
+from domain.grammar import canonical
+from domain.payload import METRICS, PERIODS, REGIONS, SEGMENTS, STYLES, TENANTS, Payload
 from runtime.jobs.datasets import parse_json
 
 NAMES = {"company": R.COMPANIES, "product": R.PRODUCTS, "place": R.PLACES, "metric": tuple(m.name for m in R.METRICS)}
@@ -49,7 +52,7 @@ def test_the_vocabulary_is_clean_text() -> None:
     for x in EVERYTHING:
         assert 1 <= len(x) <= 80 and unicodedata.normalize("NFC", x) == x, x
         assert not any(unicodedata.category(c).startswith("C") for c in x), x  # no control, format or unassigned
-        assert narrative.canonical(x) == x, x  # no spaces at the ends, none doubled
+        assert canonical(x) == x, x  # no spaces at the ends, none doubled
         assert not set(x) & set('|:;"<>'), x  # the payload's and a tool call's separators
     assert all(len(t) <= 60 for t in R.SECTION_TITLES)  # a report outline's title (runtime/jobs/specs.py)
     names = [n for ns in NAMES.values() for n in ns]
@@ -75,23 +78,23 @@ def test_the_vocabulary_holds_many_scripts() -> None:
 
 
 def test_no_name_is_one_training_draws() -> None:
-    training = {*narrative.TENANTS, *narrative.REGIONS, *narrative.SEGMENTS, *(m[0] for m in narrative.METRICS),
-                *(m[1] for m in narrative.METRICS), *(m[0] for m in narrative.CUSTOM_METRICS),
+    training = {*TENANTS, *REGIONS, *SEGMENTS, *(m[0] for m in METRICS),
+                *(m[1] for m in METRICS), *(m[0] for m in CUSTOM_METRICS),
                 *(t for ts in report.TITLES.values() for t in ts)}
     training = {t.casefold() for t in training}
     for x in (*itertools.chain(*NAMES.values()), *R.SECTION_TITLES):
         assert x.casefold() not in training, x
-    assert not set(R.PERIODS) & set(narrative.PERIODS)
+    assert not set(R.PERIODS) & set(PERIODS)
     # and most are outside the grammar wild_name and wild_period drew from (so no draw can be one)
     names = [*itertools.chain(*NAMES.values()), *R.SECTION_TITLES]
     assert sum(not OLD_NAME.fullmatch(n) for n in names) > len(names) / 2
     assert sum(not OLD_PERIOD.fullmatch(p) for p in R.PERIODS) > 0.8 * len(R.PERIODS)
-    units = {m.unit for m in R.METRICS} - {m[2] for m in narrative.METRICS} - {m[1] for m in narrative.CUSTOM_METRICS}
+    units = {m.unit for m in R.METRICS} - {m[2] for m in METRICS} - {m[1] for m in CUSTOM_METRICS}
     assert len(units) > 0.75 * len({m.unit for m in R.METRICS})
 
 
-def _check_payload(p: narrative.Payload, max_metrics: int) -> None:
-    assert 1 <= len(p.metrics) <= max_metrics and p.style in narrative.STYLES
+def _check_payload(p: Payload, max_metrics: int) -> None:
+    assert 1 <= len(p.metrics) <= max_metrics and p.style in STYLES
     assert p.tenant in R.COMPANIES and p.period in R.PERIODS
     assert all(m.custom and m.key in NAMES["metric"] for m in p.metrics)
     names = [p.tenant, *p.names()]

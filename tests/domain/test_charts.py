@@ -16,7 +16,8 @@ import pytest
 import vl_convert
 
 from domain import charts
-from domain.narrative import Breakdown, Metric, Payload, make_payload, wild_payload
+from domain.draws import make_payload, wild_payload
+from domain.payload import Breakdown, Metric, Payload
 
 SCHEMA = Path(altair.__file__).parent / "vegalite" / "v6" / "schema" / "vega-lite-schema.json"
 PAYLOAD = Payload("Northwind", "2026-Q3", "formal",

@@ -8,7 +8,9 @@ import random
 import pytest
 
 from domain import charts, document, drivers
-from domain.narrative import STYLES, Breakdown, Metric, Payload, narrative, wild_payload
+from domain.draws import wild_payload
+from domain.narrative import narrative
+from domain.payload import STYLES, Breakdown, Metric, Payload
 
 PAYLOAD = Payload("St. Mary's Co.", "2026-Q3", "formal",
                   [Metric("revenue", "1240.5", "1105.25", "1300"), Metric("churn", "2.4", "2.6")],

@@ -8,7 +8,8 @@ import random
 from decimal import Decimal
 
 from domain import drivers
-from domain.narrative import Breakdown, Metric, Payload, wild_payload
+from domain.draws import wild_payload
+from domain.payload import Breakdown, Metric, Payload
 
 
 def payload(value: str, prev: str, rows: list[tuple[str, str, str]], target: str | None = None) -> Payload:

@@ -9,9 +9,11 @@ import pytest
 
 from domain import narrative as n
 from domain.facts import Slots
+from domain.grammar import MAX_METRICS, valid
+from domain.payload import STYLES, Breakdown, Metric, Payload, change, comparison, direction
 
 
-def _examples(seed: int, k: int, wild: bool = False) -> list[tuple[n.Payload, str]]:
+def _examples(seed: int, k: int, wild: bool = False) -> list[tuple[Payload, str]]:
     rng = random.Random(seed)
     return [(n.wild_example if wild else n.example)(rng) for _ in range(k)]
 
@@ -34,16 +36,16 @@ def test_every_generated_narrative_passes_its_checker(wild: bool) -> None:
         dirs |= {x.direction for x in r.clauses}
         cmps |= {x.comparison for x in r.clauses}
         sizes.add(len(p.metrics))
-    assert styles == set(n.STYLES) and dirs == {"up", "down", "flat"} and cmps >= {"above", "below", "on", None}
-    assert sizes == (set(range(1, n.MAX_METRICS + 1)) if wild else {1, 2, 3, 4})
+    assert styles == set(STYLES) and dirs == {"up", "down", "flat"} and cmps >= {"above", "below", "on", None}
+    assert sizes == (set(range(1, MAX_METRICS + 1)) if wild else {1, 2, 3, 4})
 
 
 def test_facts_follow_the_payload() -> None:
-    assert n.direction("1240", "1105") == "up" and n.direction("2.4", "2.40") == "flat"
-    assert n.direction("980", "1020") == "down" and n.comparison("9.5", "10.0") == "below"
-    assert n.comparison("3.0", "3") == "on" and n.comparison("4", None) is None
-    assert n.direction("-120", "-80") == "down" and n.comparison("-0.5", "-1") == "above"
-    assert n.direction("123456789012345", "123456789012344") == "up"  # 15 digits: no float rounding
+    assert direction("1240", "1105") == "up" and direction("2.4", "2.40") == "flat"
+    assert direction("980", "1020") == "down" and comparison("9.5", "10.0") == "below"
+    assert comparison("3.0", "3") == "on" and comparison("4", None) is None
+    assert direction("-120", "-80") == "down" and comparison("-0.5", "-1") == "above"
+    assert direction("123456789012345", "123456789012344") == "up"  # 15 digits: no float rounding
 
 
 @pytest.mark.parametrize("value,prev,said", [
@@ -51,13 +53,13 @@ def test_facts_follow_the_payload() -> None:
     ("2.4", "2.40", None), ("10001", "10000", "0.01%"), ("1000001", "1000000", "under 0.01%"), ("0.06", "0.05", "20.0%"),
 ])
 def test_the_runtime_computes_the_percent_change(value: str, prev: str, said: str | None) -> None:
-    assert n.change(value, prev) == said
+    assert change(value, prev) == said
 
 
-def _payload(tenant: str = "Globex", rows: tuple[str, str] = ("EMEA", "APAC")) -> n.Payload:
-    return n.Payload(tenant, "2026-Q2", "brief",
-                     [n.Metric("revenue", "1240", "1105", "1300"), n.Metric("churn", "2.4", "2.4")],
-                     n.Breakdown("region", "revenue", [(rows[0], "400", "380"), (rows[1], "300", "310")]))
+def _payload(tenant: str = "Globex", rows: tuple[str, str] = ("EMEA", "APAC")) -> Payload:
+    return Payload(tenant, "2026-Q2", "brief",
+                   [Metric("revenue", "1240", "1105", "1300"), Metric("churn", "2.4", "2.4")],
+                   Breakdown("region", "revenue", [(rows[0], "400", "380"), (rows[1], "300", "310")]))
 
 
 GOOD = ("[F3] rose [F4] to [F5] [F6] from [F7], below the [F8] target. [F9] held flat at [F10] [F11] from [F12]. "
@@ -85,9 +87,9 @@ def test_a_payload_of_every_kind_of_name_round_trips_exactly() -> None:
     number: the model never reads them, the runtime writes each back as it was given."""
     for i, tenant in enumerate(NAMES):
         row = NAMES[(i + 1) % len(NAMES)]
-        p = n.Payload(tenant, "FY2026", "formal", [n.Metric("Umsatz", "-120", "40.5", "-0.000001", custom_unit="k€")],
-                      n.Breakdown("region", "Umsatz", [(row, "980", "1020.5"), ("東京", "-3", "0")]))
-        assert n.valid(p) is None, n.valid(p)
+        p = Payload(tenant, "FY2026", "formal", [Metric("Umsatz", "-120", "40.5", "-0.000001", custom_unit="k€")],
+                    Breakdown("region", "Umsatz", [(row, "980", "1020.5"), ("東京", "-3", "0")]))
+        assert valid(p) is None, valid(p)
         r = p.render()
         text = n.narrative(random.Random(i), p)
         assert n.check(p, text).fully_correct

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from domain import narrative as corpus
-from domain.narrative import Breakdown, Metric, Payload
+from domain.draws import wild_name, wild_payload, wild_unit
+from domain.grammar import MAX_METRICS, MAX_NAME, MAX_ROWS, canonical, valid
+from domain.payload import METRIC, STYLES, Breakdown, Metric, Payload
 from runtime.errors import BadInput
 from runtime.jobs.specs import AgentSpec, NarrativeSpec, PayloadSpec, ReportSpec, SectionSpec, check_spec
 
@@ -30,12 +32,12 @@ ANY_SCRIPT = Payload(
      Metric("売上高", "-12.5", "-12.25", "-12.5", custom_unit="百万円"),
      Metric("صافي الربح", "0", "-7", custom_unit="ر.س"),
      Metric("churn", "2.4", "2.4"), Metric("Ø Bestellwert", "41", "38", "40", custom_unit="EUR"),
-     Metric("n" * corpus.MAX_NAME, "1", "2", custom_unit="u" * corpus.MAX_NAME), Metric("orders", "7", "6")],
+     Metric("n" * MAX_NAME, "1", "2", custom_unit="u" * MAX_NAME), Metric("orders", "7", "6")],
     Breakdown("segment", "Umsatz pro Kunde", [(n, str(i * 10 - 50), str(i * 7)) for i, n in enumerate(SCRIPTS)]))
 EDGES = [
     Payload("3M", "1", "formal", [Metric("revenue", "0", "999999999.999", "1")],
             Breakdown("region", "revenue", [("rose", "5", "4"), ("A", "12.5", "12.5"), ("5", "1", "2"),
-                                            ("x" * corpus.MAX_NAME, "123456789", "123456789.001")])),
+                                            ("x" * MAX_NAME, "123456789", "123456789.001")])),
     Payload("Up & Down Ltd.", "2027-H1", "casual",
             [Metric("Tickets per agent", "41", "38", "40", custom_unit="tickets"),
              Metric("NPS", "7.125", "7.5", custom_unit="points"), Metric("churn", "2.4", "2.4", "2.4")]),
@@ -50,15 +52,15 @@ IDS = ["digits-and-words", "custom", "overlapping-names", "any-script"]
 
 def test_every_wild_payload_is_one_the_api_accepts_and_reads_back_the_same() -> None:
     for seed in range(400):
-        p = corpus.wild_payload(random.Random(seed))
-        assert corpus.valid(p) is None
+        p = wild_payload(random.Random(seed))
+        assert valid(p) is None
         assert PayloadSpec.of(p).to_payload() == p  # the API's form of it is the same payload
 
 
 @pytest.mark.parametrize("p", EDGES, ids=IDS)
 def test_a_payload_the_api_accepts_is_inside_the_grammar_and_its_narratives_check(p: Payload) -> None:
     spec = PayloadSpec.of(p)  # accepted by the API ...
-    assert corpus.valid(spec.to_payload()) is None  # ... and inside the corpus's grammar
+    assert valid(spec.to_payload()) is None  # ... and inside the corpus's grammar
     assert spec.to_payload() == p  # every name and number as given
     for seed in range(30):  # every phrasing the generator has reads back fully correct
         c = corpus.check(p, corpus.narrative(random.Random(seed), p))
@@ -121,7 +123,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("null", {"metrics": [_metric(prev=None)]}, r"prev: .*a JSON number or a string"),
     ("NaN", {"metrics": [_metric(float("nan"))]}, r"value: .*finite"),
     ("infinity", {"metrics": [_metric(float("inf"))]}, r"value: .*finite"),
-    ("9 metrics", {"metrics": [_metric(key=k) for k in list(corpus.METRIC)[:9]]}, r"metrics: .*at most 8 items"),
+    ("9 metrics", {"metrics": [_metric(key=k) for k in list(METRIC)[:9]]}, r"metrics: .*at most 8 items"),
     ("13 rows", _rows(13), r"rows: .*at most 12 items"),
     ("a custom name without its unit", {"metrics": [{"name": "NPS", "value": "1", "prev": "1"}]}, "custom"),
     ("a key and a name", {"metrics": [_metric(name="NPS", unit="x")]}, "custom"),
@@ -157,7 +159,7 @@ def test_the_api_takes_names_in_any_script_and_numbers_as_json_and_passes_them_o
                        {"key": "churn", "value": 2.4, "prev": "2.4"},
                        {"name": unicodedata.normalize("NFD", "Ø Bestellwert"), "unit": "EUR", "value": "41", "prev": 38,
                         "target": 40},
-                       {"name": "n" * corpus.MAX_NAME, "unit": "u" * corpus.MAX_NAME, "value": 1, "prev": 2},
+                       {"name": "n" * MAX_NAME, "unit": "u" * MAX_NAME, "value": 1, "prev": 2},
                        {"key": "orders", "value": "7", "prev": "6"}],
            "breakdown": {"kind": "segment", "metric": "Umsatz pro Kunde",
                          "rows": [[unicodedata.normalize("NFD", n), i * 10 - 50, str(i * 7)] for i, n in enumerate(SCRIPTS)]}}
@@ -171,7 +173,7 @@ def test_the_api_takes_names_in_any_script_and_numbers_as_json_and_passes_them_o
 
 def test_section_and_report_titles_are_names() -> None:
     data = PayloadSpec.of(ANY_SCRIPT).model_dump()
-    title = "Ü" * corpus.MAX_NAME
+    title = "Ü" * MAX_NAME
     spec = ReportSpec.model_validate({"title": "Rapport T3 | <Nord> (2026)", "data": data, "outline": [
         {"title": title, "metrics": [unicodedata.normalize("NFD", "Umsatz pro Kunde"), "revenue"]},
         {"title": "売上 & 利益", "metrics": ["売上高"]}]})
@@ -186,7 +188,7 @@ def test_section_and_report_titles_are_names() -> None:
 
 
 def test_the_api_passes_names_on_canonical_and_refuses_two_that_are_then_one() -> None:
-    """Spaces at a name's ends dropped, runs inside made one (corpus.canonical): what the model
+    """Spaces at a name's ends dropped, runs inside made one (grammar.canonical): what the model
     writes and the checker reads; the generator draws names so."""
     payload: dict[str, Any] = {
         "tenant": "Acme  Corp ", "period": "FY27",
@@ -195,14 +197,14 @@ def test_the_api_passes_names_on_canonical_and_refuses_two_that_are_then_one() -
     p = PayloadSpec.model_validate(payload).to_payload()
     assert (p.tenant, p.metrics[0].key, p.metrics[0].unit) == ("Acme Corp", "Net revenue", "k USD")
     assert p.breakdown is not None and (p.breakdown.metric, p.breakdown.rows[0][0]) == ("Net revenue", "North America")
-    assert corpus.valid(p) is None
+    assert valid(p) is None
     assert SectionSpec(title="Revenue", metrics=["Net  revenue "]).metrics == ["Net revenue"]  # as the data names it
     twice = {**payload, "breakdown": {**payload["breakdown"], "rows": [["EMEA", "1", "2"], ["EMEA ", "3", "4"]]}}
     with pytest.raises(BadInput, match="named twice"):
         check_spec("narrative", {"payload": twice}, "s1")
     for seed in range(400):
         rng = random.Random(seed)
-        assert all(corpus.canonical(n) == n for n in (corpus.wild_name(rng), corpus.wild_unit(rng)))
+        assert all(canonical(n) == n for n in (wild_name(rng), wild_unit(rng)))
 
 
 def test_an_agent_question_is_passed_on_canonical() -> None:
@@ -252,9 +254,9 @@ def _longest(tok: Any, form: corpus.Form) -> str:
 
 def _largest(style: str, n_metrics: int, metric_trend: str, row_trend: str) -> Payload:
     numbers = {"up": ("1240.5", "1105.25"), "down": ("1105", "1240"), "flat": ("7", "7")}
-    keys = list(corpus.METRIC)[:n_metrics]
+    keys = list(METRIC)[:n_metrics]
     return Payload("Acme", "2026-Q3", style, [Metric(k, *numbers[metric_trend], "1") for k in keys],
-                   Breakdown("region", keys[0], [(f"R{i}", *numbers[row_trend]) for i in range(corpus.MAX_ROWS)]))
+                   Breakdown("region", keys[0], [(f"R{i}", *numbers[row_trend]) for i in range(MAX_ROWS)]))
 
 
 def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload() -> None:
@@ -270,9 +272,9 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
     narrative = NarrativeSpec.model_fields["params"].get_default(call_default_factory=True).max_new_tokens
     section = ReportSpec.model_fields["params"].get_default(call_default_factory=True).max_new_tokens
     longest = {"narrative": 0, "section": 0}
-    for style in corpus.STYLES:
+    for style in STYLES:
         for m, r in [(m, r) for m in ("up", "down", "flat") for r in ("up", "down", "flat")]:
-            p = _largest(style, corpus.MAX_METRICS, m, r)
+            p = _largest(style, MAX_METRICS, m, r)
             ids, _, rendered = plans.narrative_input(tok, p)
             longest["narrative"] = max(longest["narrative"], len(tok.encode(_longest(tok, corpus.narrative_form(rendered)))))
             assert len(ids) + narrative <= 2048
@@ -282,13 +284,13 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
             longest["section"] = max(longest["section"], body)
             assert body + 1 <= plans.section_tokens(tok, rendered, 10**6)  # what a report plans a section for holds it
     assert longest["narrative"] + 1 <= narrative and longest["section"] + 1 <= section, longest  # + EOS
-    keys = list(corpus.METRIC)[:corpus.MAX_METRICS]
+    keys = list(METRIC)[:MAX_METRICS]
     data = PayloadSpec.of(Payload("Acme", "2026-Q3", "formal", [Metric(k, "1240.5", "1105.25", "1") for k in keys]))
     report = ReportSpec.model_validate({"title": "Q3", "data": data.model_dump(), "outline": [
         {"title": f"Part {i}", "metrics": keys[2 * i % 8: 2 * i % 8 + 2]} for i in range(6)]})
     assert sum(plans.report_parts(report, tok)) <= 2048
     # ... and with a breakdown of MAX_ROWS rows: each section is planned for its own longest body
-    data = PayloadSpec.of(_largest("formal", corpus.MAX_METRICS, "up", "down"))
+    data = PayloadSpec.of(_largest("formal", MAX_METRICS, "up", "down"))
     report = ReportSpec.model_validate({"title": "Q3", "data": data.model_dump(), "outline": [
         {"title": f"Part {i}", "metrics": keys[2 * i % 8: 2 * i % 8 + 2]} for i in range(6)]})
     assert sum(plans.report_parts(report, tok)) <= 2048

@@ -11,6 +11,8 @@ import random
 import pytest
 
 from domain import agent, answers, narrative, report
+from domain.draws import make_payload
+from domain.payload import Breakdown, Metric, Payload
 from model import checkpoint, shipped
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
@@ -22,10 +24,10 @@ from workflows import narrative as narrative_flow
 from workflows import report as report_flow
 from workflows.turn import decode_params
 
-PAYLOAD = narrative.Payload(
+PAYLOAD = Payload(
     "Globex", "2026-Q3", "brief",
-    [narrative.Metric("revenue", "1240", "1105", "1300"), narrative.Metric("churn", "2.4", "2.6")],
-    narrative.Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
+    [Metric("revenue", "1240", "1105", "1300"), Metric("churn", "2.4", "2.6")],
+    Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
 DATA = agent.Dataset(2026)
 V1, V2 = DATA.lookup("revenue", "EMEA", "2026-Q2"), DATA.lookup("revenue", "EMEA", "2026-Q3")
@@ -74,7 +76,7 @@ def test_a_correct_tool_call_and_answer(loaded: tuple[SetDLM, Tokenizer], policy
 
 @pytest.mark.parametrize("policy", ["ar", "set"])
 def test_a_template_filled_by_infill(loaded: tuple[SetDLM, Tokenizer], policy: str) -> None:
-    payload = narrative.make_payload(random.Random("smoke"))
+    payload = make_payload(random.Random("smoke"))
     payload.breakdown = None
     t = report.template(payload)  # in slot form: the runtime writes its facts out
     r = report_flow.figures(LocalTurns(*loaded), payload, decode_params(PARAMS[policy]))

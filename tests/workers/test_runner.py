@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from domain import narrative as corpus
+from domain.payload import Rendered
 from model import shipped
 from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
@@ -29,7 +30,7 @@ from workers import runner
 from workers.process import Runtime
 
 
-def refuted(r: corpus.Rendered, text: str) -> corpus.Check:
+def refuted(r: Rendered, text: str) -> corpus.Check:
     """The checker reading the model's slot-form text back against the payload's rendering, refuting it."""
     return corpus.Check(0, 3, ["revenue: numbers ['1250'] != ['1240']"])
 

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from domain import narrative
+from domain.payload import Metric, Payload
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.jobs.routing import own_queue
@@ -18,7 +18,7 @@ from workers.celery_app import TASK
 from workers.local import LocalCluster
 from workflows.narrative import prompt_ids
 
-PAYLOAD = narrative.Payload("Globex", "2026-Q3", "brief", [narrative.Metric("revenue", "1240", "1105", "1300")])
+PAYLOAD = Payload("Globex", "2026-Q3", "brief", [Metric("revenue", "1240", "1105", "1300")])
 PARAMS = {"policy": "prefix", "window": 8, "tau": 0.99, "max_new_tokens": 64}
 
 

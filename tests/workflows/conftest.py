@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from app.demo import REPORT
-from domain.narrative import MAX_ROWS
+from domain.grammar import MAX_ROWS
 from domain.report import TITLES
 from model import shipped
 from model.tokenizer import Tokenizer

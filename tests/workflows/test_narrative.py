@@ -10,14 +10,15 @@ import pytest
 from domain import charts, drivers
 from domain import narrative as corpus
 from domain.facts import slots_in
+from domain.payload import Breakdown, Metric, Payload
 from runtime.jobs.specs import NarrativeSpec, ParamsSpec, PayloadSpec
 from runtime.sessions.local import LocalTurns
 from workflows import narrative
 
-PAYLOAD = corpus.Payload(
+PAYLOAD = Payload(
     "Globex", "2026-Q3", "brief",
-    [corpus.Metric("revenue", "1240", "1105", "1300"), corpus.Metric("churn", "2.4", "2.6")],
-    corpus.Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
+    [Metric("revenue", "1240", "1105", "1300"), Metric("churn", "2.4", "2.6")],
+    Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
 PARAMS = {"ar": ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200),
           "set": ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=200),
           "prefix": ParamsSpec(policy="prefix", window=8, tau=0.99, max_new_tokens=200)}

@@ -22,6 +22,7 @@ from app.client import ApiError, Client
 from app.demo import REPORT, Stack
 from domain import agent as agent_corpus
 from domain import narrative as corpus
+from domain.payload import Metric, Payload
 from model import shipped
 from model.decode import generate
 from model.params import DecodeParams
@@ -91,8 +92,8 @@ def test_a_narrative_is_the_text_the_model_writes_in_process(c: Client) -> None:
     assert job["status"] in ("queued", "running") and job["session"]  # a job without a session gets a new one
     r = _ok(c.wait(job["id"], 120))
     model, tok = shipped.load()
-    p = corpus.Payload("Northwind", "2026-Q3", "formal", [corpus.Metric("revenue", "1240", "1105", "1300"),
-                                                          corpus.Metric("churn", "2.4", "2.6")])
+    p = Payload("Northwind", "2026-Q3", "formal", [Metric("revenue", "1240", "1105", "1300"),
+                                                   Metric("churn", "2.4", "2.6")])
     out, _, _ = generate(model, prompt_ids(tok, p), DecodeParams(policy="prefix", window=8, tau=0.99,
                                                                  max_new_tokens=256))
     ref = tok.decode([t for t in out if t != model.cfg.mask_id], skip_special=True)  # slot form
@@ -108,9 +109,9 @@ def test_a_custom_metric_round_trips_through_the_api_the_worker_and_the_checker(
                            {"key": "revenue", "value": "123456789", "prev": "98765432.1", "target": "120000000"}]}
     job = c.create_job("narrative", {"payload": payload, "allow_unverified": True})
     r = _ok(c.wait(job["id"], 120))
-    p = corpus.Payload("Zq9 & Co.", "FY2027", "brief",
-                       [corpus.Metric("Net revenue retention", "104.25", "101.5", custom_unit="%"),
-                        corpus.Metric("revenue", "123456789", "98765432.1", "120000000")])
+    p = Payload("Zq9 & Co.", "FY2027", "brief",
+                [Metric("Net revenue retention", "104.25", "101.5", custom_unit="%"),
+                 Metric("revenue", "123456789", "98765432.1", "120000000")])
     assert "[F3]: up [F4], [F5] [F6], prev [F7]\n" in corpus.prompt_text(p)  # the model reads its slots
     assert "Net revenue retention: up 2.7%, 104.25 %, prev 101.5\n" in p.to_text()  # the runtime its facts
     model, tok = shipped.load()

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from domain import narrative as corpus
-from domain.narrative import Breakdown, Metric, Payload
+from domain.grammar import valid
+from domain.payload import METRIC, Breakdown, Metric, Payload
 from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
 from tests.runtime.api.conftest import ACME, DATA, Api
 
@@ -135,7 +135,7 @@ def test_a_payload_of_any_names_and_json_numbers_is_taken_as_sent(api: Api) -> N
     """Names in any script, with signs, of 80 characters, sent decomposed; numbers as JSON numbers
     or strings, negative ones: accepted, and read by the worker (which parses the stored spec)
     as given, in NFC."""
-    assert corpus.valid(WORLD_PAYLOAD) is None
+    assert valid(WORLD_PAYLOAD) is None
     r = api.http.post("/v1/jobs", json={"kind": "narrative", "spec": {"payload": WORLD}}, headers=ACME)
     assert r.status_code == 202, r.text
     stored = api.svc.jobs.get(r.json()["id"], "acme").spec
@@ -170,7 +170,7 @@ OUTSIDE: list[tuple[str, dict[str, Any], str]] = [
      "'1,240' has a thousands separator: write it without one, with a point for decimals, like 1240"),
     ("16 significant digits", _with(metric={"prev": "1234567890123456"}), "at most 15 significant digits, got 16"),
     ("7 decimals", _with(metric={"target": -0.0000001}), "at most 6 decimals, got 7"),
-    ("9 metrics", _with(metrics=[{"key": k, "value": 1, "prev": 2} for k in list(corpus.METRIC)[:9]], breakdown=None),
+    ("9 metrics", _with(metrics=[{"key": k, "value": 1, "prev": 2} for k in list(METRIC)[:9]], breakdown=None),
      "metrics: List should have at most 8 items"),
     ("13 rows", _with(breakdown={"kind": "region", "metric": "revenue", "rows": [[f"R{i}", 1, 2] for i in range(13)]}),
      "breakdown.rows: List should have at most 12 items"),

@@ -17,7 +17,7 @@ import pytest
 import redis
 from sqlalchemy import Engine as SqlEngine
 
-from domain import narrative
+from domain.draws import make_payload
 from model import shipped
 from model.batch import KVPool, PooledCache
 from model.params import DecodeParams
@@ -66,7 +66,7 @@ def make_engine(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings:
 
 def _turns(tok: Tokenizer, i: int) -> tuple[list[int], list[int], DecodeParams]:
     policy, W, tau = POLICIES[i % len(POLICIES)]
-    payload = narrative.make_payload(random.Random(40 + i))
+    payload = make_payload(random.Random(40 + i))
     return prompt_ids(tok, payload), tok.encode(FOLLOW_UP), DecodeParams(policy=policy, window=W, tau=tau,
                                                                         max_new_tokens=64 + 8 * (i % 3))
 
@@ -282,7 +282,7 @@ def test_events_reach_their_threads_in_order_in_chunks_never_more_than_lead_behi
 
     model, tok = loaded
     params = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=40)
-    prompts = [[model.cfg.bos_id, *prompt_ids(tok, narrative.make_payload(random.Random(i)))] for i in range(3)]
+    prompts = [[model.cfg.bos_id, *prompt_ids(tok, make_payload(random.Random(i)))] for i in range(3)]
     alone = []
     for ids in prompts:
         cache = KVCache.for_model(model.cfg)

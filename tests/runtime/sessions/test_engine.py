@@ -17,7 +17,8 @@ import redis
 import torch
 from sqlalchemy import Engine as SqlEngine
 
-from domain import narrative, report
+from domain import report
+from domain.payload import Metric, Payload
 from model import shipped
 from model.params import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
@@ -34,7 +35,7 @@ from tests.redis_state import orphan_segments
 from workflows.narrative import prompt_ids
 
 PARAMS = DecodeParams(policy="set", window=4, tau=0.9, max_new_tokens=48)
-PAYLOAD = narrative.Payload("Globex", "2026-Q3", "brief", [narrative.Metric("revenue", "1240", "1105", "1300")])
+PAYLOAD = Payload("Globex", "2026-Q3", "brief", [Metric("revenue", "1240", "1105", "1300")])
 FOLLOW_UP = "\nnarrative: "
 
 
@@ -300,9 +301,9 @@ def test_write_behind_in_small_batches_with_out_of_order_stops_restores_exactly(
     for i in range(6):
         if i >= 3:  # a stop inside the text: later positions are often committed (and written) already
             params = replace(params, stop=[tok.encode(" before")])
-        payload = narrative.Payload("Initech", "2025-Q4", "casual",
-                                    [narrative.Metric("churn", f"{2 + i % 3}.4", "2.6", "2.5"),
-                                     narrative.Metric("orders", f"{1200 + i % 3}", "1150")])
+        payload = Payload("Initech", "2025-Q4", "casual",
+                          [Metric("churn", f"{2 + i % 3}.4", "2.6", "2.5"),
+                           Metric("orders", f"{1200 + i % 3}", "1150")])
         sid = engine.open("acme")
         engine.run_turn(sid, "acme", prompt_ids(tok, payload), params)
         warm = engine.warm[sid]

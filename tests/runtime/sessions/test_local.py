@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from domain import narrative, report
+from domain.payload import Metric, Payload
 from model import shipped
 from model.params import DecodeError, DecodeParams
 from model.tokenizer import Tokenizer
@@ -23,7 +24,7 @@ from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 
-PAYLOAD = narrative.Payload("Globex", "2026-Q3", "brief", [narrative.Metric("revenue", "1240", "1105", "1300")])
+PAYLOAD = Payload("Globex", "2026-Q3", "brief", [Metric("revenue", "1240", "1105", "1300")])
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 import redis
 from sqlalchemy import Engine as SqlEngine
 
-from domain import narrative
+from domain.draws import make_payload
 from model import shipped
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
@@ -66,7 +66,7 @@ def test_after_any_mix_of_operations_redis_holds_only_named_bytes(
     store = e1.store
 
     def ids(i: int) -> list[int]:
-        return prompt_ids(tok, narrative.make_payload(random.Random(100 + i)))
+        return prompt_ids(tok, make_payload(random.Random(100 + i)))
 
     follow = tok.encode("\nnarrative: ")
     sessions = [e1.open("acme") for _ in range(6)]
