@@ -34,7 +34,7 @@ from typing import Any, TypeVar, cast
 import httpx
 from asyncio_throttle import Throttler  # type: ignore[attr-defined]
 
-from domain.agent import error_result
+from domain.tools import error_result
 
 T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "cancelled")

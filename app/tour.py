@@ -22,6 +22,7 @@ import torch
 from domain import agent, answers, report
 from domain.draws import make_payload
 from domain.payload import Breakdown, Metric, Payload
+from domain.tools import Dataset, calc
 from model import shipped
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
@@ -107,12 +108,12 @@ def _narratives(model: SetDLM, tok: Tokenizer) -> None:
 
 def _agent(model: SetDLM, tok: Tokenizer) -> None:
     """The agent workflow on QUESTION; its answer checked against the tools' own numbers."""
-    data = agent.Dataset(2026)
+    data = Dataset(2026)
     spec = AgentSpec(question=QUESTION, dataset_seed=data.seed, allow_unverified=True,
                      params=ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=96))
     r, _ = _local(partial(agent_flow.run, spec=spec), model, tok)
     v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
-    expected = agent.calc(f"({v2}-{v1})/{v1}*100")
+    expected = calc(f"({v2}-{v1})/{v1}*100")
     ok = answers.check(agent.Task(QUESTION, [], expected, ""), r["text"]).answer_ok
     print("   " + r["text"].strip().replace("\n", "\n   "))
     fwd, written = sum(t["nfe"] for t in r["turns"]) - 1, sum(t["tokens"] for t in r["turns"])

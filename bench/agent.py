@@ -71,9 +71,9 @@ import torch
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
 from domain.payload import METRIC
+from domain.tools import END_CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, ToolError
 from model import shipped
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
@@ -95,9 +95,9 @@ TENANT = "acme"
 #: (metric, region) of each session's question, in turn
 TOPICS = [(m, r) for r in ("EMEA", "APAC", "AMER", "LATAM", "Nordics", "DACH")
           for m in ("revenue", "churn", "orders", "conversion", "tickets", "latency")]
-CLIENT_DATA = corpus.Dataset(777)  # the client's own warehouse, not the spec's sample dataset
+CLIENT_DATA = Dataset(777)  # the client's own warehouse, not the spec's sample dataset
 #: the names the client's metric tool knows (AgentSpec.names): its data is the sample's
-CLIENT_NAMES = sorted({n for field in corpus.SAMPLE_NAMES for n in field})
+CLIENT_NAMES = sorted({n for field in SAMPLE_NAMES for n in field})
 BASELINE_TOKENS = 8  # the baseline turn's new tokens: its first set is what is timed
 
 
@@ -116,7 +116,7 @@ def client_metric(call: dict[str, Any]) -> str:
     """What the client's metric tool answers, as the tools write numbers (or an error)."""
     try:
         return CLIENT_DATA.lookup(*call["arguments"].values())
-    except (corpus.ToolError, TypeError) as e:
+    except (ToolError, TypeError) as e:
         return f"error: {e}"
 
 
@@ -283,7 +283,7 @@ class Bench:
             r["actual"] = row.meta.get("path") if row is not None else (
                 f"none (no turn decoded: the job ended, {(j.result or {}).get('reason') or (j.error or {}).get('code')})")
             r["ok"] = r["actual"] == path and r["ms"] is not None
-            result_ids = self.tok.encode("".join(f"{corpus.RESULT}{read[c]}{corpus.END_RESULT}\n"
+            result_ids = self.tok.encode("".join(f"{RESULT}{read[c]}{END_RESULT}\n"
                                                  for c in r["calls"]))
             resumed = row.index if row is not None else len(rows)
             r["index"] = resumed  # the session's turn index of the resumed turn
@@ -309,7 +309,7 @@ class Bench:
         and to its start on a worker."""
         params = AgentSpec(question="x").params.model_dump()  # the agent's own decode setting
         params["max_new_tokens"] = BASELINE_TOKENS
-        params["stop"] = [*params["stop"], Profile.markup(self.tok, corpus.END_CALL)]
+        params["stop"] = [*params["stop"], Profile.markup(self.tok, END_CALL)]
         sid = self.c.open(TENANT)
         t0 = time.time()
         job = self.c.submit(sid, {"input_ids": ids, "params": params}, TENANT)

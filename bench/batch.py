@@ -42,6 +42,7 @@ import torch
 from bench.resume import REALISTIC
 from domain import agent, narrative
 from domain.draws import make_payload
+from domain.tools import END_CALL
 from model import checkpoint, shipped
 from model.batch import KVPool, PooledCache, batched_forward
 from model.decode import begin_turn, commit_pending, decode, fused_forward, prefill
@@ -80,7 +81,7 @@ def make_turns(task: str, n: int, tok: Tokenizer, bos: int, tokens: int, per_ses
         return [[Turn([bos, *tok.encode(narrative.prompt_text(make_payload(random.Random(f"batch/{seed(i, j)}"))))], p)
                  for j in range(per_session)] for i in range(n)]
     p = DecodeParams(policy="prefix", window=4, tau=0.9, max_new_tokens=AGENT_SEGMENT,
-                     stop=[[tok.token_id(agent.END_CALL)]])
+                     stop=[[tok.token_id(END_CALL)]])
     return [[Turn([bos, *tok.encode(agent.prompt_text(agent.example(random.Random(f"batch/agent/{seed(i, j)}"))[0].question))],
                   p) for j in range(per_session)] for i in range(n)]
 

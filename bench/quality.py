@@ -54,6 +54,7 @@ from domain import agent, answers, narrative, report
 from domain.draws import make_payload
 from domain.facts import Slots
 from domain.payload import Payload, Rendered
+from domain.tools import Dataset, Store
 from model import checkpoint, shipped
 from model.corpus import mixture
 from model.tokenizer import Tokenizer
@@ -199,12 +200,12 @@ def run_report(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec) ->
                    nfe=sum(x["nfe"] - 1 for x in firsts), seconds=seconds)
 
 
-def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, agent.Dataset | agent.Store],
+def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Dataset | Store],
               params: ParamsSpec, guided: bool = True) -> Outcome:
     """An agent question: over the sample dataset, or (agent_ood) a store of any names, read as
     a tenant's dataset is; its metric calls guided as a job's are by default (AgentSpec.guided)."""
     task, data = ex
-    if isinstance(data, agent.Dataset):
+    if isinstance(data, Dataset):
         source: dict[str, Any] = {"dataset_seed": data.seed}
         tables: dict[str, list[list[str]]] = {}
     else:

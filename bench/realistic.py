@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from domain import agent, narrative, report
 from domain.payload import STYLES, Breakdown, Metric, Payload
+from domain.tools import Store, calc, call_text
 
 # ---- vocabulary ---------------------------------------------------------------------------
 
@@ -328,9 +329,9 @@ def table(rng: random.Random) -> Table:
     return {"rows": rows}
 
 
-def store(t: Table) -> agent.Store:
+def store(t: Table) -> Store:
     """The table as the agent's metric tool reads it (the runtime's Table does the same)."""
-    return agent.Store({(r["metric"], r["region"], r["period"]): r["value"] for r in t["rows"]})
+    return Store({(r["metric"], r["region"], r["period"]): r["value"] for r in t["rows"]})
 
 
 def _unit(name: str) -> str:
@@ -352,33 +353,33 @@ def make_task(rng: random.Random, t: Table) -> agent.Task:
     if kind == "lookup":
         v = data.lookup(metric, r, p)
         q = rng.choice((f"What was {metric} in {r} in {p}?", f"Look up {metric} for {r}, {p}."))
-        return agent.Task(q, [agent.call_text("metric", metric, r, p)], v, f"{metric} in {r} in {p} was {v}{tail}.")
+        return agent.Task(q, [call_text("metric", metric, r, p)], v, f"{metric} in {r} in {p} was {v}{tail}.")
     if kind == "change":
         i, j = sorted(rng.sample(range(len(periods)), 2))
         p1, p2 = periods[i], periods[j]
         v1, v2 = data.lookup(metric, r, p1), data.lookup(metric, r, p2)
         if float(v1) > 0:
             expr = f"({v2}-{v1})/{v1}*100"
-            res = agent.calc(expr)
+            res = calc(expr)
             q = f"By how much did {metric} in {r} change from {p1} to {p2}, in percent?"
-            return agent.Task(q, [agent.call_text("metric", metric, r, p1), agent.call_text("metric", metric, r, p2),
-                                  agent.call_text("calc", expr)], res, f"{metric} in {r} changed by {res}% from {p1} to {p2}.")
+            return agent.Task(q, [call_text("metric", metric, r, p1), call_text("metric", metric, r, p2),
+                                  call_text("calc", expr)], res, f"{metric} in {r} changed by {res}% from {p1} to {p2}.")
     if kind == "total":
         where_names = rng.sample(names, min(len(names), rng.randint(2, 3)))
         vals = [data.lookup(metric, x, p) for x in where_names]
         expr = "+".join(vals)
-        res = agent.calc(expr)
+        res = calc(expr)
         where = ", ".join(where_names[:-1]) + " and " + where_names[-1]
         q = f"What was the total {metric} across {where} in {p}?"
-        return agent.Task(q, [agent.call_text("metric", metric, x, p) for x in where_names] + [agent.call_text("calc", expr)],
+        return agent.Task(q, [call_text("metric", metric, x, p) for x in where_names] + [call_text("calc", expr)],
                           res, f"Total {metric} across {where} in {p} was {res}{tail}.")
     r1, r2 = rng.sample(names, 2)
     v1, v2 = data.lookup(metric, r1, p), data.lookup(metric, r2, p)
     expr = f"{v1}-{v2}"
-    res = agent.calc(expr)
+    res = calc(expr)
     q = f"How much higher was {metric} in {r1} than in {r2} in {p}?"
-    return agent.Task(q, [agent.call_text("metric", metric, r1, p), agent.call_text("metric", metric, r2, p),
-                          agent.call_text("calc", expr)], res, f"{metric} in {r1} was {res}{tail} higher than in {r2}.")
+    return agent.Task(q, [call_text("metric", metric, r1, p), call_text("metric", metric, r2, p),
+                          call_text("calc", expr)], res, f"{metric} in {r1} was {res}{tail} higher than in {r2}.")
 
 
 def question(rng: random.Random, t: Table) -> tuple[str, str]:
@@ -387,14 +388,14 @@ def question(rng: random.Random, t: Table) -> tuple[str, str]:
     return task_.question, task_.answer
 
 
-def task(rng: random.Random) -> tuple[agent.Task, agent.Store]:
+def task(rng: random.Random) -> tuple[agent.Task, Store]:
     """A question over a new table, and the table as a store: what domain/agent.py wild_task
     returns, so bench/quality.py runs it as it runs agent_ood."""
     t = table(rng)
     return make_task(rng, t), store(t)
 
 
-def agent_example(rng: random.Random) -> tuple[agent.Task, agent.Store, list[tuple[str, bool]]]:
+def agent_example(rng: random.Random) -> tuple[agent.Task, Store, list[tuple[str, bool]]]:
     """task() and its reference transcript (bench/quality.py measures its length in tokens)."""
     task_, data = task(rng)
     return task_, data, agent.transcript(task_, data)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from domain.agent import END_RESULT, RESULT, Task
+from domain.agent import Task
 from domain.facts import Slots
 from domain.markup import N_SLOTS
+from domain.tools import END_RESULT, RESULT
 
 MAX_CALLS = 8  # runtime/jobs/specs.py AgentSpec.max_calls' bound: a result's slot each
 MAX_NAMES = N_SLOTS - MAX_CALLS  # a question's names that become slots, at most

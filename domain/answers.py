@@ -23,9 +23,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from domain import grammar
-from domain.agent import ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, NUMBER, Task, ToolError, holds, metric_name, parse_call
+from domain.agent import Task
 from domain.facts import SLOT
 from domain.payload import METRIC, PERIODS
+from domain.tools import ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, NUMBER, ToolError, holds, metric_name, parse_call
 
 # ---- checking against a task -------------------------------------------------------------
 

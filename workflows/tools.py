@@ -20,15 +20,16 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from domain import agent as corpus
 from domain.grammar import canonical
+from domain.guide import CallNames, guided_call
+from domain.tools import CALL, END_CALL, MAX_EXPR, ToolError, calc, error_result, held_names, no_row, parse_call
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 
 
 class CalcArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    expr: str = Field(min_length=1, max_length=corpus.MAX_EXPR)
+    expr: str = Field(min_length=1, max_length=MAX_EXPR)
 
 
 class MetricArgs(BaseModel):
@@ -72,12 +73,12 @@ class Table:
     def lookup(self, key: str, region: str, period: str) -> str:
         k = (canonical(key), canonical(region), canonical(period))
         if self.values.get(k) == AMBIGUOUS:
-            raise corpus.ToolError(f"metric {k[0]!r}, region {k[1]!r}, period {k[2]!r} names two rows of dataset "
+            raise ToolError(f"metric {k[0]!r}, region {k[1]!r}, period {k[2]!r} names two rows of dataset "
                                    f"{self.name!r} that differ only in spaces: upload it again")
         try:
             return self.values[k]
         except KeyError:  # as the model was trained to read it: the names it holds nowhere, with hints
-            raise corpus.no_row(k, corpus.held_names(self.values), self.question) from None
+            raise no_row(k, held_names(self.values), self.question) from None
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Tool:
 
 def _calc(a: BaseModel, _data: Source) -> str:
     assert isinstance(a, CalcArgs)
-    return corpus.calc(a.expr)
+    return calc(a.expr)
 
 
 def _metric(a: BaseModel, data: Source) -> str:
@@ -111,19 +112,19 @@ class ToolResult:
 def run_call(call: str, data: Source) -> ToolResult:
     """Run one call; never raises (errors are results)."""
     try:
-        name, args = corpus.parse_call(call)
-    except corpus.ToolError as e:
-        return ToolResult(call, None, corpus.error_result(str(e)), False)
+        name, args = parse_call(call)
+    except ToolError as e:
+        return ToolResult(call, None, error_result(str(e)), False)
     tool = TOOLS[name]
     try:
         parsed = tool.args.model_validate(dict(zip(tool.args.model_fields, args, strict=True)))
     except (ValidationError, ValueError) as e:
         reasons = "; ".join(err["msg"] for err in e.errors()) if isinstance(e, ValidationError) else str(e)
-        return ToolResult(call, name, corpus.error_result(f"bad arguments to {name}: {reasons}"), False)
+        return ToolResult(call, name, error_result(f"bad arguments to {name}: {reasons}"), False)
     try:
         return ToolResult(call, name, tool.run(parsed, data), True)
-    except corpus.ToolError as e:
-        return ToolResult(call, name, corpus.error_result(str(e)), False)
+    except ToolError as e:
+        return ToolResult(call, name, error_result(str(e)), False)
 
 
 def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | ToolResult:
@@ -132,9 +133,9 @@ def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | To
     model copies them from is: the client matches its data's names so), "call"}; a call that
     does not parse is answered here as any other (the error result)."""
     try:
-        name, args = corpus.parse_call(call)
-    except corpus.ToolError as e:
-        return ToolResult(call, None, corpus.error_result(str(e)), False)
+        name, args = parse_call(call)
+    except ToolError as e:
+        return ToolResult(call, None, error_result(str(e)), False)
     fields = list(TOOLS[name].args.model_fields)  # parse_call checked their number
     if name == "metric":
         args = [canonical(a) for a in args]
@@ -144,16 +145,16 @@ def client_call(call: str, call_id: str) -> dict[str, str | dict[str, str]] | To
 class CallGuide:
     """The decoder's guide (model.params.Guide) for the calls the server runs: each metric
     argument a name the question holds whole, or one the sample dataset holds, each calc number
-    one the question or a result holds, or 100 (corpus.guided_call), so a name or a number is
+    one the question or a result holds, or 100 (guided_call), so a name or a number is
     copied, not miscopied ("st1m7" -> "s1m7" is refused: the model's most probable token that
     keeps a name is taken instead).  Outside a call's arguments, and in a call of a tool in
     `unguided` (the client's: it names what its client holds), it does not guide.  A pure
     function of the segment's tokens: the same on every worker."""
 
-    def __init__(self, tok: Tokenizer, names: corpus.CallNames, unguided: Sequence[str] = ()) -> None:
+    def __init__(self, tok: Tokenizer, names: CallNames, unguided: Sequence[str] = ()) -> None:
         self._tok, self._names = tok, names
         self._unguided = tuple(f"{t}(" for t in unguided)
-        self._call = Profile.markup(tok, corpus.CALL)
+        self._call = Profile.markup(tok, CALL)
         self._last: tuple[tuple[int, ...], tuple[list[int], int, str] | None] = ((), None)  # a refused position asks about many tokens
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
@@ -167,7 +168,7 @@ class CallGuide:
         call = self._tok.decode([*ids, token])[at:]  # in context: a character may take two tokens
         if call.startswith(self._unguided) or call.endswith("\ufffd"):  # the client's tool; a character's
             return None  # first bytes, judged once it is whole
-        verdict = corpus.guided_call(call, self._names)
+        verdict = guided_call(call, self._names)
         # a token that writes nothing (an id the tokenizer lacks) is no way on inside a call
         return False if verdict is not None and call == text else verdict
 
@@ -184,9 +185,9 @@ class CallGuide:
         else:
             ids = list(before)
             full = self._tok.decode(ids)
-            at = full.rfind(corpus.CALL)
+            at = full.rfind(CALL)
             if at < 0:
                 return None
-            at += len(corpus.CALL)
+            at += len(CALL)
             text = full[at:]
-        return None if corpus.END_CALL in text else (ids, at, text)
+        return None if END_CALL in text else (ids, at, text)

@@ -13,7 +13,9 @@ from bench import realistic as R
 from domain import agent, answers, report
 from domain.draws import CUSTOM_METRICS
 from domain.grammar import canonical
+from domain.guide import CallNames
 from domain.payload import METRICS, PERIODS, REGIONS, SEGMENTS, STYLES, TENANTS, Payload
+from domain.tools import Store, parse_call
 from runtime.jobs.datasets import parse_json
 
 NAMES = {"company": R.COMPANIES, "product": R.PRODUCTS, "place": R.PLACES, "metric": tuple(m.name for m in R.METRICS)}
@@ -205,12 +207,12 @@ def test_a_task_runs_as_agent_ood_does() -> None:
     checker, and every name a call copies is one the question holds whole (guided calls)."""
     for i in range(200):
         task, store, pieces = R.agent_example(random.Random(f"realistic/a/{i}"))
-        assert isinstance(task, agent.Task) and isinstance(store, agent.Store)
+        assert isinstance(task, agent.Task) and isinstance(store, Store)
         c = answers.check(task, "".join(text for text, _ in pieces))
         assert c.tool_call_ok and c.answer_ok, (task, c)
-        names = agent.CallNames(task.question)
+        names = CallNames(task.question)
         for call in task.calls:
-            tool, args = agent.parse_call(call)
+            tool, args = parse_call(call)
             if tool == "metric":
                 assert all(names.names(f, a) for f, a in enumerate(args)), call
                 assert store.lookup(*args) == store.values[tuple(args)]

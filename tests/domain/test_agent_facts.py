@@ -8,8 +8,10 @@ from domain import agent as a
 from domain import answers
 from domain.agent_facts import AgentFacts, in_slots, source_names
 from domain.facts import SLOT, slots_in
+from domain.guide import CallNames, guided_call
+from domain.tools import CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, Store, held_names, run_call
 
-SAMPLE = [n for names in a.SAMPLE_NAMES for n in names]
+SAMPLE = [n for names in SAMPLE_NAMES for n in names]
 
 
 def test_source_names_are_whole_longest_first_in_the_questions_order() -> None:
@@ -21,7 +23,7 @@ def test_source_names_are_whole_longest_first_in_the_questions_order() -> None:
     assert f.written(f.question) == q
 
 
-def _examples(n: int) -> list[tuple[a.Task, a.Dataset | a.Store, list[tuple[str, bool]], list[str]]]:
+def _examples(n: int) -> list[tuple[a.Task, Dataset | Store, list[tuple[str, bool]], list[str]]]:
     rng, out = random.Random(11), []
     for i in range(n):
         if i % 2:
@@ -29,7 +31,7 @@ def _examples(n: int) -> list[tuple[a.Task, a.Dataset | a.Store, list[tuple[str,
             out.append((task, data, pieces, SAMPLE))
         else:
             task, store, pieces = a.wild_example(rng)
-            out.append((task, store, pieces, [n for names in a.held_names(store.values) for n in names]))
+            out.append((task, store, pieces, [n for names in held_names(store.values) for n in names]))
     return out
 
 
@@ -42,13 +44,13 @@ def test_a_transcript_in_slots_writes_back_to_the_text_and_verifies() -> None:
         text = "".join(t for t, _ in pieces)
         assert facts.written("".join(t for t, _ in slotted)) == text
         for (t, given), (s, _) in zip(pieces, slotted):
-            if given and not t.startswith(a.RESULT + "error"):
-                assert SLOT.fullmatch(s[len(a.RESULT):-len(a.END_RESULT) - 1]), s  # a result: one slot
+            if given and not t.startswith(RESULT + "error"):
+                assert SLOT.fullmatch(s[len(RESULT):-len(END_RESULT) - 1]), s  # a result: one slot
         # every name the source holds is a slot: none of them is written as text by the model
         targets = "".join(s for s, given in slotted if not given)
         assert not [n for n in source_names(task.question, held) if n in SLOT.sub("", targets) and len(n) > 3
                     and n in SLOT.sub("", facts.question)]
-        made = [(c, a.run_call(c, data)) for c in task.calls]
+        made = [(c, run_call(c, data)) for c in task.calls]
         answer = answers.answer_of(facts.written(slotted[-1][0]))
         assert answer is not None and answers.verify(task.question, made, answer, sample=held is SAMPLE) == []
 
@@ -58,22 +60,22 @@ def test_a_transcript_in_slots_writes_back_to_the_text_and_verifies() -> None:
 def test_the_guide_allows_every_call_training_writes_in_slots_and_no_slot_of_its_own() -> None:
     for task, _, pieces, held in _EX[:300]:
         facts, slotted = in_slots(task, pieces, held)
-        names = a.CallNames.sample(facts.question) if held is SAMPLE else a.CallNames(facts.question)
+        names = CallNames.sample(facts.question) if held is SAMPLE else CallNames(facts.question)
         read: list[str] = []
         for s, given in slotted:
             if given:
-                read.append(s[len(a.RESULT):-len(a.END_RESULT) - 1])
-            elif s.startswith(a.CALL):
-                call = s[len(a.CALL):]
+                read.append(s[len(RESULT):-len(END_RESULT) - 1])
+            elif s.startswith(CALL):
+                call = s[len(CALL):]
                 guide = names.after(read)
                 opened = len('metric("' if call.startswith("metric(") else 'calc("')
-                assert all(a.guided_call(call[:j], guide) for j in range(opened, len(call) + 1)), call
-    n = a.CallNames("By how much did [F1] in [F2] change from [F3] to [F4], in percent?").after(["[F5]", "[F6]"])
-    assert a.guided_call('calc("([F6]-[F5])/[F5]*100")</call>', n)
-    assert a.guided_call('calc("([F6]-[F', n) and a.guided_call('calc("[F5]*[F6', n)
+                assert all(guided_call(call[:j], guide) for j in range(opened, len(call) + 1)), call
+    n = CallNames("By how much did [F1] in [F2] change from [F3] to [F4], in percent?").after(["[F5]", "[F6]"])
+    assert guided_call('calc("([F6]-[F5])/[F5]*100")</call>', n)
+    assert guided_call('calc("([F6]-[F', n) and guided_call('calc("[F5]*[F6', n)
     for bad in ('calc("[F1]+[F5]', 'calc("[F5]+5', 'calc("[F7', 'calc("[F6]-2026', 'metric("[F5]'):
-        assert not a.guided_call(bad, n), bad  # a name's slot, a digit of a slot, a slot no result holds
-    assert a.guided_call('metric("[F1]", "[F2]", "[F3]")</call>', n)
+        assert not guided_call(bad, n), bad  # a name's slot, a digit of a slot, a slot no result holds
+    assert guided_call('metric("[F1]", "[F2]", "[F3]")</call>', n)
 
 
 def test_a_result_is_a_slot_and_an_error_quotes_names_as_slots() -> None:

@@ -6,6 +6,7 @@ import re
 
 from domain import agent as a
 from domain import answers
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT, Dataset, call_text, run_call
 
 # ---- checking against a task --------------------------------------------------------------
 
@@ -32,8 +33,8 @@ def test_a_stray_number_is_one_no_result_and_no_name_of_the_question_holds() -> 
 
 def made_of(text: str) -> list[tuple[str, str]]:
     """A flat transcript's calls with their results, in order."""
-    calls = re.findall(re.escape(a.CALL) + r"(.*?)" + re.escape(a.END_CALL), text)
-    results = re.findall(re.escape(a.RESULT) + r"(.*?)" + re.escape(a.END_RESULT), text)
+    calls = re.findall(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), text)
+    results = re.findall(re.escape(RESULT) + r"(.*?)" + re.escape(END_RESULT), text)
     return list(zip(calls, results, strict=True))
 
 
@@ -47,7 +48,7 @@ def test_every_transcript_the_corpus_writes_verifies() -> None:
             text = "".join(t for t, _ in pieces)
             answer = answers.answer_of(answers.last_segment(text))
             assert answer is not None and answer == pieces[-1][0].removeprefix("A:"), text
-            assert answers.verify(task.question, made_of(text), answer, sample=isinstance(data, a.Dataset)) == [], text
+            assert answers.verify(task.question, made_of(text), answer, sample=isinstance(data, Dataset)) == [], text
             kinds.add(task.calls[-1].split("(")[0] + str(len(task.calls)))
         task, store, _ = a.wild_example(rng)
         text = "".join(t for t, _ in a.slipped(task, store, rng))
@@ -56,7 +57,7 @@ def test_every_transcript_the_corpus_writes_verifies() -> None:
 
 
 Q1 = "What was the churn in Western Europe in 2026-Q1?"
-M1 = a.call_text("metric", "churn", "Western Europe", "2026-Q1")
+M1 = call_text("metric", "churn", "Western Europe", "2026-Q1")
 
 
 def test_a_doubled_call_fails_verification() -> None:
@@ -85,19 +86,19 @@ def test_a_calc_over_a_periods_digits_or_a_number_nobody_wrote_fails_verificatio
         'calc("40+3") uses 3, which no earlier result holds and the question does not write as a number']
     # a question about metrics computes from its results: its own numbers are no operand
     q2 = "What was the total churn across EMEA and APAC in 2026-Q1, plus 5?"
-    metrics = [(a.call_text("metric", "churn", r, "2026-Q1"), v) for r, v in (("EMEA", "2.5"), ("APAC", "3.1"))]
+    metrics = [(call_text("metric", "churn", r, "2026-Q1"), v) for r, v in (("EMEA", "2.5"), ("APAC", "3.1"))]
     assert answers.call_problems(q2, [*metrics, ('calc("2.5+3.1+5")', "10.6")]) == [
         'calc("2.5+3.1+5") uses 5, which no earlier result holds']
     # nor a name's digits ("Xfers 32"), nor a failed call's words
     q3 = "How much higher was dc in Ab than in Xfers 32 in 1993-H1?"
-    m3 = [(a.call_text("metric", "dc", "Ab", "1993-H1"), "577"), (a.call_text("metric", "dc", "Xfers 32", "1993-H1"),
+    m3 = [(call_text("metric", "dc", "Ab", "1993-H1"), "577"), (call_text("metric", "dc", "Xfers 32", "1993-H1"),
                                                                      "error: unknown region 'Xfers 32'")]
     assert answers.call_problems(q3, [*m3, ('calc("577-32")', "545")]) == ['calc("577-32") uses 32, which no earlier result holds']
 
 
 def test_the_100_of_a_percent_change_of_two_results_only_where_the_question_asks_in_percent() -> None:
     q = "By how much did churn in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
-    metrics = [(a.call_text("metric", "churn", "EMEA", p), v) for p, v in (("2026-Q2", "2.50"), ("2026-Q3", "3.1"))]
+    metrics = [(call_text("metric", "churn", "EMEA", p), v) for p, v in (("2026-Q2", "2.50"), ("2026-Q3", "3.1"))]
     assert answers.verify(q, [*metrics, ('calc("(3.1-2.50)/2.50*100")', "24")],
                     " Churn in EMEA changed by 24% from 2026-Q2 to 2026-Q3.") == []
     assert answers.call_problems(q, [*metrics, ('calc("(3.1 - 2.50) / 2.50 * 100")', "24")]) == []  # spaces aside
@@ -111,13 +112,13 @@ def test_the_100_of_a_percent_change_of_two_results_only_where_the_question_asks
 
 
 def test_a_metric_call_names_only_what_the_question_names() -> None:
-    wrong = a.call_text("metric", "churn", "EMEA", "2026-Q1")
+    wrong = call_text("metric", "churn", "EMEA", "2026-Q1")
     assert answers.call_problems(Q1, [(wrong, "2.5")], sample=True) == [
         f"{wrong} reads region 'EMEA', which the question does not name"]
     # a sample metric's key where the question says its name, in any case
     q = "What was Average Order Value in APAC in 2026-Q1?"
-    assert answers.call_problems(q, [(a.call_text("metric", "aov", "APAC", "2026-Q1"), "42.10")], sample=True) == []
-    assert answers.call_problems(q, [(a.call_text("metric", "aov", "APAC", "2026-Q1"), "42.10")]) == [
+    assert answers.call_problems(q, [(call_text("metric", "aov", "APAC", "2026-Q1"), "42.10")], sample=True) == []
+    assert answers.call_problems(q, [(call_text("metric", "aov", "APAC", "2026-Q1"), "42.10")]) == [
         "metric(\"aov\", \"APAC\", \"2026-Q1\") reads metric 'aov', which the question does not name"]  # a tenant's
 
 
@@ -136,12 +137,12 @@ def test_the_answer_is_the_last_segments_never_a_results() -> None:
     """A result may say anything an error says (a client's, or a call quoted back): an "A:" in
     it is no answer, nor is an earlier segment's."""
     call = 'calc("A: 5")'
-    quoted = a.run_call(call, a.Dataset(1))  # its error quotes the call
-    said = f"{a.CALL}{call}{a.END_CALL}{a.RESULT}{quoted}{a.END_RESULT}\n"
+    quoted = run_call(call, Dataset(1))  # its error quotes the call
+    said = f"{CALL}{call}{END_CALL}{RESULT}{quoted}{END_RESULT}\n"
     assert "A: 5" in quoted
     task = a.Task("What is 2 + 3?", ['calc("2+3")'], "5", "The result is 5.")
     assert answers.check(task, said + "The end.").answer is None and not answers.check(task, said + "The end.").answer_ok
-    earlier = f"A: The result is 5.{a.CALL}calc(\"2+3\"){a.END_CALL}{a.RESULT}5{a.END_RESULT}\nDone."
+    earlier = f"A: The result is 5.{CALL}calc(\"2+3\"){END_CALL}{RESULT}5{END_RESULT}\nDone."
     assert answers.check(task, earlier).answer is None
-    assert answers.answer_of(f'A: 5 {a.CALL}calc("2+3")') is None  # a segment that calls does not answer
+    assert answers.answer_of(f'A: 5 {CALL}calc("2+3")') is None  # a segment that calls does not answer
     assert answers.answer_of("The sum: A: The result is 5. A: 6") == " The result is 5. A: 6"  # all of it is checked

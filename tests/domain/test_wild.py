@@ -17,6 +17,7 @@ from domain import narrative as corpus
 from domain.draws import wild_name, wild_payload, wild_unit
 from domain.grammar import MAX_METRICS, MAX_NAME, MAX_ROWS, canonical, valid
 from domain.payload import METRIC, STYLES, Breakdown, Metric, Payload
+from domain.tools import run_call
 from runtime.errors import BadInput
 from runtime.jobs.specs import AgentSpec, NarrativeSpec, PayloadSpec, ReportSpec, SectionSpec, check_spec
 
@@ -237,7 +238,7 @@ def test_every_wild_agent_question_is_one_the_api_accepts_and_its_tools_answer_a
         table = tools.Table.of("d", [[*k, v] for k, v in store.values.items()])
         for call in task.calls:  # the runtime's tools read the store as a tenant's dataset: what training gave
             r = tools.run_call(call, table if call.startswith("metric") else store)
-            assert r.ok and r.result == agent.run_call(call, store), call
+            assert r.ok and r.result == run_call(call, store), call
             args = re.findall(r'"([^"]*)"', call)
             assert call.startswith("calc") or all(a in task.question for a in args), "the call copies the question"
         text = "".join(t for t, _ in pieces)

@@ -13,6 +13,7 @@ import pytest
 from domain import agent, answers, narrative, report
 from domain.draws import make_payload
 from domain.payload import Breakdown, Metric, Payload
+from domain.tools import Dataset, calc, call_text
 from model import checkpoint, shipped
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
@@ -29,12 +30,12 @@ PAYLOAD = Payload(
     [Metric("revenue", "1240", "1105", "1300"), Metric("churn", "2.4", "2.6")],
     Breakdown("region", "revenue", [("EMEA", "400", "380"), ("APAC", "300", "310")]))
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
-DATA = agent.Dataset(2026)
+DATA = Dataset(2026)
 V1, V2 = DATA.lookup("revenue", "EMEA", "2026-Q2"), DATA.lookup("revenue", "EMEA", "2026-Q3")
-TASK = agent.Task(QUESTION, [agent.call_text("metric", "revenue", "EMEA", "2026-Q2"),
-                             agent.call_text("metric", "revenue", "EMEA", "2026-Q3"),
-                             agent.call_text("calc", f"({V2}-{V1})/{V1}*100")],
-                  agent.calc(f"({V2}-{V1})/{V1}*100"), "")
+TASK = agent.Task(QUESTION, [call_text("metric", "revenue", "EMEA", "2026-Q2"),
+                             call_text("metric", "revenue", "EMEA", "2026-Q3"),
+                             call_text("calc", f"({V2}-{V1})/{V1}*100")],
+                  calc(f"({V2}-{V1})/{V1}*100"), "")
 PARAMS = {"ar": ParamsSpec(policy="ar", window=1, tau=None, max_new_tokens=200),
           "set": ParamsSpec(policy="set", window=4, tau=0.9, max_new_tokens=200),
           "prefix": ParamsSpec(policy="prefix", window=8, tau=0.99, max_new_tokens=200)}

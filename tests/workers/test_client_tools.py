@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from domain import agent as corpus
+from domain.tools import Dataset, ToolError
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import AlreadyAnswered, DeadlinePassed, NotFound, NotWaiting, UnknownCall
@@ -24,14 +24,14 @@ from workflows import agent
 
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
 SPEC: dict[str, Any] = {"question": QUESTION, "client_tools": ["metric"]}
-CLIENT_DATA = corpus.Dataset(777)  # the client's own warehouse: not the sample dataset the spec names
+CLIENT_DATA = Dataset(777)  # the client's own warehouse: not the sample dataset the spec names
 
 
 def client_metric(call: dict[str, Any]) -> str:
     """What the client's metric tool answers (its data), as the tools write numbers."""
     try:
         return CLIENT_DATA.lookup(*call["arguments"].values())
-    except corpus.ToolError as e:
+    except ToolError as e:
         return f"error: {e}"
 
 

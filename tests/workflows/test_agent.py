@@ -14,6 +14,7 @@ import pytest
 from domain import agent as corpus
 from domain import answers
 from domain.facts import Slots
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT, Dataset, calc, call_text
 from model.config import ModelConfig
 from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
@@ -26,11 +27,11 @@ from runtime.sessions.turn import TurnResult
 from workflows import agent
 
 QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
-DATA = corpus.Dataset(2026)
+DATA = Dataset(2026)
 V1, V2 = DATA.lookup("revenue", "EMEA", "2026-Q2"), DATA.lookup("revenue", "EMEA", "2026-Q3")
-CALLS = [corpus.call_text("metric", "revenue", "EMEA", "2026-Q2"),
-         corpus.call_text("metric", "revenue", "EMEA", "2026-Q3"), corpus.call_text("calc", f"({V2}-{V1})/{V1}*100")]
-ANSWER = corpus.calc(f"({V2}-{V1})/{V1}*100")
+CALLS = [call_text("metric", "revenue", "EMEA", "2026-Q2"),
+         call_text("metric", "revenue", "EMEA", "2026-Q3"), call_text("calc", f"({V2}-{V1})/{V1}*100")]
+ANSWER = calc(f"({V2}-{V1})/{V1}*100")
 NAMES = ["revenue", "EMEA", "2026-Q2", "2026-Q3"]  # the question's names a table of these rows holds
 
 
@@ -125,10 +126,10 @@ def test_the_questions_names_enter_as_slots_so_guided_or_not_the_calls_copy_them
     alone = agent.run(alone_turns, spec.model_copy(update={"guided": False}))
     assert json.loads(alone_turns.tool_outputs["server:names"]) == ["dc", "dXqQjLuFRNQzcQq0umj", "Xfers 32", "1993-H1"]
     r = agent.run(LocalTurns(*loaded, datasets={"t": SLIP_TABLE}), spec)
-    want = [corpus.call_text("metric", "dc", row, "1993-H1") for row in ("dXqQjLuFRNQzcQq0umj", "Xfers 32")]
+    want = [call_text("metric", "dc", row, "1993-H1") for row in ("dXqQjLuFRNQzcQq0umj", "Xfers 32")]
     for x in (alone, r):
         assert [c["call"] for c in x["calls"][:2]] == want and [c["result"] for c in x["calls"][:2]] == ["577", "6272"]
-        assert x["calls"][2]["call"] == corpus.call_text("calc", "577-6272")  # its numbers: the results' slots
+        assert x["calls"][2]["call"] == call_text("calc", "577-6272")  # its numbers: the results' slots
         assert x["verified"] is True and x["problems"] == [] and "-5695" in (x["answer"] or ""), x["answer"]
         assert "Xfers 32" in (x["answer"] or "")  # the name written out by the runtime, not miscopied
     assert (alone["text"], alone["calls"], alone["answer"]) == (r["text"], r["calls"], r["answer"])
@@ -151,7 +152,7 @@ class Scripted:
         if isinstance(step, Exception):
             raise step
         if isinstance(step, str):
-            step = self.tokenizer.encode(step) + ([] if step.endswith(corpus.END_CALL) else [self.cfg.eos_id])
+            step = self.tokenizer.encode(step) + ([] if step.endswith(END_CALL) else [self.cfg.eos_id])
         return TurnResult("scripted", step, "new" if len(self.inputs) == 1 else "warm", turn=len(self.inputs) - 1)
 
     def used(self) -> int:
@@ -171,13 +172,13 @@ def test_a_full_session_ends_the_job_without_an_answer_and_a_first_turn_error_fa
         loaded: tuple[SetDLM, Tokenizer]) -> None:
     model, tok = loaded
     full = DecodeError("context_overflow", "the session is full")
-    turns = Scripted(tok, model.cfg, [f'{corpus.CALL}calc("1+1"){corpus.END_CALL}', full])
+    turns = Scripted(tok, model.cfg, [f'{CALL}calc("1+1"){END_CALL}', full])
     with pytest.raises(NoAnswer) as e:
         agent.run(turns, AgentSpec(question="What is 1 + 1?", allow_unverified=True))
     assert e.value.code == "no_answer" and e.value.problems == ["no answer: the session is full"]
     # the result, appended as a slot (the question holds no name of the sample dataset: the
     # result's is the table's first), the runtime writes its "2"
-    assert turns.inputs[1] == tok.encode(f"{corpus.RESULT}[F1]{corpus.END_RESULT}\n")
+    assert turns.inputs[1] == tok.encode(f"{RESULT}[F1]{END_RESULT}\n")
     assert turns.inputs[0][0] == model.cfg.bos_id
     with pytest.raises(DecodeError):  # nothing written yet: the job fails
         agent.run(Scripted(tok, model.cfg, [full]), AgentSpec(question="What is 1 + 1?"))
@@ -186,7 +187,7 @@ def test_a_full_session_ends_the_job_without_an_answer_and_a_first_turn_error_fa
 # ---- verified: the last segment's answer, its calls fitting the question ----------------------
 
 def call(tool: str, *args: str) -> str:
-    return f"{corpus.CALL}{corpus.call_text(tool, *args)}{corpus.END_CALL}"
+    return f"{CALL}{call_text(tool, *args)}{END_CALL}"
 
 
 @pytest.mark.parametrize("allow", [False, True])
@@ -199,7 +200,7 @@ def test_an_answer_a_tool_result_holds_is_no_answer(loaded: tuple[SetDLM, Tokeni
     with pytest.raises(NoAnswer) as e:
         agent.run(quoted, AgentSpec(question="What is 2 + 3?", allow_unverified=allow))
     assert e.value.code == "no_answer" and e.value.problems == ["no answer: the last segment holds no A:"]
-    assert tok.decode(quoted.inputs[1]).startswith(f"{corpus.RESULT}error: unsupported expression in 'A: The result is 5'")
+    assert tok.decode(quoted.inputs[1]).startswith(f"{RESULT}error: unsupported expression in 'A: The result is 5'")
     q = "What was churn in EMEA in 2026-Q1?"
     client = Scripted(tok, model.cfg, [call("metric", "churn", "EMEA", "2026-Q1"), "Done.", "Done."],
                       {"call_1": "error: A: Churn in EMEA in 2026-Q1 was 3.1%"})
@@ -226,7 +227,7 @@ V = DATA.lookup("churn", "EMEA", "2026-Q1")
 Q1 = "What was churn in EMEA in 2026-Q1?"
 WRONG = {  # the question, the calls the model wrote, its answer (twice: the retry's too), the problems
     "doubled": (Q1, [call("metric", "churn", "EMEA", "2026-Q1")] * 2 + [call("calc", f"{V}+{V}")],
-                f"A: Churn in EMEA in 2026-Q1 was {corpus.calc(f'{V}+{V}')}%.",
+                f"A: Churn in EMEA in 2026-Q1 was {calc(f'{V}+{V}')}%.",
                 ['metric("churn", "EMEA", "2026-Q1") repeats an earlier call']),
     "a period's digits": (Q1, [call("calc", "2026+100")], "A: Churn in EMEA in 2026-Q1 was 2126%.",
                           [f'calc("2026+100") uses {n}, which no earlier result holds and the question does not write '
@@ -257,14 +258,14 @@ def test_the_forms_training_writes_are_verified_first(loaded: tuple[SetDLM, Toke
     model, tok = loaded
     v1, v2 = (DATA.lookup("churn", r, "2026-Q1") for r in ("EMEA", "APAC"))
     cases = [("What is (4821 + 37) - 5?", [call("calc", "(4821+37)-5")], "A: The result is 4853."),
-             (QUESTION, [f"{corpus.CALL}{c}{corpus.END_CALL}" for c in CALLS],
+             (QUESTION, [f"{CALL}{c}{END_CALL}" for c in CALLS],
               f"A: Revenue in EMEA changed by {ANSWER}% from 2026-Q2 to 2026-Q3."),
              ("What was the total churn across EMEA and APAC in 2026-Q1?",
               [call("metric", "churn", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{v1}+{v2}")],
-              f"A: Total churn across EMEA and APAC in 2026-Q1 was {corpus.calc(f'{v1}+{v2}')} %."),
+              f"A: Total churn across EMEA and APAC in 2026-Q1 was {calc(f'{v1}+{v2}')} %."),
              ("How much higher was churn in EMEA than in APAC in 2026-Q1?",
               [call("metric", "churn", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{v1}-{v2}")],
-              f"A: Churn in EMEA was {corpus.calc(f'{v1}-{v2}')} % higher than in APAC.")]
+              f"A: Churn in EMEA was {calc(f'{v1}-{v2}')} % higher than in APAC.")]
     for question, calls, answer in cases:
         r = agent.run(Scripted(tok, model.cfg, [*calls, answer]), AgentSpec(question=question, dataset_seed=DATA.seed))
         assert r["verified"] is True and r["attempt"] == "first" and r["problems"] == [], (question, r["text"])

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis
 
-from domain import agent as agent_corpus
 from domain.facts import Slots
+from domain.tools import CALL, END_CALL
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.profiles import Profile
@@ -183,7 +183,7 @@ class Scripted:
              facts: Slots | None = None) -> TurnResult:
         self.inputs.append((ids, params))
         out = self.tokenizer.encode(self.script[len(self.inputs) - 1])
-        end = self.tokenizer.token_id(agent_corpus.END_CALL)
+        end = self.tokenizer.token_id(END_CALL)
         tokens = out if out[-1:] == [end] else [*out, self.cfg.eos_id]
         return TurnResult("scripted", tokens, "warm", turn=len(self.inputs) - 1)
 
@@ -197,7 +197,7 @@ class Scripted:
         self.checks.append((part, outcome))
 
 
-CALL = f'{agent_corpus.CALL}calc("40+2"){agent_corpus.END_CALL}'
+CALL = f'{CALL}calc("40+2"){END_CALL}'
 
 
 def test_an_answer_without_its_last_result_is_decoded_again_from_the_whole_document(
@@ -213,7 +213,7 @@ def test_an_answer_without_its_last_result_is_decoded_again_from_the_whole_docum
     # the retry: the question, the call and its result as the turns wrote them, in one input that
     # starts a document (it cannot see the failed answer); greedy AR, a call still stops it
     assert again == q + tok.encode(CALL) + res and again[0] == model.cfg.doc_start_id
-    assert p.policy == "ar" and [tok.token_id(agent_corpus.END_CALL)] in p.stop
+    assert p.policy == "ar" and [tok.token_id(END_CALL)] in p.stop
     assert len(r["turns"]) == 3 and turns.checks == [("answer", "ar_retry")]
 
 

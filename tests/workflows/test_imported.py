@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from domain import agent as corpus
 from domain.facts import Slots
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT
 from model import profiles, shipped
 from model.importer import import_checkpoint
 from model.params import DecodeParams
@@ -51,7 +51,7 @@ def test_a_narrative_on_an_imported_model(imported: tuple[SetDLM, Tokenizer, Pat
 
 def test_an_agent_job_on_an_imported_model(imported: tuple[SetDLM, Tokenizer, Path]) -> None:
     model, tok, out = imported
-    assert not tok.has_token(corpus.END_CALL) and len(tok.encode(corpus.END_CALL)) > 1  # no markup tokens
+    assert not tok.has_token(END_CALL) and len(tok.encode(END_CALL)) > 1  # no markup tokens
     spec = AgentSpec(question="What is 1 + 1?", max_calls=2, allow_unverified=True,
                      params=ParamsSpec(policy="prefix", window=4, tau=0.9, max_new_tokens=16))
     turns = LocalTurns(model, tok, profiles.load(out, model.cfg, tok))
@@ -82,13 +82,13 @@ def test_the_agent_markup_is_multi_token_stop_sequences_on_a_vocabulary_without_
     model, tok, out = imported
     profile = profiles.load(out, model.cfg, tok)
     assert profile.stop == ["<|im_end|>"] and not profile.bos  # the chat template of a Qwen-style vocabulary
-    script = [tok.encode(f'{corpus.CALL}calc("1+1"){corpus.END_CALL}'), [*tok.encode("A: 2"), IM_END]]
+    script = [tok.encode(f'{CALL}calc("1+1"){END_CALL}'), [*tok.encode("A: 2"), IM_END]]
     turns = Scripted(model, tok, profile, script)
     r = agent.run(turns, AgentSpec(question="What is 1 + 1?"))
     (first, seg), (second, _) = turns.asked
     assert first[0] == IM_START and first[-1] != ENDOFTEXT  # ChatML around the question, no BOS
-    assert tok.encode(corpus.END_CALL) in seg.stop and [IM_END] in seg.stop  # a call ends at its ids
-    assert second == tok.encode(f"{corpus.RESULT}2{corpus.END_RESULT}\n")  # the result, as text
+    assert tok.encode(END_CALL) in seg.stop and [IM_END] in seg.stop  # a call ends at its ids
+    assert second == tok.encode(f"{RESULT}2{END_RESULT}\n")  # the result, as text
     assert r["calls"] == [{"id": "call_1", "call": 'calc("1+1")', "tool": "calc", "result": "2", "ok": True,
                            "by": "server"}]
     assert r["finished"] and r["reason"] == "answer" and r["answer"] == "2" and r["verified"] is True

@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 from domain import agent as corpus
+from domain.guide import CallNames
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT, Dataset, run_call
 from model import shipped
 from model.importer import import_checkpoint
 from model.tokenizer import Tokenizer
@@ -21,12 +23,12 @@ def test_a_trained_call_gets_the_result_training_gave() -> None:
         task, data, _ = corpus.example(random.Random(f"tools/{i}"))
         for call in task.calls:
             r = tools.run_call(call, data)
-            assert r.ok and r.result == corpus.run_call(call, data), call
+            assert r.ok and r.result == run_call(call, data), call
             assert r.tool == call.split("(", 1)[0] and r.call == call
 
 
 def test_what_goes_wrong_comes_back_as_an_error_result() -> None:
-    data = corpus.Dataset(7)
+    data = Dataset(7)
     for call, tool, reason in (('metric("revenue", "Mars", "2026-Q3")', "metric", "unknown region 'Mars'"),
                                ('metric("revenue")', None, "metric takes 3"),
                                ('calc("1/0")', "calc", "division by zero"),
@@ -38,7 +40,7 @@ def test_what_goes_wrong_comes_back_as_an_error_result() -> None:
 def test_every_error_result_is_one_a_client_could_send() -> None:
     """Whatever the model writes, the result our tools give it is one the API takes from a client
     running the same tool (runtime/jobs/specs.py ToolOutput): the two paths read alike."""
-    data = corpus.Dataset(7)
+    data = Dataset(7)
     for call in ('metric("' + "a" * 100 + '", "EMEA", "2026-Q3")', 'metric("' + "b" * 300 + '")',
                  'metric("revenue", "EMEA", "2026-Q3")<result>1', "[EOS]" * 50, 'calc("' + "9" * 300 + '")',
                  'metric("", "\x01", "2026-Q3")', 'calc("1/0")'):
@@ -58,23 +60,23 @@ def test_a_tenant_table_says_what_a_slipped_training_transcript_says() -> None:
         extra = [t for t, given in slipped if given and (t, given) not in pieces]
         if not extra:
             continue
-        call, said = extra[0].removeprefix(corpus.CALL).removesuffix(corpus.END_CALL), extra[1]
+        call, said = extra[0].removeprefix(CALL).removesuffix(END_CALL), extra[1]
         table = tools.Table.of("d", [[*k, v] for k, v in store.values.items()], task.question)
-        assert f"{corpus.RESULT}{tools.run_call(call, table).result}{corpus.END_RESULT}\n" == said
+        assert f"{RESULT}{tools.run_call(call, table).result}{END_RESULT}\n" == said
         seen += "did you mean" in said
     assert seen > 50
 
 
 def _guide_reads_the_calls_grammar(tok: Tokenizer) -> None:
-    """CallGuide over a vocabulary's tokens says what corpus.guided_call says of the call's text."""
+    """CallGuide over a vocabulary's tokens says what guided_call says of the call's text."""
     q = "What was the total st1m7 across Xfers 32 and b in 2073-Q1?"
-    guide = tools.CallGuide(tok, corpus.CallNames(q))
-    before = tok.encode("A: " + corpus.CALL + 'metric("st1m7", "Xf')
+    guide = tools.CallGuide(tok, CallNames(q))
+    before = tok.encode("A: " + CALL + 'metric("st1m7", "Xf')
     assert guide.allows(before, tok.encode("e")[0]) is True
     assert guide.allows(before, tok.encode("g")[0]) is False
     assert guide.allows(tok.encode("A: the total"), tok.encode("e")[0]) is None  # no call: not guided
-    assert guide.allows(tok.encode(corpus.CALL + 'calc("1+'), tok.encode("x")[0]) is None  # calc: not guided
-    done = tok.encode(corpus.CALL + 'metric("b", "b", "b")' + corpus.END_CALL + "\n")
+    assert guide.allows(tok.encode(CALL + 'calc("1+'), tok.encode("x")[0]) is None  # calc: not guided
+    done = tok.encode(CALL + 'metric("b", "b", "b")' + END_CALL + "\n")
     assert guide.allows(done, tok.encode("g")[0]) is None  # after the call
     assert guide.allows(before, tok.encode("g")[0]) is False  # asked again: the same answer (it keeps the last)
 
@@ -83,19 +85,19 @@ def test_the_call_guide_reads_setflows_tokens() -> None:
     tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
     _guide_reads_the_calls_grammar(tok)
     # calc's numbers: the results' and the question's; a tool the client runs: not guided
-    names = corpus.CallNames("What was the total x across a and b in Q1?").after(["939823.2", "6323.7"])
+    names = CallNames("What was the total x across a and b in Q1?").after(["939823.2", "6323.7"])
     guide = tools.CallGuide(tok, names, unguided=["metric"])
-    calc = tok.encode(corpus.CALL + 'calc("(6323.7-9')
+    calc = tok.encode(CALL + 'calc("(6323.7-9')
     assert guide.allows(calc, tok.encode("3")[0]) is True and guide.allows(calc, tok.encode("9")[0]) is False
-    assert guide.allows(tok.encode(corpus.CALL + 'metric("x", "'), tok.encode("q")[0]) is None
+    assert guide.allows(tok.encode(CALL + 'metric("x", "'), tok.encode("q")[0]) is None
 
 
 def test_the_call_guide_reads_a_token_in_context_and_refuses_an_id_that_writes_nothing() -> None:
     """A character of two byte tokens ("ü") is judged once whole; "Z" alone is no name of
     "Zürich"; an id the tokenizer lacks (the model's rows past its vocabulary) writes nothing."""
     tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
-    guide = tools.CallGuide(tok, corpus.CallNames("What was xf in Zürich in 2027-Q1?"))
-    head = tok.encode(corpus.CALL + 'metric("xf", "Z')
+    guide = tools.CallGuide(tok, CallNames("What was xf in Zürich in 2027-Q1?"))
+    head = tok.encode(CALL + 'metric("xf", "Z')
     first, second = tok.encode("ü")
     assert guide.allows(head, first) is None  # half a character: no opinion yet
     assert guide.allows([*head, first], second) is True and guide.allows([*head, first, second], tok.encode("r")[0])
@@ -107,5 +109,5 @@ def test_the_call_guide_reads_a_token_in_context_and_refuses_an_id_that_writes_n
 def test_the_call_guide_reads_an_imported_vocabulary_without_markup_tokens(tmp_path: Path) -> None:
     import_checkpoint(write_release("hf_bin", qwen3_state(seed=4), tmp_path / "src"), tmp_path / "out")
     tok = shipped.load(tmp_path / "out")[1]
-    assert not tok.has_token(corpus.CALL)  # `<call>` is several tokens: the guide reads the text
+    assert not tok.has_token(CALL)  # `<call>` is several tokens: the guide reads the text
     _guide_reads_the_calls_grammar(tok)

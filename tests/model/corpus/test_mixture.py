@@ -5,9 +5,10 @@ from itertools import islice
 
 import pytest
 
-from domain import agent, narrative
+from domain import narrative
 from domain.facts import SLOT, slots_in
 from domain.markup import SLOT_TOKENS
+from domain.tools import CALL, END_RESULT, RESULT
 from model import shipped
 from model.config import BOS_ID, EOS_ID, ModelConfig
 from model.corpus import mixture
@@ -30,7 +31,7 @@ def test_tool_results_are_given_not_targets(tok: Tokenizer) -> None:
     import random
     ids, roles = mixture.agent_example(tok, random.Random(4))
     text_given = tok.decode([i for i, r in zip(ids, roles) if r == GIVEN])
-    assert text_given.startswith(agent.RESULT) and text_given.count(agent.END_RESULT) >= 1
+    assert text_given.startswith(RESULT) and text_given.count(END_RESULT) >= 1
     assert all(r == CONTEXT for r in roles[: roles.index(TARGET)])
 
 
@@ -120,5 +121,5 @@ def test_a_fine_tune_mends_its_own_share_of_miscopied_calls(tok: Tokenizer) -> N
         # the slipped call and its result are given: no loss on a miscopy; the mended call is a target
         given = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == GIVEN])
         targets = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == TARGET])
-        assert given.count(agent.CALL) == 1 and "error: unknown" in given, given
-        assert "error" not in targets and targets.count(agent.CALL) == text.count(agent.CALL) - 1, targets
+        assert given.count(CALL) == 1 and "error: unknown" in given, given
+        assert "error" not in targets and targets.count(CALL) == text.count(CALL) - 1, targets

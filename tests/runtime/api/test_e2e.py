@@ -20,9 +20,9 @@ import redis
 
 from app.client import ApiError, Client
 from app.demo import REPORT, Stack
-from domain import agent as agent_corpus
 from domain import narrative as corpus
 from domain.payload import Metric, Payload
+from domain.tools import END_RESULT, MAX_REASON, RESULT, Dataset, calc, error_result
 from model import shipped
 from model.decode import generate
 from model.params import DecodeParams
@@ -130,12 +130,12 @@ def test_a_custom_metric_round_trips_through_the_api_the_worker_and_the_checker(
 def test_an_agent_calls_its_tools_and_resumes_from_the_cached_state(c: Client) -> None:
     q = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
     r = _ok(c.wait(c.create_job("agent", {"question": q, "dataset_seed": 7})["id"], 120))
-    data = agent_corpus.Dataset(7)
+    data = Dataset(7)
     v1, v2 = data.lookup("revenue", "EMEA", "2026-Q2"), data.lookup("revenue", "EMEA", "2026-Q3")
     assert [x["call"] for x in r["calls"]][:2] == ['metric("revenue", "EMEA", "2026-Q2")',
                                                    'metric("revenue", "EMEA", "2026-Q3")']
     assert [x["result"] for x in r["calls"]][:2] == [v1, v2] and all(x["ok"] for x in r["calls"])
-    assert r["finished"] and r["answer"] is not None and agent_corpus.calc(f"({v2}-{v1})/{v1}*100") in r["answer"]
+    assert r["finished"] and r["answer"] is not None and calc(f"({v2}-{v1})/{v1}*100") in r["answer"]
     paths = [t["path"] for t in r["turns"]]
     assert len(paths) == len(r["calls"]) + 1 and paths[0] == "new" and set(paths[1:]) == {"warm"}
     # the transcript in SQL: each result appended by prefill, then the model's next segment
@@ -147,7 +147,7 @@ def test_an_agent_calls_its_tools_and_resumes_from_the_cached_state(c: Client) -
 def test_a_client_tool_waits_for_the_client_and_every_bad_answer_is_refused_changing_nothing(
         c: Client, stack: Stack) -> None:
     q = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
-    mine = agent_corpus.Dataset(99)  # the client's own data
+    mine = Dataset(99)  # the client's own data
     job = c.create_job("agent", {"question": q, "client_tools": ["metric"]})
     w = c.wait(job["id"], 120)  # no tools given: it returns the job waiting
     assert w["status"] == "requires_action" and w["result"] is None, w
@@ -210,11 +210,11 @@ def test_a_client_tool_that_raises_answers_with_its_message_as_the_api_takes_it(
     done = c.wait(job["id"], 120, tools={"metric": metric})
     assert done["status"] == "failed" and done["error"]["code"] == "no_answer", done
     assert done["error"]["problems"] == ["no answer: the call limit was reached"]
-    result = agent_corpus.error_result(said)
-    assert len(result) == len("error: ") + agent_corpus.MAX_REASON and "<" not in result
+    result = error_result(said)
+    assert len(result) == len("error: ") + MAX_REASON and "<" not in result
     # the turn after the call: its input is the client's output, as the result the model read
     [_, resumed] = c.get_session(done["session"])["turns"]
-    assert resumed["job"] == job["id"] and resumed["input"] == f"{agent_corpus.RESULT}{result}{agent_corpus.END_RESULT}\n"
+    assert resumed["job"] == job["id"] and resumed["input"] == f"{RESULT}{result}{END_RESULT}\n"
 
 
 def test_an_agent_reads_the_tenants_own_dataset(c: Client) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from app.demo import Stack
-from domain import agent as agent_corpus
+from domain.tools import Dataset
 from runtime.settings import Settings
 from tests.runtime.api.conftest import delete_keys
 from workflows import tools
@@ -234,7 +234,7 @@ def test_page_answers_a_pending_tool_call(stack: Stack, tmp_path: Path) -> None:
         job_id = (page.text_content("#notice") or "").rsplit(" ", 1)[-1]
         done = f"#status[data-job='{job_id}'][data-status]:not([data-status=''])"
         waiting = f"#pending[data-job='{job_id}']:not([hidden]) [data-call]"
-        data = agent_corpus.Dataset(2026)  # the agent spec's default dataset_seed
+        data = Dataset(2026)  # the agent spec's default dataset_seed
         answered: list[tuple[str, str]] = []
         for _ in range(10):  # max_calls (6) waits at most
             page.wait_for_selector(f"{waiting}, {done}", timeout=TIMEOUT_MS)
@@ -278,3 +278,51 @@ def test_page_answers_a_pending_tool_call(stack: Stack, tmp_path: Path) -> None:
         print(f"answered {answered}")
     refused = [e for e in errors if "/tool_outputs" in e or "status of 422" in e]  # the malformed output's
     assert len(refused) >= 1 and not set(errors) - set(refused), errors
+
+
+def test_a_links_key_replaces_the_stored_one_only_when_the_user_says_so(stack: Stack) -> None:
+    """A `#key=` link from someone else must not switch, unseen, the tenant the page acts for:
+    the page asks, and keeps the stored key unless told otherwise; the fragment is dropped."""
+    other = "key-from-a-link-01"
+    with _browser(stack) as (page, _):  # opened with #key=KEY: stored (nothing was)
+        asked: list[str] = []
+
+        def answer(accept: bool) -> None:
+            page.once("dialog", lambda d: (asked.append(d.message), d.accept() if accept else d.dismiss()))
+
+        def open_link(key: str) -> None:  # a load of its own, as a link opened anew is (not a same-page #)
+            page.goto("about:blank")
+            page.goto(f"{stack.api.url}/#key={key}")
+
+        answer(False)
+        open_link(other)
+        assert page.input_value("#key") == KEY and len(asked) == 1 and "other than the one" in asked[0]
+        assert page.evaluate("location.hash") == ""
+        open_link(KEY)  # the same key again: nothing to ask
+        assert len(asked) == 1
+        answer(True)
+        open_link(other)
+        assert page.input_value("#key") == other and len(asked) == 2
+        assert page.evaluate("localStorage.getItem('setflow-key')") == other
+
+
+def test_the_page_and_docs_run_under_their_csp_from_this_origin_only(stack: Stack) -> None:
+    """The page's own inline script runs under its Content-Security-Policy (an injected one
+    would not); /docs (Swagger UI) loads its scripts from the API, not a CDN."""
+    with _browser(stack) as (page, errors):
+        requested: list[str] = []
+        page.on("request", lambda r: requested.append(r.url))
+        page.goto(f"{stack.api.url}/docs")
+        try:
+            page.wait_for_selector(".swagger-ui .info .title:has-text('setflow')", timeout=30_000)
+        except Exception as e:
+            raise AssertionError(errors) from e
+        page.wait_for_selector(".opblock-tag", timeout=30_000)  # the routes, read from /openapi.json
+        assert requested and all(u.startswith(stack.api.url) or u.startswith("data:") for u in requested), requested
+        page.goto(stack.api.url)
+        assert page.evaluate("typeof headers") == "function"  # the inline script ran under the CSP
+        blocked = page.evaluate("""() => { const s = document.createElement("script");
+            s.textContent = "window.injected = 1"; document.body.append(s); return window.injected === undefined; }""")
+        assert blocked, "a script injected into the page ran"
+        csp = [e for e in errors if "Content Security Policy" in e and "injected" not in e]
+        assert len(csp) <= 1 and not [e for e in errors if "Content Security Policy" not in e], errors

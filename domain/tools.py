@@ -1,0 +1,214 @@
+"""The agent's tools, as the model calls them and the runtime runs them: the call syntax
+(`<call>metric("churn", "EMEA", "2026-Q3")</call>`, then `<result>2.5</result>`), the calculator,
+the metric stores (the sample Dataset, a tenant's Store) and the error results a failed call gets
+back.  Generated transcripts (domain/agent.py) and the runtime's tools (workflows/tools.py) both
+run these, so they cannot disagree.  Knows nothing of decoding or of how an answer is checked."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import operator
+import random
+import re
+import warnings
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from domain.markup import SPECIAL_TOKENS
+from domain.payload import METRIC, PERIODS, REGIONS
+
+CALL, END_CALL, RESULT, END_RESULT = "<call>", "</call>", "<result>", "</result>"
+
+
+class ToolError(ValueError):
+    """A tool call the tools cannot run; its message goes back to the model as the result."""
+
+
+# ---- the tools' semantics -----------------------------------------------------------------
+
+
+def format_number(x: float) -> str:
+    """Results are rounded to 2 decimals, trailing zeros dropped: 26.3158 -> 26.32, 250.0 -> 250."""
+    s = f"{round(x, 2):.2f}".rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+_BINOPS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+MAX_EXPR = 200
+_CALC_CHARS = re.compile(r"[0-9. +\-*/()]+")
+
+
+def calc(expr: str) -> str:
+    """Evaluate + - * / and parentheses over decimal numbers (no names, no calls, no powers)."""
+    if len(expr) > MAX_EXPR:
+        raise ToolError(f"expression longer than {MAX_EXPR} characters")
+    if not _CALC_CHARS.fullmatch(expr):  # decimal only: Python would also read 0x10, 1_0, 1e5
+        raise ToolError(f"unsupported expression in {expr!r}: only numbers, + - * / and parentheses")
+    try:
+        with warnings.catch_warnings():  # "45orp": Python's SyntaxWarning on stderr; the error result says it
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, SyntaxWarning) as e:
+        raise ToolError(f"cannot parse {expr!r}") from e
+
+    def ev(n: ast.AST) -> float:
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+            return float(n.value)
+        if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
+            return _BINOPS[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        raise ToolError(f"unsupported expression in {expr!r}: only numbers, + - * / and parentheses")
+
+    try:
+        return format_number(ev(tree.body))
+    except ZeroDivisionError as e:
+        raise ToolError("division by zero") from e
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The metric store the `metric` tool reads: every (metric, region, period) has a value,
+    drawn deterministically from the seed."""
+
+    seed: int
+
+    def lookup(self, key: str, region: str, period: str) -> str:
+        key = METRIC_KEYS.get(key, key)  # a metric as a question names it ("average order value")
+        if key not in METRIC:
+            raise ToolError(f"unknown metric {key!r}; known: {', '.join(METRIC)}")
+        if region not in REGIONS:
+            raise ToolError(f"unknown region {region!r}; known: {', '.join(REGIONS)}")
+        if period not in PERIODS:
+            raise ToolError(f"unknown period {period!r}")
+        _, _, _, dec, (lo, hi) = METRIC[key]
+        rng = random.Random(f"metric/{self.seed}/{key}/{region}/{period}")
+        return f"{rng.uniform(lo, hi):.{dec}f}"
+
+
+#: what a result may be, as the model reads it after `<result>`: a number as the tools write it
+#: (format_number, Dataset.lookup) or an error line; a client's tool output is held to it
+RESULT_RE = r"-?[0-9]{1,15}(?:\.[0-9]{1,6})?|error: [^<>\x00-\x1f]{1,200}"
+MAX_REASON = 200  # an error result's reason, in characters (RESULT_RE's bound)
+_NOT_IN_RESULT = re.compile(r"[<>\x00-\x1f]")
+
+
+def error_result(reason: str) -> str:
+    """"error: <reason>" held to RESULT_RE, as every result is, whichever tool failed (ours, or a
+    client's raising): a reason often quotes what the model wrote, which may hold a marker's `<`
+    (`<result>`), a control character, or a control token's text ([EOS] would encode to the token).
+    Each `<`, `>` and control character becomes a space, a control token's brackets parentheses
+    ("(EOS)"); a reason longer than MAX_REASON is cut, ending "...".
+    'not a tool call: "<result>"' -> 'error: not a tool call: " result "'."""
+    for special in SPECIAL_TOKENS:
+        reason = reason.replace(special, f"({special[1:-1]})")
+    text = _NOT_IN_RESULT.sub(" ", reason).strip() or "the tool failed and said nothing more"
+    if len(text) > MAX_REASON:
+        text = text[:MAX_REASON - 3].rstrip() + "..."
+    return f"error: {text}"
+
+
+def call_text(tool: str, *args: str) -> str:
+    return f'{tool}({", ".join(chr(34) + a + chr(34) for a in args)})'
+
+
+_CALL_RE = re.compile(r'^(metric|calc)\((.*)\)$', re.DOTALL)
+ARG_RE = re.compile(r'"([^"]*)"')
+
+
+
+_CALL_RE = re.compile(r'^(metric|calc)\((.*)\)$', re.DOTALL)
+ARG_RE = re.compile(r'"([^"]*)"')
+# NUMBER and DIGITS are answers.py's too: the guide and verify() read a call's numbers alike
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+DIGITS = re.compile(r"[0-9.]+")  # a number of a calc expression, as far as it is written
+
+
+def parse_call(text: str) -> tuple[str, list[str]]:
+    """'metric("churn", "EMEA", "2026-Q3")' -> ("metric", ["churn", "EMEA", "2026-Q3"])."""
+    m = _CALL_RE.match(text.strip())
+    if not m:
+        raise ToolError(f"not a tool call: {text!r}; expected metric(...) or calc(...)")
+    args = ARG_RE.findall(m.group(2))
+    want = 3 if m.group(1) == "metric" else 1
+    if len(args) != want or ARG_RE.sub("", m.group(2)).replace(",", "").strip():
+        raise ToolError(f"{m.group(1)} takes {want} quoted argument(s): {text!r}")
+    return m.group(1), args
+
+
+def run_call(text: str, data: Dataset | Store) -> str:
+    """The tool result for one call's text; a ToolError's message when it cannot run."""
+    try:
+        tool, args = parse_call(text)
+        return calc(args[0]) if tool == "calc" else data.lookup(*args)
+    except ToolError as e:
+        return error_result(str(e))
+
+
+def metric_name(key: str) -> str:
+    return METRIC[key][1].lower()
+
+
+METRIC_KEYS = {metric_name(k): k for k in METRIC}  # a metric as a question names it -> its key
+#: what the sample dataset holds by name, per field (a question's names the runtime makes slots)
+SAMPLE_NAMES = (tuple(METRIC_KEYS), REGIONS, PERIODS)
+
+FIELDS = ("metric", "region", "period")
+HINT_CUTOFF = 0.5  # difflib's ratio a held name must reach to be offered for one it does not hold
+
+
+def no_row(call: tuple[str, str, str], held: tuple[Collection[str], ...], question: str = "") -> ToolError:
+    """The error for a (metric, region, period) a store holds no row for.  held: the names the
+    store holds, per field; question: the one the call answers, if known.  A name held nowhere is
+    named; where the question does not hold it either (a miscopy: "Xfgis 32" for the question's
+    "Xfers 32"), with the closest name that both the store and the question hold, from which the
+    model mends the call (trained so: slipped).  A name copied right but not held gets no hint: a
+    hint would be another row, a wrong answer.  Held names that are no row together are "no row".
+    ("dc", "Xfgis 32", "1993-H1") -> "unknown region 'Xfgis 32': did you mean 'Xfers 32'?"."""
+    parts = []
+    for field, name, names in zip(FIELDS, call, held, strict=True):
+        if name not in names:
+            asked = [n for n in names if holds(question, n)] if question and not holds(question, name) else []
+            close = difflib.get_close_matches(name, asked, n=1, cutoff=HINT_CUTOFF)
+            parts.append(f"unknown {field} {name!r}" + (f": did you mean {close[0]!r}?" if close else ""))
+    if not parts:
+        return ToolError(f"no row for metric {call[0]!r}, region {call[1]!r}, period {call[2]!r}")
+    return ToolError("; ".join(parts))
+
+
+def holds(text: str, name: str, whole: bool = True) -> bool:
+    """Does text hold name whole (not "d" in "dc", "Z" in "Zürich"): no letter or digit on either
+    side (whole=False: before it; name may go on).  str.find, not a regex: the guide asks this at
+    every step."""
+    i = text.find(name)
+    while i >= 0:
+        j = i + len(name)
+        if (i == 0 or not text[i - 1].isalnum()) and (not whole or j == len(text) or not text[j].isalnum()):
+            return True
+        i = text.find(name, i + 1)
+    return False
+
+
+@dataclass(frozen=True)
+class Store:
+    """A metric store of any names (a tenant's own dataset, as the runtime's Table reads one):
+    (metric, region, period) -> value; lookup as Dataset's, its errors no_row's."""
+
+    values: dict[tuple[str, str, str], str]
+
+    def lookup(self, key: str, region: str, period: str) -> str:
+        try:
+            return self.values[key, region, period]
+        except KeyError:
+            raise no_row((key, region, period), held_names(self.values)) from None
+
+
+def held_names(keys: Iterable[tuple[str, str, str]]) -> tuple[set[str], ...]:
+    """(metric, region, period) keys -> the names held per field."""
+    held: tuple[set[str], ...] = (set(), set(), set())
+    for k in keys:
+        for names, name in zip(held, k, strict=True):
+            names.add(name)
+    return held
