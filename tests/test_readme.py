@@ -174,3 +174,10 @@ def test_relative_links_point_at_files() -> None:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
             if not target.startswith(("http://", "https://")):
                 assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
+
+
+def test_named_files_exist() -> None:
+    """A file the manual names by its path (`runtime/settings.py`) is there: a move updates the docs."""
+    for path in MANUAL:
+        for name in re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|md|json|yml|sh|html|png))`", path.read_text()):
+            assert (ROOT / name).exists(), f"{path.name} names {name}, which does not exist"
