@@ -4,7 +4,7 @@ For N in 1, 2, 4, 8, 16 sessions, each with one turn of the shipped model, in on
 threads and dtype on both sides, side by side (a, b, a, b, ... per row; medians):
   (a) sequential  each turn alone: KVCache, begin_turn (prefill), decode, commit_pending; then the next
   (b) batched     what a batching worker does (runtime/sessions/batcher.py): each turn on a thread
-                  of its own and a row of one KVPool; its input's prefill, its steps and the
+                  of its own and a cache of one paged KVPool; its input's prefill, its steps and the
                   commit of its last set all go through the batch loop: one forward for every
                   turn ready at that moment (model/batch.py step_batch)
 Tasks: narrative (dashboard payload -> 128-token narrative, prefix W = 8, tau = 0.99, ignore_eos:
@@ -44,10 +44,11 @@ from domain import agent, narrative
 from domain.draws import make_payload
 from domain.tools import END_CALL
 from model import checkpoint, shipped
-from model.batch import KVPool, PooledCache, batched_forward
+from model.batch import batched_forward
 from model.decode import begin_turn, commit_pending, decode, fused_forward, prefill
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
+from model.pool import BLOCK, KVPool, PooledCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.sessions.batcher import Batcher
@@ -134,7 +135,7 @@ def sequential(model: SetDLM, sessions: list[list[Turn]], dtype: torch.dtype) ->
 
 def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
     """(b): what a batching worker does (runtime/sessions/batcher.py): each session on a thread
-    of its own and a pool row, its turns one after another, each turn's input, steps and last
+    of its own and a pool cache, its turns one after another, each turn's input, steps and last
     set in the shared batch (a session's next turn joins the batch as its last one leaves).
     The threads are started before the clock, as a worker's pool threads stand ready before
     its jobs arrive: all N turns arrive at once, at the start of the pass."""
@@ -152,7 +153,6 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
         go.wait()
         try:
             cache, state, arrived = caches[i], None, 0.0
-            assert cache is not None, "the pool has a row per session"
             for j, t in enumerate(sessions[i]):
                 state = begin_turn(model, cache, state, t.ids, t.params, batcher.commit)
                 p0 = state.start
@@ -179,8 +179,7 @@ def batched(model: SetDLM, pool: KVPool, sessions: list[list[Turn]]) -> Pass:
     batcher.close()
     if errors:
         raise errors[0]
-    for c in reversed(caches):  # reversed: the next take() hands out rows 0, 1, ... again (one span)
-        assert c is not None
+    for c in caches:
         pool.give_back(c)
     out.nfe = sum(s.nfe for s in states if s is not None)
     out.steps, out.stepped = batcher.forwards, batcher.stepped
@@ -232,7 +231,6 @@ def ceiling(model: SetDLM, pool: KVPool, shape: tuple[int, int, int], B: int, dt
     rows: list[PooledCache] = []
     for _ in range(B):
         c = pool.take()
-        assert c is not None, "the pool has a row per session"
         prefill(model, c, ctx, list(range(L)))
         rows.append(c)
 
@@ -250,7 +248,7 @@ def ceiling(model: SetDLM, pool: KVPool, shape: tuple[int, int, int], B: int, dt
     for _ in range(repeats + 2):  # interleaved; the first two of each are warm-up
         single.append(timed(lambda: fused_forward(model, one, ids, pos, a), [one]))
         batch.append(timed(lambda: batched_forward(model, rows, [ids] * B, [pos] * B, [a] * B), rows))
-    for r in reversed(rows):
+    for r in rows:
         pool.give_back(r)
     return B * statistics.median(single[2:]) / statistics.median(batch[2:])
 
@@ -396,7 +394,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                 model = SetDLM(replace(REALISTIC[args.preset], max_seq_len=1024)).eval().to(dtype)
         model = model.to(args.device)
         fingerprint = fingerprint or checkpoint.fingerprint(model)[:16]
-        pool = KVPool(model.cfg, max(sessions), dtype=dtype, device=args.device)
+        pool = KVPool(model.cfg, max(sessions) * -(-model.cfg.max_seq_len // BLOCK), dtype=dtype, device=args.device)
         for task in tasks:
             turns = make_turns(task, max(sessions), tok, model.cfg.bos_id, args.tokens, max(per_session))
             warm_up(model, pool, turns, dtype)

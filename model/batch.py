@@ -1,20 +1,20 @@
-"""Many sequences in one forward.  A KVPool holds sessions' caches as rows of one static tensor
-(gpt-fast's static cache, a row per session: a row holds the model's whole context, so it never
-grows); a BatchKV gathers the keys of a batched forward from the pool; step_batch runs one
-forward over B sequences, each with its own positions, window, pending set, stop state and
-committed K/V, then chooses each one's next set exactly as step() does (model/decode.py: the
-same plan and advance).  The linear layers run on the sequences' tokens packed into one row;
-on a CPU each sequence attends in the call it makes alone (nothing padded), so it decodes the
-same tokens alone or in any batch, in bf16 too; on a GPU the steps attend in one padded call
-(padding masked), the same to float tolerance (tests/model/test_batch.py).  Knows nothing of
-sessions or threads.
+"""Many sequences in one forward.  Their caches are PooledCaches of one paged KV pool
+(model/pool.py: blocks and a block table per session); a BatchKV writes a batched forward's new
+K/V into their blocks and gathers each one's keys from them; step_batch runs one forward over B
+sequences, each with its own positions, window, pending set, stop state and committed K/V, then
+chooses each one's next set exactly as step() does (model/decode.py: the same plan and advance).
+The linear layers run on the sequences' tokens packed into one row; on a CPU each sequence
+attends in the call it makes alone (its slots gathered as a batch-1 forward gathers them, nothing
+padded), so it decodes the same tokens alone or in any batch, in bf16 too; on a GPU the steps
+attend in one padded call over their gathered blocks (padding masked), the same to float
+tolerance (tests/model/test_batch.py).  Knows nothing of sessions or threads.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate
 
@@ -22,72 +22,11 @@ import torch
 from torch import Tensor
 
 from model.attention import additive, attention, heads
-from model.config import ModelConfig
 from model.decode import StepEvent, StepPlan, advance, documents, greedy, plan, step
-from model.kv_cache import KVCache
 from model.masks import step_mask
 from model.params import DecodeParams, DecodeState
+from model.pool import PooledCache
 from model.transformer import SetDLM
-
-
-@dataclass
-class PooledCache(KVCache):
-    """A KVCache whose tensors are views of one row of a KVPool.  It never grows: the row holds
-    max_seq_len slots, and decoding never holds more slots than positions."""
-
-    row: int = -1
-    pool: KVPool | None = field(default=None, repr=False)
-
-    def reserve(self, n: int) -> None:
-        assert self.length + n <= self.capacity, f"a pool row holds {self.capacity} slots, {self.length + n} asked"
-
-    def load(self, src: KVCache) -> None:
-        """This row becomes src (its valid slots copied: a cache restored elsewhere)."""
-        n = src.length
-        self.reserve(n - self.length)
-        self.k[:, :n], self.v[:, :n] = src.k[:, :n], src.v[:, :n]
-        self.pos[:n], self.tok[:n] = src.pos[:n], src.tok[:n]
-        self.length = n
-
-
-class KVPool:
-    """rows sessions' K/V: k, v (n_layers, rows, capacity, n_kv_heads, head_dim), and each row's
-    ledger pos, tok (rows, capacity).  take() hands out a free row as an empty PooledCache,
-    give_back() returns it.  Not thread-safe: its owner serialises take/give_back."""
-
-    def __init__(self, cfg: ModelConfig, rows: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu", capacity: int | None = None) -> None:
-        cap = capacity or cfg.max_seq_len
-        shape = (cfg.n_layers, rows, cap, cfg.n_kv_heads, cfg.head_dim)
-        # zeros, not empty: a padding query reads slot 0 of its row (its output is never used,
-        # but it must stay finite)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.pos = torch.zeros(rows, cap, dtype=torch.long, device=device)
-        self.tok = torch.zeros(rows, cap, dtype=torch.long, device=device)
-        self.free = list(range(rows - 1, -1, -1))  # pop() takes row 0 first
-
-    @property
-    def rows(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
-
-    def take(self) -> PooledCache | None:
-        """An empty cache on a free row; None when every row is taken."""
-        if not self.free:
-            return None
-        row = self.free.pop()
-        return PooledCache(self.k[:, row], self.v[:, row], self.pos[row], self.tok[row], 0, row=row, pool=self)
-
-    def give_back(self, cache: PooledCache) -> None:
-        assert cache.pool is self and 0 <= cache.row and cache.row not in self.free, "a row given back twice"
-        self.free.append(cache.row)
-        cache.row, cache.length = -1, 0  # a stale reference can no longer write its old row
-
-
 
 #: devices where each sequence of a batch attends in a call of its own: the call a batch-1
 #: forward makes, so the same bits in any batch (in bf16 too), and batched attention does not pay
@@ -104,44 +43,43 @@ LONG = 32
 @dataclass
 class _Group:
     """Sequences whose queries attend in one padded call: their tokens' places in the packed
-    row, and their additive mask (B_g, T_g, S_g) over the first S_g slots of their pool rows."""
+    row, their block tables padded to one width, and their additive mask (B_g, T_g, S_g) over
+    the first S_g slots those tables hold."""
 
     tokens: Tensor  # into the packed row
     unpack: tuple[Tensor, Tensor]  # each of those tokens' (b, t) in (B_g, T_g)
-    rows: Tensor | slice  # pool rows; a slice when they follow each other (a view: no gather)
+    tables: Tensor  # (B_g, ceil(S_g / block_size)) their blocks, padded with block 0 (masked out)
     S: int
     mask: Tensor
 
 
 class BatchKV:
-    """model.transformer.Keys for one forward over B pool rows, its tokens packed: sequence b's
-    n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
+    """model.transformer.Keys for one forward over B pooled caches, its tokens packed: sequence
+    b's n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
     run on all N at once).  Sequence b has C_b cached slots; attend() writes its new K/V to its
-    row's scratch slots [C_b, C_b + n_b), then, on a device of ALONE_ON, each sequence attends in
-    a call of its own over its row's first C_b + n_b slots under its own step mask: the very
-    call a batch-1 forward makes (model/kv_cache.py KVCache.attend: the same shapes, strides and
-    mask).  Elsewhere the steps (n_b <= LONG) attend in one call, unpacked into (B_g, T_g = max
-    n_b) queries over their rows' first max(C_b + n_b) slots (padding masked out: batch_mask),
-    and each long input alone in a group of one.  The masks are each sequence's step mask,
-    narrowed to its documents (model/masks.py)."""
+    scratch slots [C_b, C_b + n_b) (their places in its blocks), then, on a device of ALONE_ON,
+    each sequence attends in a call of its own over its first C_b + n_b slots gathered from its
+    blocks, under its own step mask: the very call a batch-1 forward makes (model/kv_cache.py
+    KVCache.attend over model/pool.py Slots: the same gather, shapes, strides and mask).
+    Elsewhere the steps (n_b <= LONG) attend in one call, unpacked into (B_g, T_g = max n_b)
+    queries over their block tables' first max(C_b + n_b) slots (padding masked out:
+    batch_mask), and each long input alone in a group of one.  The masks are each sequence's
+    step mask, narrowed to its documents (model/masks.py)."""
 
     def __init__(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
                  pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
         """ids, pos: (N,) the packed tokens; counts, pending: each sequence's new tokens and how
         many of them (first) are its clean pending set."""
         pool = caches[0].pool
-        assert pool is not None and all(c.pool is pool and c.row >= 0 for c in caches), "one pool's rows"
+        assert all(c.pool is pool and c.live for c in caches), "one pool's caches"
         for c, n in zip(caches, counts):
-            c.reserve(n)
+            c.reserve(n)  # blocks for the scratch slots, a shared one copied (model/pool.py)
         dev = pool.k.device
         self.pool = pool
-        self.dst = (torch.tensor([c.row for c, n in zip(caches, counts) for _ in range(n)], device=dev),
-                    torch.tensor([c.length + t for c, n in zip(caches, counts) for t in range(n)],
-                                 device=dev))  # each packed token's (row, slot)
-        # alone: per sequence its tokens in the packed row, its keys and values (all layers' views
-        # of its row's first C_b + n_b slots, heads first: (n_layers, 1, Hkv, S_b, D)) and its
-        # additive mask (1, 1, n_b, S_b): the one model/decode.py builds for it alone
-        self.seqs: list[tuple[slice, Tensor, Tensor, Tensor]] = []
+        self.dst = torch.cat([c.index[c.length:c.length + n] for c, n in zip(caches, counts)])  # (N,) into the pool
+        # alone: per sequence its tokens in the packed row, its slots' places in the pool
+        # (C_b + n_b,) and its additive mask (1, 1, n_b, S_b): the one model/decode.py builds for it alone
+        self.seqs: list[tuple[slice, Tensor, Tensor]] = []
         self.groups: list[_Group] = []
         if dev.type not in ALONE_ON:
             self._group(caches, ids, pos, counts, pending, bos_id, dtype)
@@ -155,14 +93,13 @@ class BatchKV:
             else:  # one document: the cache in full, then the new tokens' step block
                 mask = torch.zeros((1, 1, n, C + n), dtype=dtype, device=dev)
                 mask[0, 0, :, C:] = _step_block(m, n, dtype, dev)
-            keys, values = (t[:, c.row, : C + n].transpose(1, 2)[:, None] for t in (pool.k, pool.v))
-            self.seqs.append((new, keys, values, mask))
+            self.seqs.append((new, c.index[: C + n], mask))
             o += n
 
     def _group(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
                pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
         """The padded groups: the steps together, each long input alone."""
-        dev = self.pool.k.device
+        dev, B = self.pool.k.device, self.pool.block_size
         offsets = [0, *accumulate(counts)]
         steps = [b for b, n in enumerate(counts) if n <= LONG]
         for part in ([steps] if steps else []) + [[b] for b, n in enumerate(counts) if n > LONG]:
@@ -172,17 +109,16 @@ class BatchKV:
             for j, (b, c) in enumerate(zip(part, cs)):  # no query reads an earlier document
                 C, n, o = c.length, counts[b], offsets[b]
                 mask[j, :n, : C + n] = documents(mask[j, :n, : C + n], c, ids[o:o + n], pos[o:o + n], bos_id)
-            rows = [c.row for c in cs]
-            span = rows == list(range(rows[0], rows[0] + len(rows)))
+            width = -(-S // B)
+            tables = [c.table[:width] + [0] * (width - len(c.table[:width])) for c in cs]
             self.groups.append(_Group(
                 torch.tensor([offsets[b] + t for b in part for t in range(counts[b])], device=dev),
                 (torch.tensor([j for j, b in enumerate(part) for _ in range(counts[b])], device=dev),
                  torch.tensor([t for b in part for t in range(counts[b])], device=dev)),
-                slice(rows[0], rows[0] + len(rows)) if span else torch.tensor(rows, device=dev), S,
-                additive(mask, dtype, dev)))
+                torch.tensor(tables, device=dev), S, additive(mask, dtype, dev)))
 
     def reserve(self, n: int) -> None:
-        pass  # rows are checked at construction
+        pass  # the caches reserved at construction
 
     def mask_shape(self, n: int) -> None:
         return None  # the masks are this object's
@@ -190,20 +126,23 @@ class BatchKV:
     def attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """q (1, N, H, D), k, v (1, N, Hkv, D) packed -> (1, N, H * D)."""
         assert mask is None, "a batch holds its own masks"
-        pk, pv = self.pool.k[i], self.pool.v[i]  # (rows, capacity, Hkv, D)
-        pk[self.dst], pv[self.dst] = k[0], v[0]
+        fk, fv = self.pool.flat_k[i], self.pool.flat_v[i]  # (blocks * block_size, Hkv, D)
+        fk.index_copy_(0, self.dst, k[0])
+        fv.index_copy_(0, self.dst, v[0])
         if self.groups:
             out = q.new_empty((q.shape[1], q.shape[2] * q.shape[3]))  # (N, H * D)
+            bk, bv = self.pool.k[i], self.pool.v[i]  # (blocks, block_size, Hkv, D)
             for g in self.groups:
-                keys, values = pk[g.rows, : g.S], pv[g.rows, : g.S]  # (B_g, S_g, Hkv, D)
+                keys, values = (t[g.tables].flatten(1, 2)[:, : g.S] for t in (bk, bv))  # (B_g, S_g, Hkv, D)
                 qs = q.new_zeros((len(keys), g.mask.shape[1], *q.shape[2:]))  # (B_g, T_g, H, D), zeros at padding
                 qs[g.unpack] = q[0, g.tokens]
                 out[g.tokens] = attention(qs, keys, values, g.mask)[g.unpack]
             return out[None]
         qh = q.transpose(1, 2)  # (1, H, N, D)
         out = torch.empty_like(qh)
-        for new, keys, values, m in self.seqs:
-            out[:, :, new] = heads(qh[:, :, new], keys[i], values[i], m)
+        for new, slots, m in self.seqs:  # each one's keys gathered as model/pool.py Slots gathers them
+            keys, values = (f.index_select(0, slots)[None].transpose(1, 2) for f in (fk, fv))  # (1, Hkv, S_b, D)
+            out[:, :, new] = heads(qh[:, :, new], keys, values, m)
         return out.transpose(1, 2).reshape(1, q.shape[1], -1)
 
 
@@ -243,22 +182,19 @@ def _several_documents(caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, 
                        bos_id: int | None) -> list[bool]:
     """Per sequence: do its keys (its cache, then its new tokens) hold a document start past
     position 0, so that its mask must be narrowed (model/masks.py within_documents)?  Asked for
-    all rows at once.  On another device than the CPU the answer would cost a sync: there every
-    mask is narrowed (a no-op for one document)."""
+    all at once (their ledgers end to end).  On another device than the CPU the answer would
+    cost a sync: there every mask is narrowed (a no-op for one document)."""
     if bos_id is None:
         return [False] * len(caches)
-    pool = caches[0].pool
-    assert pool is not None
-    if pool.k.device.type != "cpu":
+    if caches[0].pool.k.device.type != "cpu":
         return [True] * len(caches)
-    C = max(c.length for c in caches)
-    rows = torch.tensor([c.row for c in caches])
-    valid = torch.arange(C)[None, :] < torch.tensor([c.length for c in caches])[:, None]  # (B, C)
-    several = ((pool.tok[rows, :C] == bos_id) & (pool.pos[rows, :C] > 0) & valid).any(1).tolist()
-    starts = ((ids == bos_id) & (pos > 0)).nonzero().flatten().tolist()  # among the packed new tokens
-    ends = list(accumulate(counts))
-    for t in starts:
-        several[bisect_right(ends, t)] = True
+    several = [False] * len(caches)
+    for flat, lengths in ((torch.cat([c.tok[: c.length] for c in caches]), [c.length for c in caches]),
+                          (ids, counts)):  # the cached slots, then the packed new tokens
+        at = torch.cat([c.pos[: c.length] for c in caches]) if flat is not ids else pos
+        ends = list(accumulate(lengths))
+        for t in ((flat == bos_id) & (at > 0)).nonzero().flatten().tolist():
+            several[bisect_right(ends, t)] = True
     return several
 
 
@@ -280,7 +216,7 @@ def batched_forward(model: SetDLM, caches: Sequence[PooledCache], ids: Sequence[
     logits, _ = model(ids_t[None], pos_t[None], None, kv, logits_at=masks)  # (1, sum n_masks, vocab)
     for b, c in enumerate(caches):
         m = pending[b]
-        c.commit(pos[b][:m], ids[b][:m])  # their K/V are in the row's first m scratch slots
+        c.commit(pos[b][:m], ids[b][:m])  # their K/V are in its first m scratch slots
     return logits[0]
 
 
@@ -288,12 +224,12 @@ def step_batch(model: SetDLM, seqs: Sequence[tuple[PooledCache, DecodeState, Dec
                commits: Sequence[tuple[PooledCache, list[int], list[int]]] = ()) -> list[StepEvent | Exception]:
     """One forward for B sequences (each open: not state.done): commit each one's pending set,
     score its active masks, choose its next set.  Each sequence's StepEvent is what step()
-    would have returned for it alone.  commits: other rows' clean tokens (ids, positions) to
+    would have returned for it alone.  commits: other caches' clean tokens (ids, positions) to
     commit in the same forward, causally, as prefill would (a turn's input, a turn's last set).
     A failure of the forward raises, before any state changed; a failure of one sequence's
     choice after it (a rollback's prefill, say) is that sequence's alone: its exception stands
     in its place in the list, and the others' steps stand."""
-    if len(seqs) == 1 and not commits:  # one sequence: the batch-1 forward (no packing, no gather)
+    if len(seqs) == 1 and not commits:  # one sequence: the batch-1 forward (no packing)
         cache, state, params = seqs[0]
         try:
             return [step(model, cache, state, params)]

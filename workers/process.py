@@ -19,7 +19,7 @@ import redis
 import torch
 
 from model import profiles, shipped
-from model.batch import KVPool
+from model.pool import KVPool
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
@@ -73,17 +73,17 @@ def runtime() -> Runtime:
 
 
 def engine(model: SetDLM, store: SessionStore, records: Records, s: Settings) -> Engine:
-    """One turn at a time (batch_sessions 1), or a batcher over a KV pool of as many rows as
-    kv_pool_bytes holds, at least batch_sessions (the warm LRU is the pool)."""
+    """One turn at a time (batch_sessions 1), or a batcher over a paged KV pool of the blocks
+    kv_pool_bytes holds, at least batch_sessions whole contexts' (model/pool.py: a session
+    running or warm holds the blocks of its tokens; the warm LRU gives them back on demand)."""
     batch = s.batch_sessions or 1  # `setflow worker` sets it (Settings.batch_size)
     if batch == 1:
         return Engine(model, store, records, s)
     w = next(model.parameters())
     cfg = model.cfg
-    row_bytes = 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * w.element_size()
-    rows = max(batch, s.kv_pool_bytes // row_bytes)
-    pool = KVPool(cfg, rows, dtype=w.dtype, device=w.device)
-    return Engine(model, store, records, s, warm_sessions=rows, batcher=Batcher(model, batch, on_death=_exit),
+    context_bytes = 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * w.element_size()
+    pool = KVPool.of_bytes(cfg, max(s.kv_pool_bytes, batch * context_bytes), dtype=w.dtype, device=w.device)
+    return Engine(model, store, records, s, warm_sessions=pool.blocks, batcher=Batcher(model, batch, on_death=_exit),
                   pool=pool)
 
 

@@ -31,10 +31,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from model.batch import PooledCache, step_batch
+from model.batch import step_batch
 from model.decode import StepEvent, prefill, step
 from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
+from model.pool import PooledCache
 from model.transformer import SetDLM
 
 log = logging.getLogger("setflow.batcher")
@@ -43,7 +44,7 @@ PRIORITIES = ("interactive", "batch")  # the order turns are admitted in
 
 @dataclass(eq=False)
 class _Commit:
-    """Clean tokens to commit to a row in the next batched forward (a turn's input, its last set)."""
+    """Clean tokens to commit to a pooled cache in the next batched forward (a turn's input, its last set)."""
 
     cache: PooledCache
     ids: list[int]
@@ -134,8 +135,8 @@ class Batcher:
                         self._alive()
 
     def commit(self, cache: KVCache, ids: list[int], positions: list[int]) -> int:
-        """model.decode.Commit in the shared batch: the tokens are committed to the cache (a pool
-        row) in the next batched forward, beside the running turns' steps; returns the forwards
+        """model.decode.Commit in the shared batch: the tokens are committed to the cache (a pooled
+        one) in the next batched forward, beside the running turns' steps; returns the forwards
         this counts for the turn (1, or 0 for nothing).  A long input (a prefill of more than
         max_commit tokens) runs here alone, so that it does not stretch a step of the batch."""
         if not ids:

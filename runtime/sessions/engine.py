@@ -25,8 +25,9 @@ removes a session from Redis and SQL (runtime/sessions/lifecycle.py, which the A
 
 The decoding itself is TurnDecode's (runtime/sessions/decoding.py, shared with the in-process
 runner), alone in the caller's thread or, with a Batcher, in one batch with the turns of other
-threads (runtime/sessions/batcher.py; the caches are then rows of a KV pool, and the warm
-sessions own theirs); the way of its K/V to Redis is TurnWriter's (runtime/sessions/writer.py).
+threads (runtime/sessions/batcher.py; the caches are then paged in a KV pool, model/pool.py:
+a session running or warm holds the blocks of its tokens, an idle warm one gives them back when
+another needs them); the way of its K/V to Redis is TurnWriter's (runtime/sessions/writer.py).
 Greedy decoding gives the same tokens on every path (tests/runtime/sessions/test_engine.py).
 """
 
@@ -40,10 +41,10 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 
 from model import checkpoint
-from model.batch import KVPool, PooledCache
 from model.decode import StepEvent, prefill
 from model.kv_cache import KVCache
 from model.params import DecodeError, DecodeParams, DecodeState
+from model.pool import KVPool, PooledCache
 from model.transformer import SetDLM
 from runtime.errors import BadInput, Busy, CorruptState
 from runtime.keys import model_name
@@ -94,9 +95,10 @@ class Engine:
                  pool: KVPool | None = None) -> None:
         """write_behind: slots per write-behind batch (0: write a turn's K/V at its end only).
         batcher: turns from many threads decoded in one batch (runtime/sessions/batcher.py);
-        its caches are rows of `pool` (a session running or warm here owns a row: the warm LRU
-        is the pool), which it needs.  Without one, each turn decodes alone in its thread."""
-        assert batcher is None or pool is not None, "a batcher decodes pool rows"
+        its caches are paged in `pool`, which it needs (a session running or warm here holds
+        the blocks of its tokens; the least recently used warm one gives them back when a cache
+        must grow and no block is free).  Without one, each turn decodes alone in its thread."""
+        assert batcher is None or pool is not None, "a batcher decodes pool caches"
         self.model = model
         self.store = store
         self.records = records
@@ -111,6 +113,12 @@ class Engine:
         self.batcher = batcher
         self.pool = pool
         self._rows = threading.Condition()  # guards warm and pool: turns of many threads share them
+        # turns holding a pool cache now, at most as many as it holds whole contexts: a running
+        # turn then always finds its next block (an idle warm session gives its own back)
+        self._turns, self._max_turns = 0, 1
+        if pool is not None:
+            pool.reclaim = self._reclaim  # a cache that must grow evicts an idle warm session
+            self._max_turns = max(1, pool.blocks // -(-model.cfg.max_seq_len // pool.block_size))
 
     # ---- sessions ---------------------------------------------------------------------------
 
@@ -161,23 +169,24 @@ class Engine:
             if (done := self.replay(session, tenant, input_ids, job)) is not None:
                 yield done
                 return
-            load = self._load(session, tenant, rec, prefer)
-            try:
-                lease.keep()  # the load may have been long
-                t = time.perf_counter()
-                turn = self._begin(session, load, input_ids, params, infill)
-                with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
-                    for ev in turn.steps(self._stepper(priority)):
-                        lease.keep()  # a long turn keeps its lease
-                        w.add(turn.cache, ev)
-                        yield ev
-                load.costs["decode_s"] = time.perf_counter() - t
-                lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
-                self._append(session, tenant, load, turn, params, text, job)
-                self._save(session, load, turn, w, params)
-            finally:  # a turn that does not complete leaves no warm state, and frees its row
-                if not self._is_warm(session, load.cache):
-                    self._drop(load.cache)
+            with self._admitted():  # a place among the turns that hold pool caches
+                load = self._load(session, tenant, rec, prefer)
+                try:
+                    lease.keep()  # the load may have been long
+                    t = time.perf_counter()
+                    turn = self._begin(session, load, input_ids, params, infill)
+                    with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
+                        for ev in turn.steps(self._stepper(priority)):
+                            lease.keep()  # a long turn keeps its lease
+                            w.add(turn.cache, ev)
+                            yield ev
+                    load.costs["decode_s"] = time.perf_counter() - t
+                    lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
+                    self._append(session, tenant, load, turn, params, text, job)
+                    self._save(session, load, turn, w, params)
+                finally:  # a turn that does not complete leaves no warm state, and frees its blocks
+                    if not self._is_warm(session, load.cache):
+                        self._drop(load.cache)
             yield TurnResult(session, turn.tokens, load.path, load.costs, load.events, turn.nfe, load.turns)
 
     # ---- a turn's parts ---------------------------------------------------------------------
@@ -296,42 +305,78 @@ class Engine:
         cache, state = self._recompute(session, tenant)
         return _Loaded(cache, state, "recompute", turns, ident, m, costs=costs, events=events)
 
-    def _empty(self) -> KVCache:
-        """A new cache: a free pool row (evicting the least recently used warm session when none
-        is free; waiting for one while every row runs a turn), or without a pool, its own."""
+    def _empty(self, slots: int = 0) -> KVCache:
+        """A new cache with room for `slots`: without a pool, its own; else an empty one of the
+        pool holding the blocks they need (the least recently used warm sessions give theirs
+        back until enough are free; Busy if turns still hold them at the lease's wait)."""
         if self.pool is None:
             p = next(self.model.parameters())
             return KVCache.for_model(self.model.cfg, dtype=p.dtype, device=p.device)
+        need = -(-slots // self.pool.block_size)
         deadline = time.monotonic() + self.s.lease_wait_ms / 1000
         with self._rows:
-            while (row := self.pool.take()) is None:
-                if self.warm:  # an idle warm session makes room (it restores from Redis later)
-                    _, w = self.warm.popitem(last=False)
-                    self._give_back(w.cache)
+            while len(self.pool.free) < need:
+                if self._reclaim():  # an idle warm session makes room (it restores from Redis later)
                     continue
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Busy(f"the KV pool's {self.pool.rows} rows all run turns: none is free")
-                self._rows.wait(left)  # a turn that ends gives its row back or keeps it warm
-            return row
+                    raise Busy(f"the KV pool's {self.pool.blocks} blocks are held by running turns: "
+                               f"{need} needed, {len(self.pool.free)} free")
+                self._rows.wait(left)  # a turn that ends gives its blocks back or keeps them warm
+            cache = self.pool.take()
+            cache.reserve(slots)
+            return cache
+
+    @contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """A turn's place among those that hold pool caches (none without a pool): waits while
+        they are as many as the pool holds whole contexts; Busy after the lease's wait."""
+        if self.pool is None:
+            yield
+            return
+        deadline = time.monotonic() + self.s.lease_wait_ms / 1000
+        with self._rows:
+            while self._turns >= self._max_turns:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Busy(f"the KV pool's {self._max_turns} whole contexts all run turns: none is free")
+                self._rows.wait(left)  # a turn that ends leaves its place
+            self._turns += 1
+        try:
+            yield
+        finally:
+            with self._rows:
+                self._turns -= 1
+                self._rows.notify_all()
+
+    def _reclaim(self) -> bool:
+        """The least recently used warm session gives its blocks back; False if none is warm.
+        The pool calls it too (model/pool.py: a cache must grow and no block is free)."""
+        with self._rows:
+            if not self.warm:
+                return False
+            _, w = self.warm.popitem(last=False)
+            self._give_back(w.cache)
+            return True
 
     def _restore(self, m: Manifest) -> tuple[KVCache, DecodeState]:
         w = next(self.model.parameters())
         state, positions, tokens = read_state(m.state)
-        cache = kv.from_segments(self.store.get_segments(m.segments), self.fp, positions, tokens, w.device)
+        blobs = self.store.get_segments(m.segments)
+        if self.pool is None:
+            cache = kv.from_segments(blobs, self.fp, positions, tokens, w.device)
+        else:  # straight into the blocks of a pool cache
+            cache = self._empty(len(positions))
+            with self._owned(cache):
+                kv.from_segments(blobs, self.fp, positions, tokens, w.device, into=cache)
         if cache.k.dtype != w.dtype:
+            self._drop(cache)
             raise CorruptState(f"segments hold {cache.k.dtype}, the model runs {w.dtype}")
-        if self.pool is not None:  # into a row of the pool
-            row = self._empty()
-            assert isinstance(row, PooledCache)
-            with self._owned(row):
-                row.load(cache)
-            cache = row
         return cache, state
 
     @contextmanager
     def _owned(self, cache: KVCache) -> Iterator[None]:
-        """A new cache being filled: on a failure its pool row goes back (nobody holds it yet)."""
+        """A new cache being filled: on a failure its blocks go back (nobody holds it yet)."""
         try:
             yield
         except BaseException:
@@ -344,36 +389,37 @@ class Engine:
             return w is not None and w.cache is cache
 
     def _drop(self, cache: KVCache) -> None:
-        """A cache nobody holds any more: its pool row goes back."""
+        """A cache nobody holds any more: its blocks go back."""
         with self._rows:
             self._give_back(cache)
 
     def _give_back(self, cache: KVCache) -> None:
         """Under self._rows."""
-        if self.pool is not None and isinstance(cache, PooledCache) and cache.row >= 0:
+        if self.pool is not None and isinstance(cache, PooledCache) and cache.live:
             self.pool.give_back(cache)
             self._rows.notify_all()
 
     def _recompute(self, session: str, tenant: str) -> tuple[KVCache, DecodeState]:
         turns = self.records.turns(session, tenant)
         ledger = [(p, t) for turn in turns for p, t in turn.ledger]
-        cache = self._empty()
+        cache = self._empty(len(ledger))
         if ledger:
             # one causal prefill in commit order gives the same K/V (model/decode.py invariant I5)
             pos, tok = zip(*ledger)
             with self._owned(cache):
-                cache.reserve(len(ledger))
                 prefill(self.model, cache, list(tok), list(pos))
         return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
 
     def _keep_warm(self, session: str, w: _Warm) -> None:
         with self._rows:
+            if isinstance(w.cache, PooledCache):
+                w.cache.trim()  # a warm session holds the blocks of its tokens, not of its last step's scratch
             self.warm[session] = w
             self.warm.move_to_end(session)
             while len(self.warm) > self.warm_sessions:
                 _, old = self.warm.popitem(last=False)
                 self._give_back(old.cache)
-            self._rows.notify_all()  # a turn waiting for a row may evict this one now
+            self._rows.notify_all()  # a turn waiting for blocks may evict this one now
 
     # ---- the cost model ---------------------------------------------------------------------
 
@@ -384,7 +430,7 @@ class Engine:
             redis_bps = self.store.read_bytes_per_s(4)
             n = min(256, self.model.cfg.max_seq_len)
             w = next(self.model.parameters())
-            cache = KVCache.for_model(self.model.cfg, n, dtype=w.dtype, device=w.device)  # not a pool row
+            cache = KVCache.for_model(self.model.cfg, n, dtype=w.dtype, device=w.device)  # not the pool's
             t = time.perf_counter()
             prefill(self.model, cache, [self.model.cfg.bos_id] * n, list(range(n)))
             tps = n / max(time.perf_counter() - t, 1e-6)

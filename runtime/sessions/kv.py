@@ -31,11 +31,12 @@ def to_segments(cache: KVCache, start: int, end: int, fingerprint: str, max_byte
 
 
 def from_segments(blobs: list[bytes], fingerprint: str, positions: list[int], tokens: list[int],
-                  device: torch.device | str = "cpu", headroom: int = 256) -> KVCache:
+                  device: torch.device | str = "cpu", headroom: int = 256, into: KVCache | None = None) -> KVCache:
     """The cache the segments hold, slots [0, n) in order, with the given ledger (and room for
     `headroom` more slots, so the next turn does not grow it).  Each segment's bytes are copied
-    once, straight into the cache's layout.  Raises CorruptState on any damaged, foreign or
-    missing piece."""
+    once, straight into the cache's layout: into `into` when given (an empty cache, a paged
+    pool's: model/pool.py; no headroom), else a new one.  Raises CorruptState on any damaged,
+    foreign or missing piece."""
     n = len(positions)
     if len(tokens) != n or not blobs:
         raise CorruptState(f"a ledger of {n} slots and {len(tokens)} tokens over {len(blobs)} segments")
@@ -50,12 +51,23 @@ def from_segments(blobs: list[bytes], fingerprint: str, positions: list[int], to
     if expect != n:
         raise CorruptState(f"segments cover {expect} slots, the ledger has {n}")
     dtype = TORCH_DTYPES[first.dtype]
+    if into is not None:
+        if into.k.dtype != dtype or into.length:
+            raise CorruptState(f"segments hold {dtype}, the cache {into.k.dtype} ({into.length} slots)")
+        into.reserve(n)
+        return _fill(into, metas, positions, tokens)
     # uninitialised, not zeros: every valid slot is overwritten below and scratch slots are
     # written before they are read (zeroing was half of a restore's time)
     shape = (first.n_layers, n + headroom, first.n_kv_heads, first.head_dim)
     cache = KVCache(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device),
                     torch.zeros(n + headroom, dtype=torch.long, device=device),
                     torch.zeros(n + headroom, dtype=torch.long, device=device))
+    return _fill(cache, metas, positions, tokens)
+
+
+def _fill(cache: KVCache, metas: list[tuple[SegmentMeta, memoryview]], positions: list[int], tokens: list[int]) -> KVCache:
+    n = len(positions)
+    dtype = cache.k.dtype
     for meta, payload in metas:
         with warnings.catch_warnings():  # a read-only view of the received bytes, only read from
             warnings.simplefilter("ignore", UserWarning)

@@ -10,28 +10,23 @@ model/linear.py), else to float tolerance."""
 from __future__ import annotations
 
 import copy
-import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
 
-from domain import agent
-from domain import narrative as corpus
-from model import batch, shipped
+from model import batch
 from model.attention import additive
-from model.batch import BatchKV, KVPool, PooledCache, batch_mask, step_batch
+from model.batch import BatchKV, batch_mask, step_batch
 from model.decode import Commit, advance, begin_infill_turn, begin_turn, commit_pending, decode, plan, prefill
 from model.kv_cache import KVCache
 from model.linear import Linear, min_rows
 from model.masks import step_mask, within_documents
 from model.params import DecodeParams, DecodeState
-from model.tokenizer import Tokenizer
+from model.pool import BLOCK, KVPool, PooledCache
 from model.transformer import SetDLM
 from tests.fakes import random_params
-from workflows import tools
 
 ATOL = 1e-4
 
@@ -82,13 +77,19 @@ def alone(model: SetDLM, run: Run) -> Run:
     return out
 
 
-def batched(model: SetDLM, runs: list[Run], rows: int | None = None, in_batch: bool = False) -> list[Run]:
-    """All runs through step_batch: a run opens its first turn at its join step, its next turn
-    as soon as the last one is done (commit_pending first, as the engine does between turns).
-    in_batch: a turn's input and its last set are committed in the batched forwards too (as
+def contexts(model: SetDLM, n: int) -> int:
+    """The blocks of n whole contexts."""
+    return n * -(-model.cfg.max_seq_len // BLOCK)
+
+
+def batched(model: SetDLM, runs: list[Run], blocks: int | None = None, in_batch: bool = False) -> list[Run]:
+    """All runs through step_batch over one paged pool (of `blocks`, default a whole context
+    per run): a run opens its first turn at its join step, its next turn as soon as the last
+    one is done (commit_pending first, as the engine does between turns).  in_batch: a turn's
+    input and its last set are committed in the batched forwards too (as
     runtime/sessions/batcher.py does), the input beside the others' steps."""
     w = next(model.parameters())
-    pool = KVPool(model.cfg, rows or len(runs), dtype=w.dtype, device=w.device)
+    pool = KVPool(model.cfg, blocks or contexts(model, len(runs)), dtype=w.dtype, device=w.device)
     outs = [Run(r.turns, r.join) for r in runs]
     caches: list[PooledCache | None] = [None] * len(runs)
     states: list[DecodeState | None] = [None] * len(runs)
@@ -136,7 +137,7 @@ def batched(model: SetDLM, runs: list[Run], rows: int | None = None, in_batch: b
         out.tokens.append(list(s.tokens))
         out.ledger = list(zip(cache.positions, cache.tokens))
         pool.give_back(cache)
-    assert sorted(pool.free) == list(range(pool.rows)), "every row back"
+    assert sorted(pool.free) == list(range(pool.blocks)) and not any(pool.ref), "every block back"
     return outs
 
 
@@ -150,11 +151,11 @@ def exact(model: SetDLM) -> bool:
         for m in model.modules() if isinstance(m, Linear))
 
 
-def assert_same(model: SetDLM, runs: list[Run], rows: int | None = None, in_batch: bool = False) -> None:
+def assert_same(model: SetDLM, runs: list[Run], blocks: int | None = None, in_batch: bool = False) -> None:
     """Tokens and commit order identical; every step's logits bit for bit where exact(), else to
     float tolerance (the padded groups of a GPU, run here on the CPU)."""
     refs = [alone(model, r) for r in runs]
-    got = batched(model, runs, rows, in_batch)
+    got = batched(model, runs, blocks, in_batch)
     bits = exact(model)
     for i, (ref, out) in enumerate(zip(refs, got)):
         assert out.tokens == ref.tokens, f"sequence {i}: tokens differ"
@@ -260,16 +261,6 @@ def test_an_infill_hole_is_never_a_special_token_alone_or_batched(model: SetDLM,
     assert_same(m, runs)
 
 
-def test_a_session_leaving_frees_its_row_for_a_joining_one(model: SetDLM) -> None:
-    g = torch.Generator().manual_seed(11)
-    p = DecodeParams(policy="set", window=4, tau=0.3, max_new_tokens=6)
-    long = DecodeParams(policy="ar", max_new_tokens=30)
-    runs = [Run([Turn(_prompt(g, 5, model.cfg.vocab_size), long)]),
-            Run([Turn(_prompt(g, 4, model.cfg.vocab_size), p)])]
-    got = batched(model, runs, rows=2)
-    assert got[0].tokens == alone(model, runs[0]).tokens and got[1].tokens == alone(model, runs[1]).tokens
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_sequence_attends_as_it_does_alone_bit_for_bit(model: SetDLM, dtype: torch.dtype) -> None:
     """BatchKV.attend gives each sequence the very attention call a batch-1 forward makes (its
@@ -277,13 +268,13 @@ def test_each_sequence_attends_as_it_does_alone_bit_for_bit(model: SetDLM, dtype
     (a step, a second document, a long input)."""
     model = copy.deepcopy(model).to(dtype)  # the fixture is the module's: never cast in place
     cfg, g = model.cfg, torch.Generator().manual_seed(9)
-    pool = KVPool(cfg, 3, dtype=dtype)
+    pool = KVPool(cfg, contexts(model, 3), dtype=dtype)
+    pool.free.rotate(5)  # blocks out of order: a cache's slots are scattered over the pool
     cases = [(_prompt(g, 9, cfg.vocab_size), 2, 8), (_prompt(g, 30, cfg.vocab_size) + [cfg.bos_id, 7, 8], 0, 3),
              (_prompt(g, 4, cfg.vocab_size), 40, 0)]  # (context, pending, masks): a step, a new document, an input
     rows, alone_ = [], []
     for ctx, *_ in cases:
         row, one = pool.take(), KVCache.for_model(cfg, dtype=dtype)
-        assert row is not None
         prefill(model, row, ctx, list(range(len(ctx))))
         prefill(model, one, ctx, list(range(len(ctx))))
         rows.append(row)
@@ -317,20 +308,6 @@ def test_the_batch_mask_is_each_sequences_step_mask_and_padding_sees_one_key() -
         assert torch.equal(mask[b, :n, : C + n], step_mask(C, m, n - m))
         assert not mask[b, :n, C + n:].any(), "padded keys are nobody's"
         assert torch.equal(mask[b, n:], torch.nn.functional.one_hot(torch.zeros(6 - n, dtype=torch.long), S).bool())
-
-
-def test_the_pool_hands_out_rows_and_refuses_when_full(model: SetDLM) -> None:
-    pool = KVPool(model.cfg, 2)
-    a, b = pool.take(), pool.take()
-    assert a is not None and b is not None and (a.row, b.row) == (0, 1) and pool.take() is None
-    assert a.capacity == model.cfg.max_seq_len and pool.nbytes == 2 * a.k.numel() * 2 * 4
-    pool.give_back(a)
-    with pytest.raises(AssertionError):
-        pool.give_back(a)
-    c = pool.take()
-    assert c is not None and c.row == 0 and c.length == 0
-    with pytest.raises(AssertionError):
-        c.reserve(model.cfg.max_seq_len + 1)
 
 
 @dataclass(frozen=True)
@@ -388,58 +365,6 @@ def test_guided_decoding_holds_the_guide_and_is_the_same_batched(model: SetDLM, 
         unguided = alone(model, Run([Turn(r.turns[0].ids, replace(r.turns[0].params, guide=None))])).tokens[0]
         refused += unguided != toks
     assert refused, "the guide changed no run: the test tests nothing"
-
-
-# ---- the shipped model --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def loaded() -> tuple[SetDLM, Tokenizer]:
-    return shipped.load()
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_shipped_model_writes_the_same_narratives_batched(loaded: tuple[SetDLM, Tokenizer],
-                                                              dtype: torch.dtype) -> None:
-    """In bf16 too: the batched and the batch-1 forward must round alike (attention is the same
-    call per sequence, model/batch.py), or a token drifts and the rest of its turn with it."""
-    model, tok = copy.deepcopy(loaded[0]).to(dtype), loaded[1]
-    if not exact(model):
-        pytest.skip(f"this machine's {dtype} GEMM gives a row other bits in a larger product whatever the padding "
-                    "(model/linear.py): batched decoding can only agree to rounding here")
-    runs = []
-    for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
-                                          ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None), ("prefix", 8, 0.99)]):
-        payload = corpus.make_payload(random.Random(100 + i))  # payloads of different lengths
-        ids = [model.cfg.bos_id, *tok.encode(corpus.prompt_text(payload))]
-        runs.append(Run([Turn(ids, DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=120))], join=i))
-    assert_same(model, runs)
-
-
-def test_guided_agent_calls_on_the_shipped_model_are_the_same_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
-    """The agent's guide (workflows/tools.py CallGuide) in one batch, every policy: each call as
-    it is decoded alone.  The question is one whose second call the model alone miscopies, asked
-    after its first call and result, its names written out (the slot model reads them as text: out
-    of its training, it writes a name the question does not hold, "Xfitech 32" for "Xfers 32");
-    the guide keeps each argument a copy of the question's text."""
-    model, tok = loaded
-    question = "How much higher was dc in dXqQjLuFRNQzcQq0umj than in Xfers 32 in 1993-H1?"
-    text = (agent.prompt_text(question) + agent.CALL + agent.call_text("metric", "dc", "dXqQjLuFRNQzcQq0umj", "1993-H1")
-            + agent.END_CALL + agent.RESULT + "577" + agent.END_RESULT + "\n")
-    ids = [model.cfg.bos_id, *tok.encode(text)]
-    runs = []
-    for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
-                                          ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None), ("prefix", 8, 0.9)]):
-        p = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=40 + 3 * i,
-                         stop=[[tok.token_id(agent.END_CALL)]], guide=tools.CallGuide(tok, agent.CallNames(question)))
-        runs.append(Run([Turn(ids, p)], join=i % 3))
-    unguided = alone(model, Run([Turn(ids, replace(runs[0].turns[0].params, guide=None))])).tokens[0]
-    guided = alone(model, runs[0]).tokens[0]
-    args = [re.findall(r'"([^"]*)"', tok.decode(t[len(ids):])) for t in (unguided, guided)]
-    assert len(args[0]) == len(args[1]) == 3, args
-    assert not all(a in question for a in args[0]), args  # the guide has something to mend
-    assert all(a in question for a in args[1]) and args[1] != args[0], args
-    assert_same(model, runs)
 
 
 def test_commits_in_a_batched_forward_are_the_causal_prefills(model: SetDLM) -> None:

@@ -1,7 +1,8 @@
 """runtime/sessions/batcher.py with the engine: turns of many threads decoded in one batch write
 the tokens each writes alone (shipped model, real Redis and SQLite); a turn that leaves early
-(its consumer stops: a cancel, a failure) disturbs no other; a full pool evicts an idle warm
-session, never a running one, and a turn waits for a row while every row runs."""
+(its consumer stops: a cancel, a failure) disturbs no other; a warm session holds the blocks
+of its tokens; a full pool evicts an idle warm session, never a running one, and a turn waits
+for a place while the pool's whole contexts all run turns."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from sqlalchemy import Engine as SqlEngine
 
 from domain.draws import make_payload
 from model import shipped
-from model.batch import KVPool, PooledCache
 from model.params import DecodeParams
+from model.pool import BLOCK, KVPool, PooledCache
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.sessions.batcher import Batcher
@@ -44,15 +45,17 @@ def loaded() -> tuple[SetDLM, Tokenizer]:
 @pytest.fixture
 def make_engine(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings: Settings, tmp_path: Path,
                 db_engine: SqlEngine) -> Callable[..., Engine]:
-    """An engine on the shared SQL and Redis: batched (rows > 0: a pool of that many rows and a
-    batcher) or one turn at a time."""
+    """An engine on the shared SQL and Redis: batched (a pool of `rows` whole contexts, or of
+    `blocks`, and a batcher) or one turn at a time."""
     engines: list[Engine] = []
 
-    def make(rows: int = 0, max_batch: int = 16, warm: int = 8, write_behind: int = Engine.WRITE_BEHIND) -> Engine:
+    def make(rows: int = 0, max_batch: int = 16, warm: int = 8, write_behind: int = Engine.WRITE_BEHIND,
+             blocks: int = 0) -> Engine:
         model = loaded[0]
         s = settings.model_copy(update={"data_dir": tmp_path, "lease_wait_ms": 20_000})
-        pool = KVPool(model.cfg, rows) if rows else None
-        batcher = Batcher(model, max_batch) if rows else None
+        blocks = blocks or rows * _context(model)
+        pool = KVPool(model.cfg, blocks) if blocks else None
+        batcher = Batcher(model, max_batch) if blocks else None
         e = Engine(model, SessionStore(client, s), Records(db_engine), s, warm_sessions=warm, batcher=batcher, pool=pool,
                    write_behind=write_behind)
         engines.append(e)
@@ -62,6 +65,21 @@ def make_engine(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis, settings:
     for e in engines:
         if e.batcher is not None:
             e.batcher.close()
+
+
+def _context(model: SetDLM) -> int:
+    """The blocks of a whole context."""
+    return -(-model.cfg.max_seq_len // BLOCK)
+
+
+def _held(e: Engine) -> list[int]:
+    """Per warm session, the blocks it holds; they are all the pool's held blocks, each the
+    blocks of its tokens."""
+    assert e.pool is not None
+    tables = [w.cache.table for w in e.warm.values() if isinstance(w.cache, PooledCache)]
+    assert [len(t) for t in tables] == [-(-w.cache.length // BLOCK) for w in e.warm.values()]
+    assert e.pool.held == sum(map(len, tables)) == len({b for t in tables for b in t})
+    return [len(t) for t in tables]
 
 
 def _turns(tok: Tokenizer, i: int) -> tuple[list[int], list[int], DecodeParams]:
@@ -111,10 +129,10 @@ def test_eight_sessions_in_one_batch_write_what_each_writes_alone(make_engine: C
     _in_threads(lambda i: _session(e, tok, i, batched), 8)
     assert batched == alone
     assert e.batcher is not None and e.batcher.stepped > 2 * e.batcher.forwards, "several turns per forward"
-    assert e.pool is not None and len(e.pool.free) == 0 and len(e.warm) == 8, "the warm sessions own the rows"
+    assert len(e.warm) == 8 and len(_held(e)) == 8, "the warm sessions hold the blocks of their tokens"
 
 
-def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_row(make_engine: Callable[..., Engine],
+def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_blocks(make_engine: Callable[..., Engine],
                                                                        loaded: tuple[SetDLM, Tokenizer]) -> None:
     tok = loaded[1]
     alone = _alone(make_engine(), tok, 4)
@@ -139,7 +157,7 @@ def test_a_turn_that_leaves_early_disturbs_no_other_and_frees_its_row(make_engin
 
     _in_threads(run, 4)
     assert left.is_set() and batched == alone
-    assert e.pool is not None and sorted(e.pool.free) == [] and len(e.warm) == 4
+    assert len(e.warm) == 4 and len(_held(e)) == 4
 
 
 def test_threads_behind_their_turns_write_exact_state_through_stops_that_roll_back(
@@ -186,35 +204,43 @@ def test_threads_behind_their_turns_write_exact_state_through_stops_that_roll_ba
 def test_a_full_pool_evicts_an_idle_warm_session_and_a_turn_waits_for_a_running_one(
         make_engine: Callable[..., Engine], loaded: tuple[SetDLM, Tokenizer]) -> None:
     tok = loaded[1]
-    alone = _alone(make_engine(), tok, 3)
-    e = make_engine(rows=2)
+    ref = make_engine(rows=1, warm=3)
+    alone: dict[int, list[list[int]]] = {}
+    for i in range(3):
+        _session(ref, tok, i, alone)
+    t0, t1, t2 = _held(ref)
+    assert min(t0, t2) > 2, "sessions of a few blocks each"
+    e = make_engine(blocks=t1 + max(t0, t2) + 2)  # two sessions fit, three do not
     got: dict[int, list[list[int]]] = {}
-    _session(e, tok, 0, got)  # warm: owns a row
-    _session(e, tok, 1, got)  # warm: owns the other
-    assert e.pool is not None and e.pool.free == []
-    _session(e, tok, 2, got)  # evicts session 0 (the least recently used idle one)
-    assert got == alone and len(e.warm) == 2
-    # every row running: a third turn waits until one is free, then runs
+    _session(e, tok, 0, got)  # warm: holds its blocks
+    _session(e, tok, 1, got)  # warm too
+    first = next(iter(e.warm))
+    _session(e, tok, 2, got)  # grows into session 0's blocks: the least recently used idle one gives them back
+    assert got == alone and len(e.warm) == 2 and first not in e.warm
+    _held(e)
+    # the pool's one whole context runs a turn: a second turn waits until it ends, then runs
     e2 = make_engine(rows=1)
     hold = threading.Event()
     done: dict[int, list[list[int]]] = {}
-    first, _, params = _turns(tok, 0)
+    ends: list[str] = []
+    first_ids, _, params = _turns(tok, 0)
     sid = e2.open("acme")
 
     def slow() -> None:
-        with closing(e2.turn(sid, "acme", first, params)) as events:
+        with closing(e2.turn(sid, "acme", first_ids, params)) as events:
             for n, _ev in enumerate(events):
                 if n == 0:
                     hold.set()
-                    threading.Event().wait(0.5)  # holds the only row meanwhile
+                    threading.Event().wait(0.5)  # holds the pool's only place meanwhile
+        ends.append("slow")
 
     t = threading.Thread(target=slow)
     t.start()
     assert hold.wait(30)
-    assert e2.pool is not None and e2.pool.free == [] and all(isinstance(w.cache, PooledCache) for w in e2.warm.values())
-    _session(e2, tok, 1, done)  # waits for the row, then decodes
+    _session(e2, tok, 1, done)  # waits for the place, then decodes
+    ends.append("waiting")
     t.join(60)
-    assert done[1] == alone[1]
+    assert done[1] == alone[1] and ends == ["slow", "waiting"]
 
 
 def test_an_empty_turn_and_a_failed_batched_forward_disturb_no_other(
@@ -250,7 +276,7 @@ def test_an_empty_turn_and_a_failed_batched_forward_disturb_no_other(
     assert got == alone and empty == [[]] and calls[0] > 5
 
 
-def test_a_load_that_fails_gives_its_pool_row_back(make_engine: Callable[..., Engine],
+def test_a_load_that_fails_gives_its_blocks_back(make_engine: Callable[..., Engine],
                                                    loaded: tuple[SetDLM, Tokenizer],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import runtime.sessions.engine as engine_module
@@ -260,8 +286,9 @@ def test_a_load_that_fails_gives_its_pool_row_back(make_engine: Callable[..., En
     first, second, params = _turns(tok, 0)
     sid = e.open("acme")
     e.run_turn(sid, "acme", first, params)
-    e.warm.clear()  # the next turn recomputes from SQL (its row was the warm session's)
-    assert e.pool is not None and len(e.pool.free) == 1
+    e.warm.clear()  # the next turn recomputes from SQL (the blocks it held stay held: dropped here)
+    assert e.pool is not None
+    free = len(e.pool.free)
 
     def broken(*args: object, **kwargs: object) -> int:
         raise RuntimeError("out of memory")
@@ -269,7 +296,7 @@ def test_a_load_that_fails_gives_its_pool_row_back(make_engine: Callable[..., En
     monkeypatch.setattr(engine_module, "prefill", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
         e.run_turn(sid, "acme", second, params, prefer="recompute")
-    assert len(e.pool.free) == 1, "the row the recompute took is back"
+    assert len(e.pool.free) == free, "the blocks the recompute took are back"
 
 
 def test_events_reach_their_threads_in_order_in_chunks_never_more_than_lead_behind(
@@ -288,7 +315,7 @@ def test_events_reach_their_threads_in_order_in_chunks_never_more_than_lead_behi
         cache = KVCache.for_model(model.cfg)
         state = begin_turn(model, cache, None, ids, params)
         alone.append([(ev.positions, ev.tokens) for ev in decode(model, cache, state, params)])
-    pool, batcher = KVPool(model.cfg, 3), Batcher(model, lead=4, chunk=2)
+    pool, batcher = KVPool(model.cfg, 3 * _context(model)), Batcher(model, lead=4, chunk=2)
     wakeups, real_next = [0], batcher._next
 
     def counting(events: object) -> object:
@@ -343,7 +370,7 @@ def test_a_batch_loop_that_dies_fails_its_turns_at_once_and_calls_on_death(
     monkeypatch.setattr(batcher_module, "step_batch", bug)
     died: list[BaseException] = []
     b = Batcher(model, 4, on_death=died.append)
-    pool = KVPool(model.cfg, 2)
+    pool = KVPool(model.cfg, 2 * _context(model))
     rows = [pool.take(), pool.take()]
     first, _, params = _turns(tok, 1)
     states = [begin_turn(model, c, None, first, params) for c in rows if c is not None]  # prefilled here: not batched
