@@ -1,5 +1,6 @@
-"""The FastAPI app: `create_app(settings, send=...)`.  Routes: routes/{sessions,jobs,ops,page}.py,
-their parameters: deps.py; errors as JSON with stable codes: errors.py; API keys: auth.py."""
+"""The FastAPI app: `create_app(settings, send=...)`.  Routes: routes/<resource>.py, their
+parameters: deps.py; errors as JSON with stable codes: errors.py; API keys: auth.py; what a
+request must be before its body is read: gate.py."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ from contextlib import asynccontextmanager
 
 import redis
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope
-from starlette.types import Send as AsgiSend
 
-from runtime.api import errors
+from runtime.api import errors, gate
 from runtime.api.idempotency import Idempotent
-from runtime.api.routes import conversations, datasets, jobs, models, ops, page, responses, schedules, sessions, webhooks
+from runtime.api.routes import conversations, datasets, docs, jobs, models, ops, page, responses, schedules, sessions, webhooks
 from runtime.api.services import Services
 from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
@@ -49,63 +48,20 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
         yield
         await svc.aclose()
 
-    app = FastAPI(title="setflow", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="setflow", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+                  docs_url=None, redoc_url=None)  # /docs: routes/docs.py, its assets served from here
     app.state.services = svc
     errors.install(app)
 
-    app.add_middleware(Idempotent)  # inside Bounded: a body past the limit is refused before it is read
-    app.add_middleware(Bounded, limit=settings.max_body_bytes)
+    # outermost last: a write's API key, then its body's size, then its charset (runtime/api/gate.py),
+    # each before anything reads the body; then a keyed retry's replay
+    app.add_middleware(Idempotent)
+    app.add_middleware(gate.Utf8)
+    app.add_middleware(gate.Bounded, limit=settings.max_body_bytes)
+    app.add_middleware(gate.Authorized)
 
     for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,
-              webhooks.router, schedules.router, ops.router, page.router):
+              webhooks.router, schedules.router, ops.router, page.router, docs.router):
         app.include_router(r)
+    app.mount(docs.ASSETS, docs.assets)
     return app
-
-
-class Bounded:
-    """413 for a request body past `limit` bytes: by its Content-Length when it has one, else
-    (a chunked body) counted as it arrives, before the app sees any of it."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        size = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), None)
-        if size is not None:
-            if not size.isdigit():
-                await errors.body("bad_input", "Content-Length is not a number", 422, scope["path"])(scope, receive, send)
-            elif int(size) > self.limit:
-                await self._refuse(scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        total, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away before its body was complete: nobody to answer
-            chunks.append(message.get("body", b""))
-            total += len(chunks[-1])
-            if total > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-            more = bool(message.get("more_body", False))
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
-        await errors.body("too_large", f"a request body is at most {self.limit} bytes", 413,
-                          scope["path"])(scope, receive, send)

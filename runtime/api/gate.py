@@ -1,0 +1,159 @@
+"""What a request must be before the app reads its body, checked in this order:
+
+    a write (POST, PUT, PATCH, DELETE under /v1/) names a valid API key -> 401, nothing read
+    -> its body is at most max_body_bytes                                -> 413, read no further
+    -> its body is UTF-8 (a Content-Type charset, and the body's bytes)    -> 415
+    -> a JSON body's strings hold no lone surrogate (`\\ud800` alone)       -> 422 bad_input
+
+A body is parsed only for a caller who may send one (a stranger's costs the service nothing but
+a header lookup), and a JSON body is UTF-8 as RFC 8259 says: Python's json would decode UTF-16
+and UTF-32 as well, a second meaning for the same route."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime.api import errors
+from runtime.api.auth import Unauthorized, tenant_of
+
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+UTF8 = {"utf-8", "utf8", "us-ascii", "ascii"}  # charsets whose bytes are UTF-8 (ASCII is a subset)
+
+
+def _replay(first: list[Message], receive: Receive) -> Receive:
+    """`receive` with the messages already taken from it given back first, in order."""
+    async def replayed() -> Message:
+        return first.pop(0) if first else await receive()
+    return replayed
+
+
+class Authorized:
+    """401 for a write without a valid API key, before its body is read."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in WRITES and scope["path"].startswith("/v1/"):
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            try:
+                tenant_of(scope["app"].state.services.keyring, headers)
+            except Unauthorized as e:
+                await errors.body("unauthorized", str(e), 401, scope["path"])(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class Bounded:
+    """413 for a request body past `limit` bytes: by its Content-Length when it has one, else
+    (a chunked body) counted as it arrives, before the app sees any of it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        size = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), None)
+        if size is not None:
+            if not size.isdigit():
+                await errors.body("bad_input", "Content-Length is not a number", 422, scope["path"])(scope, receive, send)
+            elif int(size) > self.limit:
+                await self._refuse(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was complete: nobody to answer
+            chunks.append(message.get("body", b""))
+            total += len(chunks[-1])
+            if total > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            more = bool(message.get("more_body", False))
+        whole: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([whole], receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await errors.body("too_large", f"a request body is at most {self.limit} bytes", 413,
+                          scope["path"])(scope, receive, send)
+
+
+def charset_problem(content_type: str, body: bytes) -> str | None:
+    """Why a body of this Content-Type is not UTF-8, or None.  UTF-16 and UTF-32 show in the
+    first 4 bytes (a BOM, or the zero bytes of ASCII characters), as json.detect_encoding reads
+    them; any other charset, in bytes that do not decode."""
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.strip().partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in UTF8:
+            return f"a request body is UTF-8, not {value.strip()[:40]!r}"
+    if body and json.detect_encoding(body[:4]) not in ("utf-8", "utf-8-sig"):
+        return f"a request body is UTF-8, not {json.detect_encoding(body[:4]).upper()}"
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"a request body is UTF-8: byte {e.start} is not ({e.reason})"
+    return None
+
+
+#: in JSON text: an escaped backslash (skipped, so that `\\ud800` is text) or a surrogate's escape
+_ESCAPE = re.compile(rb"\\(\\|u[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def lone_surrogate(body: bytes) -> int | None:
+    """The offset of a `\\uD800`-`\\uDFFF` escape in a JSON text that is not half of a pair, or
+    None.  Python's json decodes one into a string no UTF-8 writer can write back (a later read
+    of it fails); a pair is a character beyond the BMP, and fine."""
+    pending = None  # (offset, end) of a high surrogate waiting for its low half
+    for m in _ESCAPE.finditer(body):
+        if m[1] == b"\\":
+            continue
+        high = m[1][2:3].lower() in b"89ab"
+        if pending is not None and (high or m.start() != pending[1]):
+            return pending[0]
+        if not high and pending is None:
+            return m.start()
+        pending = (m.start(), m.end()) if high else None
+    return None if pending is None else pending[0]
+
+
+class Utf8:
+    """415 for a body that is not UTF-8 (by its Content-Type's charset or its bytes); 422 for a
+    JSON body with a lone surrogate.  The body (within max_body_bytes: Bounded is outside) is
+    read whole, checked and handed on."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in WRITES:
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was complete: nobody to answer
+            chunks.append(message.get("body", b""))
+            more = bool(message.get("more_body", False))
+        body = b"".join(chunks)
+        content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"content-type"), "")
+        problem = charset_problem(content_type, body)
+        status, code = 415, "unsupported_media_type"
+        if problem is None and "json" in content_type.lower() and (at := lone_surrogate(body)) is not None:
+            problem = f"a JSON string holds a lone surrogate (byte {at}): text is Unicode characters"
+            status, code = 422, "bad_input"
+        if problem is not None:
+            await errors.body(code, problem, status, scope["path"])(scope, receive, send)
+            return
+        whole: Message = {"type": "http.request", "body": body, "more_body": False}
+        await self.app(scope, _replay([whole], receive), send)
