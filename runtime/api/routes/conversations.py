@@ -18,6 +18,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.api import response_view
 from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.models import ERRORS
@@ -100,7 +101,7 @@ def list_items(conversation_id: ConversationId, who: Tenant, svc: Svc,
     rec = convs.get(session, who)
     items: list[dict[str, Any]] = []
     for job in convs.responses(session):
-        items += shapes.input_items(job) + shapes.output_items(job)
+        items += response_view.input_items(job) + response_view.output_items(job)
     return JSONResponse(page(items + list(rec.pending), limit, order, after))
 
 

@@ -1,8 +1,9 @@
-"""/v1/responses: OpenAI's Responses API over setflow's sessions (the shapes and the mapping:
-runtime/api/responses.py).  A response is a `response` job; a conversation, or a chain of
-previous_response_id, is a session whose K/V lives in Redis, so the next response restores it on
-any worker instead of reading the history again.  A response that ends at a function call holds
-no worker: the next one carries the output.
+"""/v1/responses: OpenAI's Responses API over setflow's sessions (the request and its mapping:
+runtime/api/responses.py; the response object: response_view.py; the stream: response_stream.py).
+A response is a `response` job; a conversation, or a chain of previous_response_id, is a session
+whose K/V lives in Redis, so the next response restores it on any worker instead of reading the
+history again.  A response that ends at a function call holds no worker: the next one carries the
+output.
 
     POST   /v1/responses                      create (wait for it; `stream`: its events; `background`)
     GET    /v1/responses/{id}                 the response (`stream=true&starting_after=N`: its events again)
@@ -25,6 +26,7 @@ from anyio.to_thread import run_sync
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from runtime.api import response_stream, response_view
 from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.idempotency import STREAMED
@@ -58,7 +60,7 @@ async def create_response(req: CreateResponse, who: Tenant, svc: Svc) -> Respons
         return out
     if not req.background:
         job = await _ended(svc, job, svc.settings.response_wait_s)
-    body = shapes.view(job)
+    body = response_view.view(job)
     if not req.store and job.status in TERMINAL:
         await run_sync(forget, svc, job)
     return JSONResponse(body, headers=limits)
@@ -121,7 +123,7 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         if prev_id is not None:
             prev = _response(svc, shapes.job_of(prev_id), who)
             if prev.status != "succeeded":
-                raise BadInput(f"previous response {prev_id} is {shapes.status(prev)}: only a completed one goes on")
+                raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
             session = _at(svc, prev, who, fork=not req.store)
     spec = shapes.plan(req, items, prev if prev is not None and prev.status == "succeeded" else None)
     spec["request"] = {**req.model_dump(mode="json", exclude={"input", "setflow", "stream"}, exclude_none=True),
@@ -148,7 +150,7 @@ def _resent(svc: Services, who: str, items: list[dict[str, Any]]) -> tuple[str |
     if m is None:
         return None, items
     prev = _response(svc, m[1], who)
-    made = {x["call_id"]: x for x in shapes.output_items(prev) if x["type"] == "function_call"}
+    made = {x["call_id"]: x for x in response_view.output_items(prev) if x["type"] == "function_call"}
     answered = [x for x in items if x["type"] == "function_call_output" and x["call_id"] in made]
     sent = [x for x in items if x["type"] == "function_call" and x["call_id"] in made]
     if last["call_id"] not in made or any((x["name"], x["arguments"]) != (made[x["call_id"]]["name"],
@@ -212,7 +214,7 @@ async def get_response(response_id: ResponseId, who: Tenant, svc: Svc, stream: b
             raise RateLimited(full, retry_after_s=KEEPALIVE_S)
         await run_sync(svc.limiter.take, who)
         return _streaming(svc, who, job, -1 if starting_after is None else starting_after, drop=False)
-    return JSONResponse(shapes.view(job))
+    return JSONResponse(response_view.view(job))
 
 
 @router.post("/{response_id}/cancel", responses=ERRORS)
@@ -221,7 +223,7 @@ def cancel_response(response_id: ResponseId, who: Tenant, svc: Svc) -> JSONRespo
     has ended is returned as it is.  A cancel takes a rate-limit token (after the 404)."""
     job = _response(svc, shapes.job_of(response_id), who)
     svc.limiter.take(who)
-    return JSONResponse(shapes.view(svc.dispatcher.cancel(job.id, who)))
+    return JSONResponse(response_view.view(svc.dispatcher.cancel(job.id, who)))
 
 
 @router.delete("/{response_id}", responses=ERRORS)
@@ -247,7 +249,7 @@ def input_items(response_id: ResponseId, who: Tenant, svc: Svc,
                 limit: Annotated[int, Query(ge=1, le=100)] = 20, order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
                 after: Annotated[str | None, Query(max_length=128)] = None) -> JSONResponse:
     job = _response(svc, shapes.job_of(response_id), who)
-    return JSONResponse(page(shapes.input_items(job), limit, order, after))
+    return JSONResponse(page(response_view.input_items(job), limit, order, after))
 
 
 def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> dict[str, Any]:
@@ -279,7 +281,7 @@ def _sse(ev: dict[str, Any]) -> str:
 
 async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: bool) -> AsyncIterator[str]:
     """The response's events with sequence_number > after: translated from the job's event
-    stream from its start (shapes.Translator: the same events and numbers on every read), the
+    stream from its start (response_stream.Translator: the same events and numbers on every read), the
     last ones from its row once it has ended (SQL is the truth: read every second too, so the
     stream ends with the job even if its final event was lost)."""
     if svc.streams_full(who) is not None:
@@ -287,7 +289,7 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
     svc.streams[who] = svc.streams.get(who, 0) + 1
     r = svc.aclient()
     key, at = svc.keys.events(job.id), "0"
-    tr = shapes.Translator(job, await run_sync(svc.tokenizer, ""))
+    tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""))
     quiet = checked = time.monotonic()
     try:
         for ev in tr.start():

@@ -1,0 +1,142 @@
+"""A response job's event stream -> OpenAI's stream events (Translator), numbered in order; the
+response object each carries is runtime/api/response_view.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.tokenizer import Tokenizer
+from runtime.api.response_view import output_items, status, view
+from runtime.tables import JobRecord
+
+TERMINAL_EVENT = {"completed": "response.completed", "incomplete": "response.incomplete",
+                  "failed": "response.failed", "cancelled": "response.cancelled"}
+
+
+class Translator:
+    """A response job's events (runtime/jobs/events.py) -> OpenAI's stream events, numbered in
+    order.  A pure function of the job's event stream and its final row: read again from the
+    start (a client resuming after `starting_after`, an API restarted), it writes the same events
+    with the same numbers, so the client skips what it has and misses nothing.
+
+    Text deltas follow the committed prefix of a text response (its positions from `text_at`,
+    the progress event the workflow sends before its turn): set diffusion commits out of order,
+    and a token is final once committed, so a delta is never taken back.  An agent's answer is
+    known once it is checked: its text comes whole at the end.  Each set the model commits is
+    also one `setflow.step` event (positions and their text), for clients that show sets where
+    they land; a rerun's steps that say nothing new (the same positions) are not said again."""
+
+    def __init__(self, job: JobRecord, tok: Tokenizer | None) -> None:
+        self.job, self.tok = job, tok
+        self.seq = 0
+        self.text_at: int | None = None
+        self.tokens: dict[int, int] = {}  # position -> token, committed (a text response's)
+        self.said = ""  # the text its deltas said
+        self.seen: set[tuple[int, int]] = set()  # (turn, position) a step event said
+        self.opened = False  # the message item and its part were said to be added
+
+    def _ev(self, kind: str, **data: Any) -> dict[str, Any]:
+        e = {"type": kind, "sequence_number": self.seq, **data}
+        self.seq += 1
+        return e
+
+    def start(self) -> list[dict[str, Any]]:
+        return [self._ev("response.created", response=view(self.job, snapshot="queued")),
+                self._ev("response.in_progress", response=view(self.job, snapshot="in_progress"))]
+
+    def feed(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events one job event says (none for most)."""
+        if ev.get("type") == "progress" and isinstance(ev.get("text_at"), int):
+            self.text_at = ev["text_at"]
+            return []
+        if ev.get("type") != "step":
+            return []
+        turn, positions, tokens = int(ev.get("turn", 0)), ev.get("positions", []), ev.get("tokens", [])
+        cut = ev.get("cut")
+        new = [(p, t, x) for p, t, x in zip(positions, tokens, ev.get("pieces") or [""] * len(tokens))
+               if (turn, p) not in self.seen]
+        out = []
+        if new or cut is not None:
+            self.seen.update((turn, p) for p, _, _ in new)
+            out.append(self._ev("setflow.step", turn=turn, positions=[p for p, _, _ in new],
+                                pieces=[x for _, _, x in new], cut=cut))
+        if self.text_at is not None:
+            for p, t, _ in new:
+                self.tokens[p] = t
+            if cut is not None:
+                self.tokens = {p: t for p, t in self.tokens.items() if p < cut}
+            out += self._delta(self._prefix())
+        return out
+
+    def _prefix(self) -> str:
+        """The committed prefix's text, up to a special token (EOS: the text ends there), a
+        character's first bytes held back until it is whole."""
+        if self.tok is None or self.text_at is None:
+            return self.said
+        ids, p = [], self.text_at
+        special = self.tok.specials.all()
+        while p in self.tokens and self.tokens[p] not in special:
+            ids.append(self.tokens[p])
+            p += 1
+        return self.tok.decode(ids, skip_special=True).rstrip("\ufffd")
+
+    def _delta(self, text: str) -> list[dict[str, Any]]:
+        if not text.startswith(self.said) or len(text) == len(self.said):
+            return []
+        out = self._open()
+        out.append(self._ev("response.output_text.delta", item_id=f"msg_{self.job.id}_0", output_index=0,
+                            content_index=0, delta=text[len(self.said):], logprobs=[]))
+        self.said = text
+        return out
+
+    def _open(self) -> list[dict[str, Any]]:
+        if self.opened:
+            return []
+        self.opened = True
+        iid = f"msg_{self.job.id}_0"
+        return [self._ev("response.output_item.added", output_index=0,
+                         item={"type": "message", "id": iid, "status": "in_progress", "role": "assistant", "content": []}),
+                self._ev("response.content_part.added", item_id=iid, output_index=0, content_index=0,
+                         part={"type": "output_text", "text": "", "annotations": []})]
+
+    def finish(self, job: JobRecord) -> list[dict[str, Any]]:
+        """The job has ended: its output items, done, and the terminal event."""
+        self.job = job
+        out: list[dict[str, Any]] = []
+        items = output_items(job)
+        if self.opened and not items:  # a text said in part, and no message came of it (failed, cancelled)
+            iid, part = f"msg_{job.id}_0", {"type": "output_text", "text": self.said, "annotations": []}
+            out += [self._ev("response.output_text.done", item_id=iid, output_index=0, content_index=0,
+                             text=self.said, logprobs=[]),
+                    self._ev("response.content_part.done", item_id=iid, output_index=0, content_index=0, part=part),
+                    self._ev("response.output_item.done", output_index=0, item={
+                        "type": "message", "id": iid, "status": "incomplete", "role": "assistant", "content": [part]})]
+        for i, item in enumerate(items):
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                if i == 0:
+                    out += self._open()
+                    rest = text[len(self.said):] if text.startswith(self.said) else ""
+                else:
+                    out.append(self._ev("response.output_item.added", output_index=i,
+                                        item={**item, "status": "in_progress", "content": []}))
+                    out.append(self._ev("response.content_part.added", item_id=item["id"], output_index=i,
+                                        content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+                    rest = text
+                if rest:
+                    out.append(self._ev("response.output_text.delta", item_id=item["id"], output_index=i,
+                                        content_index=0, delta=rest, logprobs=[]))
+                out.append(self._ev("response.output_text.done", item_id=item["id"], output_index=i,
+                                    content_index=0, text=text, logprobs=[]))
+                out.append(self._ev("response.content_part.done", item_id=item["id"], output_index=i,
+                                    content_index=0, part=item["content"][0]))
+            else:
+                out.append(self._ev("response.output_item.added", output_index=i,
+                                    item={**item, "status": "in_progress", "arguments": ""}))
+                out.append(self._ev("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
+                                    delta=item["arguments"]))
+                out.append(self._ev("response.function_call_arguments.done", item_id=item["id"], output_index=i,
+                                    name=item["name"], arguments=item["arguments"]))
+            out.append(self._ev("response.output_item.done", output_index=i, item=item))
+        out.append(self._ev(TERMINAL_EVENT[status(job)], response=view(job)))
+        return out

@@ -1,0 +1,79 @@
+"""A response job's row -> the Responses API's response object and its input and output items,
+each named after the response and its place (runtime/api/responses.py names the ids).  Reads a
+job row; knows nothing of the request's validation nor of the stream."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runtime.api.responses import response_id
+from runtime.tables import JobRecord
+
+
+def status(job: JobRecord) -> str:
+    """queued, in_progress, completed, incomplete, failed or cancelled."""
+    if job.status == "succeeded":
+        return str((job.result or {}).get("status", "completed"))
+    return {"queued": "queued", "running": "in_progress", "requires_action": "in_progress",
+            "failed": "failed", "cancelled": "cancelled"}[job.status]
+
+
+def output_items(job: JobRecord) -> list[dict[str, Any]]:
+    """The response's output, each item named after the response and its place."""
+    out = []
+    for i, x in enumerate((job.result or {}).get("output", [])):
+        if x["type"] == "message":
+            out.append({"type": "message", "id": f"msg_{job.id}_{i}", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": x["text"], "annotations": []}]})
+        else:
+            out.append({"type": "function_call", "id": f"fc_{job.id}_{i}", "status": "completed",
+                        "call_id": f"call_{job.id}_{x['call'].removeprefix('call_')}", "name": x["name"],
+                        "arguments": x["arguments"]})
+    return out
+
+
+def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
+    """The response object of `job`.  snapshot: the status a stream event shows (a stream's
+    events are the same on every read: none carries what the job became since)."""
+    req: dict[str, Any] = job.spec.get("request", {})
+    res = job.result or {}
+    st = snapshot or status(job)
+    final = snapshot is None or snapshot in ("completed", "incomplete", "failed", "cancelled")
+    usage = res.get("usage") if final else None
+    return {
+        "id": response_id(job.id), "object": "response", "created_at": _ts(job.created_at), "status": st,
+        "background": bool(req.get("background")), "model": req.get("model") or "", "store": req.get("store", True),
+        "output": output_items(job) if final else [],
+        "error": ({"code": (job.error or {}).get("code", "server_error"), "message": (job.error or {}).get("message", "")}
+                  if st == "failed" else None),
+        "incomplete_details": {"reason": res.get("incomplete") or "max_output_tokens"} if st == "incomplete" else None,
+        "instructions": req.get("instructions"), "metadata": req.get("metadata") or {},
+        "tools": req.get("tools", []), "tool_choice": req.get("tool_choice", "auto"),
+        "parallel_tool_calls": False, "temperature": req.get("temperature"), "top_p": 1.0,
+        "max_output_tokens": req.get("max_output_tokens"), "previous_response_id": req.get("previous_response_id"),
+        "conversation": {"id": req["conversation"]} if req.get("conversation") else None,
+        "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "usage": None if usage is None else {
+            "input_tokens": usage["input"], "input_tokens_details": {"cached_tokens": usage["cached"]},
+            "output_tokens": usage["output"], "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["input"] + usage["output"]},
+        "setflow": {"job": job.id, "session": job.session_id, **({"status": job.status} if final else {}),
+                    **{k: res[k] for k in ("verified", "problems", "attempt", "calls", "turns") if k in res},
+                    **({"prefill_tokens": usage["prefill"]} if usage else {})},
+    }
+
+
+def input_items(job: JobRecord) -> list[dict[str, Any]]:
+    """The response's input items, as stored, each named after the response and its place."""
+    out = []
+    for i, x in enumerate(job.spec.get("request", {}).get("items", [])):
+        item = {**x, "id": x.get("id") or f"in_{job.id}_{i}"}
+        if x["type"] == "message":
+            item.setdefault("status", "completed")
+        out.append(item)
+    return out
+
+
+def _ts(t: datetime | None) -> int:
+    return int(t.timestamp()) if t is not None else 0
