@@ -84,7 +84,9 @@ class JobView(BaseModel):
     seq: int
     priority: str
     attempts: int
-    worker: str | None
+    worker: str | None = Field(description="the worker running it now; null while nothing holds it (queued, "
+                                           "waiting for its tool outputs, ended)")
+    last_worker: str | None = Field(description="the worker that ran it last (a waiting job's turns are warm there)")
     progress: dict[str, Any]
     result: dict[str, Any] | None
     error: dict[str, Any] | None
@@ -100,7 +102,8 @@ class JobView(BaseModel):
             action = RequiredAction(calls=[PendingCall(**c) for c in j.action.get("calls", [])],
                                     deadline=datetime.fromtimestamp(j.wait_until, UTC))
         return cls(id=j.id, kind=j.kind, status=j.status, session=j.session_id, seq=j.seq, priority=j.priority,
-                   attempts=j.attempts, worker=j.worker, progress=j.progress or {}, result=j.result, error=j.error,
+                   attempts=j.attempts, worker=j.worker if j.status == "running" else None,
+                   last_worker=j.worker, progress=j.progress or {}, result=j.result, error=j.error,
                    required_action=action, created_at=j.created_at, started_at=j.started_at,
                    finished_at=j.finished_at)
 

@@ -125,7 +125,7 @@ def test_a_function_calling_loop_resumes_after_its_worker_is_killed_token_identi
     [call] = first.output
     assert call.type == "function_call" and json.loads(call.arguments) == {  # type: ignore[union-attr]
         "kpi": "revenue", "market": "EMEA", "quarter": "2026-Q2"}
-    worker = c.get(f"/jobs/{first.model_extra['setflow']['job']}", cast_to=httpx.Response).json()["worker"]
+    worker = c.get(f"/jobs/{first.model_extra['setflow']['job']}", cast_to=httpx.Response).json()["last_worker"]
     kill(stack, worker)  # the worker that holds the session warm dies while the call waits
     try:
         chain = answer_calls(c, first)
