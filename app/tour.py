@@ -29,7 +29,9 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import database_url, make_engine
 from runtime.embedded import connect
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.payload import PayloadSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec
 from runtime.sessions.engine import Engine
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.records import Records

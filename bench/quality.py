@@ -60,8 +60,10 @@ from model.corpus import mixture
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import BadInput, NoAnswer
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.plans import section_payload
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, ReportSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ReportSpec
 from runtime.sessions.local import LocalTurns
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow

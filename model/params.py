@@ -1,15 +1,28 @@
 """What a turn is decoded with and where a session's decoding stands: DecodeParams (validated at
 construction), DecodeState (JSON beside the K/V), DecodeError.  Plain data, no torch: the API,
-the workflows and the store read and write these without loading the model."""
+the workflows and the store read and write these without loading the model.
+
+DecodeParams is the one field list of a turn's parameters: the API's ParamsSpec is derived from
+it (runtime/jobs/params.py), each field's bounds read from its annotation (annotated_types, which
+pydantic reads; plain metadata here)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from dataclasses import asdict, dataclass, field, fields
+from typing import Annotated, Any, Literal, Protocol, get_args
 
-POLICIES = ("set", "prefix", "block", "ar")
+from annotated_types import Ge, Le, Lt, MaxLen, MinLen
+
+Policy = Literal["set", "prefix", "block", "ar"]
+POLICIES: tuple[str, ...] = get_args(Policy)
+#: a token id as a request may give it: coarse (Qwen3 has 151936 ids); the model's own
+#: vocabulary is checked where it is known (runtime/jobs/plans.check_ids, the worker)
+TokenId = Annotated[int, Ge(0), Lt(2**24)]
+#: the metadata of a field a request cannot set (not in ParamsSpec): a Python object, or a
+#: switch only the benchmarks turn
+INTERNAL = {"api": False}
 
 
 class DecodeError(ValueError):
@@ -33,24 +46,31 @@ class Guide(Protocol):
 
 @dataclass
 class DecodeParams:
+    """A turn's decoding parameters.  The bounds in the annotations are what a request may ask
+    for (the API refuses the rest); __post_init__ checks what decoding itself needs, for every
+    caller (a benchmark may pass the API's bounds)."""
+
     #: "set": sliding window of W positions from the leftmost mask, + tau (the reference's
     #: policy: any confident position of the window, not only the leftmost); "prefix": the same
     #: window, but a step decodes only the unbroken run from the leftmost mask whose every
     #: position clears tau and differs from its left neighbour (see choose); "block": the window
     #: only advances when its fixed block is done (a block-diffusion-style schedule on this same
     #: set-causal model, not BD3LM's in-block attention); "ar": W = 1, tau off
-    policy: str = "set"
-    window: int = 4  #: W: positions considered per step
-    tau: float | None = 0.9  #: confidence threshold; None = off (exactly one token per step)
-    max_new_tokens: int = 64
-    temperature: float = 0.0  #: 0 = greedy
-    seed: int = 0  #: seeds the session RNG when temperature > 0
-    stop: list[list[int]] = field(default_factory=list)  #: stop token sequences
+    policy: Policy = "set"
+    window: Annotated[int, Ge(1), Le(256)] = 4  #: W: positions considered per step
+    #: confidence threshold; None = off (exactly one token per step)
+    tau: Annotated[float, Ge(0.0), Le(1.0)] | None = 0.9
+    max_new_tokens: Annotated[int, Ge(0), Le(4096)] = 64
+    temperature: Annotated[float, Ge(0.0), Le(10.0)] = 0.0  #: 0 = greedy
+    seed: Annotated[int, Ge(0), Lt(2**63)] = 0  #: seeds the session RNG when temperature > 0
+    #: stop token sequences
+    stop: Annotated[list[Annotated[list[TokenId], MinLen(1), MaxLen(32)]], MaxLen(16)] = field(default_factory=list)
     ignore_eos: bool = False  #: True: EOS does not stop (decode exactly max_new_tokens; benchmarks)
-    use_cache: bool = True  #: False: recompute every committed token each step (the baseline)
+    #: False: recompute every committed token each step (the benchmarks' baseline)
+    use_cache: bool = field(default=True, metadata=INTERNAL)
     #: where it guides, a token it refuses is replaced by the most probable one it allows (of the
     #: top GUIDE_TOP); under a guide every step commits the run from the leftmost mask (decode.py guided)
-    guide: Guide | None = field(default=None, compare=False)
+    guide: Guide | None = field(default=None, compare=False, metadata=INTERNAL)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -65,6 +85,12 @@ class DecodeParams:
             raise DecodeError("params", f"temperature must be >= 0, got {self.temperature}")
         if any(not s for s in self.stop):
             raise DecodeError("params", "stop sequences must be non-empty")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field but the guide (a Python object, a workflow's: not data), as JSON keeps
+        it: DecodeParams(**d) reads it back equal."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "guide"}
+        return {**out, "stop": [list(s) for s in self.stop]}  # a copy: the caller may keep it
 
 
 @dataclass

@@ -15,8 +15,9 @@ from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput
+from runtime.jobs.params import ParamsSpec
 from runtime.jobs.plans import turn_input
-from runtime.jobs.specs import HOLE, InfillSpec, ParamsSpec, TurnSpec
+from runtime.jobs.specs import HOLE, InfillSpec, TurnSpec
 from runtime.sessions.turn import TurnResult
 
 

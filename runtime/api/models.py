@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
 from runtime.tables import JobRecord
 
 Priority = Literal["interactive", "batch"]

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from domain.narrative import clean_name, number_text
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
-from runtime.jobs.specs import name_text
+from runtime.jobs.payload import name_text
 from runtime.tables import DatasetRecord
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"  #: a dataset's name

@@ -1,33 +1,27 @@
 """Pydantic models of what crosses a process boundary: job specs as submitted (checked once on
 their way in, by Dispatcher.submit, so bad input is refused before any state changes; and by the
-worker, which must not trust a stored payload).  No torch here: the API process imports this."""
+worker, which must not trust a stored payload).  A spec's decode parameters are
+runtime/jobs/params.py's, a dashboard's numbers runtime/jobs/payload.py's.  No torch here: the
+API process imports this."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import jsonschema
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from domain import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
 from domain import narrative as corpus  # plain Python: the payload's vocabulary, no torch
 from domain.facts import SLOT  # plain Python: a fact slot's text, no torch
-from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS  # plain Python: text that encodes to a control token
+from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token
+from model.params import TokenId  # plain data, no torch
 from runtime.errors import BadInput
+from runtime.jobs.params import ParamsSpec, Tuned, tuned
+from runtime.jobs.payload import Name, PayloadSpec
 
 HOLE = "<hole>"  # one masked token in an infill text
 MAX_TOOL_WAIT_S = 30 * 24 * 3600.0  # a job waits for its client's tool outputs for at most this
-TOKEN_ID = Annotated[int, Field(ge=0, lt=2**24)]  # coarse (Qwen3 has 151936 ids); the vocabulary: plans.check_ids, the worker
 
 
 def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
@@ -43,88 +37,11 @@ def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
     return v
 
 
-# ---- names and numbers: the API's grammar (domain/narrative.py), as a client sends them ----------
-
-def name_text(v: str) -> str:
-    """A name as the runtime passes it on: NFC, no spaces at its ends, none doubled
-    (corpus.clean_name); ValueError saying why it is none (corpus.name_problem: 1-MAX_NAME
-    characters, no control character).  A name enters setflow's models as a slot, never as
-    text, but a model that reads facts as text (an imported one: Profile.facts "text") reads
-    it, so it spells no control token, markup or fact slot either."""
-    name = corpus.clean_name(v)
-    if not name.strip():  # spaces of any kind: U+0020 are dropped, others (U+00A0, U+3000) kept
-        raise ValueError(f"a name has more than spaces, got {v!r}")
-    why = corpus.name_problem(name)
-    if why is not None:
-        raise ValueError(why)
-    for token in (*SPECIAL_TOKENS, *MARKUP_TOKENS):
-        if token in name:
-            raise ValueError(f"{token} is a control token of the model, not text: a name does not hold it")
-    slot = SLOT.search(name)
-    if slot is not None:
-        raise ValueError(f"{slot[0]} is a fact slot of the model, not text: a name does not hold it")
-    return name
-
-
-#: a name: any text of 1-80 characters in any script (tenants, metrics, units, periods, rows, titles)
-Name = Annotated[str, AfterValidator(name_text), WithJsonSchema({
-    "type": "string", "minLength": 1, "maxLength": corpus.MAX_NAME,
-    "description": f"any text of 1-{corpus.MAX_NAME} characters without control characters; passed on in "
-                   "NFC, without spaces at its ends or doubled"})]
-#: a number: a JSON number or a string of one (corpus.number_text), passed on as a string
-Number = Annotated[str, BeforeValidator(corpus.number_text), WithJsonSchema({
-    "anyOf": [{"type": "string"}, {"type": "number"}],
-    "description": f"a JSON number or a string like \"-1240.5\": at most {corpus.MAX_DIGITS} significant digits "
-                   f"and {corpus.MAX_DECIMALS} decimals, no thousands separator; passed on as a string"})]
-
-
-class ParamsSpec(BaseModel):
-    """model.params.DecodeParams, as JSON (the worker builds the real one from it)."""
-
-    model_config = ConfigDict(extra="forbid")
-    policy: Literal["set", "prefix", "block", "ar"] = "set"
-    window: int = Field(default=4, ge=1, le=256)
-    tau: float | None = Field(default=0.9, ge=0.0, le=1.0)
-    max_new_tokens: int = Field(default=64, ge=0, le=4096)
-    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
-    seed: int = Field(default=0, ge=0, lt=2**63)
-    stop: list[Annotated[list[TOKEN_ID], Field(min_length=1, max_length=32)]] = Field(default_factory=list,
-                                                                                   max_length=16)
-    ignore_eos: bool = False
-
-
-def _defaults(**values: Any) -> Any:
-    """A ParamsSpec default for a workflow: the setting benchmarked best for its task
-    (docs/BENCHMARKS.md, the quality section).  Params that give some fields keep these values
-    for the others (_Tuned); the schema says so (its ParamsSpec shows ParamsSpec's own)."""
-    told = ", ".join(f"{k} {v}" for k, v in values.items())
-    return Field(default_factory=lambda: ParamsSpec(**values),
-                 description=f"decode parameters; a field left out takes this kind's default ({told}), or ParamsSpec's")
-
-
-class _Tuned(BaseModel):
-    """A spec whose ParamsSpec fields have its workflow's defaults: `{"max_new_tokens": 200}`
-    changes that field only, the policy, window and tau stay the workflow's (not ParamsSpec's)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _overlay(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
-        for name, f in cls.model_fields.items():
-            given = data.get(name)
-            if isinstance(given, dict) and f.annotation is ParamsSpec and f.default_factory is not None:
-                tuned = f.default_factory()  # type: ignore[call-arg]
-                out[name] = {**tuned.model_dump(exclude_defaults=True), **given}
-        return out
-
-
-class TurnSpec(_Tuned):
+class TurnSpec(Tuned):
     """One turn on a session: input as token ids or as text (the worker tokenizes it)."""
 
     model_config = ConfigDict(extra="forbid")
-    input_ids: list[TOKEN_ID] | None = Field(default=None, min_length=1)
+    input_ids: list[TokenId] | None = Field(default=None, min_length=1)
     text: str | None = Field(default=None, min_length=1)
     params: ParamsSpec = Field(default_factory=lambda: ParamsSpec())
 
@@ -140,13 +57,13 @@ class TurnSpec(_Tuned):
         return self
 
 
-class InfillSpec(_Tuned):
+class InfillSpec(Tuned):
     """A template whose `<hole>` markers (one per token) are decoded in place, appended to the
     session: the text around the holes is context on both sides; positions never shift."""
 
     model_config = ConfigDict(extra="forbid")
     text: str = Field(min_length=1, max_length=16384)
-    params: ParamsSpec = _defaults(policy="set", window=8, tau=0.7)
+    params: ParamsSpec = tuned(policy="set", window=8, tau=0.7)
 
     @field_validator("text")
     @classmethod
@@ -156,85 +73,6 @@ class InfillSpec(_Tuned):
         return _plain(v, allowed=("[BOS]", "[EOS]"))
 
 
-# ---- the dashboard payload (narratives and reports) -------------------------------------------
-
-class MetricSpec(BaseModel):
-    """A built-in metric by its `key`, or a dashboard's own by its display `name` and `unit`."""
-
-    model_config = ConfigDict(extra="forbid")
-    key: Literal[tuple(corpus.METRIC)] | None = None  # type: ignore[valid-type]
-    name: Name | None = None
-    unit: Name | None = None
-    value: Number
-    prev: Number
-    target: Number | None = None
-
-    @model_validator(mode="after")
-    def _builtin_or_custom(self) -> MetricSpec:
-        if (self.key is None) == (self.name is None) or (self.name is None) != (self.unit is None):
-            raise ValueError("a metric is a built-in `key`, or a custom `name` with its `unit`")
-        return self
-
-    @property
-    def label(self) -> str:
-        """How a breakdown or a report section names it: its key, or a custom metric's name."""
-        return self.key if self.key is not None else str(self.name)
-
-    def to_metric(self) -> corpus.Metric:
-        return corpus.Metric(self.label, self.value, self.prev, self.target, custom_unit=self.unit)
-
-
-class BreakdownSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["region", "segment"]
-    metric: Name  # the key or custom name of one of the payload's metrics
-    rows: list[tuple[Name, Number, Number]] = Field(min_length=1, max_length=corpus.MAX_ROWS)  # (name, value, prev)
-
-
-class PayloadSpec(BaseModel):
-    """A dashboard's numbers: what a narrative or a report section is written from."""
-
-    model_config = ConfigDict(extra="forbid")
-    tenant: Name
-    period: Name
-    style: Literal["brief", "formal", "casual"] = "formal"
-    metrics: list[MetricSpec] = Field(min_length=1, max_length=corpus.MAX_METRICS)  # each with an optional target
-    breakdown: BreakdownSpec | None = None
-
-    @model_validator(mode="after")
-    def _consistent(self) -> PayloadSpec:
-        keys = [m.label for m in self.metrics]
-        if len(set(keys)) != len(keys):
-            raise ValueError("each metric at most once")
-        if self.breakdown is not None and self.breakdown.metric not in keys:
-            raise ValueError(f"the breakdown's metric {self.breakdown.metric!r} is not among the metrics")
-        # the narrative names each metric (by its display name) and each row once: a reader tells
-        # its clauses apart by their names
-        p = self.to_payload()
-        names = p.names()
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"each metric and breakdown row needs a name of its own; named twice: {twice}")
-        why = corpus.valid(p)  # the spec's rules are the grammar's: never, unless the two drift apart
-        if why is not None:
-            raise ValueError(f"outside the payload grammar: {why}")
-        return self
-
-    def to_payload(self) -> corpus.Payload:
-        b = self.breakdown
-        return corpus.Payload(self.tenant, self.period, self.style, [m.to_metric() for m in self.metrics],
-                              corpus.Breakdown(b.kind, b.metric, [(r[0], r[1], r[2]) for r in b.rows]) if b else None)
-
-    @classmethod
-    def of(cls, p: corpus.Payload) -> PayloadSpec:
-        """The spec of a corpus payload (what a client would send for it)."""
-        metrics = [{"key": m.key} if not m.custom else {"name": m.key, "unit": m.unit} for m in p.metrics]
-        return cls.model_validate({
-            "tenant": p.tenant, "period": p.period, "style": p.style,
-            "metrics": [{**k, "value": m.value, "prev": m.prev, "target": m.target} for k, m in zip(metrics, p.metrics)],
-            "breakdown": None if p.breakdown is None else {"kind": p.breakdown.kind, "metric": p.breakdown.metric,
-                                                           "rows": [list(r) for r in p.breakdown.rows]}})
-
 
 #: what a job's exports show (GET /v1/jobs/{id}/report.{fmt}; domain/document.py): `summary` the
 #: first sentence (a report's key figures) and the charts, `standard` the text, charts and main
@@ -243,7 +81,7 @@ class PayloadSpec(BaseModel):
 Detail = Literal["summary", "standard", "full"]
 
 
-class NarrativeSpec(_Tuned):
+class NarrativeSpec(Tuned):
     """One dashboard narrative from a metrics payload."""
 
     model_config = ConfigDict(extra="forbid")
@@ -251,7 +89,7 @@ class NarrativeSpec(_Tuned):
     #: max_new_tokens: the longest narrative the forms write for MAX_METRICS metrics and MAX_ROWS
     #: rows, in slot form, is 384 tokens and its EOS (the shipped tokenizer with the slots; its
     #: prompt 291): 512 cuts no narrative the checker could pass
-    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=512)
+    params: ParamsSpec = tuned(policy="prefix", window=8, tau=0.99, max_new_tokens=512)
     #: a narrative that fails its checker, also after the greedy AR retry, comes back flagged
     #: (`verified: false`, its problems) instead of failing the job with "unverified"
     allow_unverified: bool = False
@@ -260,7 +98,7 @@ class NarrativeSpec(_Tuned):
     audience: Name | None = None
 
 
-class AgentSpec(_Tuned):
+class AgentSpec(Tuned):
     """A question answered with tools (a calculator, a metric lookup over the sample dataset
     `dataset_seed` names, or over the tenant's own `dataset`, or run by the client:
     `client_tools`); each decoding segment (up to a tool call, or the answer) is a turn."""
@@ -271,7 +109,7 @@ class AgentSpec(_Tuned):
     max_calls: int = Field(default=6, ge=0, le=8)
     #: per segment (a call, or the answer): an answer restates the question's names, spelled
     #: letter by letter (96 cut one in 30 over names of any length before it stated its number)
-    params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
+    params: ParamsSpec = tuned(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
     #: an answer that fails its checker (it must state the number its last tool returned), also
     #: after the greedy AR retry, comes back flagged (`verified: false`, its problems) instead of
     #: failing the job with "unverified"
@@ -379,7 +217,7 @@ class FunctionTool(BaseModel):
         return None if not errors else f"{self.name}: {errors[0].message}"[:agent_corpus.MAX_REASON]
 
 
-class ResponseSpec(_Tuned):
+class ResponseSpec(Tuned):
     """A response of the Responses API, as a job on its conversation's session: a text turn
     (mode "text": no tool to call), or the agent (workflows/agent.py) over the client's functions
     and the built-in tools (mode "agent"), starting from `question` or going on from where the
@@ -395,7 +233,7 @@ class ResponseSpec(_Tuned):
     parked: dict[str, Any] | None = None  # the previous response's agent state (workflows/agent.Parked, its question)
     output: str | None = Field(default=None, max_length=207)  # the client's output of the parked call
     max_calls: int = Field(default=6, ge=0, le=8)
-    params: ParamsSpec = _defaults(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
+    params: ParamsSpec = tuned(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
     allow_unverified: bool = False
     #: the input as a chat model reads it (workflows/chat.py): [{"role", "content"}] for each
     #: message (the instructions first, as "system"), [{"role": "tool", "call", "content"}] for
@@ -462,7 +300,7 @@ class SectionSpec(BaseModel):
         return v
 
 
-class ReportSpec(_Tuned):
+class ReportSpec(Tuned):
     """A report over one dataset: a section per outline item (each a turn of one session, so
     the earlier sections stay in its cache), then, if `summary`, a key-figures template whose
     numbers and words are filled by infill."""
@@ -475,8 +313,8 @@ class ReportSpec(_Tuned):
     #: max_new_tokens, per section: the longest body the forms write for a section's 2 metrics
     #: and a MAX_ROWS-row breakdown is 206 tokens and its EOS (without a breakdown: 67); 216 keeps
     #: a 6-section report of 8 metrics, 2 a section, in 2048 positions (2042 with its key figures)
-    params: ParamsSpec = _defaults(policy="prefix", window=8, tau=0.99, max_new_tokens=216)
-    infill_params: ParamsSpec = _defaults(policy="set", window=8, tau=0.7)
+    params: ParamsSpec = tuned(policy="prefix", window=8, tau=0.99, max_new_tokens=216)
+    infill_params: ParamsSpec = tuned(policy="set", window=8, tau=0.7)
     #: a section or the key figures failing their checker, also after the greedy AR retry, come
     #: back flagged (`verified: false`, their problems) instead of failing the job with "unverified"
     allow_unverified: bool = False

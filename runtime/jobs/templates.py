@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from domain import narrative as corpus  # plain Python: the built-in metrics, no torch
 from runtime.errors import BadInput
 from runtime.jobs.datasets import NAME
-from runtime.jobs.specs import Name, check_spec
+from runtime.jobs.payload import Name
+from runtime.jobs.specs import check_spec
 
 KINDS = ("report", "narrative")
 NUMBERS = {"narrative": "payload", "report": "data"}  #: where a kind's spec holds its payload

@@ -19,7 +19,8 @@ from domain.grammar import MAX_METRICS, MAX_NAME, MAX_ROWS, canonical, valid
 from domain.payload import METRIC, STYLES, Breakdown, Metric, Payload
 from domain.tools import run_call
 from runtime.errors import BadInput
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, PayloadSpec, ReportSpec, SectionSpec, check_spec
+from runtime.jobs.payload import PayloadSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ReportSpec, SectionSpec, check_spec
 
 # names in several scripts, with the signs a business name holds; each its own
 SCRIPTS = ["Müller & Söhne GmbH", "株式会社ヤマダ", "الرياض", "Ελλάδα", "Москва-Сити", "서울 (본사)",

@@ -18,7 +18,9 @@ from model import checkpoint, shipped
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.payload import PayloadSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec
 from runtime.sessions.local import LocalTurns
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow

@@ -19,8 +19,8 @@ from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.metrics import TurnMetrics
+from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import PayloadSpec
 from runtime.sessions.engine import Engine
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore

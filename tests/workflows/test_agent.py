@@ -21,7 +21,8 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import NoAnswer, NotFound, RequiresAction, Unverified
-from runtime.jobs.specs import AgentSpec, ParamsSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.specs import AgentSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.turn import TurnResult
 from workflows import agent

@@ -30,9 +30,11 @@ from runtime.errors import Unverified
 from runtime.jobs.context import JobContext
 from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec
 from runtime.sessions.engine import Engine
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.records import Records

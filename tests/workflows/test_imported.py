@@ -15,7 +15,9 @@ from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import NoAnswer
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ParamsSpec, PayloadSpec, TurnSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.payload import PayloadSpec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, TurnSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.turn import TurnResult
 from tests.model.released import ENDOFTEXT, IM_END, IM_START, MASK, qwen3_state, write_release

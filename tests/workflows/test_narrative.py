@@ -11,7 +11,9 @@ from domain import charts, drivers
 from domain import narrative as corpus
 from domain.facts import slots_in
 from domain.payload import Breakdown, Metric, Payload
-from runtime.jobs.specs import NarrativeSpec, ParamsSpec, PayloadSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.payload import PayloadSpec
+from runtime.jobs.specs import NarrativeSpec
 from runtime.sessions.local import LocalTurns
 from workflows import narrative
 

@@ -12,7 +12,8 @@ from domain import report
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import BadInput
-from runtime.jobs.specs import HOLE, InfillSpec, ParamsSpec, TurnSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.specs import HOLE, InfillSpec, TurnSpec
 from runtime.sessions.local import LocalTurns
 from workflows import turn
 

@@ -13,7 +13,8 @@ from pydantic import BaseModel
 
 from domain.grammar import valid
 from domain.payload import METRIC, Breakdown, Metric, Payload
-from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ParamsSpec, ReportSpec, TurnSpec
+from runtime.jobs.params import ParamsSpec
+from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
 from tests.runtime.api.conftest import ACME, DATA, Api
 
 
