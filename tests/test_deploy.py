@@ -25,7 +25,7 @@ def test_the_kv_redis_has_a_ceiling_never_evicts_and_never_snapshots() -> None:
 def test_the_broker_is_a_redis_of_its_own() -> None:
     c = _compose()
     env = c["x-setflow-env"]
-    assert env["BROKER_URL"].startswith("redis://broker:") and env["REDIS_URL"].startswith("redis://redis:")
+    assert env["BROKER_URL"].split("@")[-1].startswith("broker:") and env["REDIS_URL"].split("@")[-1].startswith("redis:")
     assert "broker" in c["services"] and "noeviction" in c["services"]["broker"]["command"]
 
 
@@ -44,3 +44,33 @@ def test_the_image_can_render_the_pdf_export() -> None:
     for package in ("libpango-1.0-0", "libpangoft2-1.0-0", "libharfbuzz-subset0", "fonts-dejavu-core", "fonts-noto-cjk"):
         assert package in apt, package
     assert "exports.pdf(" in text and "exports.svg(" in text
+
+
+def test_ports_are_published_on_loopback_only_unless_asked() -> None:
+    """Every published port binds 127.0.0.1 (the API's may be moved by SETFLOW_API_BIND, which
+    defaults to it): Redis, the broker and PostgreSQL publish none."""
+    services = _compose()["services"]
+    published = {name: s.get("ports", []) for name, s in services.items()}
+    assert not published["redis"] and not published["broker"] and not published["postgres"]
+    for name, ports in published.items():
+        for port in ports:
+            assert port.startswith(("127.0.0.1:", "${SETFLOW_API_BIND:-127.0.0.1}:")), (name, port)
+
+
+def test_both_redis_servers_require_a_password_with_no_default() -> None:
+    c = _compose()
+    for name in ("redis", "broker"):
+        cmd = c["services"][name]["command"]
+        assert cmd[cmd.index("--requirepass") + 1] == "${REDIS_PASSWORD:?set REDIS_PASSWORD}"
+        assert c["services"][name]["environment"]["REDISCLI_AUTH"].startswith("${REDIS_PASSWORD:?")  # healthcheck
+    env = c["x-setflow-env"]
+    for url in (env["REDIS_URL"], env["BROKER_URL"]):
+        assert url.startswith("redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@"), url
+    assert "REDIS_PASSWORD:-" not in (ROOT / "docker-compose.yml").read_text()
+
+
+def test_only_the_api_container_gets_the_api_keys() -> None:
+    c = _compose()
+    assert "SETFLOW_API_KEYS" not in c["x-setflow-env"]
+    holders = [name for name, s in c["services"].items() if "SETFLOW_API_KEYS" in (s.get("environment") or {})]
+    assert holders == ["api"] and c["services"]["api"]["environment"]["SETFLOW_API_KEYS"].startswith("${SETFLOW_API_KEYS:?")
