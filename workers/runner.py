@@ -42,8 +42,8 @@ from sqlalchemy.exc import OperationalError
 from model.params import DecodeError
 from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, RequiresAction, SetflowError, StaleWrite, Unverified
 from runtime.jobs.context import JobContext
-from runtime.jobs.rows import JOB_ID
 from runtime.jobs.specs import check_spec
+from runtime.jobs.table import JOB_ID
 from runtime.sessions.ceilings import oom
 from workers.process import Runtime
 from workflows import WORKFLOWS

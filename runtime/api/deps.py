@@ -10,7 +10,7 @@ from fastapi import Depends, Path, Query, Request
 from runtime.api.auth import tenant_of
 from runtime.api.models import ID
 from runtime.api.services import Services
-from runtime.jobs.rows import JOB_ID
+from runtime.jobs.table import JOB_ID
 
 
 def services(request: Request) -> Services:

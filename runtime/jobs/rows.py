@@ -26,39 +26,26 @@ in the same transaction (runtime/jobs/webhooks.py enqueue).
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, or_, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import aliased, sessionmaker
+from sqlalchemy.orm import Session
 
-from runtime.db import writer
-from runtime.errors import (
-    AlreadyAnswered,
-    BadInput,
-    Busy,
-    ClaimLost,
-    DeadlinePassed,
-    Duplicate,
-    NotFound,
-    NotWaiting,
-    RateLimited,
-    UnknownCall,
-)
+from runtime.errors import BadInput, Busy, Duplicate, NotFound, RateLimited
 from runtime.jobs import hosts, webhooks
 from runtime.jobs.hosts import Host
+from runtime.jobs.sweeps import JobSweeps
+from runtime.jobs.table import matched, waits_for_an_earlier_job
+from runtime.jobs.waits import JobWaits
 from runtime.sessions import quota
-from runtime.sessions.quota import Quota
-from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, SessionRecord
 
 PRIORITIES = ("interactive", "batch")
-JOB_ID = re.compile(r"[0-9a-f]{24}")
 
 
 @dataclass
@@ -68,15 +55,9 @@ class Claim:
     reason: str = ""  # "claimed", "finished", "running elsewhere", "waiting", "waiting for tool outputs", "gave up"
 
 
-class Jobs:
-    """One short transaction per call."""
-
-    def __init__(self, engine: Engine, settings: Settings) -> None:
-        self.engine = engine
-        self.s = settings
-        self.quota = Quota.of(settings)
-        self._db = sessionmaker(engine, expire_on_commit=False)
-        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+class Jobs(JobWaits, JobSweeps):
+    """One short transaction per call (runtime/jobs/table.py); a wait for a client's outputs is
+    runtime/jobs/waits.py's, the reaper's queries runtime/jobs/sweeps.py's."""
 
     # ---- submission -------------------------------------------------------------------------
 
@@ -112,27 +93,10 @@ class Jobs:
                     seq, pool = 0, ""
                     quota.check_room(db, tenant, self.quota)
                     if session is None and open_session:
-                        session = secrets.token_hex(16)
-                        db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
-                        db.flush()
-                        quota.charge(db, tenant, self.quota, sessions=1)
-                    unfinished = int(db.scalar(select(func.count()).select_from(JobRecord).where(
-                        JobRecord.tenant == tenant, JobRecord.status.not_in(TERMINAL))) or 0)
-                    if unfinished >= self.s.tenant_max_unfinished:
-                        raise RateLimited(f"tenant {tenant!r} has {unfinished} unfinished jobs (queued or running), "
-                                          f"the most it may have (tenant_max_unfinished): wait for some to end",
-                                          retry_after_s=1.0)
+                        session = self._open_session(db, tenant)
+                    self._check_unfinished(db, tenant)
                     if session is not None:
-                        owner = db.get(SessionRecord, session, with_for_update=True)  # vs a delete (Records.delete_session)
-                        if owner is None or owner.tenant != tenant:
-                            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
-                        if host is not None and not owner.model:  # bound now, by its first job
-                            owner.model, owner.numerics = host.model, host.numerics
-                            owner.model_fingerprint = owner.model_fingerprint or host.fingerprint
-                        pool = hosts.pool(owner.model, owner.numerics) if owner.model else ""
-                        owner.updated_at = datetime.now(UTC)
-                        seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session))
-                                  or 0) + 1
+                        seq, pool = self._place(db, session, tenant, host)
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(
                         JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
                     sent = bool(queue) and not blocked
@@ -150,6 +114,39 @@ class Jobs:
                 continue
         raise BadInput(f"session {session}: too many concurrent submissions")
 
+    def _open_session(self, db: Session, tenant: str) -> str:
+        """A new session of the tenant's, in the submission's transaction; charged to its quota."""
+        session = secrets.token_hex(16)
+        db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
+        db.flush()
+        quota.charge(db, tenant, self.quota, sessions=1)
+        return session
+
+    def _check_unfinished(self, db: Session, tenant: str) -> None:
+        """RateLimited where the tenant has tenant_max_unfinished jobs queued or running."""
+        unfinished = int(db.scalar(select(func.count()).select_from(JobRecord).where(
+            JobRecord.tenant == tenant, JobRecord.status.not_in(TERMINAL))) or 0)
+        if unfinished >= self.s.tenant_max_unfinished:
+            raise RateLimited(f"tenant {tenant!r} has {unfinished} unfinished jobs (queued or running), "
+                              f"the most it may have (tenant_max_unfinished): wait for some to end",
+                              retry_after_s=1.0)
+
+    @staticmethod
+    def _place(db: Session, session: str, tenant: str, host: Host | None) -> tuple[int, str]:
+        """(seq, pool) of the session's next job: the row locked (vs a delete, Records.delete_session),
+        bound to `host` where no job bound it to a model yet, touched (its retention counts from
+        its last use).  NotFound for an unknown session and for another tenant's."""
+        owner = db.get(SessionRecord, session, with_for_update=True)
+        if owner is None or owner.tenant != tenant:
+            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+        if host is not None and not owner.model:  # bound now, by its first job
+            owner.model, owner.numerics = host.model, host.numerics
+            owner.model_fingerprint = owner.model_fingerprint or host.fingerprint
+        pool = hosts.pool(owner.model, owner.numerics) if owner.model else ""
+        owner.updated_at = datetime.now(UTC)
+        seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session)) or 0) + 1
+        return seq, pool
+
     def _exists(self, job_id: str) -> bool:
         with self._db() as db:
             return db.scalar(select(JobRecord.id).where(JobRecord.id == job_id)) is not None
@@ -160,16 +157,6 @@ class Jobs:
             return set()
         with self._db() as db:
             return set(db.scalars(select(JobRecord.id).where(JobRecord.id.in_(job_ids))))
-
-    def get(self, job_id: str, tenant: str | None = None) -> JobRecord:
-        """NotFound for an unknown job and for another tenant's."""
-        if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
-            raise NotFound(f"no job {job_id!r}")
-        with self._db() as db:
-            job = db.get(JobRecord, job_id)
-        if job is None or (tenant is not None and job.tenant != tenant):
-            raise NotFound(f"no job {job_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
-        return job
 
     def listing(self, tenant: str, status: str | None = None, kind: str | None = None, session: str | None = None,
              limit: int = 50) -> list[JobRecord]:
@@ -221,7 +208,7 @@ class Jobs:
         """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job
         of its session; interactive before batch, then oldest first; as many as the tenant has
         room for (cap minus its jobs sent and not started)."""
-        waits = _waits_for_an_earlier_job()
+        waits = waits_for_an_earlier_job()
         with self._db() as db:
             waiting = int(db.scalar(select(func.count()).select_from(JobRecord).where(
                 JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue != "")) or 0)
@@ -235,7 +222,7 @@ class Jobs:
         """Record the job as sent to `queue`, if nobody has (it is still queued and unsent):
         True when this caller is the one to send it."""
         with self._write.begin() as db:
-            return _rows(db.execute(update(JobRecord).where(
+            return matched(db.execute(update(JobRecord).where(
                 JobRecord.id == job_id, JobRecord.status == "queued", JobRecord.queue == "")
                 .values(queue=queue, dispatched_at=time.time()))) == 1
 
@@ -289,7 +276,7 @@ class Jobs:
             return Claim(self.get(job_id), None, "running elsewhere")  # its holder renewed meanwhile
         owner = secrets.token_hex(16)
         with self._write.begin() as db:
-            n = _rows(db.execute(update(JobRecord).where(
+            n = matched(db.execute(update(JobRecord).where(
                 JobRecord.id == job_id, JobRecord.status == job.status, JobRecord.status.in_(("queued", "running")),
                 JobRecord.attempts == job.attempts,
                 JobRecord.owner.is_(None) if job.owner is None else JobRecord.owner == job.owner,
@@ -319,82 +306,6 @@ class Jobs:
         self._own(job_id, owner, status=status, result=result, error=error, owner=None, lease_until=0.0,
                   finished_at=datetime.now(UTC))
 
-    def _own(self, job_id: str, holder: str, **values: Any) -> None:
-        with self._write.begin() as db:
-            n = _rows(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.owner == holder,
-                                                   JobRecord.status == "running").values(**values)))
-            if n == 1 and values.get("status") in TERMINAL:  # finish: the ending's webhooks, in its transaction
-                webhooks.enqueue(db, job_id)
-        if n != 1:
-            raise ClaimLost(f"job {job_id}: no longer held by this worker (lease expired, requeued or cancelled)")
-
-    def suspend(self, job_id: str, owner: str, calls: list[dict[str, Any]], wait_s: float) -> None:
-        """The holder stops at `calls` its client runs: requires_action for up to wait_s, its
-        claim and lease let go."""
-        self._own(job_id, owner, status="requires_action", action={"calls": calls}, owner=None, lease_until=0.0,
-                  wait_until=time.time() + wait_s)
-
-    def answer(self, job_id: str, tenant: str, outputs: dict[str, str]) -> tuple[JobRecord, bool]:
-        """Record the client's outputs of calls the job waits for; returns the job and whether it
-        was queued again (every pending call has its output now: send it).  NotFound (another
-        tenant's), UnknownCall, AlreadyAnswered, NotWaiting, DeadlinePassed: nothing written."""
-        self.get(job_id, tenant)
-        with self._write.begin() as db:
-            job = db.get(JobRecord, job_id, with_for_update=True)  # two answers at once: one after the other
-            if job is None:
-                raise NotFound(f"no job {job_id!r}")
-            have = dict(job.tool_outputs or {})
-            pending = [c["id"] for c in (job.action or {}).get("calls", [])]
-            for call in outputs:
-                if call in have:
-                    raise AlreadyAnswered(f"call {call!r} of job {job_id} has its output already")
-            error = job.error or {}
-            if job.status != "requires_action" and error.get("code") == "tool_deadline":
-                raise DeadlinePassed(f"job {job_id} waits for its tool outputs no more: {error.get('message')}")
-            if job.status != "requires_action":
-                raise NotWaiting(f"job {job_id} is {job.status}, not waiting for tool outputs")
-            if job.wait_until < time.time():
-                raise DeadlinePassed(f"job {job_id} waited for its tool outputs until "
-                                     f"{datetime.fromtimestamp(job.wait_until, UTC).isoformat()}; it has expired")
-            for call in outputs:
-                if call not in pending:
-                    raise UnknownCall(f"job {job_id} has no call {call!r} waiting (it waits for {pending})")
-            job.tool_outputs = {**have, **outputs}
-            resumed = all(c in job.tool_outputs for c in pending)
-            if resumed:
-                job.status, job.action, job.wait_until, job.attempts = "queued", None, 0.0, 0
-                job.queue, job.dispatched_at = "", 0.0  # unsent: the caller sends it (or the reaper)
-        return self.get(job_id), resumed
-
-    def keep_output(self, job_id: str, owner: str, key: str, output: str) -> None:
-        """A tool's output kept with the running job (under its holder's claim: ClaimLost)."""
-        with self._write.begin() as db:
-            job = db.get(JobRecord, job_id, with_for_update=True)
-            if job is None or job.owner != owner or job.status != "running":
-                raise ClaimLost(f"job {job_id}: no longer held by this worker")
-            job.tool_outputs = {**(job.tool_outputs or {}), key: output}
-
-    def expire_waits(self, limit: int = 100) -> list[JobRecord]:
-        """Fail the jobs whose wait for their client's tool outputs ran out; returns them."""
-        now = time.time()
-        with self._db() as db:
-            late = list(db.scalars(select(JobRecord).where(JobRecord.status == "requires_action",
-                                                           JobRecord.wait_until < now).limit(limit)))
-        out = []
-        for job in late:
-            calls = [c["id"] for c in (job.action or {}).get("calls", [])]
-            with self._write.begin() as db:
-                n = _rows(db.execute(update(JobRecord).where(
-                    JobRecord.id == job.id, JobRecord.status == "requires_action", JobRecord.wait_until < now)
-                    .values(status="failed", action=None, finished_at=datetime.now(UTC),
-                            error={"code": "tool_deadline",
-                                   "message": f"no output of {calls} came before its deadline"})))
-                if n == 1:
-                    webhooks.enqueue(db, job.id)
-            if n == 1:
-                out.append(self.get(job.id))
-        return out
-
     # ---- cancellation -----------------------------------------------------------------------
 
     def cancel(self, job_id: str, tenant: str) -> tuple[JobRecord, bool]:
@@ -418,92 +329,14 @@ class Jobs:
                 job.cancel_requested = True
         return self.get(job_id), ended
 
-    # ---- the reaper's queries ---------------------------------------------------------------
-
-    def expired(self, limit: int = 100) -> list[JobRecord]:
-        """Running jobs whose holder stopped renewing its lease (its worker died or hung)."""
-        with self._db() as db:
-            return list(db.scalars(select(JobRecord).where(JobRecord.status == "running",
-                                                           JobRecord.lease_until < time.time()).limit(limit)))
-
-    def requeue(self, job: JobRecord) -> bool:
-        """Back to queued, if it is still the expired claim the reaper read."""
-        if job.attempts >= self.s.job_max_attempts:
-            self._give_up(job)
-            return False
-        with self._write.begin() as db:
-            n = _rows(db.execute(update(JobRecord).where(
-                JobRecord.id == job.id, JobRecord.status == "running", JobRecord.owner == job.owner,
-                JobRecord.lease_until < time.time()).values(status="queued", owner=None)))
-        return n == 1
-
-    def stale(self, dead_queues: list[str], busy_queues: list[str] = (), limit: int = 100) -> list[JobRecord]:  # type: ignore[assignment]
-        """Queued jobs sent but maybe never delivered: sent more than job_requeue_after_s ago, or
-        to a dead worker's queue.  One in a busy queue (a shared queue with a backlog every worker
-        serves) waits its turn: it counts only past 3 x job_requeue_after_s.  Never one that
-        waits for an earlier job of its session (that one's end sends it).  Filtered here, in
-        SQL, so that a page of jobs that legitimately wait cannot starve the others."""
-        now = time.time()
-        old, very_old = now - self.s.job_requeue_after_s, now - 3 * self.s.job_requeue_after_s
-        due = and_(JobRecord.dispatched_at < old, or_(JobRecord.queue.not_in(list(busy_queues)),
-                                                      JobRecord.dispatched_at < very_old))
-        conds = [due]
-        if dead_queues:
-            conds.append(JobRecord.queue.in_(dead_queues))
-        waits = _waits_for_an_earlier_job()
-        with self._db() as db:
-            return list(db.scalars(select(JobRecord).where(and_(JobRecord.status == "queued", JobRecord.queue != "",
-                                                                or_(*conds), ~waits))
-                                   .order_by(JobRecord.created_at).limit(limit)))
+    # ---- deletion -------------------------------------------------------------------------
 
     def delete(self, job_id: str, tenant: str) -> None:
         """Delete a job that has ended (its turns stay: they are its session's); NotFound for an
         unknown or another tenant's, Busy for one that has not ended."""
         with self._write.begin() as db:
-            n = _rows(db.execute(delete(JobRecord).where(JobRecord.id == job_id, JobRecord.tenant == tenant,
-                                                         JobRecord.status.in_(TERMINAL))))
+            n = matched(db.execute(delete(JobRecord).where(JobRecord.id == job_id, JobRecord.tenant == tenant,
+                                                           JobRecord.status.in_(TERMINAL))))
         if not n:
             self.get(job_id, tenant)  # NotFound
             raise Busy(f"job {job_id} has not ended: cancel it first")
-
-    def prune(self, limit: int = 1000) -> int:
-        """Delete up to `limit` finished jobs that ended more than job_retention_s ago (oldest
-        first); returns how many.  Their turns stay (a turn keeps its job's id); their event
-        streams have expired already (events_ttl_s)."""
-        cutoff = datetime.now(UTC) - timedelta(seconds=self.s.job_retention_s)
-        with self._write.begin() as db:
-            old = select(JobRecord.id).where(JobRecord.status.in_(TERMINAL), JobRecord.finished_at < cutoff) \
-                .order_by(JobRecord.finished_at).limit(limit)
-            return _rows(db.execute(delete(JobRecord).where(JobRecord.id.in_(old.scalar_subquery()))))
-
-    def queued_queues(self) -> list[str]:
-        with self._db() as db:
-            return [q for q in db.scalars(select(JobRecord.queue).where(JobRecord.status == "queued").distinct()) if q]
-
-    def _give_up(self, job: JobRecord) -> bool:
-        """Fail a job whose attempts are spent: only as it was read (queued, or running under
-        an expired lease), never under a holder that renewed its lease meanwhile.  True: failed."""
-        live = or_(JobRecord.status == "queued", JobRecord.lease_until < time.time())
-        with self._write.begin() as db:
-            n = _rows(db.execute(update(JobRecord).where(JobRecord.id == job.id, JobRecord.status.in_(("queued", "running")),
-                                            JobRecord.attempts == job.attempts, live,
-                                            JobRecord.owner.is_(None) if job.owner is None
-                                            else JobRecord.owner == job.owner)
-                       .values(status="failed", owner=None, finished_at=datetime.now(UTC),
-                               error={"code": "worker_lost",
-                                      "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"})))
-            if n == 1:
-                webhooks.enqueue(db, job.id)
-        return n == 1
-
-
-def _waits_for_an_earlier_job() -> Any:
-    """A where-clause: the job's session has an unfinished job submitted before it."""
-    earlier = aliased(JobRecord)
-    return select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
-                                    earlier.status.not_in(TERMINAL)).exists()
-
-
-def _rows(result: Any) -> int:
-    """Rows an UPDATE matched (a CursorResult's rowcount)."""
-    return int(result.rowcount)
