@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -66,11 +65,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import redis
 import torch
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ beside its helpers, as a script too
+
+from bench.machine import find_redis, group_rss_mb, used_memory
+from bench.stats import med, pct
 from domain.agent_facts import AgentFacts, source_names
 from domain.payload import METRIC
 from domain.tools import END_CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, ToolError
@@ -78,19 +78,16 @@ from model import shipped
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.embedded import connect
 from runtime.errors import NoAnswer
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.local import LocalTurns
 from runtime.sessions.store import SessionStore
-from runtime.settings import Settings
 from runtime.tables import JobRecord
 from workers.local import LocalCluster
 from workflows import agent
 
 PATHS = ("warm", "restore", "recompute")
 QUICK = {"sessions": 3}  # per path
-LOCAL = "redis://127.0.0.1:6379/0"
 TENANT = "acme"
 #: (metric, region) of each session's question, in turn
 TOPICS = [(m, r) for r in ("EMEA", "APAC", "AMER", "LATAM", "Nordics", "DACH")
@@ -123,53 +120,6 @@ def client_metric(call: dict[str, Any]) -> str:
 def no_answer(j: JobRecord) -> bool:
     """The job failed with no answer (workflows/agent.py NoAnswer): the model's, not the bench's."""
     return j.status == "failed" and (j.error or {}).get("code") == NoAnswer.code
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
-
-
-def find_redis(tmp: Path) -> tuple[str, Any]:
-    """REDIS_URL, else the local server on 6379 when it answers, else the embedded one (returned
-    too, to be stopped)."""
-    url = os.environ.get("REDIS_URL")
-    if url:
-        return url, None
-    try:
-        probe = redis.Redis.from_url(LOCAL, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
-        try:
-            if probe.ping():
-                return LOCAL, None
-        finally:
-            probe.close()
-    except redis.RedisError:
-        pass
-    client, server = connect(Settings(data_dir=tmp))
-    client.close()
-    return (server.url if server else ""), server
-
-
-def used_memory(r: redis.Redis) -> int:
-    return int(r.info("memory")["used_memory"])
-
-
-def group_rss_mb(pgid: int) -> float:
-    """Resident memory of a process group (a worker: its main process and its pool process)."""
-    total = 0
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            for line in (d / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return round(total / 1024, 1)
 
 
 class Bench:
@@ -252,32 +202,54 @@ class Bench:
         outputs: dict[str, str] = {}
         resumes: list[dict[str, Any]] = []
         while j.status == "requires_action":
-            assert j.action is not None and j.worker is not None
-            # the job step the resume decodes: after this job's committed turns
-            step = sum(r.job_id == job.id for r in self.c.records.turns(sid, TENANT))
-            answer = {c["id"]: client_metric(c) for c in j.action["calls"]}
-            outputs.update(answer)
-            read.update({c: facts.result(x) if facts is not None else x for c, x in answer.items()})
-            time.sleep(self.delay_s)  # the client's tool at work
-            before = j.worker
-            other = next(w for w in self.workers if w != before)
-            evicted = None
-            if path == "recompute":
-                evicted = self.store.evict(sid, TENANT)
-            if path in ("restore", "recompute"):
-                self.routing.touch(sid, other)
-            after = self.last_event(job.id)
-            t0 = time.time()
-            self.c.dispatcher.answer(job.id, TENANT, answer)
-            times = self.first_step_t(job.id, after, step)
-            j = self.wait(job.id)
-            resumes.append({"step": step, "ms": None if times is None else 1000 * (times[2] - t0),
-                            "dispatch_ms": None if times is None else 1000 * (times[0] - t0),
-                            "replay_ms": None if times is None else 1000 * (times[1] - times[0]),
-                            "calls": list(answer), "from": before, "to": j.worker, "evicted": evicted})
-        # the resumed turns' paths, as SQL holds them; the baselines' inputs, as SQL holds them
+            resume, j = self.resume(sid, j, path, facts, outputs, read)
+            resumes.append(resume)
+        self.check_paths(sid, j, path, resumes, read)
+        # the last resume's load time, as the job's result reports it (its earlier resumes' ended
+        # at a call: those attempts' results are not kept)
+        decoded = [t for t in (j.result or {}).get("turns", []) if t["path"] != "done"]
+        load_ms = (decoded[0]["load_ms"] if decoded and resumes and decoded[0]["turn"] == resumes[-1]["index"]
+                   else None)
+        identical = self.identical(before_specs, spec, outputs, j)
+        nbytes = (m.nbytes if (m := self.store.read(sid)) is not None else 0)
+        return {"session": sid, "job": job.id, "path": path, "earlier": earlier, "status": j.status, "resumes": resumes,
+                "identical": identical, "load_ms": load_ms, "kv_bytes": nbytes,
+                "answer": (j.result or {}).get("answer"), "no_answer": no_answer(j)}
+
+    def resume(self, sid: str, j: JobRecord, path: str, facts: AgentFacts | None, outputs: dict[str, str],
+               read: dict[str, str]) -> tuple[dict[str, Any], JobRecord]:
+        """The client answers the calls job `j` waits for, its resume forced down `path`, timed:
+        the resume's record, and the job once it waits again or has ended.  outputs and read gain
+        the answers, as the client gave them and as the model reads them."""
+        assert j.action is not None and j.worker is not None
+        # the job step the resume decodes: after this job's committed turns
+        step = sum(r.job_id == j.id for r in self.c.records.turns(sid, TENANT))
+        answer = {c["id"]: client_metric(c) for c in j.action["calls"]}
+        outputs.update(answer)
+        read.update({c: facts.result(x) if facts is not None else x for c, x in answer.items()})
+        time.sleep(self.delay_s)  # the client's tool at work
+        before = j.worker
+        other = next(w for w in self.workers if w != before)
+        evicted = None
+        if path == "recompute":
+            evicted = self.store.evict(sid, TENANT)
+        if path in ("restore", "recompute"):
+            self.routing.touch(sid, other)
+        after = self.last_event(j.id)
+        t0 = time.time()
+        self.c.dispatcher.answer(j.id, TENANT, answer)
+        times = self.first_step_t(j.id, after, step)
+        j = self.wait(j.id)
+        return {"step": step, "ms": None if times is None else 1000 * (times[2] - t0),
+                "dispatch_ms": None if times is None else 1000 * (times[0] - t0),
+                "replay_ms": None if times is None else 1000 * (times[1] - times[0]),
+                "calls": list(answer), "from": before, "to": j.worker, "evicted": evicted}, j
+
+    def check_paths(self, sid: str, j: JobRecord, path: str, resumes: list[dict[str, Any]], read: dict[str, str]) -> None:
+        """Each resume of job `j` (ended, or waiting) as SQL holds it: the path its turn took (ok:
+        `path`, and timed), its turn index, and its baseline over the inputs SQL holds."""
         rows = self.c.records.turns(sid, TENANT)
-        by_step = {r.job_step: r for r in rows if r.job_id == job.id}
+        by_step = {r.job_step: r for r in rows if r.job_id == j.id}
         for r in resumes:
             row = by_step.get(r["step"])
             r["actual"] = row.meta.get("path") if row is not None else (
@@ -293,16 +265,6 @@ class Bench:
                 r["actual"] = f"{r['actual']} (input differs)"
             r["history_tokens"] = len(history) + len(result_ids)
             r["baseline_ms"], r["baseline_dispatch_ms"] = self.baseline(history + result_ids) if r["ok"] else (None, None)
-        # the last resume's load time, as the job's result reports it (its earlier resumes' ended
-        # at a call: those attempts' results are not kept)
-        decoded = [t for t in (j.result or {}).get("turns", []) if t["path"] != "done"]
-        load_ms = (decoded[0]["load_ms"] if decoded and resumes and decoded[0]["turn"] == resumes[-1]["index"]
-                   else None)
-        identical = self.identical(before_specs, spec, outputs, j)
-        nbytes = (m.nbytes if (m := self.store.read(sid)) is not None else 0)
-        return {"session": sid, "job": job.id, "path": path, "earlier": earlier, "status": j.status, "resumes": resumes,
-                "identical": identical, "load_ms": load_ms, "kv_bytes": nbytes,
-                "answer": (j.result or {}).get("answer"), "no_answer": no_answer(j)}
 
     def baseline(self, ids: list[int]) -> tuple[float, float]:
         """ms from submitting a turn job of `ids` on a new session to its first committed set,
@@ -338,10 +300,6 @@ class Bench:
             return False
         got = j.result
         return bool((got["text"], got["answer"], got["calls"]) == (want["text"], want["answer"], want["calls"]))
-
-
-def med(xs: list[float], nd: int = 1) -> float | None:
-    return round(statistics.median(xs), nd) if xs else None
 
 
 def summarise(sessions: list[dict[str, Any]], earlier: list[int]) -> list[dict[str, Any]]:
@@ -388,7 +346,7 @@ def counts(text: str) -> list[int]:
     return out
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+def parse(argv: list[str] | None, prog: str | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help=f"{QUICK['sessions']} sessions per path and history (< 2 min)")
@@ -403,9 +361,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         ap.error("--sessions and --threads must be >= 1, --delay >= 0")
     if max(args.earlier) > 8:
         ap.error("--earlier: at most 8 (about 180 tokens each; the shipped model's context is 2048 tokens)")
-    per_path = QUICK["sessions"] if args.quick else args.sessions
-    torch.set_num_threads(args.threads)
-    t_start = time.perf_counter()
+    return args
+
+
+def measure(earlier: list[int], per_path: int, delay_s: float) -> dict[str, Any]:
+    """Two worker processes on one Redis: `per_path` sessions per path and count of `earlier`
+    conversations, the paths interleaved; Redis's used memory before and after, the workers' RSS."""
     model, tok = shipped.load()
     with tempfile.TemporaryDirectory(prefix="sfa") as tmp:
         url, server = find_redis(Path(tmp))
@@ -415,11 +376,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             cluster.start("w1", "w2")
             cluster.ready("w1", "w2", timeout_s=120)
             mem_before = used_memory(cluster.client)
-            bench = Bench(cluster, model, tok, args.delay)
+            bench = Bench(cluster, model, tok, delay_s)
             print(f"agent benchmark: Redis {url}; 2 worker processes; {per_path} sessions per path and history "
-                  f"(earlier conversations: {args.earlier}); client delay {args.delay} s", flush=True)
+                  f"(earlier conversations: {earlier}); client delay {delay_s} s", flush=True)
             sessions = []
-            for e in args.earlier:
+            for e in earlier:
                 for i in range(per_path * len(PATHS)):  # the paths interleaved
                     s = bench.session(i, PATHS[i % len(PATHS)], e)
                     sessions.append(s)
@@ -434,7 +395,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             cluster.close()
             if server is not None:
                 server.stop()
-    rows = summarise(sessions, args.earlier)
+    return {"sessions": sessions, "redis": url, "mem_before": mem_before, "mem_after": mem_after, "rss": rss}
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
     print(f"{'path':>9} {'earlier':>7} {'hist tok':>8} {'n':>3} {'p50 ms':>7} {'p90 ms':>7} {'full p50':>8} "
           f"{'ratio':>6} {'disp ms':>7} {'full disp':>9} {'replay':>6} {'load ms':>7} {'identical':>9} {'verified':>8}")
     for r in rows:
@@ -446,11 +410,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         for m in r["mismatched"]:
             print(f"    NOT {r['path']}: session {m['session']} step {m['step']} ran as {m['actual']} "
                   f"({m['from']} -> {m['to']})")
-    print(f"Redis used_memory {mem_before} -> {mem_after} bytes; worker RSS MB {rss}", flush=True)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    args = parse(argv, prog)
+    per_path = QUICK["sessions"] if args.quick else args.sessions
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    run = measure(args.earlier, per_path, args.delay)
+    sessions = run["sessions"]
+    rows = summarise(sessions, args.earlier)
+    print_rows(rows)
+    print(f"Redis used_memory {run['mem_before']} -> {run['mem_after']} bytes; worker RSS MB {run['rss']}", flush=True)
     result = {"bench": "agent", "delay_s": args.delay, "sessions_per_path": per_path, "earlier": args.earlier,
-              "workers": 2, "redis": url, "redis_used_memory_before": mem_before, "redis_used_memory_after": mem_after,
+              "workers": 2, "redis": run["redis"], "redis_used_memory_before": run["mem_before"],
+              "redis_used_memory_after": run["mem_after"],
               "kv_bytes_per_session_p50": statistics.median([s["kv_bytes"] for s in sessions]),
-              "worker_rss_mb": rss, "rows": rows, "wall_s": round(time.perf_counter() - t_start, 1)}
+              "worker_rss_mb": run["rss"], "rows": rows, "wall_s": round(time.perf_counter() - t_start, 1)}
     print(json.dumps(result))
     return result
 
