@@ -223,7 +223,7 @@ def _demo(serve: bool, port: int | None) -> int:
 
             print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
                   "   runs each tool and appends its result, and decoding resumes from the cached state.  The first\n"
-                  "   question's tools read the sample metric store (domain/agent.py Dataset, seed 2026); the\n"
+                  "   question's tools read the sample metric store (domain/tools.py Dataset, seed 2026); the\n"
                   "   second's metric tool runs on this client, which answers from its own data.\n",
                   flush=True)
             session = None

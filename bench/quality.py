@@ -8,7 +8,7 @@ Tasks (examples drawn with another seed than training's, at most the training le
   section    outline line + data -> report section (the heading given, as a job's), checked likewise
   infill     report template: the holes (slots, trend and target words) filled in place; exact match
   narrative_ood, section_ood   the same on payloads drawn from the API's own grammar
-             (domain/narrative.py wild_payload: any names, periods, custom metrics, 1-8 metrics,
+             (domain/draws.py wild_payload: any names, periods, custom metrics, 1-8 metrics,
              up to 12 rows, negative numbers), not the corpus's vocabulary lists
   agent_ood  questions over a metric store of any names and periods (domain/agent.py
              wild_task), read as a tenant's own dataset is

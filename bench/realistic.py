@@ -3,11 +3,11 @@ agent questions over a tenant's table, written from hand-made lists of ordinary 
 vocabulary (companies, products, places, metric names with their units, periods) in several
 languages and scripts, the kind of first-day data users send.  Deterministic by seed.
 
-None of it is drawn from what training draws: every name here is outside domain/narrative.py's and
-domain/agent.py's lists (TENANTS, REGIONS, SEGMENTS, METRICS, CUSTOM_METRICS, PERIODS, report.TITLES),
+None of it is drawn from what training draws: every name here is outside domain/payload.py's and
+domain/draws.py's lists (TENANTS, REGIONS, SEGMENTS, METRICS, CUSTOM_METRICS, PERIODS, report.TITLES),
 and most names and periods are outside the API's old ASCII grammar that wild_payload and wild_task
 draw from (tests/bench/test_realistic.py holds both).  Names are NFC, 1-80 characters, canonical
-(domain/narrative.py canonical), without control characters or the characters the payload text
+(domain/grammar.py canonical), without control characters or the characters the payload text
 and a tool call use as separators (| : ; " < >).
 
 It knows nothing of the model, the tokenizer or the API's grammar of the day: it does not check

@@ -1,4 +1,4 @@
-"""The API's payload grammar and the corpus's agree (domain/narrative.py wild_payload and the
+"""The API's payload grammar and the corpus's agree (domain/draws.py wild_payload and the
 grammar's functions, runtime/jobs/specs.py PayloadSpec), and the checker reads any payload the
 grammar allows: names in any script with digits, signs and the checker's own words, 1- and
 80-character names, numbers of 15 significant digits or 6 decimals, negative ones, 8 metrics

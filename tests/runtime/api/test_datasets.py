@@ -131,7 +131,7 @@ def test_a_tenant_holds_at_most_its_datasets(make_api: Any) -> None:
 
 
 def test_names_are_kept_as_a_question_names_them(api: Api) -> None:
-    """Spaces at a name's ends dropped, runs inside made one (domain/narrative.py canonical),
+    """Spaces at a name's ends dropped, runs inside made one (domain/grammar.py canonical),
     as an agent's question is: the row is found whichever way the call spaces the name."""
     from workflows import tools
 
