@@ -1,0 +1,357 @@
+"""An abuse soak: one tenant hammers the service while another works as usual.
+
+    python bench/abuse.py [--quick] [--seconds S] [--workers W] [--normal-clients C]
+
+One stack of real parts: a redis-server of its own with a maxmemory ceiling, PostgreSQL (a
+schema of its own at 127.0.0.1:5432/test; a SQLite file where none answers), `setflow serve`
+and W `setflow worker` processes.  The tenants' ceilings are scaled down so that a run of
+minutes reaches them (the Settings below; the same code enforces the defaults).
+
+1. baseline: the normal tenant alone for S seconds: C clients, each a closed loop of
+   narrative, agent and report jobs (each followed to its end).
+2. abuse: the same, while the abuser runs at its full rate, each in a loop of its own:
+   submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened and
+   dropped; bodies past max_body_bytes.
+3. drain: every job either tenant got accepted must end (none lost).
+
+Reported: the normal tenant's success rate and p50/p99 latency in both phases (p99 ratio:
+target <= 1.5), the abuser's answers by status, every 5xx (target 0), Redis used memory's peak
+against its maxmemory, the database's size and the abuser's SQL usage against its quotas, and
+lost jobs (target 0).  Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import redis  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
+
+from app.client import ApiError, Client  # noqa: E402
+from app.demo import DATA, QUESTIONS, REPORT  # noqa: E402
+from app.serve import free_port  # noqa: E402
+from runtime.embedded import EmbeddedRedis  # noqa: E402
+from runtime.settings import Settings  # noqa: E402
+from workers.local import spawn_worker, worker_env  # noqa: E402
+
+NORMAL, ABUSER = "bench-normal-key-01", "bench-abuser-key-01"
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+MiB = 2**20
+#: the ceilings under test, scaled to a run of minutes (each is a Settings field)
+CEILINGS: dict[str, Any] = {"tenant_budget_bytes": 48 * MiB, "tenant_max_event_bytes": 8 * MiB,
+                            "tenant_max_sessions": 500, "tenant_max_turn_bytes": 8 * MiB,
+                            "tenant_max_datasets": 3, "tenant_max_unfinished": 200}
+MAXMEMORY = 256 * MiB
+SUBMITTERS = 6  # the abuser's submit + cancel loops at once: past its rate (50/s) when the API answers fast
+NORMAL_JOBS: list[tuple[str, dict[str, Any]]] = [
+    ("narrative", {"payload": DATA}),
+    ("agent", {"question": QUESTIONS[0], "max_calls": 3}),
+    ("report", {**REPORT, "outline": list(REPORT["outline"])[:2]})]
+
+
+def pct(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+@contextmanager
+def database() -> Iterator[tuple[str, sa.Engine | None]]:
+    """(URL, an admin engine to measure it) on a fresh PostgreSQL schema; a SQLite file if none."""
+    try:
+        admin = sa.create_engine(PG, connect_args={"connect_timeout": 2})
+        with admin.connect():
+            pass
+    except Exception:  # noqa: BLE001 - no PostgreSQL here: the SQLite default
+        yield "", None
+        return
+    schema = f"sfabuse_{uuid.uuid4().hex[:8]}"
+    with admin.begin() as c:
+        c.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{PG}?options=-csearch_path%3D{schema}", admin
+    finally:
+        with admin.begin() as c:
+            c.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def db_bytes(admin: sa.Engine | None, url: str, data_dir: Path) -> int:
+    if admin is None:
+        return (data_dir / "setflow.db").stat().st_size
+    schema = url.rsplit("%3D", 1)[1]
+    with admin.connect() as c:
+        return int(c.scalar(sa.text("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s"),
+                            {"s": schema}) or 0)
+
+
+def abuser_usage(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, int]:
+    """The abuser's row of tenant_usage: the sessions and turn bytes its quotas bound."""
+    engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
+    table = f"{url.rsplit('%3D', 1)[1]}.tenant_usage" if admin else "tenant_usage"
+    with engine.connect() as c:
+        row = c.execute(sa.text(f"SELECT sessions, turn_bytes FROM {table} WHERE tenant = 'abuser'")).first()
+    return {"sessions": int(row[0]), "turn_bytes": int(row[1])} if row else {}
+
+
+class Stack:
+    """redis-server (maxmemory), `setflow serve` and W workers as processes of their own."""
+
+    def __init__(self, data_dir: Path, db_url: str, workers: int) -> None:
+        self.redis = EmbeddedRedis(data_dir / "redis")
+        url = self.redis.start()
+        redis.Redis.from_url(url).config_set("maxmemory", MAXMEMORY)
+        fields: dict[str, Any] = {**CEILINGS, **({"database_url": db_url} if db_url else {})}
+        self.s = Settings(redis_url=url, data_dir=data_dir, key_prefix=f"sfabuse-{uuid.uuid4().hex[:6]}",
+                          api_keys={NORMAL: "normal", ABUSER: "abuser"}, **fields)
+        env = worker_env(self.s)
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.logs = data_dir / "logs"
+        self.logs.mkdir()
+        with open(self.logs / "api.log", "ab") as log:
+            self.api = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", self.url.rsplit(":", 1)[1]],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._up(lambda: httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200, "the API")
+        self.workers = [spawn_worker(f"ab-{i}", env, self.logs) for i in range(workers)]
+        self._up(lambda: len(httpx.get(f"{self.url}/healthz", timeout=2).json()["workers"]) == workers
+                 and httpx.get(f"{self.url}/v1/models", headers={"Authorization": f"Bearer {NORMAL}"},
+                               timeout=2).json()["data"], "the workers and their model card")
+
+    def _up(self, ready: Any, what: str, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if ready():
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"{what} did not come up: see {self.logs}")
+
+    def stop(self) -> None:
+        for p in [*self.workers, self.api]:
+            if p.poll() is None:
+                os.killpg(p.pid, 15)
+        for p in [*self.workers, self.api]:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+        self.redis.stop()
+
+
+class Tally:
+    """Answers by (who, what, status), every 5xx, and the abuser's accepted job ids (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.codes: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self.server_errors = 0  # 5xx answers, to either tenant
+        self.jobs: list[str] = []
+
+    def add(self, who: str, what: str, r: httpx.Response) -> None:
+        with self.lock:
+            self.codes[f"{who} {what} {r.status_code}"] += 1
+            if r.status_code >= 500:
+                self.server_errors += 1
+                self.errors.append(f"{who} {what} {r.status_code} {r.text[:200]}")
+
+
+def normal_phase(url: str, seconds: float, clients: int, tally: Tally) -> dict[str, Any]:
+    """C closed-loop clients of the normal tenant for `seconds`: each job's latency and status."""
+    lat: dict[str, list[float]] = {kind: [] for kind, _ in NORMAL_JOBS}
+    ok = failed = 0
+    stop = time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        nonlocal ok, failed
+        with Client(url, NORMAL, rate_per_s=50.0) as c:
+            n = i
+            while time.monotonic() < stop:
+                kind, spec = NORMAL_JOBS[n % len(NORMAL_JOBS)]
+                n += 1
+                t = time.perf_counter()
+                try:
+                    done = c.wait(c.create_job(kind, spec)["id"], 600)
+                except Exception as e:  # noqa: BLE001 - counted: a refusal or an error is a failure
+                    with lock:
+                        failed += 1
+                        tally.server_errors += int(isinstance(e, ApiError) and e.status >= 500)
+                        tally.errors.append(f"normal {kind}: {e}"[:300])
+                    continue
+                with lock:
+                    if done["status"] == "succeeded":
+                        ok += 1
+                        lat[kind].append(time.perf_counter() - t)
+                    else:
+                        failed += 1
+                        tally.errors.append(f"normal {kind} {done['status']}: {done.get('error')}"[:300])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [x for xs in lat.values() for x in xs]
+    return {"jobs": ok + failed, "succeeded": ok, "success_rate": round(ok / max(1, ok + failed), 4),
+            "p50_s": round(pct(every, 0.5), 2), "p99_s": round(pct(every, 0.99), 2),
+            "by_kind": {k: {"n": len(v), "p50_s": round(pct(v, 0.5), 2), "p99_s": round(pct(v, 0.99), 2)}
+                        for k, v in lat.items()}}
+
+
+async def abuser(url: str, seconds: float, max_body: int, tally: Tally) -> None:
+    """The abuser's loops, at its full rate, until `seconds` have passed."""
+    stop = time.monotonic() + seconds
+    h = {"Authorization": f"Bearer {ABUSER}"}
+    narrative = {"kind": "narrative", "spec": {"payload": DATA, "params": {"max_new_tokens": 8}}}
+    rows = [{"metric": f"m{i % 97}", "region": f"r{i // 97}", "period": "2026-Q3", "value": i} for i in range(10_000)]
+
+    async def loop(what: str, act: Any) -> None:
+        while time.monotonic() < stop:
+            try:
+                await act()
+            except httpx.TransportError as e:
+                with tally.lock:
+                    tally.codes[f"abuser {what} {type(e).__name__}"] += 1
+                await asyncio.sleep(0.05)
+
+    async with httpx.AsyncClient(base_url=url, headers=h, timeout=30) as c:
+        async def submit_cancel() -> None:
+            r = await c.post("/v1/jobs", json=narrative)
+            tally.add("abuser", "submit", r)
+            if r.status_code == 202:
+                tally.jobs.append(r.json()["id"])
+                tally.add("abuser", "cancel", await c.post(f"/v1/jobs/{r.json()['id']}/cancel"))
+
+        session: dict[str, str] = {}
+
+        async def fork() -> None:
+            if "id" not in session:  # one turn to fork at, decoded once
+                r = await c.post("/v1/jobs", json=narrative)
+                tally.add("abuser", "fork-seed", r)
+                if r.status_code != 202:
+                    await asyncio.sleep(0.5)
+                    return
+                tally.jobs.append(r.json()["id"])
+                while (await c.get(f"/v1/jobs/{r.json()['id']}")).json()["status"] in ("queued", "running"):
+                    await asyncio.sleep(0.5)
+                session["id"] = r.json()["session"]
+            tally.add("abuser", "fork", await c.post(f"/v1/sessions/{session['id']}/fork", json={"turn": 0}))
+
+        n = 0
+
+        async def upload() -> None:
+            nonlocal n
+            n += 1
+            tally.add("abuser", "dataset", await c.put(f"/v1/datasets/d{n % 5}", json={"rows": rows}))
+
+        async def streams() -> None:
+            if not tally.jobs:
+                await asyncio.sleep(0.2)
+                return
+            async with c.stream("GET", f"/v1/jobs/{tally.jobs[-1]}/events") as r:
+                tally.add("abuser", "stream", r)
+                async for _ in r.aiter_bytes():
+                    break  # the first bytes, then dropped
+
+        async def oversized() -> None:
+            tally.add("abuser", "oversized", await c.post("/v1/jobs", content=b"x" * (max_body + 1),
+                                                          headers={"Content-Type": "application/json"}))
+
+        await asyncio.gather(*(loop(w, a) for w, a in [*[("submit", submit_cancel)] * SUBMITTERS, ("fork", fork),
+                                                      ("dataset", upload), ("stream", streams), ("stream", streams),
+                                                      ("oversized", oversized)]))
+
+
+def drain(url: str, jobs: list[str], timeout_s: float) -> int:
+    """Jobs that have not ended `timeout_s` after the phases: lost."""
+    left, deadline = set(jobs), time.monotonic() + timeout_s
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ABUSER}"}, timeout=30) as c:
+        while left and time.monotonic() < deadline:
+            for job in list(left):
+                if c.get(f"/v1/jobs/{job}").json().get("status") in ("succeeded", "failed", "cancelled"):
+                    left.discard(job)
+            time.sleep(1)
+    return len(left)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="20 s a phase, 1 worker, 1 normal client")
+    ap.add_argument("--seconds", type=float, default=600.0, help="each phase's length (default 600: 10 minutes)")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--normal-clients", type=int, default=2, help="the normal tenant's concurrent clients")
+    args = ap.parse_args(argv)
+    seconds, workers, clients = (20.0, 1, 1) if args.quick else (args.seconds, args.workers, args.normal_clients)
+    with tempfile.TemporaryDirectory(prefix="sfab") as d, database() as (db_url, admin):
+        stack = Stack(Path(d), db_url, workers)
+        try:
+            result = run(stack, seconds, clients, admin, db_url)
+        finally:
+            stack.stop()
+    result.update(seconds=seconds, workers=workers, normal_clients=clients)
+    print(json.dumps(result))
+    return result
+
+
+def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_url: str) -> dict[str, Any]:
+    r = redis.Redis.from_url(str(stack.s.redis_url))
+    peak = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.5):
+            peak[0] = max(peak[0], int(r.info("memory")["used_memory"]))
+
+    threading.Thread(target=sample, daemon=True).start()
+    tally = Tally()
+    with Client(stack.url, NORMAL) as c:  # warm every worker's engine once
+        for kind, spec in NORMAL_JOBS:
+            c.wait(c.create_job(kind, spec)["id"], 300)
+    db_before = db_bytes(admin, db_url, stack.s.data_dir)
+    alone = normal_phase(stack.url, seconds, clients, tally)
+    abuse = threading.Thread(target=lambda: asyncio.run(abuser(stack.url, seconds, stack.s.max_body_bytes, tally)))
+    abuse.start()
+    beside = normal_phase(stack.url, seconds, clients, tally)
+    abuse.join()
+    lost = drain(stack.url, tally.jobs, 300)
+    sampling.set()
+    usage = abuser_usage(admin, db_url, stack.s.data_dir)
+    used = int(r.info("memory")["used_memory"])
+    r.close()
+    ratio = beside["p99_s"] / alone["p99_s"] if alone["p99_s"] else float("nan")
+    out = {"bench": "abuse", "database": "postgresql" if admin else "sqlite", "alone": alone, "with_abuser": beside,
+           "p99_ratio": round(ratio, 3), "abuser": dict(sorted(tally.codes.items())),
+           "abuser_jobs": len(tally.jobs), "lost_jobs": lost, "errors_5xx": tally.server_errors,
+           "errors": tally.errors[:20], "redis_peak_bytes": peak[0], "redis_used_end_bytes": used,
+           "redis_maxmemory": MAXMEMORY, "db_bytes_before": db_before,
+           "db_bytes_after": db_bytes(admin, db_url, stack.s.data_dir), "abuser_sql_usage": usage,
+           "ceilings": CEILINGS}
+    print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with the abuser: "
+          f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); "
+          f"5xx {out['errors_5xx']}, lost {lost}; Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",
+          file=sys.stderr)
+    return out
+
+
+if __name__ == "__main__":
+    main()
