@@ -8,6 +8,7 @@ about sessions or storage.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 
 from domain.markup import SPECIAL_TOKENS
@@ -68,6 +69,12 @@ class ModelConfig:
         """Every special id (pad, mask, bos, eos, document start): what decoding may skip."""
         ids = {self.pad_id, self.mask_id, self.bos_id, self.eos_id}
         return frozenset(ids if self.doc_start_id is None else ids | {self.doc_start_id})
+
+    def valid_ids(self, ids: Iterable[object], holes: bool = False) -> bool:
+        """The one token-id check: every id is an int in [0, vocab_size), and none is the mask
+        id unless holes (an infill's input holds mask_id at its holes).  Each caller raises its
+        own error (the decoder's DecodeError, the runtime's BadInput)."""
+        return all(isinstance(t, int) and 0 <= t < self.vocab_size and (holes or t != self.mask_id) for t in ids)
 
     @classmethod
     def from_name(cls, name: str, **overrides: object) -> ModelConfig:

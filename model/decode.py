@@ -1,5 +1,6 @@
 """Set decoding as small pure functions: prefill, step, decode (a generator of StepEvents),
-commit_pending, begin_turn, begin_infill_turn, begin_infill, truncate.
+commit_pending, begin_turn, begin_infill_turn, begin_infill, truncate.  Which positions a step
+decodes is the policy's (model/policy.py); here the forwards, the predictions and the stops.
 
 A session's decoding state is a plain DecodeState (token per position, MASK where undecoded;
 the pending set; the RNG) that serialises to JSON beside the KVCache bytes.  Every function
@@ -23,7 +24,8 @@ from torch import Tensor
 from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.masks import step_mask, within_documents
-from model.params import DecodeError, DecodeParams, DecodeState, Guide
+from model.params import DecodeError, DecodeParams, DecodeState
+from model.policy import active_positions, next_set
 from model.transformer import SetDLM
 
 
@@ -116,25 +118,9 @@ def begin_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: li
     would be exceeded: the cache and the ledger never outgrow max_seq_len.  The session RNG is
     seeded from params.seed once, on the first sampled turn, and then carried in the state.
     commit: who runs the prefill (default: prefill, here)."""
-    cfg = model.cfg
-    state = state if state is not None else DecodeState(tokens=[])
-    if not state.done:
-        raise DecodeError("state", "the previous region is still being decoded")
-    end = len(state.tokens) + len(ids) + params.max_new_tokens
-    if end > cfg.max_seq_len:
-        raise DecodeError("context_overflow",
-                          f"turn needs positions up to {end}, the model's context is {cfg.max_seq_len}")
-    if any(not 0 <= t < cfg.vocab_size or t == cfg.mask_id for t in ids):
-        raise DecodeError("params", "input ids must be real token ids inside the vocabulary")
-    n0 = len(state.tokens)
-    clean = [state.tokens[p] for p in state.pending] + list(ids)
-    state.nfe += (commit or partial(prefill, model))(cache, clean, state.pending + list(range(n0, n0 + len(ids))))
-    state.pending, state.infill = [], False
-    state.tokens = state.tokens + list(ids) + [cfg.mask_id] * params.max_new_tokens
-    state.start, state.step = n0 + len(ids), 0
-    state.done = params.max_new_tokens == 0
-    if params.temperature > 0 and state.rng is None:
-        state.rng = _rng_dump(torch.Generator().manual_seed(params.seed))
+    mask_id = model.cfg.mask_id
+    state = _open_region(model, cache, state, list(ids), [mask_id] * params.max_new_tokens, params, commit)
+    state.start, state.done = len(state.tokens) - params.max_new_tokens, params.max_new_tokens == 0
     return state
 
 
@@ -150,26 +136,37 @@ def begin_infill_turn(model: SetDLM, cache: KVCache, state: DecodeState | None, 
     region is open, "context_overflow" past the model's context, "params" without a hole or
     with an id outside the vocabulary.  params: only seeds the session RNG when sampling (once,
     as begin_turn does)."""
-    cfg = model.cfg
+    n0 = len(state.tokens) if state is not None else 0
+    state = _open_region(model, cache, state, list(tokens), [], params, infill=True)
+    state.start, state.done = state.tokens.index(model.cfg.mask_id, n0), False  # the first hole
+    return state
+
+
+def _open_region(model: SetDLM, cache: KVCache, state: DecodeState | None, ids: list[int], masks: list[int],
+                 params: DecodeParams | None, commit: Commit | None = None, infill: bool = False) -> DecodeState:
+    """The region opener of begin_turn and begin_infill_turn: checks everything before touching
+    anything (a region still open, the context, the ids), then commits the pending set and the
+    input's clean ids (an infill's context: its ids but the holes, in positional order) in one
+    causal prefill, and appends ids + masks to the state's tokens.  The caller sets the region's
+    start and done.  Seeds the session RNG from params.seed on the first sampled turn."""
+    cfg, kind = model.cfg, "infill" if infill else "turn"
     state = state if state is not None else DecodeState(tokens=[])
     if not state.done:
         raise DecodeError("state", "the previous region is still being decoded")
     n0 = len(state.tokens)
-    end = n0 + len(tokens)
+    end = n0 + len(ids) + len(masks)
     if end > cfg.max_seq_len:
-        raise DecodeError("context_overflow",
-                          f"infill needs positions up to {end}, the model's context is {cfg.max_seq_len}")
-    if any(not 0 <= t < cfg.vocab_size for t in tokens):
-        raise DecodeError("params", "infill ids must be token ids inside the vocabulary (mask_id at the holes)")
-    holes = [n0 + i for i, t in enumerate(tokens) if t == cfg.mask_id]
-    if not holes:
+        raise DecodeError("context_overflow", f"{kind} needs positions up to {end}, the model's context is {cfg.max_seq_len}")
+    if not cfg.valid_ids(ids, holes=infill):
+        raise DecodeError("params", "infill ids must be token ids inside the vocabulary (mask_id at the holes)" if infill
+                          else "input ids must be real token ids inside the vocabulary")
+    if infill and cfg.mask_id not in ids:
         raise DecodeError("params", "infill needs at least one masked position")
-    ctx = [i for i, t in enumerate(tokens) if t != cfg.mask_id]  # offsets into tokens, positional order
-    commit = [state.tokens[p] for p in state.pending] + [tokens[i] for i in ctx]
-    state.nfe += prefill(model, cache, commit, state.pending + [n0 + i for i in ctx])
-    state.pending, state.infill = [], True
-    state.tokens = state.tokens + list(tokens)
-    state.start, state.step, state.done = holes[0], 0, False
+    ctx = [i for i, t in enumerate(ids) if t != cfg.mask_id]  # offsets of the clean ids (all of a turn's)
+    clean = [state.tokens[p] for p in state.pending] + [ids[i] for i in ctx]
+    state.nfe += (commit or partial(prefill, model))(cache, clean, state.pending + [n0 + i for i in ctx])
+    state.pending, state.infill, state.step = [], infill, 0
+    state.tokens = state.tokens + ids + masks
     if params is not None and params.temperature > 0 and state.rng is None:
         state.rng = _rng_dump(torch.Generator().manual_seed(params.seed))
     return state
@@ -186,16 +183,6 @@ def begin_infill(model: SetDLM, cache: KVCache, tokens: list[int],
 
 
 # ---- the loop ----------------------------------------------------------------------------
-
-
-def active_positions(state: DecodeState, params: DecodeParams, mask_id: int) -> list[int]:
-    """The masked positions this step may decode: a window of W positions from the leftmost
-    mask (set, ar), or the fixed block that holds it (block)."""
-    toks = state.tokens
-    p0 = toks.index(mask_id, state.start)
-    lo = p0 if params.policy != "block" else state.start + (p0 - state.start) // params.window * params.window
-    hi = min(lo + params.window, len(toks))
-    return [p for p in range(p0, hi) if toks[p] == mask_id]
 
 
 @dataclass
@@ -215,25 +202,21 @@ class StepPlan:
 
 
 def plan(model: SetDLM, state: DecodeState, params: DecodeParams) -> StepPlan:
-    """1) pick the active window (and the pending set this forward commits)."""
+    """Step 1): the pending set (this forward commits it) and the active window (policy.py)."""
     assert not state.done, "step() on a finished region"
     return StepPlan(state.pending, active_positions(state, params, model.cfg.mask_id))
 
 
 def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams, p: StepPlan,
             logits: Tensor, predicted: tuple[Tensor, Tensor] | None = None) -> StepEvent:
-    """After the forward (the pending set committed; logits (n_active, vocab) of p.active):
-    3) choose the next set, 4) stop at EOS / a stop sequence inside the fully decoded prefix,
-    or when nothing is masked.  predicted: greedy(logits) when the caller has it already (a
-    batch's, taken for all its greedy sequences at once: model/batch.py)."""
+    """Step 3) after the forward (the pending set committed; logits (n_active, vocab) of
+    p.active): predict the masks' tokens, choose the next set (policy.py), then stop at EOS / a
+    stop sequence inside the fully decoded prefix, or when nothing is masked.  predicted:
+    greedy(logits) when the caller has it already (a batch's, taken for all its greedy
+    sequences at once: model/batch.py)."""
     state.nfe += 1
     tok, conf = predicted if predicted is not None else _predict(logits, model.cfg, params, state)
-    if params.guide is not None:
-        guided(params.guide, state, p, logits, tok, conf, model.cfg.mask_id)
-    order = choose(tok, conf, params)  # indices into active, in position order (commit order)
-    if params.guide is not None:  # a token holds only with the tokens left of it: the chosen run from the leftmost
-        n = next((k for k, j in enumerate(order) if j != k), len(order))
-        order = list(range(max(n, 1)))
+    order = next_set(state, params, p.active, logits, tok, conf, model.cfg.mask_id)  # indices into active, commit order
     state.pending = [p.active[j] for j in order]
     for j, t in zip(order, tok[order].tolist()):  # one device sync for the whole set
         state.tokens[p.active[j]] = t
@@ -245,10 +228,12 @@ def advance(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePar
 
 def step(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodeParams) -> StepEvent:
     """One forward: commit the pending set, score the active masks, choose the next set
-    (model/batch.py step_batch does the same for many sequences in one forward)."""
+    (model/batch.py step_batch runs the same plan and advance around one forward for many)."""
+    # 1) pick the active window
     p = plan(model, state, params)
     # 2) one forward: commit the pending set, score the masks
     logits = fused_forward(model, cache, p.ids(state, model.cfg.mask_id), p.positions, len(p.active), params.use_cache)
+    # 3) choose the next set (and stop at EOS or a stop sequence)
     return advance(model, cache, state, params, p, logits)
 
 
@@ -272,61 +257,6 @@ def generate(model: SetDLM, prompt: list[int], params: DecodeParams,
 
 
 # ---- helpers -----------------------------------------------------------------------------
-
-
-def choose(tok: Tensor, conf: Tensor, params: DecodeParams) -> list[int]:
-    """Which active masks this step decodes, as indices into the active list (position order);
-    tok, conf: (n_active,) their predicted tokens and probabilities.
-    set / block / ar: the most confident mask plus every mask with confidence >= tau.
-    prefix: the unbroken run of masks from the leftmost, in position order, whose every one
-    clears tau and differs from its left neighbour; the leftmost alone when it does not clear
-    tau.  The active list holds every mask of the window, so none is left open between two
-    chosen ones (the tokens between them, if any, are decoded already or an infill template's
-    context).  Two masks side by side do not see each other, so they are prone to both writing
-    the token due at one of them ("USD" -> "USDD", "11799" -> "117999"): a repeat ends the run,
-    and the repeated token is decided next step, knowing its neighbour."""
-    if params.policy == "prefix":
-        n = 1
-        if params.tau is not None:
-            ok, ids = (conf >= params.tau).tolist(), tok.tolist()  # one device sync each
-            if ok[0]:
-                while n < len(ok) and ok[n] and ids[n] != ids[n - 1]:
-                    n += 1
-        return list(range(n))
-    chosen = {int(conf.argmax())}
-    if params.tau is not None:
-        chosen |= set((conf >= params.tau).nonzero().flatten().tolist())
-    return sorted(chosen)
-
-
-GUIDE_TOP = 1024  # the most probable tokens a refused guided position tries, in order (setflow's vocabularies: all)
-
-
-def guided(guide: Guide, state: DecodeState, p: StepPlan, logits: Tensor, tok: Tensor, conf: Tensor,
-           mask_id: int) -> None:
-    """Hold a step's predictions to the guide, left to right (tok, conf: (n_active,), replaced
-    in place): the tokens before an active position are the state's, with this step's predictions
-    left of it.  A refused token becomes the most probable one the guide allows among the
-    GUIDE_TOP most probable, with its probability (none allowed: the model's stays, and the tool
-    says what is wrong).  A row's logits alone decide: the same bits batched or not.  The caller
-    then commits only the chosen run from the leftmost mask, so that every token was checked
-    against the tokens really before it (set and block would commit out of order: a token right
-    of a mask that later opens a call would never be checked)."""
-    toks = state.tokens[state.start:p.active[-1]]  # a copy: this step's predictions are filled in
-    ids = tok.tolist()
-    for j, pos in enumerate(p.active):
-        before = toks[:pos - state.start]
-        if guide.allows(before, ids[j]) is False:
-            row = logits[j].float().clone()
-            row[mask_id] = -torch.inf
-            probs = row.softmax(-1)
-            for t in probs.topk(min(GUIDE_TOP, probs.numel())).indices.tolist():
-                if t != mask_id and guide.allows(before, t):
-                    ids[j] = t
-                    tok[j], conf[j] = t, probs[t]
-                    break
-        if pos - state.start < len(toks):
-            toks[pos - state.start] = ids[j]
 
 
 def never(cfg: ModelConfig, state: DecodeState) -> int | list[int]:

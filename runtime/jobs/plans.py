@@ -153,7 +153,7 @@ def check_ids(spec: object, cfg: ModelConfig) -> None:
     ids = list(getattr(spec, "input_ids", None) or [])
     params = getattr(spec, "params", None)
     ids += [t for seq in (params.stop if params is not None else []) for t in seq]
-    if any(t >= cfg.vocab_size or t == cfg.mask_id for t in ids):
+    if not cfg.valid_ids(ids):
         raise BadInput(f"token ids must be in [0, {cfg.vocab_size}) and not the mask id {cfg.mask_id} (holes: infill)")
 
 

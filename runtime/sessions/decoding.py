@@ -20,7 +20,7 @@ Stepper = Callable[[KVCache, DecodeState, DecodeParams], Iterator[StepEvent]]
 def infill_holes(cfg: ModelConfig, input_ids: list[int]) -> list[int]:
     """An infill input's hole offsets (where it holds mask_id); BadInput without a hole or with
     an id outside the vocabulary."""
-    if any(not isinstance(t, int) or not 0 <= t < cfg.vocab_size for t in input_ids):
+    if not cfg.valid_ids(input_ids, holes=True):
         raise BadInput(f"input ids must be token ids in 0..{cfg.vocab_size - 1} (mask_id {cfg.mask_id} at holes)")
     holes = [i for i, t in enumerate(input_ids) if t == cfg.mask_id]
     if not holes:

@@ -4,9 +4,10 @@ versions of these checks always run in test_decode.py."""
 import pytest
 import torch
 
-from model.decode import active_positions, begin_turn, step
+from model.decode import begin_turn, step
 from model.kv_cache import KVCache
 from model.params import DecodeParams
+from model.policy import active_positions
 from tests.fakes import PROMPT, assert_same_cache, random_model, round_trip, uncached_logits
 
 pytestmark = [pytest.mark.gpu,

@@ -8,11 +8,9 @@ import torch
 
 from model.config import ModelConfig
 from model.decode import (
-    active_positions,
     begin_infill,
     begin_infill_turn,
     begin_turn,
-    choose,
     commit_pending,
     decode,
     generate,
@@ -23,6 +21,7 @@ from model.decode import (
 from model.kv_cache import KVCache
 from model.masks import step_mask
 from model.params import DecodeError, DecodeParams, DecodeState
+from model.policy import active_positions, choose
 from model.transformer import SetDLM
 from tests.fakes import PROMPT, assert_same_cache, random_params, round_trip, uncached_logits
 

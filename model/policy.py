@@ -1,0 +1,90 @@
+"""The decoding policy: which masked positions a step may decode (the window: set, prefix, ar, or
+block's fixed blocks) and which of them it does decode (the set: confidence over tau, a prefix's
+unbroken run, a guide's checked run).  Pure functions of the state, the parameters and the
+step's predictions; knows nothing of the model's forward, the cache or sampling (model/decode.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from model.params import DecodeParams, DecodeState, Guide
+
+GUIDE_TOP = 1024  # the most probable tokens a refused guided position tries, in order (setflow's vocabularies: all)
+
+
+def active_positions(state: DecodeState, params: DecodeParams, mask_id: int) -> list[int]:
+    """The masked positions this step may decode: a window of W positions from the leftmost
+    mask (set, prefix, ar), or the fixed block that holds it (block)."""
+    toks = state.tokens
+    p0 = toks.index(mask_id, state.start)
+    lo = p0 if params.policy != "block" else state.start + (p0 - state.start) // params.window * params.window
+    hi = min(lo + params.window, len(toks))
+    return [p for p in range(p0, hi) if toks[p] == mask_id]
+
+
+def next_set(state: DecodeState, params: DecodeParams, active: list[int], logits: Tensor, tok: Tensor,
+             conf: Tensor, mask_id: int) -> list[int]:
+    """The masks this step decodes, as indices into `active` in position order (the commit
+    order); tok, conf: (n_active,) the predicted tokens and their probabilities, held to
+    params.guide in place when there is one; logits: (n_active, vocab), the masks' raw logits."""
+    if params.guide is not None:
+        guided(params.guide, state, active, logits, tok, conf, mask_id)
+    order = choose(tok, conf, params)
+    if params.guide is not None:  # a token holds only with the tokens left of it: the chosen run from the leftmost
+        n = next((k for k, j in enumerate(order) if j != k), len(order))
+        order = list(range(max(n, 1)))
+    return order
+
+
+def choose(tok: Tensor, conf: Tensor, params: DecodeParams) -> list[int]:
+    """Which active masks this step decodes, as indices into the active list (position order);
+    tok, conf: (n_active,) their predicted tokens and probabilities.
+    set / block / ar: the most confident mask plus every mask with confidence >= tau.
+    prefix: the unbroken run of masks from the leftmost, in position order, whose every one
+    clears tau and differs from its left neighbour; the leftmost alone when it does not clear
+    tau.  The active list holds every mask of the window, so none is left open between two
+    chosen ones (the tokens between them, if any, are decoded already or an infill template's
+    context).  Two masks side by side do not see each other, so they are prone to both writing
+    the token due at one of them ("USD" -> "USDD", "11799" -> "117999"): a repeat ends the run,
+    and the repeated token is decided next step, knowing its neighbour."""
+    if params.policy == "prefix":
+        n = 1
+        if params.tau is not None:
+            ok, ids = (conf >= params.tau).tolist(), tok.tolist()  # one device sync each
+            if ok[0]:
+                while n < len(ok) and ok[n] and ids[n] != ids[n - 1]:
+                    n += 1
+        return list(range(n))
+    chosen = {int(conf.argmax())}
+    if params.tau is not None:
+        chosen |= set((conf >= params.tau).nonzero().flatten().tolist())
+    return sorted(chosen)
+
+
+def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, tok: Tensor, conf: Tensor,
+           mask_id: int) -> None:
+    """Hold a step's predictions to the guide, left to right (tok, conf: (n_active,), replaced
+    in place): the tokens before an active position are the state's, with this step's predictions
+    left of it.  A refused token becomes the most probable one the guide allows among the
+    GUIDE_TOP most probable, with its probability (none allowed: the model's stays, and the tool
+    says what is wrong).  A row's logits alone decide: the same bits batched or not.  The caller
+    then commits only the chosen run from the leftmost mask, so that every token was checked
+    against the tokens really before it (set and block would commit out of order: a token right
+    of a mask that later opens a call would never be checked)."""
+    toks = state.tokens[state.start:active[-1]]  # a copy: this step's predictions are filled in
+    ids = tok.tolist()
+    for j, pos in enumerate(active):
+        before = toks[:pos - state.start]
+        if guide.allows(before, ids[j]) is False:
+            row = logits[j].float().clone()
+            row[mask_id] = -torch.inf
+            probs = row.softmax(-1)
+            for t in probs.topk(min(GUIDE_TOP, probs.numel())).indices.tolist():
+                if t != mask_id and guide.allows(before, t):
+                    ids[j] = t
+                    tok[j], conf[j] = t, probs[t]
+                    break
+        if pos - state.start < len(toks):
+            toks[pos - state.start] = ids[j]
