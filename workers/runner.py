@@ -33,6 +33,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import redis
@@ -45,8 +46,9 @@ from runtime.jobs.context import JobContext
 from runtime.jobs.specs import check_spec
 from runtime.jobs.table import JOB_ID
 from runtime.sessions.ceilings import oom
+from runtime.tables import JobRecord
 from workers.process import Runtime
-from workflows import WORKFLOWS
+from workflows import WORKFLOWS, Workflow
 
 log = logging.getLogger("setflow.worker")
 T = TypeVar("T")
@@ -72,82 +74,138 @@ def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return job_id
 
 
-def run(rt: Runtime, job_id: str) -> str:
+CLAIM_LOST = "claim lost"  #: the job is another holder's now: this one writes nothing more
+RETRY = "retry"  #: a transient failure: try again from the last committed step, after retry_in_s
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a delivery, or one attempt of it, came to.  `what`: a job status (succeeded, failed,
+    cancelled, requires_action) with its result or error; or why nothing ran or nothing more is
+    written ("rerouted", CLAIM_LOST, a Claim's reason); or RETRY."""
+
+    what: str
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    retry_in_s: float | None = None  #: RETRY: the wait before the next try (Backoff)
+
+
+class Backoff:
+    """The waits between tries of a transient failure: 0.25 s doubling to 5 s, for as long as
+    the next try starts within budget_s of this object's making."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.deadline, self.delay = time.monotonic() + budget_s, 0.25
+
+    def next(self) -> float | None:
+        """The wait before the next try; None: it would start past the budget (give up)."""
+        if time.monotonic() + self.delay > self.deadline:
+            return None
+        delay, self.delay = self.delay, min(self.delay * 2, 5.0)
+        return delay
+
+
+def run(rt: Runtime, job_id: str) -> Outcome:
     """Run the job if this delivery may; returns what happened (for logs and tests)."""
     started = time.monotonic()  # the delivery's time limits count from here (JobContext)
-    if rt.host is not None:  # a job of another model or numerics (a stray message): sent on, not run
-        found = _retrying(rt, lambda: rt.jobs.get(job_id))  # NotFound for an unknown id
-        if found.pool and found.pool != rt.host.pool and found.status == "queued":
-            rt.dispatcher.send_job(found, shared=True)
-            return "rerouted"
+    if rt.host is not None and _sent_on(rt, job_id):
+        return Outcome("rerouted")
     claim = _retrying(rt, lambda: rt.jobs.claim(job_id, rt.worker))  # NotFound for an unknown id
-    events = rt.dispatcher.events
     if claim.owner is None:
-        if claim.reason == "gave up":
-            _quietly(lambda: events.publish(claim.job.tenant, job_id,
-                                            {"type": "status", "status": "failed", "error": claim.job.error}))
-            _quietly(lambda: events.ended(claim.job.tenant, job_id, claim.job.kind))
-            _quietly(lambda: rt.dispatcher.dispatch_next(claim.job.session_id))
-        return claim.reason
-    job, owner, session = claim.job, claim.owner, claim.job.session_id
+        if claim.reason == "gave up":  # this claim failed it: its end is told as a finish's is
+            _ended(rt, claim.job, "failed", claim.job.error)
+        return Outcome(claim.reason)
+    job, owner = claim.job, claim.owner
     _quietly(lambda: rt.dispatcher.admit(job.tenant))  # it left the broker: its tenant's next may go
-    status: str | None
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
+    out = _run_claimed(rt, job, owner, started)
+    if out.what == "requires_action" and out.result is not None:
+        return _suspend(rt, job, owner, out.result)
+    if out.what == CLAIM_LOST:
+        return out
+    return _finish(rt, job, owner, out)
+
+
+def _sent_on(rt: Runtime, job_id: str) -> bool:
+    """A job of another model or numerics (a stray message) is sent on to its pool's shared
+    queue, not run: True where it was."""
+    assert rt.host is not None
+    found = _retrying(rt, lambda: rt.jobs.get(job_id))  # NotFound for an unknown id
+    if found.pool and found.pool != rt.host.pool and found.status == "queued":
+        rt.dispatcher.send_job(found, shared=True)
+        return True
+    return False
+
+
+def _run_claimed(rt: Runtime, job: JobRecord, owner: str, started: float) -> Outcome:
+    """The claimed job's attempts, as an outcome to write (or CLAIM_LOST); its result says
+    whether its session's last turn ran on this worker (affinity)."""
     if job.cancel_requested:  # asked while it waited to be requeued (the Redis flag may be gone)
-        status, result, error = "cancelled", None, _err("cancelled", "cancelled before this attempt started")
-    else:
-        affinity = _quietly(lambda: rt.dispatcher.routing.last_worker(session)) if session is not None else None
-        _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "running", "worker": rt.worker,
-                                                             "attempt": job.attempts}))
-        try:
-            status, result, error = _attempts(rt, job_id, owner, started)
-        except SoftTimeLimitExceeded:  # fired outside the workflow (a retry's wait, a close)
-            status, result, error = "failed", None, _time_limit(rt)
-        if status is None:  # the claim was lost: the job is someone else's now
-            return "claim lost"
-        if result is not None:
-            result["affinity"] = "none" if affinity is None else ("hit" if affinity == rt.worker else "miss")
-    if status == "requires_action" and result is not None:
-        calls, wait_s = result["calls"], result["wait_s"]
-        try:
-            _retrying(rt, lambda: rt.jobs.suspend(job_id, owner, calls, wait_s))
-        except ClaimLost:
-            return "claim lost"
-        _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": "requires_action",
-                                                             "calls": calls, "deadline": time.time() + wait_s}))
-        if _retrying(rt, lambda: rt.jobs.get(job_id)).cancel_requested:  # asked while it ran: it ends waiting
-            _quietly(lambda: rt.dispatcher.cancel(job_id, job.tenant))
-        return status
-    final = status
+        return Outcome("cancelled", error=_err("cancelled", "cancelled before this attempt started"))
+    session = job.session_id
+    affinity = _quietly(lambda: rt.dispatcher.routing.last_worker(session)) if session is not None else None
+    _quietly(lambda: rt.dispatcher.events.publish(job.tenant, job.id, {
+        "type": "status", "status": "running", "worker": rt.worker, "attempt": job.attempts}))
+    try:
+        out = _attempts(rt, job.id, owner, started)
+    except SoftTimeLimitExceeded:  # fired outside the workflow (a retry's wait, a close)
+        out = Outcome("failed", error=_time_limit(rt))
+    if out.what == CLAIM_LOST or out.result is None:
+        return out
+    return replace(out, result={**out.result, "affinity": "none" if affinity is None else (
+        "hit" if affinity == rt.worker else "miss")})
+
+
+def _suspend(rt: Runtime, job: JobRecord, owner: str, result: dict[str, Any]) -> Outcome:
+    """The job waits for its client's tool outputs (requires_action): nothing of its session is
+    sent (it still holds its place).  A cancellation asked while it ran ends it waiting."""
+    calls, wait_s = result["calls"], result["wait_s"]
+    try:
+        _retrying(rt, lambda: rt.jobs.suspend(job.id, owner, calls, wait_s))
+    except ClaimLost:
+        return Outcome(CLAIM_LOST)
+    _quietly(lambda: rt.dispatcher.events.publish(job.tenant, job.id, {
+        "type": "status", "status": "requires_action", "calls": calls, "deadline": time.time() + wait_s}))
+    if _retrying(rt, lambda: rt.jobs.get(job.id)).cancel_requested:
+        _quietly(lambda: rt.dispatcher.cancel(job.id, job.tenant))
+    return Outcome("requires_action", result)
+
+
+def _finish(rt: Runtime, job: JobRecord, owner: str, out: Outcome) -> Outcome:
+    """Write the job's outcome (retried while the database is away), then tell its end."""
+    final, result, error = out.what, out.result, out.error
     try:
         try:
-            _retrying(rt, lambda: rt.jobs.finish(job_id, owner, final, result=result, error=error))
+            _retrying(rt, lambda: rt.jobs.finish(job.id, owner, final, result=result, error=error))
         except SoftTimeLimitExceeded:  # it fires once: the job ends as timed out
             final, result, error = "failed", None, _time_limit(rt)
-            _retrying(rt, lambda: rt.jobs.finish(job_id, owner, final, result=result, error=error))
+            _retrying(rt, lambda: rt.jobs.finish(job.id, owner, final, result=result, error=error))
     except ClaimLost:
-        return "claim lost"
-    # the outcome is durable; the rest helps watchers and the session's next job (the reaper
-    # sends that one anyway if this fails)
-    _quietly(lambda: events.publish(job.tenant, job_id, {"type": "status", "status": final, "error": error}))
-    _quietly(lambda: events.ended(job.tenant, job_id, job.kind))
-    _quietly(lambda: rt.dispatcher.dispatch_next(session))
-    return final
+        return Outcome(CLAIM_LOST)
+    _ended(rt, job, final, error)
+    return Outcome(final, result, error)
+
+
+def _ended(rt: Runtime, job: JobRecord, status: str, error: dict[str, Any] | None) -> None:
+    """The job's end is durable; the rest helps watchers and its session's next job (the
+    reaper sends that one anyway if this fails)."""
+    events = rt.dispatcher.events
+    _quietly(lambda: events.publish(job.tenant, job.id, {"type": "status", "status": status, "error": error}))
+    _quietly(lambda: events.ended(job.tenant, job.id, job.kind))
+    _quietly(lambda: rt.dispatcher.dispatch_next(job.session_id))
 
 
 def _retrying(rt: Runtime, fn: Callable[[], T]) -> T:
     """fn, retried with backoff while it fails transiently (for up to job_retry_s)."""
-    deadline, delay = time.monotonic() + rt.settings.job_retry_s, 0.25
+    backoff = Backoff(rt.settings.job_retry_s)
     while True:
         try:
             return fn()
         except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OperationalError) as e:
-            if not transient(e) or time.monotonic() + delay > deadline:
+            delay = backoff.next() if transient(e) else None
+            if delay is None:
                 raise
             log.warning("transient %r; retrying in %.2f s", e, delay)
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 def _quietly(fn: Callable[[], T]) -> T | None:
@@ -158,57 +216,67 @@ def _quietly(fn: Callable[[], T]) -> T | None:
         return None
 
 
-def _attempts(rt: Runtime, job_id: str, owner: str, started: float
-              ) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
-    deadline = time.monotonic() + rt.settings.job_retry_s
-    delay = 0.25
+def _attempts(rt: Runtime, job_id: str, owner: str, started: float) -> Outcome:
+    """Attempts of the claimed job until one comes to an outcome: a transient failure is tried
+    again from its last committed step, after Backoff's wait (failed "unavailable" past it)."""
+    backoff = Backoff(rt.settings.job_retry_s)
     while True:
         job = _retrying(rt, lambda: rt.jobs.get(job_id))
         if job.cancel_requested:  # asked while this attempt waited to retry
-            return "cancelled", None, _err("cancelled", "cancelled between two tries")
+            return Outcome("cancelled", error=_err("cancelled", "cancelled between two tries"))
         workflow = WORKFLOWS.get(job.kind)
         if workflow is None:
-            return "failed", None, _err("bad_input", f"unknown job kind {job.kind!r}")
+            return Outcome("failed", error=_err("bad_input", f"unknown job kind {job.kind!r}"))
         ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
                          rt.dispatcher.routing, started, profile=rt.profile)
         try:
-            spec = check_spec(job.kind, job.spec, job.session_id)  # parsed once; a stored payload is not trusted
-            return "succeeded", {**workflow(ctx, spec), "worker": rt.worker}, None
-        except ClaimLost:
-            return None, None, None
-        except RequiresAction as e:  # its client runs the tool: the job waits for the output
-            wait_s = getattr(spec, "tool_timeout_s", None) or rt.settings.tool_wait_s
-            return "requires_action", {"calls": e.calls, "wait_s": wait_s}, None
-        except Cancelled as e:
-            return "cancelled", None, {**_err(e.code, e.message), "seen_at": ctx.channel.seen_at}
-        except SoftTimeLimitExceeded:
-            return "failed", None, _time_limit(rt)
-        except (*TRANSIENT, redis.ResponseError) as e:
-            if not transient(e):  # a Redis error no retry mends: a bug, as below
-                log.error("job %s failed:\n%s", job_id, traceback.format_exc())
-                return "failed", None, _err("internal", f"{type(e).__name__}: {e}")
-            if time.monotonic() + delay > deadline:
-                return "failed", None, _err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
-                                                           f"transient errors; last: {e!r}")
-            log.warning("job %s: transient %r; retrying in %.2f s", job_id, e, delay)
+            out = _attempt(rt, ctx, workflow, backoff)
+            if out.what != RETRY:
+                return out
             # the channel's thread keeps the lease meanwhile; a cancellation ends the wait
-            if ctx.channel.cancelled.wait(delay):
-                return "cancelled", None, {**_err("cancelled", "cancelled while retrying"),
-                                           "seen_at": ctx.channel.seen_at}
+            if ctx.channel.cancelled.wait(out.retry_in_s):
+                return Outcome("cancelled", error={**_err("cancelled", "cancelled while retrying"),
+                                                   "seen_at": ctx.channel.seen_at})
             if ctx.channel.lost.is_set():
-                return None, None, None
-            delay = min(delay * 2, 5.0)
-        except Unverified as e:  # the checker's problems go with it
-            return "failed", None, {**_err(e.code, e.message), "problems": e.problems}
-        except SetflowError as e:
-            return "failed", None, _err(e.code, e.message)
-        except DecodeError as e:
-            return "failed", None, _err("bad_input", str(e))
-        except Exception as e:  # noqa: BLE001 - a bug must fail the job, not loop it
-            log.error("job %s failed:\n%s", job_id, traceback.format_exc())
-            return "failed", None, _err("internal", f"{type(e).__name__}: {e}")
+                return Outcome(CLAIM_LOST)
         finally:
             ctx.close()
+
+
+def _attempt(rt: Runtime, ctx: JobContext, workflow: Workflow, backoff: Backoff) -> Outcome:
+    """One run of the job's workflow, from its last committed step: its outcome, or RETRY."""
+    job = ctx.job
+    try:
+        spec = check_spec(job.kind, job.spec, job.session_id)  # parsed once; a stored payload is not trusted
+        return Outcome("succeeded", {**workflow(ctx, spec), "worker": rt.worker})
+    except ClaimLost:
+        return Outcome(CLAIM_LOST)
+    except RequiresAction as e:  # its client runs the tool: the job waits for the output
+        wait_s = getattr(spec, "tool_timeout_s", None) or rt.settings.tool_wait_s
+        return Outcome("requires_action", {"calls": e.calls, "wait_s": wait_s})
+    except Cancelled as e:
+        return Outcome("cancelled", error={**_err(e.code, e.message), "seen_at": ctx.channel.seen_at})
+    except SoftTimeLimitExceeded:
+        return Outcome("failed", error=_time_limit(rt))
+    except (*TRANSIENT, redis.ResponseError) as e:
+        if not transient(e):  # a Redis error no retry mends: a bug, as below
+            log.error("job %s failed:\n%s", job.id, traceback.format_exc())
+            return Outcome("failed", error=_err("internal", f"{type(e).__name__}: {e}"))
+        delay = backoff.next()
+        if delay is None:
+            return Outcome("failed", error=_err("unavailable", f"gave up after {rt.settings.job_retry_s:g} s of "
+                                                               f"transient errors; last: {e!r}"))
+        log.warning("job %s: transient %r; retrying in %.2f s", job.id, e, delay)
+        return Outcome(RETRY, retry_in_s=delay)
+    except Unverified as e:  # the checker's problems go with it
+        return Outcome("failed", error={**_err(e.code, e.message), "problems": e.problems})
+    except SetflowError as e:
+        return Outcome("failed", error=_err(e.code, e.message))
+    except DecodeError as e:
+        return Outcome("failed", error=_err("bad_input", str(e)))
+    except Exception as e:  # noqa: BLE001 - a bug must fail the job, not loop it
+        log.error("job %s failed:\n%s", job.id, traceback.format_exc())
+        return Outcome("failed", error=_err("internal", f"{type(e).__name__}: {e}"))
 
 
 def _time_limit(rt: Runtime) -> dict[str, Any]:

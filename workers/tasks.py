@@ -35,7 +35,7 @@ def run_job(self: Task, *args: Any, **kwargs: Any) -> str:
         raise Reject(f"worker runtime unavailable: {e!r}", requeue=True) from e
     try:
         job_id = runner.check_payload(args, kwargs)
-        return runner.run(rt, job_id)
+        return runner.run(rt, job_id).what
     except (ValueError, NotFound) as e:
         code = "not_found" if isinstance(e, NotFound) else "bad_input"
         log.error("task %s rejected (%s): %s", self.request.id, code, e)

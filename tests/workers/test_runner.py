@@ -48,7 +48,7 @@ def test_a_narrative_its_checker_refutes_fails_unverified_or_succeeds_flagged(
 
     sid = records.create_session("acme", "").id
     job, _ = jobs.create("narrative", "acme", spec, sid)
-    assert runner.run(rt, job.id) == "failed"
+    assert runner.run(rt, job.id).what == "failed"
     done = jobs.get(job.id)
     assert done.result is None and done.error is not None and done.error["code"] == "unverified"
     assert done.error["problems"] == ["revenue: numbers ['1250'] != ['1240']"]
@@ -56,7 +56,7 @@ def test_a_narrative_its_checker_refutes_fails_unverified_or_succeeds_flagged(
     assert [t.job_step for t in records.turns(sid, "acme")] == [0, 1]  # the first decode and its retry
 
     job, _ = jobs.create("narrative", "acme", {**spec, "allow_unverified": True}, records.create_session("acme", "").id)
-    assert runner.run(rt, job.id) == "succeeded"
+    assert runner.run(rt, job.id).what == "succeeded"
     r = jobs.get(job.id).result
     assert r is not None and r["verified"] is False and r["attempt"] == "ar_retry" and r["problems"]
     assert TurnMetrics(client, s).read()["checked"] == {"narrative": {"unverified": 1, "flagged": 1}}
@@ -80,7 +80,7 @@ def test_a_job_waits_out_a_full_redis_and_its_ended_stream_keeps_its_final_event
         client.config_set("maxmemory", max(1, int(client.info("memory")["used_memory"]) // 2))
         freed = threading.Timer(1.0, client.config_set, ("maxmemory", 0))
         freed.start()
-        assert runner.run(rt, job.id) == "succeeded"
+        assert runner.run(rt, job.id).what == "succeeded"
         freed.join()
         steps = [e for _, e in dispatcher.events.read(job.id, count=100_000) if e["type"] == "step"]
         assert steps, "the retried turn streamed its steps"
@@ -90,3 +90,17 @@ def test_a_job_waits_out_a_full_redis_and_its_ended_stream_keeps_its_final_event
         assert len([e for e in left if e["type"] == "progress"]) <= 1
         sql.dispose()
         client.close()
+
+
+def test_the_backoff_doubles_to_five_seconds_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One helper for both retries (a store call, an attempt): 0.25 s doubling to 5 s; None once
+    the next try would start past the budget, counted from the backoff's making."""
+    now = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
+    backoff = runner.Backoff(20.0)
+    waits = []
+    while (delay := backoff.next()) is not None:
+        waits.append(delay)
+        now[0] += delay
+    assert waits == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0] and now[0] == 117.75  # a next 5 s would end at 122.75
+    assert runner.Backoff(0.0).next() is None
