@@ -42,7 +42,8 @@ from sqlalchemy.exc import OperationalError
 
 from model.params import DecodeError
 from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, RequiresAction, SetflowError, StaleWrite, Unverified
-from runtime.jobs.context import JobContext
+from runtime.jobs.context import JobContext, JobServices
+from runtime.jobs.rows import Claim
 from runtime.jobs.specs import check_spec
 from runtime.jobs.table import JOB_ID
 from runtime.sessions.ceilings import oom
@@ -220,6 +221,8 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float) -> Outcome:
     """Attempts of the claimed job until one comes to an outcome: a transient failure is tried
     again from its last committed step, after Backoff's wait (failed "unavailable" past it)."""
     backoff = Backoff(rt.settings.job_retry_s)
+    services = JobServices(rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events, rt.dispatcher.routing,
+                           rt.profile)
     while True:
         job = _retrying(rt, lambda: rt.jobs.get(job_id))
         if job.cancel_requested:  # asked while this attempt waited to retry
@@ -227,8 +230,7 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float) -> Outcome:
         workflow = WORKFLOWS.get(job.kind)
         if workflow is None:
             return Outcome("failed", error=_err("bad_input", f"unknown job kind {job.kind!r}"))
-        ctx = JobContext(job, owner, rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events,
-                         rt.dispatcher.routing, started, profile=rt.profile)
+        ctx = JobContext(Claim(job, owner), services, started)
         try:
             out = _attempt(rt, ctx, workflow, backoff)
             if out.what != RETRY:

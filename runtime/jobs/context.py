@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -30,35 +31,49 @@ from runtime.jobs.datasets import Datasets
 from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.routing import Routing
-from runtime.jobs.rows import Jobs
+from runtime.jobs.rows import Claim, Jobs
 from runtime.sessions.engine import Engine
 from runtime.sessions.once import once
 from runtime.sessions.records import JobStep
 from runtime.sessions.turn import TurnResult
-from runtime.tables import JobRecord
+
+
+@dataclass(frozen=True)
+class JobServices:
+    """What a worker lends each job it runs: its name (routing's affinity), the engine and the
+    tokenizer of its model (profile: the model's, beside its weights; None: its default), the
+    jobs table, the event streams and the routing."""
+
+    worker: str
+    engine: Engine
+    tokenizer: Tokenizer
+    jobs: Jobs
+    events: JobEvents
+    routing: Routing
+    profile: Profile | None = None
 
 
 class JobContext:
     """Turns (workflows/turn.py) over the job's session: turn, used, report; and the job's
     cancellation, lease and step events around each turn."""
 
-    def __init__(self, job: JobRecord, owner: str, worker: str, engine: Engine, tokenizer: Tokenizer,
-                 jobs: Jobs, events: JobEvents, routing: Routing, started: float | None = None, *,
-                 profile: Profile | None = None) -> None:
-        """started: when this delivery began (time.monotonic(); default now): the time limits
-        count from it, across the delivery's transient retries.  profile: the model's (beside
-        its weights); None: its default."""
+    def __init__(self, claim: Claim, services: JobServices, started: float | None = None) -> None:
+        """claim: the job as this holder claimed it (its owner token writes its steps).  started:
+        when this delivery began (time.monotonic(); default now): the time limits count from it,
+        across the delivery's transient retries."""
+        assert claim.owner is not None, "a context runs a claimed job"
+        job, owner, jobs = claim.job, claim.owner, services.jobs
         self.job = job
         self.owner = owner
-        self.worker = worker
-        self.engine = engine
-        self.tokenizer = tokenizer
-        self.cfg: ModelConfig = engine.model.cfg
-        self.profile = profile if profile is not None else Profile.for_model(self.cfg, tokenizer)
+        self.worker = services.worker
+        self.engine = services.engine
+        self.tokenizer = services.tokenizer
+        self.cfg: ModelConfig = self.engine.model.cfg
+        self.profile = services.profile if services.profile is not None else Profile.for_model(self.cfg, self.tokenizer)
         self.jobs = jobs
-        self.events = events
-        self.routing = routing
-        self.metrics = TurnMetrics(events.r, jobs.s)
+        self.events = services.events
+        self.routing = services.routing
+        self.metrics = TurnMetrics(self.events.r, jobs.s)
         # steps are counted from 0 on every attempt: a step already written (by an earlier
         # attempt) is found by (job, step) and returned as written, so a workflow replays its
         # committed steps without decoding them and resumes at its first uncommitted one
@@ -72,7 +87,8 @@ class JobContext:
         t0 = time.monotonic() if started is None else started
         self.deadline = t0 + jobs.s.task_soft_time_limit_s
         hard = t0 + jobs.s.task_time_limit_s
-        self.channel = JobChannel(events, job.tenant, job.id, beat=lambda: time.monotonic() < hard and jobs.heartbeat(job.id, owner),
+        self.channel = JobChannel(self.events, job.tenant, job.id,
+                                  beat=lambda: time.monotonic() < hard and jobs.heartbeat(job.id, owner),
                                   beat_every_s=jobs.s.job_lease_s / 3)
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from domain import charts, drivers
 from model import shipped
 from runtime.db import make_engine
 from runtime.errors import BadInput
-from runtime.jobs.context import JobContext
+from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.events import JobEvents
 from runtime.jobs.plans import report_parts, section_payload
 from runtime.jobs.routing import Routing
@@ -85,7 +85,7 @@ def test_a_report_rerun_after_its_first_section_replays_it_and_writes_the_same_r
     def ctx_for(job_id: str) -> JobContext:
         claim = jobs.claim(job_id, "w1")
         assert claim.owner is not None, claim.reason
-        return JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+        return JobContext(claim, JobServices("w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s)))
 
     spec = report_spec(6)  # its own first section must not count twice
     sid = records.create_session("acme", "").id

@@ -23,7 +23,7 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.errors import ClaimLost
-from runtime.jobs.context import JobContext
+from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.events import JobEvents
 from runtime.jobs.plans import narrative_input
 from runtime.jobs.routing import Routing
@@ -56,7 +56,7 @@ def test_a_rerun_job_replays_committed_steps_and_writes_each_turn_once(
     def ctx_for(job_id: str) -> JobContext:
         claim = jobs.claim(job_id, "w1")
         assert claim.owner is not None, claim.reason
-        return JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+        return JobContext(claim, JobServices("w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s)))
 
     def workflow(ctx: JobContext) -> list[Any]:
         out = []
@@ -118,7 +118,7 @@ def test_once_is_recorded_in_the_jobs_row_and_replayed_by_its_next_attempt_on_an
     def ctx_for(job_id: str, worker: str) -> JobContext:
         claim = jobs.claim(job_id, worker)
         assert claim.owner is not None, claim.reason
-        return JobContext(claim.job, claim.owner, worker, engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+        return JobContext(claim, JobServices(worker, engine, tok, jobs, JobEvents(client, s), Routing(client, s)))
 
     said = {"tool": "metric", "result": "1240", "ok": True, "at": (1, 2)}
     replayed = {**said, "at": [1, 2]}  # what JSON reads back: the first run gets it too
@@ -161,7 +161,7 @@ def test_a_narrative_job_writes_the_text_a_session_in_this_process_writes(
     job, _ = jobs.create("narrative", "acme", {"payload": payload}, sid)
     claim = jobs.claim(job.id, "w1")
     assert claim.owner is not None, claim.reason
-    ctx = JobContext(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+    ctx = JobContext(claim, JobServices("w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s)))
     try:
         assert ctx.cfg is model.cfg and ctx.used() == 0
         r = narrative.run(ctx, spec)
