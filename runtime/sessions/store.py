@@ -167,7 +167,8 @@ class SessionStore(Leases, Budgets):
                 raise CorruptState(f"{m.session}: the manifest names a missing segment {done.detail}")
             if done.status == Status.SESSION_BUDGET:
                 raise OverBudget(f"{m.session}: {done.detail} bytes > session budget {self.s.session_budget_bytes}")
-            victim = self._evict_lru(m.tenant, exclude={m.session} | evicted | keep)  # TENANT_BUDGET
+            assert done.status == Status.TENANT_BUDGET, done
+            victim = self._evict_lru(m.tenant, exclude={m.session} | evicted | keep)
             if victim is None:
                 streams = max(0, int(self.r.hget(self.k.event_bytes(m.tenant), "*") or 0))
                 raise OverBudget(f"tenant {m.tenant}: {done.detail} bytes > tenant budget {self.s.tenant_budget_bytes} "
