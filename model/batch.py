@@ -77,9 +77,12 @@ class BatchKV:
         dev = pool.k.device
         self.pool = pool
         self.dst = torch.cat([c.index[c.length:c.length + n] for c, n in zip(caches, counts)])  # (N,) into the pool
-        # alone: per sequence its tokens in the packed row, its slots' places in the pool
-        # (C_b + n_b,) and its additive mask (1, 1, n_b, S_b): the one model/decode.py builds for it alone
-        self.seqs: list[tuple[slice, Tensor, Tensor]] = []
+        # alone: per sequence its tokens in the packed row and its additive mask (1, 1, n_b, S_b):
+        # the one model/decode.py builds for it alone; and all their slots' places in the pool,
+        # sequence after sequence (sum S_b,): one gather a layer, split into each one's keys
+        self.seqs: list[tuple[slice, Tensor]] = []
+        self.sizes: list[int] = []
+        slots: list[Tensor] = []
         self.groups: list[_Group] = []
         if dev.type not in ALONE_ON:
             self._group(caches, ids, pos, counts, pending, bos_id, dtype)
@@ -93,8 +96,11 @@ class BatchKV:
             else:  # one document: the cache in full, then the new tokens' step block
                 mask = torch.zeros((1, 1, n, C + n), dtype=dtype, device=dev)
                 mask[0, 0, :, C:] = _step_block(m, n, dtype, dev)
-            self.seqs.append((new, c.index[: C + n], mask))
+            self.seqs.append((new, mask))
+            slots.append(c.index[: C + n])
+            self.sizes.append(C + n)
             o += n
+        self.gather = torch.cat(slots)
 
     def _group(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
                pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
@@ -140,9 +146,11 @@ class BatchKV:
             return out[None]
         qh = q.transpose(1, 2)  # (1, H, N, D)
         out = torch.empty_like(qh)
-        for new, slots, m in self.seqs:  # each one's keys gathered as model/pool.py Slots gathers them
-            keys, values = (f.index_select(0, slots)[None].transpose(1, 2) for f in (fk, fv))  # (1, Hkv, S_b, D)
-            out[:, :, new] = heads(qh[:, :, new], keys, values, m)
+        # every sequence's keys in one gather, each one's (S_b, Hkv, D) then contiguous, as the
+        # gather of model/pool.py Slots makes them for a batch-1 forward: the same values and strides
+        ks, vs = (f.index_select(0, self.gather).split(self.sizes) for f in (fk, fv))
+        for (new, m), keys, values in zip(self.seqs, ks, vs):
+            out[:, :, new] = heads(qh[:, :, new], keys[None].transpose(1, 2), values[None].transpose(1, 2), m)  # (1, Hkv, S_b, D)
         return out.transpose(1, 2).reshape(1, q.shape[1], -1)
 
 
