@@ -4,8 +4,10 @@ Per (preset, history length): time to the first committed set of the next turn w
 is warm in this process, restored from Redis, or recomputed from the SQL ledger; the path the
 engine's cost model chooses and its time; KV bytes per token; the raw pipelined Redis GET
 bandwidth measured in the same run (1 MiB values) and the restore bandwidth as a fraction of it;
-and the store writes' cost against the decode time of a turn (commit overhead).  Medians of
---repeats runs.  Models have random weights: the costs depend on the shapes, not the weights.
+the pool memory the session holds warm (model/pool.py's blocks of 16 tokens, and of 32; the
+static row of the whole context it replaced) against its tokens' bytes; and the store writes'
+cost against the decode time of a turn (commit overhead).  Medians of --repeats runs.  Models
+have random weights: the costs depend on the shapes, not the weights.
 
     python bench/resume.py [--quick] [--repeats N] [--threads N] [--presets qwen3-0.6b,qwen3-1.7b]
                            [--histories 256,1024,2048] [--dtype fp32|bf16] [--device cpu|cuda]
@@ -29,13 +31,16 @@ from typing import Any
 import torch
 
 from model.config import ModelConfig
+from model.decode import begin_turn, commit_pending, decode
 from model.params import DecodeParams
+from model.pool import BLOCK, KVPool, PooledCache
 from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.embedded import connect
 from runtime.sessions import kv
 from runtime.sessions.engine import Engine
 from runtime.sessions.records import Records
+from runtime.sessions.state import replayed
 from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult
 from runtime.settings import Settings
@@ -121,9 +126,32 @@ def model_of(preset: str, dtype: torch.dtype, device: str) -> SetDLM:
 
 
 def pool_row_bytes(cfg: ModelConfig, dtype: torch.dtype) -> int:
-    """What a warm session holds in the worker's KV pool today: a static row of the whole context
-    (model/batch.py KVPool), whatever its length."""
+    """What a warm session held in the worker's KV pool before it was paged: a static row of the
+    whole context, whatever its length."""
     return 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
+
+
+@torch.no_grad()
+def pool_held(engine: Engine, sid: str, block_size: int, device: str) -> tuple[int, int]:
+    """What the session holds warm in a batching worker's paged pool (model/pool.py), and its
+    slots: its segments restored straight into the blocks, the next turn decoded there, then
+    trimmed to its tokens as the engine keeps it warm.  (pool bytes, slots)"""
+    m = engine.store.read(sid)
+    assert m is not None
+    positions, tokens = m.state["ledger"]
+    model = engine.model
+    w = next(model.parameters())
+    pool = KVPool(model.cfg, -(-(m.slots + 64) // block_size), w.dtype, device, block_size)
+    cache = kv.from_segments(engine.store.get_segments(m.segments), engine.fp, positions, tokens, device,
+                             into=pool.take())
+    assert isinstance(cache, PooledCache)
+    state = begin_turn(model, cache, replayed(list(zip(positions, tokens)), None), [10, 11, 12, 13], NEXT)
+    for _ in decode(model, cache, state, NEXT):
+        pass
+    commit_pending(model, cache, state)
+    cache.trim()
+    assert pool.held * pool.block_bytes == cache.nbytes
+    return cache.nbytes, cache.length
 
 
 def measure(preset: str, history: int, repeats: int, settings: Settings, client: Any,
@@ -161,6 +189,12 @@ def measure(preset: str, history: int, repeats: int, settings: Settings, client:
         # the policy picks the cheaper one.  chosen_ms is the policy's own run, which does the
         # same work as the forced run of its path, plus timing noise
         held = nbytes / slots * history
+        paged: dict[str, Any] = {}
+        for size in (BLOCK, 2 * BLOCK):  # the pool's block, and twice it
+            pool_bytes, warm_slots = pool_held(engine, sid, size, device)
+            tag = "" if size == BLOCK else f"_{size}"
+            paged[f"pool_bytes{tag}"] = pool_bytes
+            paged[f"pool_over_held{tag}"] = round(pool_bytes / (nbytes / slots * warm_slots), 3)
         return {"preset": preset, "dtype": str(dtype).removeprefix("torch."), "device": device,
                 "history_tokens": history, "warm_ms": round(med["warm"], 2),
                 "restore_ms": round(med["restore"], 2), "recompute_ms": round(med["recompute"], 2),
@@ -172,10 +206,11 @@ def measure(preset: str, history: int, repeats: int, settings: Settings, client:
                 "restore_mb_s": round(statistics.median(rest) / 1e6, 1),
                 "restore_fraction_of_raw": round(statistics.median(rest) / statistics.median(raw), 3),
                 "recompute_over_restore": round(med["recompute"] / med["restore"], 2),
-                # the worker's pool: a static row of the whole context per warm session, against
-                # the bytes of the tokens it holds (a paged pool would hold about the latter)
+                # the worker's pool: a static row of the whole context per warm session (before
+                # it was paged), and the paged pool's blocks, against the bytes of the tokens held
                 "pool_row_bytes": pool_row_bytes(model.cfg, dtype),
-                "pool_row_over_held": round(pool_row_bytes(model.cfg, dtype) / held, 2)}
+                "pool_row_over_held": round(pool_row_bytes(model.cfg, dtype) / held, 2),
+                **paged}
     finally:
         _drop(engine)
 
@@ -249,7 +284,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             where = settings.redis_url or f"embedded ({server.url if server else '?'})"
             print(f"resume benchmark: Redis {where}; threads {args.threads}; medians of {repeats}", flush=True)
             print(f"{'preset':>10} {'hist':>5} {'warm ms':>8} {'restore':>8} {'recomp':>8} {'chosen':>10} "
-                  f"{'ms':>8} {'KV B/tok':>9} {'raw MB/s':>9} {'rest MB/s':>9} {'frac':>6}", flush=True)
+                  f"{'ms':>8} {'KV B/tok':>9} {'raw MB/s':>9} {'rest MB/s':>9} {'frac':>6} {'row/held':>8} "
+                  f"{'pool/held':>9}", flush=True)
             rows = []
             for preset in presets:
                 histories = (tuple(int(h) for h in args.histories.split(",")) if args.histories
@@ -261,7 +297,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                     rows.append(r)
                     print(f"{preset:>10} {h:>5} {r['warm_ms']:>8} {r['restore_ms']:>8} {r['recompute_ms']:>8} "
                           f"{r['chosen']:>10} {r['chosen_ms']:>8} {r['kv_bytes_per_token']:>9} "
-                          f"{r['raw_get_mb_s']:>9} {r['restore_mb_s']:>9} {r['restore_fraction_of_raw']:>6}",
+                          f"{r['raw_get_mb_s']:>9} {r['restore_mb_s']:>9} {r['restore_fraction_of_raw']:>6} "
+                          f"{r['pool_row_over_held']:>8} {r['pool_over_held']:>9}",
                           flush=True)
             overhead = {} if args.no_overhead else commit_overhead(settings, client, repeats)
             print(f"commit overhead (64-token AR turns, small shape, writes behind vs at the end): {overhead}",
