@@ -259,7 +259,7 @@ def write(shape: str, layout: str, out: Path, *, seed: int = 0, dtype: str = "bf
     tok = tokenizer_file(out) if layout == "composer" else None
     write_s = time.perf_counter() - t
     files = sorted(p for p in out.rglob("*") if p.is_file())
-    return {"shape": shape, "layout": layout, "dtype": dtype, "seed": seed, "src": str(src),
+    return {"shape": shape, "layout": layout, "weights_dtype": dtype, "seed": seed, "src": str(src),
             "tokenizer": str(tok) if tok else None, "files": len(files),
             "bytes": sum(p.stat().st_size for p in files), "write_s": round(write_s, 2)}
 
@@ -330,13 +330,14 @@ def serve(model_dir: Path, model: str, dtypes: list[str], data_dir: Path, *, thr
                 job_s = time.perf_counter() - t
                 if done.status != "succeeded" or done.result is None:
                     raise RuntimeError(f"job {done.id} {done.status}: {done.error}\n{c.log(name)}")
-                turn = done.result["turns"][-1]
+                res, costs = done.result, done.result["costs"]  # workflows/turn.py run(): the turn's costs in s
+                decode_ms = round(1000 * costs.get("decode_s", 0.0), 1)
                 row = {"dtype": dtype, "worker_alive_s": round(alive_s, 1), "worker_ready_s": round(ready_s, 1),
                        "rss_ready_mb": rss_ready, "rss_after_job_mb": group_rss_mb(c.procs[name].pid),
-                       "first_job_ms": round(1000 * job_s, 1), "ran_on": done.result.get("worker"),
-                       "tokens": turn["tokens"], "nfe": turn["nfe"], "decode_ms": turn["decode_ms"],
-                       "load_ms": turn["load_ms"],
-                       "tokens_per_s": round(1000 * turn["tokens"] / turn["decode_ms"], 2) if turn["decode_ms"] else None}
+                       "first_job_ms": round(1000 * job_s, 1), "ran_on": res.get("worker"),
+                       "tokens": len(res["tokens"]), "nfe": res["nfe"], "decode_ms": decode_ms,
+                       "load_ms": round(1000 * costs.get("load_s", 0.0), 1),
+                       "tokens_per_s": round(1000 * len(res["tokens"]) / decode_ms, 2) if decode_ms else None}
                 print(f"  {dtype}: alive {row['worker_alive_s']} s, ready {row['worker_ready_s']} s, "
                       f"RSS {rss_ready} MB; first job {row['first_job_ms']} ms, {row['tokens']} tokens in "
                       f"{row['decode_ms']} ms ({row['tokens_per_s']} tokens/s)", flush=True)
