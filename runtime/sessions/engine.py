@@ -20,7 +20,8 @@ nothing and leaves no warm state behind.
 An infill turn (infill=True: the input holds mask_id at holes) is decoded in place after its
 context; its ledger is in commit order like any other, so every path above rebuilds it.  fork()
 copies a session's first turns into a new session, sharing their K/V segments in Redis when the
-parent's manifest holds them (its first turn restores; else it recomputes from SQL); delete()
+parent's manifest holds them (its first turn restores; else it recomputes from SQL), and their
+pool blocks when the parent is warm here (its first turn is warm: copy on write); delete()
 removes a session from Redis and SQL (runtime/sessions/lifecycle.py, which the API runs too).
 
 The decoding itself is TurnDecode's (runtime/sessions/decoding.py, shared with the in-process
@@ -48,7 +49,7 @@ from model.pool import KVPool, PooledCache
 from model.transformer import SetDLM
 from runtime.errors import BadInput, Busy, CorruptState
 from runtime.keys import model_name
-from runtime.sessions import kv
+from runtime.sessions import kv, warmfork
 from runtime.sessions.batcher import Batcher
 from runtime.sessions.decoding import Stepper, TurnDecode, infill_holes
 from runtime.sessions.lifecycle import delete_session, fork_session
@@ -127,8 +128,17 @@ class Engine:
 
     def fork(self, session: str, tenant: str, turn: int, new_id: str | None = None) -> str:
         """A new session whose turns are copies of `session`'s turns 0..turn, sharing their K/V
-        segments in Redis when the parent's manifest holds them (lifecycle.fork_session)."""
-        return fork_session(self.store, self.records, session, tenant, turn, new_id).id
+        segments in Redis when the parent's manifest holds them (lifecycle.fork_session), and
+        their pool blocks when the parent is warm here (runtime/sessions/warmfork.py)."""
+        child = fork_session(self.store, self.records, session, tenant, turn, new_id)
+        if self.pool is not None:
+            rows, rec = self.records.turns(child.id, tenant), self.records.get_session(child.id, tenant)
+            with self._rows:  # a warm session is idle: its cache is nobody's
+                w = self.warm.get(session)
+                got = warmfork.shared(w.cache, rows) if w is not None else None
+            if got is not None:
+                self._keep_warm(child.id, _Warm(*got, len(rows), (rec.tenant, str(rec.created_at))))
+        return child.id
 
     def delete(self, session: str, tenant: str) -> None:
         """Delete a session everywhere (lifecycle.delete_session: Redis, then SQL, under its

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import torch
 from sqlalchemy import Engine as SqlEngine
 
 from domain.draws import make_payload
@@ -241,6 +242,36 @@ def test_a_full_pool_evicts_an_idle_warm_session_and_a_turn_waits_for_a_running_
     ends.append("waiting")
     t.join(60)
     assert done[1] == alone[1] and ends == ["slow", "waiting"]
+
+
+def test_a_fork_of_a_warm_session_is_warm_and_shares_its_blocks(make_engine: Callable[..., Engine],
+                                                                  loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """Forked at its first turn, a warm session's child holds that turn's blocks with it (copy
+    on write): the child's next turn runs warm, writes what the parent wrote after the same
+    turn, copies the shared last block before writing it, and leaves the parent's slots as
+    they were; its Redis state restores elsewhere to the same next turn."""
+    tok = loaded[1]
+    first, second, params = _turns(tok, 1)
+    e = make_engine(rows=2)
+    sid = e.open("acme")
+    e.run_turn(sid, "acme", first, params)
+    n = e.warm[sid].cache.length  # the slots of turn 0
+    parent_next = e.run_turn(sid, "acme", second, params).tokens
+    parent = e.warm[sid].cache
+    assert isinstance(parent, PooledCache) and e.pool is not None
+    kept = parent.k[:, : parent.length].clone()
+    child = e.fork(sid, "acme", 0)
+    twin = e.warm[child].cache
+    assert isinstance(twin, PooledCache) and twin.length == n and twin.table == parent.table[: len(twin.table)]
+    assert all(e.pool.ref[b] == 2 for b in twin.table), "the child's blocks are the parent's"
+    r = e.run_turn(child, "acme", second, params)
+    assert r.path == "warm" and r.tokens == parent_next
+    assert torch.equal(parent.k[:, : parent.length], kept), "the parent's slots are untouched"
+    assert n % BLOCK == 0 or twin.table[n // BLOCK] != parent.table[n // BLOCK], "the shared last block was copied"
+    fresh = make_engine()
+    third = tok.encode(FOLLOW_UP)
+    assert fresh.run_turn(child, "acme", third, params, prefer="restore").tokens == \
+        e.run_turn(sid, "acme", third, params).tokens, "the child's Redis state is the parent's after the same turns"
 
 
 def test_an_empty_turn_and_a_failed_batched_forward_disturb_no_other(
