@@ -3,8 +3,9 @@
 SET NX PX with a random token takes it; renew and release go through scripts that check that
 token, so a holder whose lease expired (and was perhaps taken over) changes nothing.  A second
 holder waits up to lease_wait_ms, then gets Busy.  The token is also the fence of every write:
-the manifest's commit script checks it (store.py).  `with store.lease(session) as held:` takes
-it, held.keep() renews it as time passes, and the exit gives it back.
+the manifest's commit script checks it (scripts.py, run by store.py).
+`with store.lease(session) as held:` takes it, held.keep() renews it as time passes, and the
+exit gives it back.
 
 Knows nothing of manifests or segments; SessionStore (store.py) is a Leases.
 """
