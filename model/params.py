@@ -20,6 +20,11 @@ POLICIES: tuple[str, ...] = get_args(Policy)
 #: a token id as a request may give it: coarse (Qwen3 has 151936 ids); the model's own
 #: vocabulary is checked where it is known (runtime/jobs/plans.check_ids, the worker)
 TokenId = Annotated[int, Ge(0), Lt(2**24)]
+#: the bounds a request may ask for, named where another request shape (the Responses API's
+#: setflow extension) takes the same fields
+Window = Annotated[int, Ge(1), Le(256)]
+Tau = Annotated[float, Ge(0.0), Le(1.0)]
+Seed = Annotated[int, Ge(0), Lt(2**63)]
 #: the metadata of a field a request cannot set (not in ParamsSpec): a Python object, or a
 #: switch only the benchmarks turn
 INTERNAL = {"api": False}
@@ -57,12 +62,12 @@ class DecodeParams:
     #: only advances when its fixed block is done (a block-diffusion-style schedule on this same
     #: set-causal model, not BD3LM's in-block attention); "ar": W = 1, tau off
     policy: Policy = "set"
-    window: Annotated[int, Ge(1), Le(256)] = 4  #: W: positions considered per step
+    window: Window = 4  #: W: positions considered per step
     #: confidence threshold; None = off (exactly one token per step)
-    tau: Annotated[float, Ge(0.0), Le(1.0)] | None = 0.9
+    tau: Tau | None = 0.9
     max_new_tokens: Annotated[int, Ge(0), Le(4096)] = 64
     temperature: Annotated[float, Ge(0.0), Le(10.0)] = 0.0  #: 0 = greedy
-    seed: Annotated[int, Ge(0), Lt(2**63)] = 0  #: seeds the session RNG when temperature > 0
+    seed: Seed = 0  #: seeds the session RNG when temperature > 0
     #: stop token sequences
     stop: Annotated[list[Annotated[list[TokenId], MinLen(1), MaxLen(32)]], MaxLen(16)] = field(default_factory=list)
     ignore_eos: bool = False  #: True: EOS does not stop (decode exactly max_new_tokens; benchmarks)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from model.params import Policy, Seed, Tau, Window
 from runtime.errors import BadInput
 from runtime.jobs.specs import FunctionTool
 from runtime.tables import JobRecord
@@ -113,11 +114,12 @@ class Extension(BaseModel):
     """setflow's decoding parameters (`extra_body={"setflow": {...}}`); what is left out takes the
     response's defaults (prefix, W 4, tau 0.9 for the agent; the same for text)."""
 
-    model_config = ConfigDict(extra="forbid")
-    policy: Literal["set", "prefix", "block", "ar"] | None = None
-    window: int | None = Field(default=None, ge=1, le=256)
-    tau: float | None = Field(default=None, ge=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    # strict as ParamsSpec is: "window": "4" is refused, not read as 4; the bounds are DecodeParams'
+    model_config = ConfigDict(extra="forbid", strict=True)
+    policy: Policy | None = None
+    window: Window | None = None
+    tau: Tau | None = None
+    seed: Seed | None = None
     max_calls: int | None = Field(default=None, ge=0, le=8)
     ignore_eos: bool | None = None  # decode to max_output_tokens whatever the model ends with
     allow_unverified: bool = False

@@ -11,9 +11,9 @@ from runtime.errors import CorruptState
 
 
 def params_json(p: DecodeParams) -> dict[str, Any]:
-    """A turn's parameters as its SQL row and the manifest keep them."""
-    return {"policy": p.policy, "window": p.window, "tau": p.tau, "max_new_tokens": p.max_new_tokens,
-            "temperature": p.temperature, "seed": p.seed}
+    """A turn's parameters as its SQL row and the manifest keep them: every field a request can
+    give (DecodeParams.to_dict: the guide, a Python object, is not)."""
+    return p.to_dict()
 
 
 def turn_state(decode: DecodeState, params: dict[str, Any], positions: list[int], tokens: list[int],

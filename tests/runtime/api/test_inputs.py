@@ -194,3 +194,15 @@ def test_a_nan_number_is_refused(api: Api) -> None:
     text = json.dumps({"kind": "narrative", "spec": {"payload": _with(metric={"value": "@"})}}).replace('"@"', "NaN")
     body = _refused(api, "POST", "/v1/jobs", content=text, headers={"Content-Type": "application/json"})
     assert "a number is finite, got nan" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("setflow", [{"window": "4"}, {"tau": "0.9"}, {"seed": 1.0}, {"ignore_eos": 1},
+                                     {"policy": "fast"}, {"window": 0}])
+def test_the_responses_extension_takes_numbers_as_numbers(api: Api, setflow: dict[str, Any]) -> None:
+    """The Responses API's setflow parameters are as strict as a job's (ParamsSpec): a string
+    is not read as a number, nor 1 as true."""
+    before = api.snapshot()
+    r = api.http.post("/v1/responses", json={"model": "setflow", "input": "Hello.", "setflow": setflow}, headers=ACME)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+    assert api.snapshot() == before
+
