@@ -64,7 +64,7 @@ BAD: list[tuple[str, dict[str, Any], int, str]] = [
      422, "header"),
     ("a short CSV row", {"content": "metric,region,period,value\na,b,c\n", "headers": {"Content-Type": "text/csv"}},
      422, "3 fields"),
-    ("bytes that are not UTF-8", {"content": b"\xff\xfe", "headers": {"Content-Type": "text/csv"}}, 422, "not text/csv"),
+    ("bytes that are not UTF-8", {"content": b"\xff\xfe", "headers": {"Content-Type": "text/csv"}}, 415, "UTF-8"),
     ("broken JSON", {"content": b"{", "headers": {"Content-Type": "application/json"}}, 422, "not application/json"),
     ("another media type", {"content": b"x", "headers": {"Content-Type": "text/plain"}}, 415, "text/csv"),
 ]

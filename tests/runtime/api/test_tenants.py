@@ -259,7 +259,7 @@ def test_the_frameworks_own_refusals_have_the_error_shape(world: World) -> None:
     assert "GET" in r.headers["allow"]
     r = api.http.post(f"/v1/sessions/{world.session}/turns", headers={**ACME, "Content-Type": "application/json"},
                       content=b"\x80")  # not UTF-8: not even text
-    error(r, 422, "bad_input")
+    error(r, 415, "unsupported_media_type")
     assert api.snapshot(rate_limits=True) == before
 
 
