@@ -26,27 +26,18 @@ from dataclasses import dataclass
 
 from domain import draws, grammar
 from domain.payload import METRIC, METRICS, PERIODS, REGIONS
-from domain.tools import ARG_RE, NUMBER, Store, calc, format_number, metric_name, no_row, run_call
+from domain.tools import ARG_RE, NUMBER, Dataset, Store, calc, error_result, format_number, held_names, metric_name, no_row, run_call
 
 # isort: split
-# Moved to domain/tools.py and domain/guide.py (issue 33), still read here by importers that other
-# work owns for now: workflows/agent.py, runtime/jobs/specs.py, model/corpus/mixture.py and
-# tests/model/test_batch.py.  Import each from its home; this block goes once they do (the names
-# this module uses itself then join the import above).
+# Moved to domain/tools.py and domain/guide.py (issue 33), still read here by
+# tests/model/test_batch_shipped.py, which other work holds now: import each from its home; this
+# block goes once it does.
 from domain.guide import CallNames as CallNames
 from domain.tools import CALL as CALL
 from domain.tools import END_CALL as END_CALL
 from domain.tools import END_RESULT as END_RESULT
-from domain.tools import MAX_REASON as MAX_REASON
 from domain.tools import RESULT as RESULT
-from domain.tools import RESULT_RE as RESULT_RE
-from domain.tools import SAMPLE_NAMES as SAMPLE_NAMES
-from domain.tools import Dataset as Dataset
-from domain.tools import ToolError as ToolError
 from domain.tools import call_text as call_text
-from domain.tools import error_result as error_result
-from domain.tools import held_names as held_names
-from domain.tools import parse_call as parse_call
 
 # ---- generation ---------------------------------------------------------------------------
 

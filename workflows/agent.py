@@ -27,6 +27,8 @@ from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
 from domain.answers import answer_of, slot_problems, verify
 from domain.facts import Slots
+from domain.guide import CallNames
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, ToolError, error_result, held_names, parse_call
 from model.params import DecodeError, DecodeParams
 from model.profiles import Profile
 from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
@@ -95,7 +97,7 @@ class _Agent:
     end_call: list[int]  # `</call>`: one id in setflow's vocabularies, a multi-token stop sequence in another's
     held: list[str] | None  # facts as slots (setflow's models): the question's names its source holds
     facts: AgentFacts | None  # the slot table: those names, then each result
-    names: corpus.CallNames | None  # what guided calls copy: the question's names, the sample dataset's
+    names: CallNames | None  # what guided calls copy: the question's names, the sample dataset's
     doc: list[int] = field(default_factory=list)  # the document before the segment being decoded: every input, every segment
     pieces: list[str] = field(default_factory=list)  # the assistant's side: segments and results
     calls: list[dict[str, Any]] = field(default_factory=list)
@@ -104,7 +106,7 @@ class _Agent:
 
     @classmethod
     def of(cls, turns: Turns, spec: AgentSpec, parked: Parked | None) -> _Agent:
-        end_call = Profile.markup(turns.tokenizer, corpus.END_CALL)
+        end_call = Profile.markup(turns.tokenizer, END_CALL)
         seg = with_stops(turns, decode_params(spec.params), end_call)
         # facts as slots (setflow's models): the question's names its source holds, then each result
         held = (parked.names if parked is not None else _names(turns, spec)) if turns.profile.facts == "slots" else None
@@ -113,7 +115,7 @@ class _Agent:
         # the calls' arguments copied from the question, the sample dataset and the results so far
         names = None
         if spec.guided:
-            names = corpus.CallNames(question) if spec.dataset else corpus.CallNames.sample(question)
+            names = CallNames(question) if spec.dataset else CallNames.sample(question)
         return cls(turns, spec, seg, end_call, held, facts, names)
 
     @property
@@ -147,7 +149,7 @@ class _Agent:
         """`call` made: its result, as the model reads it, is the next turn's input."""
         self.calls.append(call)
         self.read_results.append(self.facts.result(call["result"]) if self.facts is not None else call["result"])
-        text_in = f"{corpus.RESULT}{self.read_results[-1]}{corpus.END_RESULT}\n"
+        text_in = f"{RESULT}{self.read_results[-1]}{END_RESULT}\n"
         self.pieces.append(text_in)
         self.turns.report(calls=len(self.calls))
         return self.turns.tokenizer.encode(text_in), text_in
@@ -157,7 +159,7 @@ class _Agent:
         (the answer's, or one cut at its token limit).  NoAnswer at the call limit, or with the
         session full after a call; RequiresAction (its state a Parked) at a call its client runs."""
         turns, spec, tok = self.turns, self.spec, self.turns.tokenizer
-        data = corpus.Dataset(spec.dataset_seed)
+        data = Dataset(spec.dataset_seed)
         while True:
             # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
             #    guided to copy the question's names and the numbers of the results so far
@@ -184,7 +186,7 @@ class _Agent:
             # 2) run the call (here, or its client does: the job waits for the output); its result
             #    is the next turn's input
             try:
-                call = _run_call(turns, spec, self.written(text.rsplit(corpus.CALL, 1)[-1].removesuffix(corpus.END_CALL)),
+                call = _run_call(turns, spec, self.written(text.rsplit(CALL, 1)[-1].removesuffix(END_CALL)),
                                  f"call_{len(self.calls) + 1}", data, fits, offered)
             except RequiresAction as e:  # what a later job needs to go on from here
                 e.state = asdict(Parked(self.held, self.calls, self.doc, self.pieces, e.calls[0]))
@@ -233,12 +235,12 @@ def _names(turns: Turns, spec: AgentSpec) -> list[str]:
     if "metric" in spec.client_tools:
         return source_names(spec.question, spec.names)
     if spec.dataset is None:
-        return source_names(spec.question, (n for f in corpus.SAMPLE_NAMES for n in f))
+        return source_names(spec.question, (n for f in SAMPLE_NAMES for n in f))
     dataset = spec.dataset
 
     def held() -> list[str]:  # the tenant's table as the job first reads it
         table = tools.Table.of(dataset, turns.dataset(dataset))
-        return source_names(spec.question, (n for f in corpus.held_names(table.values) for n in f))
+        return source_names(spec.question, (n for f in held_names(table.values) for n in f))
 
     names: list[str] = turns.once("names", held)
     return names
@@ -248,26 +250,26 @@ def _no_answer(problems: list[str]) -> NoAnswer:
     return NoAnswer(f"the agent ended without an answer: {'; '.join(problems)}", problems)
 
 
-def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: corpus.Dataset,
+def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: Dataset,
               fits: Fits | None = None, offered: Collection[str] | None = None) -> dict[str, Any]:
     """One call's record ({"id", "call", "tool", "result", "ok", "by"}): run here, or its
     client's output (RequiresAction while there is none).  A call that does not parse, does
     not fit its client's schema, or names a tool not offered, is answered here (its error)."""
     if offered is not None:
         try:
-            name = corpus.parse_call(text)[0]
-        except corpus.ToolError:
+            name = parse_call(text)[0]
+        except ToolError:
             name = None  # its error comes back below, as any such call's
         if name is not None and name not in offered:
             return {"id": call_id, "call": text.strip(), "tool": name, "ok": False, "by": "server",
-                    "result": corpus.error_result(f"no tool {name!r} here; the tools are {sorted(offered)}")}
+                    "result": error_result(f"no tool {name!r} here; the tools are {sorted(offered)}")}
     if spec.client_tools:
         asked = tools.client_call(text, call_id)
         if isinstance(asked, dict) and asked["tool"] in spec.client_tools:
             why = fits(asked) if fits is not None else None
             if why is not None:
                 return {"id": call_id, "call": asked["call"], "tool": asked["tool"],
-                        "result": corpus.error_result(why), "ok": False, "by": "server"}
+                        "result": error_result(why), "ok": False, "by": "server"}
             output = turns.tool_output(call_id)
             if output is None:
                 raise RequiresAction([asked])

@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 
 from domain import agent, narrative, report
 from domain.agent_facts import in_slots
+from domain.draws import make_payload, wild_payload
 from domain.facts import Slots
 from domain.markup import N_SLOTS, SLOT_TOKENS
 from domain.report import infill_tokens
+from domain.tools import SAMPLE_NAMES, held_names
 from model.tokenizer import Tokenizer
 from model.train import CONTEXT, GIVEN, TARGET, Example
 
@@ -33,7 +35,7 @@ TOKENIZER_SEED = 12345
 # what trains the `small` preset in about an hour on 2 cores: TrainConfig keywords
 RECIPE = dict(steps=8600, batch_size=8, seq_len=384, lr=4e-3, warmup=100, log_every=20, ckpt_every=200)
 # The fine-tune that widens a trained model to the API's whole grammar (`setflow train --init
-# DIR`): WILD of the narratives and sections are drawn from narrative.wild_payload (any names,
+# DIR`): WILD of the narratives and sections are drawn from wild_payload (any names,
 # periods, custom metrics, numbers of 1-9 digits with up to 3 decimals) and of the agent
 # questions from agent.wild_task, the rest as before, so that what the model knew stays in its
 # data; longer sequences (wild payloads are longer), a lower peak learning rate.  The shipped
@@ -72,7 +74,7 @@ def _table(rng: random.Random, facts: int) -> Slots:
 
 
 def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
-    p = narrative.wild_payload(rng) if _wild(rng, wild) else narrative.make_payload(rng)
+    p = wild_payload(rng) if _wild(rng, wild) else make_payload(rng)
     r = p.render(_table(rng, len(p.render().slots.texts)))
     prompt = [tok.bos_id, *_ids(tok, narrative.prompt_of(r))]
     target = [*_ids(tok, narrative.write(rng, narrative.narrative_form(r))), tok.eos_id]
@@ -94,10 +96,10 @@ def agent_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, slip: f
         task, store, pieces = agent.wild_example(rng)
         if _wild(rng, slip):
             pieces = agent.slipped(task, store, rng)
-        held: list[str] = [n for names in agent.held_names(store.values) for n in names]
+        held: list[str] = [n for names in held_names(store.values) for n in names]
     else:
         task, _, pieces = agent.example(rng)
-        held = [n for names in agent.SAMPLE_NAMES for n in names]
+        held = [n for names in SAMPLE_NAMES for n in names]
     if rng.random() < NAMES_AS_TEXT:
         held = []
     facts, pieces = in_slots(task, pieces, held, _table(rng, AGENT_FACTS).first)
@@ -119,7 +121,7 @@ def section_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Ex
 
 
 def infill_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
-    p = narrative.wild_payload(rng) if _wild(rng, wild) else narrative.make_payload(rng)
+    p = wild_payload(rng) if _wild(rng, wild) else make_payload(rng)
     p.breakdown = None
     ids, hole = infill_tokens(tok, report.template(p, _table(rng, len(p.render().slots.texts))))
     return ids, [TARGET if h else CONTEXT for h in hole]

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from domain.narrative import clean_name, number_text
+from domain.grammar import clean_name, number_text
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.jobs.payload import name_text

@@ -19,6 +19,7 @@ from dataclasses import replace
 from domain import agent as agent_corpus
 from domain import narrative as corpus
 from domain.facts import Slots
+from domain.payload import Payload, Rendered
 from domain.report import HOLE, Section, Template, infill_tokens, template
 from model.config import ModelConfig
 from model.profiles import Profile
@@ -30,12 +31,12 @@ from runtime.jobs.specs import InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
 assert HOLE == HOLE_MARK
 
 
-def section_payload(data: corpus.Payload, keys: list[str]) -> corpus.Payload:
+def section_payload(data: Payload, keys: list[str]) -> Payload:
     """The data one section is written from: its metrics (in outline order), and the breakdown
     when it breaks one of them down (as in training, where a section has at most two metrics)."""
     by_key = {m.key: m for m in data.metrics}
     b = data.breakdown if data.breakdown is not None and data.breakdown.metric in keys else None
-    return corpus.Payload(data.tenant, data.period, data.style, [by_key[k] for k in keys], b)
+    return Payload(data.tenant, data.period, data.style, [by_key[k] for k in keys], b)
 
 
 DEFAULT = Profile()  # setflow's own models' profile: BOS, then the prompt as it is; no extra stops
@@ -61,8 +62,8 @@ def written_out(profile: Profile, slots: Slots, written: str) -> str:
     return slots.lexicalise(written) if profile.facts == "slots" else written
 
 
-def section_input(tok: Tokenizer, title: str, payload: corpus.Payload, profile: Profile = DEFAULT
-                  ) -> tuple[list[int], str, corpus.Rendered]:
+def section_input(tok: Tokenizer, title: str, payload: Payload, profile: Profile = DEFAULT
+                  ) -> tuple[list[int], str, Rendered]:
     """The profile's `report` format around <section>title / payload</section>, then "## title\\n"
     (setflow's models: [BOS] <section>[F1] ... </section> ## [F1]\\n): ids, the text as the
     model reads it, and the section's facts (Section.render: the title is the first)."""
@@ -82,14 +83,14 @@ def longest(tok: Tokenizer, form: corpus.Form, profile: Profile, slots: Slots) -
     return sum(max(len(tok.encode(readable(profile, slots, a))) for a in alts) for alts in form) + 1 + LONGEST_SLACK
 
 
-def section_tokens(tok: Tokenizer, facts: corpus.Rendered, cap: int, profile: Profile = DEFAULT) -> int:
+def section_tokens(tok: Tokenizer, facts: Rendered, cap: int, profile: Profile = DEFAULT) -> int:
     """What a section may decode: the report's max_new_tokens, or less where its longest body is
     shorter (a report of six sections, one of them with 12 breakdown rows, then fits the context)."""
     return min(cap, longest(tok, corpus.narrative_form(facts), profile, facts.slots))
 
 
-def narrative_input(tok: Tokenizer, payload: corpus.Payload, profile: Profile = DEFAULT
-                    ) -> tuple[list[int], str, corpus.Rendered]:
+def narrative_input(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT
+                    ) -> tuple[list[int], str, Rendered]:
     """A narrative's prompt: the profile's `narrative` format around the payload (ids, the text
     as the model reads it, the payload's facts)."""
     r = payload.render(facts_table(profile))
@@ -108,7 +109,7 @@ def turn_input(profile: Profile, tok: Tokenizer, text: str) -> list[int]:
     return profile.render("turn", text, tok, bos=False) if text else []
 
 
-def report_template(tok: Tokenizer, data: corpus.Payload, mask_id: int, profile: Profile = DEFAULT
+def report_template(tok: Tokenizer, data: Payload, mask_id: int, profile: Profile = DEFAULT
                     ) -> tuple[list[int], list[int], str, Slots]:
     """The key figures: (the template's ids with mask_id at the holes, the same filled with the
     answers the data fixes, its text with <hole> markers, its facts)."""

@@ -11,10 +11,10 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from domain import agent as agent_corpus  # plain Python: the tools' result grammar, no torch
-from domain import narrative as corpus  # plain Python: the payload's vocabulary, no torch
 from domain.facts import SLOT  # plain Python: a fact slot's text, no torch
+from domain.grammar import clean_name
 from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token
+from domain.tools import MAX_REASON, RESULT_RE
 from model.params import TokenId  # plain data, no torch
 from runtime.errors import BadInput
 from runtime.jobs.params import ParamsSpec, Tuned, tuned
@@ -130,13 +130,13 @@ class AgentSpec(Tuned):
     #: enter the model as slots, as a dataset's do (a question's other names stay text, copied)
     names: list[Name] = Field(default_factory=list, max_length=256)
 
-    # the names in a question as a dataset's rows hold them (corpus.clean_name): NFC, no spaces
+    # the names in a question as a dataset's rows hold them (clean_name): NFC, no spaces
     # (U+0020) at its ends, a run of them one; in any script.  The model reads it as text: no
     # control token (_plain; markup is refused by the pattern's <>), no fact slot's text either
     @field_validator("question")
     @classmethod
     def _question(cls, v: str) -> str:
-        v = corpus.clean_name(_plain(v))
+        v = clean_name(_plain(v))
         if not v:
             raise ValueError("a question has more than spaces")
         slot = SLOT.search(v)
@@ -214,7 +214,7 @@ class FunctionTool(BaseModel):
     def problem(self, args: dict[str, str]) -> str | None:
         """Why arguments (under its names) do not fit its schema; None: they do."""
         errors = sorted(jsonschema.Draft202012Validator(self.parameters or {}).iter_errors(args), key=str)
-        return None if not errors else f"{self.name}: {errors[0].message}"[:agent_corpus.MAX_REASON]
+        return None if not errors else f"{self.name}: {errors[0].message}"[:MAX_REASON]
 
 
 class ResponseSpec(Tuned):
@@ -369,7 +369,7 @@ class ToolOutput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     call_id: str = Field(pattern=r"^call_[0-9]{1,3}$")
-    output: str = Field(min_length=1, max_length=207, pattern=f"^(?:{agent_corpus.RESULT_RE})$")
+    output: str = Field(min_length=1, max_length=207, pattern=f"^(?:{RESULT_RE})$")
 
     _plain_output = field_validator("output")(classmethod(lambda cls, v: _plain(v)))
 

@@ -29,7 +29,8 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from domain import narrative as corpus  # plain Python: the built-in metrics, no torch
+from domain.grammar import MAX_METRICS
+from domain.payload import METRIC
 from runtime.errors import BadInput
 from runtime.jobs.datasets import NAME
 from runtime.jobs.payload import Name
@@ -151,14 +152,14 @@ def payload(rows: Rows, source: DataSource, tenant: str) -> dict[str, Any]:
     for m in dict.fromkeys(r[0] for r in rows):
         if (m, now) not in value or (m, then) not in value:
             continue
-        if m not in corpus.METRIC and m not in source.units:
+        if m not in METRIC and m not in source.units:
             raise BadInput(f"metric {m!r} is not built in: give its unit in `units`")
-        named = {"key": m} if m in corpus.METRIC else {"name": m, "unit": source.units[m]}
+        named = {"key": m} if m in METRIC else {"name": m, "unit": source.units[m]}
         metrics.append({**named, "value": value[(m, now)], "prev": value[(m, then)]})
     if not metrics:
         raise BadInput(f"no metric has a value in both {then} and {now}")
-    if len(metrics) > corpus.MAX_METRICS:
-        raise BadInput(f"{len(metrics)} metrics have values in {then} and {now}; a payload has at most {corpus.MAX_METRICS}")
+    if len(metrics) > MAX_METRICS:
+        raise BadInput(f"{len(metrics)} metrics have values in {then} and {now}; a payload has at most {MAX_METRICS}")
     return {"tenant": tenant, "period": now, "style": source.style, "metrics": metrics}
 
 

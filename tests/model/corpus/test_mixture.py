@@ -5,7 +5,6 @@ from itertools import islice
 
 import pytest
 
-from domain import narrative
 from domain.facts import SLOT, slots_in
 from domain.markup import SLOT_TOKENS
 from domain.tools import CALL, END_RESULT, RESULT
@@ -90,8 +89,8 @@ def test_a_fine_tune_draws_its_own_share_of_wild_payloads(tok: Tokenizer, monkey
     one from the corpus's lists, as the base recipe draws them."""
     drawn: list[str] = []
     for name in ("wild_payload", "make_payload"):
-        real = getattr(narrative, name)
-        monkeypatch.setattr(narrative, name, lambda rng, _real=real, _name=name: drawn.append(_name) or _real(rng))
+        real = getattr(mixture, name)
+        monkeypatch.setattr(mixture, name, lambda rng, _real=real, _name=name: drawn.append(_name) or _real(rng))
 
     def batch(wild: float) -> list[list[int]]:
         drawn.clear()
