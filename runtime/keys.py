@@ -2,7 +2,7 @@
 
 A session's keys carry its id as a Redis Cluster hash tag (`{S}`), and so do the segments it
 writes (a segment id is "S/random": its writer's id, then its own), so that every script of
-runtime/sessions/store.py touches one slot: the manifest, the lease, the pending record and the
+runtime/sessions/scripts.py touches one slot: the manifest, the lease, the pending record and the
 segments and counts of one session.  What spans sessions (a tenant's LRU order and byte
 accounts, the indexes the sweep visits) is written by single-key commands beside the scripts.
 On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix and `{tenant}`,

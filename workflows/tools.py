@@ -43,7 +43,7 @@ class MetricArgs(BaseModel):
 
 
 class Source(Protocol):
-    """What the metric tool reads: the sample dataset (domain.agent.Dataset) or a Table."""
+    """What the metric tool reads: the sample dataset (domain.tools.Dataset) or a Table."""
 
     def lookup(self, key: str, region: str, period: str) -> str: ...
 

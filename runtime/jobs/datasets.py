@@ -7,7 +7,7 @@ The model asks in its own words: a call is `metric("<metric>", "<region>", "<per
 names copied from the question.  A name is any text in any script, as a payload's
 (runtime/jobs/specs.py name_text), but of at most MAX_KEY characters and with no quote, < or >
 (a call's argument cannot hold a quote, nor a question < or >).  Names are kept as the runtime
-compares them (domain/narrative.py clean_name: NFC, no spaces at the ends, none doubled), as an
+compares them (domain/grammar.py clean_name: NFC, no spaces at the ends, none doubled), as an
 agent's question is.  A value is a JSON number or a string of one, as a payload's (number_text:
 negative allowed, 15 significant digits, 6 decimals), kept as the tools write it (the model
 reads it as it read their results in training).

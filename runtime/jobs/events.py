@@ -11,7 +11,7 @@ Every entry has one field, `data`, a JSON object with a `type`:
 The stream is trimmed to Settings.events_maxlen entries and expires events_ttl_s after its last
 event.  A worker sends step events in batches, every FLUSH_S (runtime/jobs/channel.py).
 
-A tenant's streams are in its byte account (what the budget of runtime/sessions/store.py checks):
+A tenant's streams are in its byte account (what runtime/sessions/budget.py checks):
 after each write the stream's size (MEMORY USAGE: what it holds after trimming, not the sum of
 what was written) is set in the tenant's hash `{p}:evbytes:{tenant}` (a field per job, and `*`
 their sum, moved by one script), and the stream is put in `{p}:events_due` at its expiry.
@@ -34,7 +34,7 @@ progress; its step events go, by XDEL, which keeps the other entries' ids (a cli
 Last-Event-ID still finds its place) and allocates nothing (it works at maxmemory too).  The
 wait lets a watcher a little behind read every step first.  EXCEPT a response's stream (kind
 "response"): GET /v1/responses/{id}?stream=true&starting_after=N replays it from its start
-through runtime/api/responses.Translator, numbering the events it derives as it goes, so a
+through runtime/api/response_stream.Translator, numbering the events it derives as it goes, so a
 compacted stream would renumber them; it is kept whole, bounded by the quota and its TTL.
 A deleted session's jobs' streams go in bounded batches (drop(): DROP_BATCH keys per DEL, one
 script call per DROP_BATCH jobs).

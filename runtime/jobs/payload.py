@@ -1,5 +1,5 @@
 """The dashboard payload (what a narrative or a report section is written from) and the names
-and numbers it is written in, as a client sends them: the API's grammar (domain/narrative.py).
+and numbers it is written in, as a client sends them: the API's grammar (domain/grammar.py).
 No torch: the API process imports this."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from domain.grammar import MAX_DECIMALS, MAX_DIGITS, MAX_METRICS, MAX_NAME, MAX_
 from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS  # plain Python: text that encodes to a control token
 from domain.payload import METRIC, Breakdown, Metric, Payload
 
-# ---- names and numbers: the API's grammar (domain/narrative.py), as a client sends them ----------
+# ---- names and numbers: the API's grammar (domain/grammar.py), as a client sends them ----------
 
 def name_text(v: str) -> str:
     """A name as the runtime passes it on: NFC, no spaces at its ends, none doubled

@@ -4,7 +4,7 @@ one row per tenant (tenant_usage) by the transaction that changes them: a sessio
 past a ceiling raises OverBudget before its transaction commits, so a refused one writes
 nothing, and concurrent ones cannot pass the ceiling together: the count moves by a
 conditional UPDATE of the tenant's row, which PostgreSQL and SQLite apply one at a time.  Knows
-nothing of Redis (the KV budgets are runtime/sessions/store.py's)."""
+nothing of Redis (the KV budgets are runtime/sessions/budget.py's)."""
 
 from __future__ import annotations
 
