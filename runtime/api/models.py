@@ -92,6 +92,8 @@ class JobView(BaseModel):
     result: dict[str, Any] | None
     error: dict[str, Any] | None
     required_action: RequiredAction | None = None
+    schedule: str | None = Field(default=None, description="the schedule whose tick submitted it (GET /v1/schedules/{id})")
+    tick_at: datetime | None = Field(default=None, description="that tick: the run of its cron it is (not when it ran)")
     created_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -105,8 +107,9 @@ class JobView(BaseModel):
         return cls(id=j.id, kind=j.kind, status=j.status, session=j.session_id, seq=j.seq, priority=j.priority,
                    attempts=j.attempts, worker=j.worker if j.status == "running" else None,
                    last_worker=j.worker, progress=j.progress or {}, result=j.result, error=j.error,
-                   required_action=action, created_at=j.created_at, started_at=j.started_at,
-                   finished_at=j.finished_at)
+                   required_action=action, schedule=j.schedule_id,
+                   tick_at=None if j.tick_at is None else datetime.fromtimestamp(j.tick_at, UTC),
+                   created_at=j.created_at, started_at=j.started_at, finished_at=j.finished_at)
 
 
 class JobList(BaseModel):

@@ -103,8 +103,9 @@ def test_a_tick_submits_one_report_per_region_and_the_schedule_shows_it(api: Api
     [t] = got["ticks"]
     assert (datetime.fromisoformat(t["tick"]).timestamp(), t["status"], t["late_s"], t["error"]) == (tick, "submitted", 1.5, "")
     assert got["next_runs"][0] == made["next_runs"][1]
-    assert {(j["kind"], j["priority"], j["status"]) for j in (h.get(f"/v1/jobs/{i}", headers=ACME).json() for i in t["jobs"])} \
-        == {("report", "batch", "queued")}
+    views = [h.get(f"/v1/jobs/{i}", headers=ACME).json() for i in t["jobs"]]
+    assert {(j["kind"], j["priority"], j["status"]) for j in views} == {("report", "batch", "queued")}
+    assert {(j["schedule"], datetime.fromisoformat(j["tick_at"]).timestamp()) for j in views} == {(made["id"], tick)}
     specs = {s["data"]["tenant"]: s for s in (api.svc.jobs.get(i).spec for i in t["jobs"])}
     assert sorted(specs) == ["APAC", "EMEA"]
     assert specs["EMEA"]["data"]["metrics"] == [{"key": "revenue", "value": "520", "prev": "500"},
