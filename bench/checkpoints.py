@@ -35,13 +35,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml  # type: ignore[import-untyped]
 from safetensors.torch import save_file
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
+
+if TYPE_CHECKING:  # the serving side's, imported where it runs: the tests' writer needs none of it
+    from starlette.testclient import TestClient
+
+    from workers.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ beside its helpers, as a script too
@@ -293,7 +298,7 @@ def serve(model_dir: Path, model: str, dtypes: list[str], data_dir: Path, *, thr
     not both fit), each given one turn job through the API: its figures."""
     from starlette.testclient import TestClient
 
-    from bench.machine import find_redis, group_rss_mb
+    from bench.machine import find_redis
     from runtime.api.app import create_app
     from workers.celery_app import sender
     from workers.local import LocalCluster
@@ -309,45 +314,73 @@ def serve(model_dir: Path, model: str, dtypes: list[str], data_dir: Path, *, thr
         with TestClient(app) as http:
             for dtype in dtypes:
                 name = f"ck-{dtype}"
-                t = time.perf_counter()
-                c.start(name, model_dir=str(model_dir), dtype=dtype)
-                while not c.dispatcher.routing.alive(name):  # its heartbeat: Celery up, the model not yet
-                    if c.procs[name].poll() is not None:
-                        raise RuntimeError(f"worker {name} exited:\n{c.log(name)}")
-                    time.sleep(0.1)
-                alive_s = time.perf_counter() - t
-                c.ready(name, timeout_s=1800)  # the model loaded, the cost model measured, a 2-token turn run
-                ready_s = time.perf_counter() - t
-                rss_ready = group_rss_mb(c.procs[name].pid)
-                body = {"kind": "turn", "model": model, "numerics": f"cpu/{dtype}",
-                        "spec": {"text": "the theory of the revenue in the north",
-                                 "params": {"policy": "ar", "max_new_tokens": new_tokens}}}
-                t = time.perf_counter()
-                r = http.post("/v1/jobs", headers={"Authorization": f"Bearer {key}"}, json=body)
-                if r.status_code != 202:
-                    raise RuntimeError(f"job refused: {r.status_code} {r.text}")
-                done = c.wait(r.json()["id"], 1800)
-                job_s = time.perf_counter() - t
-                if done.status != "succeeded" or done.result is None:
-                    raise RuntimeError(f"job {done.id} {done.status}: {done.error}\n{c.log(name)}")
-                res, costs = done.result, done.result["costs"]  # workflows/turn.py run(): the turn's costs in s
-                decode_ms = round(1000 * costs.get("decode_s", 0.0), 1)
-                row = {"dtype": dtype, "worker_alive_s": round(alive_s, 1), "worker_ready_s": round(ready_s, 1),
-                       "rss_ready_mb": rss_ready, "rss_after_job_mb": group_rss_mb(c.procs[name].pid),
-                       "first_job_ms": round(1000 * job_s, 1), "ran_on": res.get("worker"),
-                       "tokens": len(res["tokens"]), "nfe": res["nfe"], "decode_ms": decode_ms,
-                       "load_ms": round(1000 * costs.get("load_s", 0.0), 1),
-                       "tokens_per_s": round(1000 * len(res["tokens"]) / decode_ms, 2) if decode_ms else None}
-                print(f"  {dtype}: alive {row['worker_alive_s']} s, ready {row['worker_ready_s']} s, "
-                      f"RSS {rss_ready} MB; first job {row['first_job_ms']} ms, {row['tokens']} tokens in "
-                      f"{row['decode_ms']} ms ({row['tokens_per_s']} tokens/s)", flush=True)
-                rows.append(row)
+                row = {"dtype": dtype, **start_worker(c, name, model_dir, dtype)}
+                row |= first_job(c, name, http, key, {"kind": "turn", "model": model, "numerics": f"cpu/{dtype}",
+                                                      "spec": {"text": "the theory of the revenue in the north",
+                                                               "params": {"policy": "ar", "max_new_tokens": new_tokens}}})
                 c.kill(name)
+                print(f"  {dtype}: alive {row['worker_alive_s']} s, ready {row['worker_ready_s']} s, "
+                      f"RSS {row['rss_ready_mb']} MB (peak {row['peak_rss_mb']} MB); first job {row['first_job_ms']} ms, "
+                      f"{row['tokens']} tokens in {row['decode_ms']} ms ({row['tokens_per_s']} tokens/s)", flush=True)
+                rows.append(row)
     finally:
         c.close()
         if server is not None:
             server.stop()
     return rows
+
+
+def start_worker(c: LocalCluster, name: str, model_dir: Path, dtype: str) -> dict[str, Any]:
+    """`setflow worker` on `model_dir` in `dtype`: seconds to its first heartbeat (Celery up, the
+    model not loaded yet) and to ready (the model loaded, the cost model measured, a 2-token
+    warm-up turn run: LocalCluster.ready), and its resident memory then (MB)."""
+    from bench.machine import group_rss_mb
+
+    t = time.perf_counter()
+    c.start(name, model_dir=str(model_dir), dtype=dtype)
+    while not c.dispatcher.routing.alive(name):
+        if c.procs[name].poll() is not None:
+            raise RuntimeError(f"worker {name} exited:\n{c.log(name)}")
+        time.sleep(0.1)
+    alive_s = time.perf_counter() - t
+    c.ready(name, timeout_s=1800)
+    return {"worker_alive_s": round(alive_s, 1), "worker_ready_s": round(time.perf_counter() - t, 1),
+            "rss_ready_mb": group_rss_mb(c.procs[name].pid), "peak_rss_mb": peak_rss_mb(c.procs[name].pid)}
+
+
+def peak_rss_mb(pgid: int) -> float:
+    """The largest peak resident memory (VmHWM) of a process group's processes: a worker's model
+    loads in its pool process, so this is what starting it took at most."""
+    peak = 0
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                hwm = [ln for ln in (d / "status").read_text().splitlines() if ln.startswith("VmHWM:")]
+                peak = max(peak, int(hwm[0].split()[1]) if hwm else 0)
+        except (OSError, ValueError, IndexError):
+            continue
+    return round(peak / 1024, 1)
+
+
+def first_job(c: LocalCluster, name: str, http: TestClient, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One job through the API (POST /v1/jobs) on worker `name`: ms from the POST to its end,
+    its decode time and tokens/s as the turn reports them, the worker's memory after."""
+    from bench.machine import group_rss_mb
+
+    t = time.perf_counter()
+    r = http.post("/v1/jobs", headers={"Authorization": f"Bearer {key}"}, json=body)
+    if r.status_code != 202:
+        raise RuntimeError(f"job refused: {r.status_code} {r.text}")
+    done = c.wait(r.json()["id"], 1800)
+    job_ms = 1000 * (time.perf_counter() - t)
+    if done.status != "succeeded" or done.result is None:
+        raise RuntimeError(f"job {done.id} {done.status}: {done.error}\n{c.log(name)}")
+    res, costs = done.result, done.result["costs"]  # workflows/turn.py run(): the turn's costs in s
+    decode_ms = round(1000 * costs.get("decode_s", 0.0), 1)
+    return {"first_job_ms": round(job_ms, 1), "ran_on": res.get("worker"), "tokens": len(res["tokens"]),
+            "nfe": res["nfe"], "load_ms": round(1000 * costs.get("load_s", 0.0), 1), "decode_ms": decode_ms,
+            "tokens_per_s": round(1000 * len(res["tokens"]) / decode_ms, 2) if decode_ms else None,
+            "rss_after_job_mb": group_rss_mb(c.procs[name].pid)}
 
 
 def parse(argv: list[str] | None, prog: str | None) -> argparse.Namespace:

@@ -54,3 +54,14 @@ def test_bad_arguments_exit_with_a_usage_error(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as e:
             _bench_main("checkpoints")(bad, prog="checkpoints")
         assert e.value.code == 2
+
+
+@pytest.mark.slow  # starts a worker process per dtype
+def test_serve_imports_the_checkpoint_and_a_worker_in_each_dtype_runs_a_job(capsys: pytest.CaptureFixture[str]) -> None:
+    result = _bench_main("checkpoints")(["--shape", "tiny", "--serve", "--new-tokens", "4"], prog="checkpoints")
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == result and result["model"] == "tiny-random" and result["imported_bytes"] > 0
+    assert [r["dtype"] for r in result["rows"]] == ["float32", "bfloat16"]
+    for r in result["rows"]:
+        assert r["ran_on"] == f"ck-{r['dtype']}" and 0 < r["tokens"] <= 4 and r["peak_rss_mb"] > 0 < r["rss_ready_mb"]
+        assert r["worker_ready_s"] >= r["worker_alive_s"] > 0 and r["first_job_ms"] > r["decode_ms"] > 0
