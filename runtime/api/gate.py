@@ -149,7 +149,8 @@ class Utf8:
         content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"content-type"), "")
         problem = charset_problem(content_type, body)
         status, code = 415, "unsupported_media_type"
-        if problem is None and "json" in content_type.lower() and (at := lone_surrogate(body)) is not None:
+        as_json = not content_type or "json" in content_type.lower()  # FastAPI reads a body with no type as JSON
+        if problem is None and as_json and (at := lone_surrogate(body)) is not None:
             problem = f"a JSON string holds a lone surrogate (byte {at}): text is Unicode characters"
             status, code = 422, "bad_input"
         if problem is not None:

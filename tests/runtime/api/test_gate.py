@@ -114,6 +114,14 @@ def test_a_json_string_with_a_lone_surrogate_is_refused_and_changes_nothing(api:
     assert api.snapshot() == before
 
 
+def test_a_lone_surrogate_is_refused_in_a_body_that_names_no_type(api: Api) -> None:
+    """FastAPI reads a body without a Content-Type as JSON: the same check applies."""
+    before = api.snapshot()
+    r = api.http.post("/v1/jobs", content=b'{"kind": "agent", "spec": {"question": "Churn in \\ud800?"}}', headers=ACME)
+    assert r.status_code == 422 and "surrogate" in r.json()["error"]["message"], r.text
+    assert api.snapshot() == before
+
+
 def test_a_surrogate_pair_and_an_escaped_backslash_pass(api: Api) -> None:
     """`\\ud83d\\ude00` is one character (an emoji); `\\\\ud800` is a backslash and text."""
     body = b'{"kind": "agent", "spec": {"question": "What was churn in \\ud83d\\ude00 \\\\ud800 in 2026-Q3?"}}'
