@@ -58,8 +58,8 @@ class Settings(BaseSettings):
     #: many jobs at once on Celery's thread pool, their turns in one batch; 1: one job at a
     #: time per process (the prefork pool); unset: `setflow worker` picks (batch_size)
     batch_sessions: int | None = Field(default=None, ge=1, le=256)
-    #: the worker's KV pool (batching): rows of the model's whole context, at least
-    #: batch_sessions of them; the sessions running or warm in the process own its rows
+    #: the worker's paged KV pool (model/pool.py: blocks of 16 tokens), at least batch_sessions
+    #: whole contexts; the sessions running or warm in the process hold the blocks of their tokens
     kv_pool_bytes: int = Field(default=256 * MiB, ge=1)
     job_lease_s: float = 60.0  #: a running job's SQL lease; renewed every third of it while it runs
     job_max_attempts: int = 3  #: deliveries of one job (worker lost, time limit) before it fails
