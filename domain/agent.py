@@ -26,18 +26,24 @@ from dataclasses import dataclass
 
 from domain import draws, grammar
 from domain.payload import METRIC, METRICS, PERIODS, REGIONS
-from domain.tools import ARG_RE, NUMBER, Dataset, Store, calc, error_result, format_number, held_names, metric_name, no_row, run_call
-
-# isort: split
-# Moved to domain/tools.py and domain/guide.py (issue 33), still read here by
-# tests/model/test_batch_shipped.py, which other work holds now: import each from its home; this
-# block goes once it does.
-from domain.guide import CallNames as CallNames
-from domain.tools import CALL as CALL
-from domain.tools import END_CALL as END_CALL
-from domain.tools import END_RESULT as END_RESULT
-from domain.tools import RESULT as RESULT
-from domain.tools import call_text as call_text
+from domain.tools import (
+    ARG_RE,
+    CALL,
+    END_CALL,
+    END_RESULT,
+    NUMBER,
+    RESULT,
+    Dataset,
+    Store,
+    calc,
+    call_text,
+    error_result,
+    format_number,
+    held_names,
+    metric_name,
+    no_row,
+    run_call,
+)
 
 # ---- generation ---------------------------------------------------------------------------
 

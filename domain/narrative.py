@@ -31,15 +31,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from domain.draws import wild_payload
+from domain.draws import make_payload, wild_payload
 from domain.facts import SLOT, Slots, slots_in
 from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS
 from domain.payload import Clause, Payload, Rendered
-
-# isort: split
-# Moved to domain/draws.py (issue 33), still read here by tests/model/test_batch_shipped.py, which
-# other work holds now: import it from its home; this line goes once it does.
-from domain.draws import make_payload as make_payload
 
 # direction and comparison vocabularies: the checker classifies a clause by these words, so none
 # of them may appear elsewhere in a template

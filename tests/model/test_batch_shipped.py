@@ -14,6 +14,9 @@ import torch
 
 from domain import agent
 from domain import narrative as corpus
+from domain.draws import make_payload
+from domain.guide import CallNames
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT, call_text
 from model import shipped
 from model.params import DecodeParams
 from model.tokenizer import Tokenizer
@@ -39,7 +42,7 @@ def test_the_shipped_model_writes_the_same_narratives_batched(loaded: tuple[SetD
     runs = []
     for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
                                           ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None), ("prefix", 8, 0.99)]):
-        payload = corpus.make_payload(random.Random(100 + i))  # payloads of different lengths
+        payload = make_payload(random.Random(100 + i))  # payloads of different lengths
         ids = [model.cfg.bos_id, *tok.encode(corpus.prompt_text(payload))]
         runs.append(Run([Turn(ids, DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=120))], join=i))
     assert_same(model, runs)
@@ -53,14 +56,14 @@ def test_guided_agent_calls_on_the_shipped_model_are_the_same_batched(loaded: tu
     the guide keeps each argument a copy of the question's text."""
     model, tok = loaded
     question = "How much higher was dc in dXqQjLuFRNQzcQq0umj than in Xfers 32 in 1993-H1?"
-    text = (agent.prompt_text(question) + agent.CALL + agent.call_text("metric", "dc", "dXqQjLuFRNQzcQq0umj", "1993-H1")
-            + agent.END_CALL + agent.RESULT + "577" + agent.END_RESULT + "\n")
+    text = (agent.prompt_text(question) + CALL + call_text("metric", "dc", "dXqQjLuFRNQzcQq0umj", "1993-H1")
+            + END_CALL + RESULT + "577" + END_RESULT + "\n")
     ids = [model.cfg.bos_id, *tok.encode(text)]
     runs = []
     for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
                                           ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None), ("prefix", 8, 0.9)]):
         p = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=40 + 3 * i,
-                         stop=[[tok.token_id(agent.END_CALL)]], guide=tools.CallGuide(tok, agent.CallNames(question)))
+                         stop=[[tok.token_id(END_CALL)]], guide=tools.CallGuide(tok, CallNames(question)))
         runs.append(Run([Turn(ids, p)], join=i % 3))
     unguided = alone(model, Run([Turn(ids, replace(runs[0].turns[0].params, guide=None))])).tokens[0]
     guided = alone(model, runs[0]).tokens[0]
