@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     #: Standard Webhooks are told to expect retries for, plus a margin)
     webhook_retry_for_s: float = Field(default=26 * 3600.0, gt=0)
     webhook_interval_s: float = Field(default=1.0, gt=0)  #: how often each worker's sender looks for messages due
+    #: deliver to loopback, private, link-local and other non-public addresses too (a receiver on
+    #: this machine or network: development, tests, a deployment whose receivers are internal).
+    #: Off: a tenant's webhook URL cannot reach the deployment's own network (Redis, the database,
+    #: a cloud's metadata service): refused at creation where its host is such an address, and at
+    #: each delivery where its name resolves to one
+    webhook_allow_private: bool = False
 
     # ---- schedules (runtime/jobs/schedules.py; each worker's ticker, workers/watch.py) --------
     tenant_max_schedules: int = Field(default=100, ge=1)  #: a tenant's schedules, at most (409 beyond)

@@ -2,15 +2,19 @@
 the outbox messages the transaction that ends a job writes (`enqueue`), a tenant's endpoints
 (`Endpoints`), and the sender that delivers the messages due (`WebhookSender`): signed, retried
 with backoff for up to webhook_retry_for_s, each with one id on every attempt (receivers
-deduplicate by it: delivery is at least once).  Knows nothing of workers or routes."""
+deduplicate by it: delivery is at least once).  A URL reaches public addresses only, unless
+webhook_allow_private (PublicOnly: no request from inside the deployment's network on a tenant's
+behalf).  Knows nothing of workers or routes."""
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import random
 import re
 import secrets
+import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import httpcore
 import httpx
 from sqlalchemy import Engine, case, delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -105,8 +110,10 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def check_url(url: str) -> str:
-    """An absolute http(s) URL of at most MAX_URL characters, or BadInput."""
+def check_url(url: str, allow_private: bool = False) -> str:
+    """An absolute http(s) URL of at most MAX_URL characters whose host is not a non-public
+    address (unless allow_private), or BadInput.  A name is resolved at each delivery instead
+    (PublicOnly): what it resolves to may change."""
     if not isinstance(url, str) or not 0 < len(url) <= MAX_URL:
         raise BadInput(f"a webhook url is 1..{MAX_URL} characters")
     try:
@@ -115,7 +122,52 @@ def check_url(url: str) -> str:
         raise BadInput(f"a webhook url is an http or https URL: {e}") from None
     if u.scheme not in ("http", "https") or not u.host:
         raise BadInput(f"a webhook url is an absolute http or https URL, not {url[:100]!r}")
+    if not allow_private and (u.host.lower().rstrip(".") == "localhost" or u.host.lower().endswith(".localhost")
+                              or not _public(u.host, named=True)):
+        raise BadInput(f"a webhook url reaches public addresses only, not {u.host!r} (a loopback, private or "
+                       "link-local address: the deployment allows these with webhook_allow_private)")
     return url
+
+
+def _public(host: str, named: bool = False) -> bool:
+    """Whether `host`, an IP address, is a public (globally routable) one; a name (not an
+    address) counts as public where `named`."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return named
+    return bool(ip.is_global) and not ip.is_multicast
+
+
+class PublicOnly(httpcore.SyncBackend):
+    """httpcore's network backend, connecting to public addresses only: the host is resolved
+    here and the connection made to an address this checked, so a name that resolves to a
+    private address now, or is rebound to one between a check and the connect, reaches nothing.
+    TLS still names the URL's host (httpcore takes it from the request, not from here)."""
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        try:
+            addresses = [str(a[4][0]) for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+        except OSError as e:
+            raise httpcore.ConnectError(f"{host}: {e}") from e
+        private = [a for a in addresses if not _public(a)]
+        if private or not addresses:
+            raise httpcore.ConnectError(f"{host} resolves to {', '.join(private) or 'nothing'}: not a public address "
+                                        "(webhook_allow_private allows it)")
+        return super().connect_tcp(addresses[0], port, timeout, local_address, socket_options)
+
+
+def client(settings: Settings) -> httpx.Client:
+    """The sender's HTTP client: no redirects followed (a 3xx is an answer, not a hop to an
+    address nobody checked); public addresses only unless webhook_allow_private."""
+    http = httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False, headers={"user-agent": USER_AGENT})
+    if not settings.webhook_allow_private:
+        # httpx builds its httpcore pool itself and takes no network backend: this one is put in
+        # its place (tests/runtime/jobs/test_webhooks.py shows it refusing a private address)
+        pool = http._transport._pool  # type: ignore[attr-defined]
+        pool._network_backend = PublicOnly()
+    return http
 
 
 def check_events(events: Iterable[str]) -> list[str]:
@@ -130,16 +182,17 @@ def check_events(events: Iterable[str]) -> list[str]:
 class Endpoints:
     """A tenant's webhook endpoints: another tenant's look unknown (NotFound)."""
 
-    def __init__(self, engine: Engine, max_per_tenant: int = 10) -> None:
+    def __init__(self, engine: Engine, max_per_tenant: int = 10, allow_private: bool = False) -> None:
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.max_per_tenant = max_per_tenant
+        self.allow_private = allow_private
 
     def create(self, tenant: str, url: str, events: Sequence[str] = (), description: str = "") -> WebhookEndpointRecord:
         """A new endpoint with a new secret (returned here only); BadInput for a bad url or
         event type, OverBudget past max_per_tenant (concurrent creations may pass it by one
         each: the count and the insert are one transaction): nothing written then."""
-        url, events = check_url(url), check_events(events)
+        url, events = check_url(url, self.allow_private), check_events(events)
         if len(description) > 512:
             raise BadInput("a webhook's description is at most 512 characters")
         with self._write.begin() as db:
@@ -219,8 +272,7 @@ class WebhookSender:
         self.s = settings
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
-        self.http = http or httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False,
-                                         headers={"user-agent": USER_AGENT})
+        self.http = http or client(settings)
         self.rand = rand
 
     def close(self) -> None:

@@ -62,7 +62,7 @@ class WebhookList(BaseModel):
 
 
 def _store(svc: Svc) -> Endpoints:
-    return Endpoints(svc.sql, svc.settings.tenant_max_webhooks)
+    return Endpoints(svc.sql, svc.settings.tenant_max_webhooks, svc.settings.webhook_allow_private)
 
 
 def _view(r: WebhookEndpointRecord) -> WebhookView:

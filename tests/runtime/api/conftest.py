@@ -138,7 +138,9 @@ def delete_keys(redis_url: str, pattern: str) -> None:
 def api_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {"redis_url": redis_url, "database_url": None, "broker_url": None,
                               "key_prefix": f"sfapi-{uuid.uuid4().hex[:12]}", "data_dir": data_dir,
-                              "api_keys": API_KEYS, "lease_wait_ms": 100, **overrides}
+                              "api_keys": API_KEYS, "lease_wait_ms": 100,
+                              "webhook_allow_private": True,  # the tests' receivers listen on 127.0.0.1
+                              **overrides}
     return Settings(**values)
 
 

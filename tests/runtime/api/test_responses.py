@@ -48,7 +48,8 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     prefix = f"sfresp-{uuid.uuid4().hex[:10]}"
     s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("responses"),
                  api_keys={KEY: "acme", OTHER: "globex"}, api_port=0, tenant_burst=1000, tenant_rate_per_s=1000.0,
-                 job_lease_s=2.0, reaper_interval_s=0.5, worker_heartbeat_s=0.3, job_requeue_after_s=8.0)
+                 job_lease_s=2.0, reaper_interval_s=0.5, worker_heartbeat_s=0.3, job_requeue_after_s=8.0,
+                 webhook_allow_private=True)  # its webhook receiver listens on 127.0.0.1
     st = Stack(s, workers=2).start()
     try:
         yield st

@@ -121,3 +121,18 @@ def test_a_job_ending_reaches_the_receiver_signed_with_the_secret_the_api_gave(h
     assert (body["type"], body["data"]) == ("response.completed", {"id": f"resp_{job_id}"})
     assert hooks.http.get(f"/v1/webhooks/{made['id']}", headers=ACME).json()["deliveries"] == {
         "pending": 0, "delivered": 1, "failed": 0}
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379/", "http://localhost:8000/hooks", "http://[::1]/x",
+                                 "http://10.0.0.5/hooks", "http://169.254.169.254/latest/meta-data", "http://0.0.0.0/",
+                                 "http://api.localhost/x"])
+def test_a_url_into_the_deployments_own_network_is_refused_by_default(make_api: Any, url: str) -> None:
+    """A tenant must not make the workers POST to Redis, the database or a cloud's metadata
+    service (SSRF): a loopback, private or link-local host is a 422 unless the deployment sets
+    webhook_allow_private (a name is checked at each delivery: tests/runtime/jobs/test_webhooks.py)."""
+    api = _with_routes(make_api(webhook_allow_private=False))
+    before = api.snapshot(), _counts(api)
+    r = api.http.post("/v1/webhooks", json={"url": url}, headers=ACME)
+    assert r.status_code == 422 and "public addresses only" in r.json()["error"]["message"], r.text
+    assert (api.snapshot(), _counts(api)) == before
+    assert api.http.post("/v1/webhooks", json={"url": "https://example.com/hooks"}, headers=ACME).status_code == 201

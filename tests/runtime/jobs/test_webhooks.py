@@ -28,7 +28,7 @@ from runtime.tables import Base, WebhookMessageRecord
 from tests.receiver import Received, closed_port_url, receiver
 
 S = Settings(webhook_retry_base_s=5.0, webhook_retry_max_s=3600.0, webhook_retry_for_s=26 * 3600.0,
-             webhook_timeout_s=5.0)
+             webhook_timeout_s=5.0, webhook_allow_private=True)  # the receivers listen on 127.0.0.1
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def jobs(db_engine: Engine) -> Jobs:
 
 @pytest.fixture
 def endpoints(db_engine: Engine) -> Endpoints:
-    return Endpoints(db_engine, max_per_tenant=3)
+    return Endpoints(db_engine, max_per_tenant=3, allow_private=True)
 
 
 def _end(jobs: Jobs, kind: str = "narrative", status: str = "succeeded", result: dict[str, Any] | None = None,
@@ -364,3 +364,37 @@ def test_the_migration_builds_the_tables_as_declared(db_engine: Engine) -> None:
         diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
     ours = [d for d in diff if "webhook" in repr(d)]
     assert ours == []
+
+
+def test_a_name_that_resolves_to_a_private_address_is_not_delivered_to(db_engine: Engine, jobs: Jobs) -> None:
+    """The default sender (webhook_allow_private off) resolves each host itself and connects only
+    to public addresses: a receiver reached by a name that resolves to 127.0.0.1 gets nothing
+    (the attempt fails saying why, and is retried as any failure), though the name passed the
+    check at creation; with webhook_allow_private the same endpoint is delivered to."""
+    with receiver() as rx:
+        named = rx.url.replace("127.0.0.1", "localhost")  # a name: what it resolves to is checked when sent
+        ep = Endpoints(db_engine, allow_private=True).create("acme", named)
+        _end(jobs, "response", "succeeded", {"status": "completed"})
+        guarded = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0)
+        assert guarded.deliver_due()["retried"] == 1 and rx.got == []
+        guarded.close()
+        (m,) = _messages(db_engine)
+        assert "not a public address" in (m.last_error or ""), m.last_error
+        sender = _sender(db_engine)
+        assert sender.deliver_due(now=time.time() + 3600)["delivered"] == 1 and len(rx.got) == 1
+        sender.close()
+    assert Endpoints(db_engine).deliveries("acme", ep.id)["delivered"] == 1
+
+
+
+@pytest.mark.parametrize(("url", "ok"), [("https://example.com/h", True), ("http://8.8.8.8/h", True),
+                                         ("http://127.0.0.1/h", False), ("http://[::ffff:127.0.0.1]/h", False),
+                                         ("http://192.168.1.2/h", False), ("http://LOCALHOST./h", False),
+                                         ("http://[fe80::1]/h", False), ("http://224.0.0.1/h", False)])
+def test_check_url_refuses_non_public_hosts(url: str, ok: bool) -> None:
+    try:
+        webhooks.check_url(url)
+        assert ok, url
+    except BadInput:
+        assert not ok, url
+    assert webhooks.check_url(url, allow_private=True) == url
