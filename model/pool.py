@@ -69,10 +69,11 @@ class Slots:
 
     def __setitem__(self, key: Any, value: Tensor) -> None:
         layers, idx = self._where(key)
+        value = value.to(device=self.data.device, dtype=self.dtype)  # a restore's bytes come from the CPU
         if isinstance(layers, int):
-            self.data[layers].index_copy_(0, idx, value.to(self.dtype))
+            self.data[layers].index_copy_(0, idx, value)
         else:
-            self.data[layers].index_copy_(1, idx, value.to(self.dtype))
+            self.data[layers].index_copy_(1, idx, value)
 
 
 class PooledCache(KVCache):
@@ -157,10 +158,11 @@ class KVPool:
 
     @classmethod
     def of_bytes(cls, cfg: ModelConfig, nbytes: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu", block_size: int = BLOCK) -> KVPool:
-        """As many blocks as nbytes holds."""
+                 device: torch.device | str = "cpu", block_size: int = BLOCK, contexts: int = 0) -> KVPool:
+        """As many blocks as nbytes holds, and at least `contexts` whole contexts' (each
+        ceil(max_seq_len / block_size) blocks: the turns an engine admits at once)."""
         per = 2 * cfg.n_layers * block_size * cfg.n_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
-        return cls(cfg, max(1, nbytes // per), dtype, device, block_size)
+        return cls(cfg, max(1, nbytes // per, contexts * -(-cfg.max_seq_len // block_size)), dtype, device, block_size)
 
     @property
     def blocks(self) -> int:

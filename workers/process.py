@@ -81,8 +81,7 @@ def engine(model: SetDLM, store: SessionStore, records: Records, s: Settings) ->
         return Engine(model, store, records, s)
     w = next(model.parameters())
     cfg = model.cfg
-    context_bytes = 2 * cfg.n_layers * cfg.max_seq_len * cfg.n_kv_heads * cfg.head_dim * w.element_size()
-    pool = KVPool.of_bytes(cfg, max(s.kv_pool_bytes, batch * context_bytes), dtype=w.dtype, device=w.device)
+    pool = KVPool.of_bytes(cfg, s.kv_pool_bytes, dtype=w.dtype, device=w.device, contexts=batch)
     return Engine(model, store, records, s, warm_sessions=pool.blocks, batcher=Batcher(model, batch, on_death=_exit),
                   pool=pool)
 

@@ -4,7 +4,7 @@ until it is done, commit the last pending set.  Knows nothing of Redis, SQL or t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from model.config import ModelConfig
 from model.decode import Commit, StepEvent, begin_infill_turn, begin_turn, commit_pending, decode
@@ -52,7 +52,7 @@ class TurnDecode:
             self.state = begin_turn(model, cache, state, self.input, params, commit)
         self.start = self.state.start  # the first generated position (infill: the first hole)
 
-    def steps(self, stepper: Stepper | None = None) -> Iterator[StepEvent]:
+    def steps(self, stepper: Stepper | None = None) -> Generator[StepEvent, None, None]:
         """stepper: who runs the steps (a Batcher's steps: this turn in a shared batch); by
         default model.decode.decode, here and alone.  The tokens are the same either way."""
         if stepper is None:

@@ -24,13 +24,10 @@ parent's manifest holds them (its first turn restores; else it recomputes from S
 pool blocks when the parent is warm here (its first turn is warm: copy on write); delete()
 removes a session from Redis and SQL (runtime/sessions/lifecycle.py, which the API runs too).
 
-The decoding itself is TurnDecode's (runtime/sessions/decoding.py, shared with the in-process
-runner), alone in the caller's thread or, with a Batcher, in one batch with the turns of other
-threads (runtime/sessions/batcher.py; the caches are then paged in a KV pool, model/pool.py:
-a session running or warm holds the blocks of its tokens, an idle warm one gives them back when
-another needs them); the way of its K/V to Redis is TurnWriter's (runtime/sessions/writer.py).
-Greedy decoding gives the same tokens on every path (tests/runtime/sessions/test_engine.py).
-"""
+Decoding is TurnDecode's (runtime/sessions/decoding.py), alone in the caller's thread or with a
+Batcher in one batch with other threads' turns (batcher.py; caches then paged in model/pool.py);
+the K/V's way to Redis is TurnWriter's (writer.py).  Greedy decoding gives the same tokens on
+every path (tests/runtime/sessions/test_engine.py)."""
 
 from __future__ import annotations
 
@@ -100,10 +97,7 @@ class Engine:
         the blocks of its tokens; the least recently used warm one gives them back when a cache
         must grow and no block is free).  Without one, each turn decodes alone in its thread."""
         assert batcher is None or pool is not None, "a batcher decodes pool caches"
-        self.model = model
-        self.store = store
-        self.records = records
-        self.s = settings
+        self.model, self.store, self.records, self.s = model, store, records, settings
         self.fp = checkpoint.fingerprint(model)[:FP_LEN]
         # what its sessions are bound to besides the weights: the model's name and numerics
         self.model_name, self.numerics = model_name(model.cfg.name), checkpoint.numerics(model)
@@ -119,6 +113,8 @@ class Engine:
         self._turns, self._max_turns = 0, 1
         if pool is not None:
             pool.reclaim = self._reclaim  # a cache that must grow evicts an idle warm session
+            # (a pool below one whole context, as tests and benchmarks build, still admits one turn: it
+            # may then meet PoolExhausted mid-decode; a worker's pool holds batch_sessions contexts)
             self._max_turns = max(1, pool.blocks // -(-model.cfg.max_seq_len // pool.block_size))
 
     # ---- sessions ---------------------------------------------------------------------------
@@ -133,11 +129,11 @@ class Engine:
         child = fork_session(self.store, self.records, session, tenant, turn, new_id)
         if self.pool is not None:
             rows, rec = self.records.turns(child.id, tenant), self.records.get_session(child.id, tenant)
-            with self._rows:  # a warm session is idle: its cache is nobody's
+            with self._rows:  # a warm session is idle: its cache is nobody's; the child's is kept at once
                 w = self.warm.get(session)
                 got = warmfork.shared(w.cache, rows) if w is not None else None
-            if got is not None:
-                self._keep_warm(child.id, _Warm(*got, len(rows), (rec.tenant, str(rec.created_at))))
+                if got is not None:
+                    self._keep_warm(child.id, _Warm(*got, len(rows), (rec.tenant, str(rec.created_at))))
         return child.id
 
     def delete(self, session: str, tenant: str) -> None:
@@ -186,10 +182,11 @@ class Engine:
                     t = time.perf_counter()
                     turn = self._begin(session, load, input_ids, params, infill)
                     with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
-                        for ev in turn.steps(self._stepper(priority)):
-                            lease.keep()  # a long turn keeps its lease
-                            w.add(turn.cache, ev)
-                            yield ev
+                        with closing(turn.steps(self._stepper(priority))) as steps:  # closed before _drop frees
+                            for ev in steps:
+                                lease.keep()  # a long turn keeps its lease
+                                w.add(turn.cache, ev)
+                                yield ev
                     load.costs["decode_s"] = time.perf_counter() - t
                     lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
                     self._append(session, tenant, load, turn, params, text, job)
@@ -413,17 +410,19 @@ class Engine:
         turns = self.records.turns(session, tenant)
         ledger = [(p, t) for turn in turns for p, t in turn.ledger]
         cache = self._empty(len(ledger))
-        if ledger:
-            # one causal prefill in commit order gives the same K/V (model/decode.py invariant I5)
-            pos, tok = zip(*ledger)
-            with self._owned(cache):
+        with self._owned(cache):
+            if ledger:  # one causal prefill in commit order gives the same K/V (model/decode.py invariant I5)
+                pos, tok = zip(*ledger)
                 prefill(self.model, cache, list(tok), list(pos))
-        return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
+            return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
 
     def _keep_warm(self, session: str, w: _Warm) -> None:
         with self._rows:
             if isinstance(w.cache, PooledCache):
                 w.cache.trim()  # a warm session holds the blocks of its tokens, not of its last step's scratch
+            old = self.warm.get(session)
+            if old is not None and old.cache is not w.cache:  # an id reused: its blocks are nobody's
+                self._give_back(old.cache)
             self.warm[session] = w
             self.warm.move_to_end(session)
             while len(self.warm) > self.warm_sessions:

@@ -178,3 +178,14 @@ def test_the_pool_counts_what_it_holds(model: SetDLM) -> None:
     assert KVPool.of_bytes(cfg, 3 * pool.block_bytes + 1).blocks == 3
     c = pool.take()
     assert isinstance(c, PooledCache) and c.capacity == 0 and c.k.shape == (cfg.n_layers, 0, cfg.n_kv_heads, cfg.head_dim)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the GPU run: bench/gpu.sh)")
+def test_a_restore_writes_cpu_bytes_into_a_gpu_pool(model: SetDLM) -> None:
+    """A restore reads segments into CPU tensors; the pool's index_copy_ wants one device."""
+    pool = KVPool(model.cfg, 4, device="cuda")
+    cache = pool.take()
+    cache.reserve(BLOCK + 1)
+    src = torch.randn(model.cfg.n_layers, BLOCK + 1, model.cfg.n_kv_heads, model.cfg.head_dim)
+    cache.k[:, 0:BLOCK + 1] = src
+    assert torch.equal(cache.k[:, 0:BLOCK + 1].cpu(), src)
