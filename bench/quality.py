@@ -80,7 +80,7 @@ TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_oo
          "narrative_realistic", "section_realistic", "agent_realistic", "report_realistic")
 REPORT_SECTIONS = 6  # report_realistic: a report of this many sections, one metric each, and its key figures
 # set: the reference's order policy; prefix: only the confident run from the leftmost mask
-# (model/decode.py choose)
+# (model/policy.py choose)
 SETTINGS: tuple[tuple[str, int, float | None], ...] = (
     ("ar", 1, None), ("set", 4, 0.9), ("set", 8, 0.9), ("set", 8, 0.7), ("set", 16, 0.9), ("set", 16, 0.7),
     ("prefix", 4, 0.9), ("prefix", 8, 0.9), ("prefix", 8, 0.99), ("prefix", 16, 0.99))

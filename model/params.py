@@ -74,7 +74,7 @@ class DecodeParams:
     #: False: recompute every committed token each step (the benchmarks' baseline)
     use_cache: bool = field(default=True, metadata=INTERNAL)
     #: where it guides, a token it refuses is replaced by the most probable one it allows (of the
-    #: top GUIDE_TOP); under a guide every step commits the run from the leftmost mask (decode.py guided)
+    #: top GUIDE_TOP); under a guide every step commits the run from the leftmost mask (policy.py guided)
     guide: Guide | None = field(default=None, compare=False, metadata=INTERNAL)
 
     def __post_init__(self) -> None:

@@ -134,7 +134,7 @@ def run(turns: Turns, spec: TurnSpec) -> dict[str, Any]:
     ids = spec.input_ids if spec.input_ids is not None else turn_input(turns.profile, tok, spec.text or "")
     if not ids:
         raise BadInput("the input text encodes to no tokens")
-    if any(not 0 <= t < cfg.vocab_size or t == cfg.mask_id for t in ids):
+    if not cfg.valid_ids(ids):  # the one token-id check (model/config.py)
         raise BadInput(f"input token ids must be real token ids in [0, {cfg.vocab_size})")
     r = turns.turn(ids, with_stops(turns, decode_params(spec.params)), text=spec.text or "")
     return {"session": r.session, "turn": r.turn, "tokens": r.tokens, "text": tok.decode(r.tokens, skip_special=True),
