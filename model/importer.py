@@ -26,7 +26,7 @@ from model import checkpoint
 from model.config import ModelConfig
 from model.profiles import PROFILE, Profile
 from model.tokenizer import SpecialIds, Tokenizer
-from model.transformer import SetDLM, rope_table
+from model.transformer import SetDLM
 
 # what torch.load(weights_only=True) raises for a pickle that holds more than tensors (its own
 # import of the pickle module: setflow imports none)
@@ -336,18 +336,6 @@ def plan_import(src: str | Path, *, config: Path | None = None, base_config: Pat
     return plan, mapped
 
 
-def _empty_model(cfg: ModelConfig, dtype: torch.dtype) -> SetDLM:
-    """A SetDLM of cfg in `dtype` whose weights are about to be overwritten: built on the meta
-    device (no random init of a billion parameters), then given real memory, embeddings re-tied."""
-    with torch.device("meta"):
-        model = SetDLM(cfg)
-    model = model.to_empty(device="cpu").to(dtype)
-    if cfg.tie_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight  # to_empty unties them
-    model.rope_cos, model.rope_sin = rope_table(cfg)  # buffers: not in the state dict
-    return model
-
-
 def import_checkpoint(src: str | Path, out: str | Path, *, config: Path | None = None,
                       base_config: Path | None = None, tokenizer: Path | None = None,
                       name: str | None = None, profile: Profile | None = None) -> ImportPlan:
@@ -359,7 +347,7 @@ def import_checkpoint(src: str | Path, out: str | Path, *, config: Path | None =
     assert plan.config is not None and plan.tokenizer is not None
     dtype = max((t.dtype for t in weights.values() if t.is_floating_point()),
                 key=lambda dt: sum(t.numel() for t in weights.values() if t.dtype == dt))
-    model = _empty_model(plan.config, dtype)
+    model = checkpoint.empty_model(plan.config, dtype)
     try:
         checkpoint.load_state(model, weights)
     except (ValueError, RuntimeError) as e:
