@@ -27,7 +27,7 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.errors import Unverified
-from runtime.jobs.context import JobContext
+from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.events import JobEvents
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.params import ParamsSpec
@@ -280,7 +280,7 @@ def test_a_job_rerun_after_its_retry_replays_both_turns_and_counts_the_outcome_o
     def ctx_for(job_id: str) -> WrongFirst:
         claim = jobs.claim(job_id, "w1")
         assert claim.owner is not None, claim.reason
-        return WrongFirst(claim.job, claim.owner, "w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s))
+        return WrongFirst(claim, JobServices("w1", engine, tok, jobs, JobEvents(client, s), Routing(client, s)))
 
     sid = records.create_session("acme", "").id
     job, _ = jobs.create("narrative", "acme", SPEC.model_dump(), sid)
