@@ -54,9 +54,11 @@ from workers.local import spawn_worker, worker_env  # noqa: E402
 NORMAL, ABUSER = "bench-normal-key-01", "bench-abuser-key-01"
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MiB = 2**20
-#: the ceilings under test, scaled to a run of minutes (each is a Settings field)
+#: the ceilings under test, scaled to a run of minutes (each is a Settings field, the same for both
+#: tenants: the normal one's sessions, one a job, must fit its run; the abuser's forks are
+#: bounded by the same count, tests/runtime/api/test_quotas.py shows the refusal itself)
 CEILINGS: dict[str, Any] = {"tenant_budget_bytes": 48 * MiB, "tenant_max_event_bytes": 8 * MiB,
-                            "tenant_max_sessions": 500, "tenant_max_turn_bytes": 8 * MiB,
+                            "tenant_max_sessions": 5000, "tenant_max_turn_bytes": 64 * MiB,
                             "tenant_max_datasets": 3, "tenant_max_unfinished": 200}
 MAXMEMORY = 256 * MiB
 SUBMITTERS = 6  # the abuser's submit + cancel loops at once: past its rate (50/s) when the API answers fast
