@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Task
 from celery.exceptions import Reject
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from runtime.errors import NotFound
 from workers.celery_app import TASK, app
@@ -44,6 +44,9 @@ def run_job(self: Task, *args: Any, **kwargs: Any) -> str:
 
 from workers import watch  # noqa: E402,F401  - the main process's heartbeat and reaper (signal handlers)
 
+_builder: threading.Thread | None = None  # the batching worker's runtime build, while it runs
+BUILD_JOIN_S = 120.0  # a warm shutdown waits this long at most for a build in progress
+
 
 @worker_ready.connect
 def _build_threads_runtime(**_: Any) -> None:
@@ -52,8 +55,21 @@ def _build_threads_runtime(**_: Any) -> None:
     a job that arrives first waits for it."""
     from runtime.settings import Settings
 
+    global _builder
     if (Settings().batch_sessions or 1) > 1:
-        threading.Thread(target=_build_runtime, name="setflow-build", daemon=True).start()
+        _builder = threading.Thread(target=_build_runtime, name="setflow-build", daemon=True)
+        _builder.start()
+
+
+
+@worker_shutdown.connect
+def _wait_for_the_build(**_: Any) -> None:
+    """A warm shutdown right after the start (docker stop, a deploy) waits for a runtime build
+    still in progress: the interpreter exiting while that thread runs torch ops (the cost
+    model's prefill) ends the process in std::terminate, exit code 250 ("terminate called
+    without an active exception"), not 0."""
+    if _builder is not None:
+        _builder.join(BUILD_JOIN_S)
 
 
 @worker_process_init.connect
