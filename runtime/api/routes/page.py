@@ -1,42 +1,52 @@
 """The web page: a live view of the tenant's jobs with their progress, and of a job's decoding,
 where each committed set's tokens appear at their positions (the set-diffusion order made
-visible).  One static file; it talks to the API with the key typed in (or given as #key=...,
-a fragment: never sent to the server, never in its logs)."""
+visible).  Static files (static/: index.html, page.css, page.js, sessions.js); it talks to the
+API with the key typed in (or given as #key=..., a fragment: never sent to the server, never in
+its logs)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 router = APIRouter(include_in_schema=False)
-PAGE = Path(__file__).resolve().parents[1] / "static" / "index.html"
+STATIC = Path(__file__).resolve().parents[1] / "static"
+PAGE = STATIC / "index.html"
+#: the page's own files beside it: its markup, styles and scripts (no inline script)
+ASSETS = {"page.css": "text/css", "page.js": "text/javascript", "sessions.js": "text/javascript"}
 
 
 def inline_scripts(html: str) -> str:
-    """CSP source expressions ('sha256-...') allowing exactly the page's own inline scripts."""
+    """CSP source expressions ('sha256-...') allowing exactly a page's inline scripts (Swagger
+    UI's, routes/docs.py)."""
     return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()}'"
                     for code in re.findall(r"<script>(.*?)</script>", html, flags=re.S))
 
 
-def policy(html: str) -> str:
-    """The page's Content-Security-Policy: its own inline script and nothing else runs (an
-    injected <script> or handler does not); it talks only to this origin; nobody frames it.
-    Styles may be inline: the page's and the exports' (their charts' SVG) are."""
-    return ("default-src 'none'; "
-            f"script-src {inline_scripts(html)}; style-src 'unsafe-inline'; img-src 'self' data: blob:; "
-            "connect-src 'self'; frame-src 'self' blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-
-
-def secured(html: str) -> HTMLResponse:
-    return HTMLResponse(html, headers={"Content-Security-Policy": policy(html), "X-Content-Type-Options": "nosniff",
-                                       "Referrer-Policy": "no-referrer"})
+#: the page's Content-Security-Policy: its own scripts from this origin and nothing else runs (an
+#: injected <script> or handler does not); it talks only to this origin; nobody frames it. Styles
+#: may be inline: the page's style attributes and the exports' (their charts' SVG) are.
+POLICY = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+          "connect-src 'self'; frame-src 'self' blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = {"Content-Security-Policy": POLICY, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
 @router.get("/", response_class=HTMLResponse)
 def index() -> HTMLResponse:
-    return secured(PAGE.read_text(encoding="utf-8"))
+    return HTMLResponse(PAGE.read_text(encoding="utf-8"), headers=HEADERS)
+
+
+def _asset(name: str) -> Callable[[], Response]:
+    def serve() -> Response:
+        return Response((STATIC / name).read_bytes(), media_type=ASSETS[name], headers=HEADERS)
+    return serve
+
+
+for _name in ASSETS:  # one route each: a catch-all /{name} would shadow /docs, /healthz, /metrics
+    router.add_api_route(f"/{_name}", _asset(_name), methods=["GET"], response_class=Response)
