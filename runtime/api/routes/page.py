@@ -6,9 +6,6 @@ its logs)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,13 +17,6 @@ STATIC = Path(__file__).resolve().parents[1] / "static"
 PAGE = STATIC / "index.html"
 #: the page's own files beside it: its markup, styles and scripts (no inline script)
 ASSETS = {"page.css": "text/css", "page.js": "text/javascript", "sessions.js": "text/javascript"}
-
-
-def inline_scripts(html: str) -> str:
-    """CSP source expressions ('sha256-...') allowing exactly a page's inline scripts (Swagger
-    UI's, routes/docs.py)."""
-    return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()}'"
-                    for code in re.findall(r"<script>(.*?)</script>", html, flags=re.S))
 
 
 #: the page's Content-Security-Policy: its own scripts from this origin and nothing else runs (an

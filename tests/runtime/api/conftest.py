@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
+from app.serve import ApiServer
 from model import checkpoint, shipped
 from runtime.api.app import create_app
 from runtime.api.services import Services
@@ -142,6 +143,22 @@ def api_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
                               "webhook_allow_private": True,  # the tests' receivers listen on 127.0.0.1
                               **overrides}
     return Settings(**values)
+
+
+@contextmanager
+def api_server(redis_url: str, data_dir: Path, **overrides: Any) -> Iterator[ApiServer]:
+    """The API under uvicorn on a thread (a real server: a free port, real sockets), the shipped
+    model's card published as a worker would when it starts; its keys deleted afterwards."""
+    s = api_settings(redis_url, data_dir, api_port=0, **overrides)
+    r = redis.Redis.from_url(redis_url)
+    models.publish(r, s, shipped_card())
+    r.close()
+    srv = ApiServer(s).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        delete_keys(redis_url, f"{s.key_prefix}:*")
 
 
 @contextmanager

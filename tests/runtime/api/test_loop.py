@@ -24,8 +24,8 @@ import redis.connection
 from sqlalchemy import Engine, event
 
 from app.serve import ApiServer
-from runtime.jobs import datasets, models
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, api_settings, delete_keys, shipped_card
+from runtime.jobs import datasets
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, api_server
 
 ROWS = 10_000
 
@@ -123,16 +123,8 @@ def test_a_refused_upload_takes_a_rate_limit_token(make_api: Any) -> None:
 
 @pytest.fixture
 def server(redis_url: str, tmp_path: Path) -> Iterator[ApiServer]:
-    s = api_settings(redis_url, tmp_path, api_port=0, tenant_rate_per_s=1000.0, tenant_burst=1000)
-    r = redis.Redis.from_url(redis_url)
-    models.publish(r, s, shipped_card())
-    r.close()
-    srv = ApiServer(s).start()
-    try:
+    with api_server(redis_url, tmp_path, tenant_rate_per_s=1000.0, tenant_burst=1000) as srv:
         yield srv
-    finally:
-        srv.stop()
-        delete_keys(redis_url, f"{s.key_prefix}:*")
 
 
 def _p99(url: str, seconds: float) -> tuple[float, int]:

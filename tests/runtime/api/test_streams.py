@@ -16,24 +16,15 @@ import pytest
 import redis
 
 from app.serve import ApiServer
-from runtime.jobs import models
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_settings, delete_keys, shipped_card
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_server
 
 OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust
 
 
 @pytest.fixture
 def server(redis_url: str, tmp_path: Path) -> Iterator[ApiServer]:
-    s = api_settings(redis_url, tmp_path, max_streams_per_tenant=OPEN + 2, api_port=0)
-    r = redis.Redis.from_url(redis_url)
-    models.publish(r, s, shipped_card())  # as a worker would when it starts
-    r.close()
-    srv = ApiServer(s).start()
-    try:
+    with api_server(redis_url, tmp_path, max_streams_per_tenant=OPEN + 2) as srv:
         yield srv
-    finally:
-        srv.stop()
-        delete_keys(redis_url, f"{s.key_prefix}:*")
 
 
 def test_open_streams_hold_no_threads_and_are_capped_per_tenant(server: ApiServer) -> None:
