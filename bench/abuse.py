@@ -35,12 +35,14 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
+import psutil  # noqa: E402
 import redis  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
@@ -70,6 +72,50 @@ NORMAL_JOBS: list[tuple[str, dict[str, Any]]] = [
 
 def pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def seconds_between(a: str | None, b: str | None) -> float | None:
+    """b - a in seconds, for two ISO timestamps of a job view (None where either is missing)."""
+    if not a or not b:
+        return None
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+class CpuMeter:
+    """CPU seconds (user + system) each part of the stack spent between start() and stop():
+    where the 2 cores went in a phase."""
+
+    def __init__(self, parts: dict[str, list[int]]) -> None:
+        self.parts = parts  # name -> pids (a worker's children are counted with it; not the bench's own)
+        self.at: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        def cpu(pid: int) -> float:
+            try:
+                proc = psutil.Process(pid)
+                procs = [proc, *(proc.children(recursive=True) if pid != os.getpid() else [])]
+            except psutil.Error:
+                return 0.0
+            total = 0.0
+            for q in procs:
+                try:
+                    t = q.cpu_times()
+                    total += t.user + t.system
+                except psutil.Error:
+                    pass
+            return total
+        out = {name: sum(cpu(p) for p in pids) for name, pids in self.parts.items()}
+        out["postgres"] = sum(sum(q.cpu_times()[:2]) for q in psutil.process_iter(["name"])
+                              if q.info["name"] == "postgres")
+        return out
+
+    def start(self) -> None:
+        self.at, self.wall = self._now(), time.monotonic()
+
+    def stop(self) -> dict[str, float]:
+        """Each part's CPU seconds per wall second (2.0: both cores) since start()."""
+        now, wall = self._now(), time.monotonic() - self.wall
+        return {k: round((now[k] - self.at.get(k, 0.0)) / wall, 3) for k in now}
 
 
 @contextmanager
@@ -103,6 +149,24 @@ def db_bytes(admin: sa.Engine | None, url: str, data_dir: Path) -> int:
                             {"s": schema}) or 0)
 
 
+def worker_time(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, dict[str, float]]:
+    """Per tenant: jobs a worker started, and the seconds they held it (started -> finished):
+    how much of the workers the abuser's cancelled submissions took."""
+    engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
+    table = f"{url.rsplit('%3D', 1)[1]}.jobs" if admin else "jobs"
+    with engine.connect() as c:
+        rows = c.execute(sa.text(f"SELECT tenant, started_at, finished_at FROM {table} "
+                                 "WHERE started_at IS NOT NULL")).all()
+    out: dict[str, dict[str, float]] = {}
+    for tenant, started, finished in rows:
+        t = out.setdefault(tenant, {"started": 0, "held_s": 0.0})
+        t["started"] += 1
+        if finished is not None:  # datetimes (PostgreSQL) or ISO strings (SQLite)
+            held = seconds_between(str(started), str(finished))
+            t["held_s"] = round(t["held_s"] + (held or 0.0), 2)
+    return out
+
+
 def abuser_usage(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, int]:
     """The abuser's row of tenant_usage: the sessions and turn bytes its quotas bound."""
     engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
@@ -115,11 +179,11 @@ def abuser_usage(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str,
 class Stack:
     """redis-server (maxmemory), `setflow serve` and W workers as processes of their own."""
 
-    def __init__(self, data_dir: Path, db_url: str, workers: int) -> None:
+    def __init__(self, data_dir: Path, db_url: str, workers: int, **settings: Any) -> None:
         self.redis = EmbeddedRedis(data_dir / "redis")
         url = self.redis.start()
         redis.Redis.from_url(url).config_set("maxmemory", MAXMEMORY)
-        fields: dict[str, Any] = {**CEILINGS, **({"database_url": db_url} if db_url else {})}
+        fields: dict[str, Any] = {**CEILINGS, **settings, **({"database_url": db_url} if db_url else {})}
         self.s = Settings(redis_url=url, data_dir=data_dir, key_prefix=f"sfabuse-{uuid.uuid4().hex[:6]}",
                           api_keys={NORMAL: "normal", ABUSER: "abuser"}, **fields)
         env = worker_env(self.s)
@@ -177,9 +241,12 @@ class Tally:
                 self.errors.append(f"{who} {what} {r.status_code} {r.text[:200]}")
 
 
-def normal_phase(url: str, seconds: float, clients: int, tally: Tally) -> dict[str, Any]:
-    """C closed-loop clients of the normal tenant for `seconds`: each job's latency and status."""
+def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: float = 0.0) -> dict[str, Any]:
+    """C closed-loop clients of the normal tenant for `seconds`, each pausing think_s after a job
+    ends: each job's latency and status."""
     lat: dict[str, list[float]] = {kind: [] for kind, _ in NORMAL_JOBS}
+    waits: list[float] = []  # created -> started: in the queue and the broker
+    runs: list[float] = []  # started -> finished: on a worker
     ok = failed = 0
     stop = time.monotonic() + seconds
     lock = threading.Lock()
@@ -191,6 +258,7 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally) -> dict[s
             while time.monotonic() < stop:
                 kind, spec = NORMAL_JOBS[n % len(NORMAL_JOBS)]
                 n += 1
+                time.sleep(think_s if n > i + 1 else 0.0)  # a pause after each job (not timed)
                 t = time.perf_counter()
                 try:
                     done = c.wait(c.create_job(kind, spec)["id"], 600)
@@ -204,6 +272,11 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally) -> dict[s
                     if done["status"] == "succeeded":
                         ok += 1
                         lat[kind].append(time.perf_counter() - t)
+                        wait = seconds_between(done.get("created_at"), done.get("started_at"))
+                        run = seconds_between(done.get("started_at"), done.get("finished_at"))
+                        if wait is not None and run is not None:
+                            waits.append(wait)
+                            runs.append(run)
                     else:
                         failed += 1
                         tally.errors.append(f"normal {kind} {done['status']}: {done.get('error')}"[:300])
@@ -216,6 +289,8 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally) -> dict[s
     every = [x for xs in lat.values() for x in xs]
     return {"jobs": ok + failed, "succeeded": ok, "success_rate": round(ok / max(1, ok + failed), 4),
             "p50_s": round(pct(every, 0.5), 2), "p99_s": round(pct(every, 0.99), 2),
+            "wait_p50_s": round(pct(waits, 0.5), 2), "wait_p99_s": round(pct(waits, 0.99), 2),
+            "run_p50_s": round(pct(runs, 0.5), 2), "run_p99_s": round(pct(runs, 0.99), 2),
             "by_kind": {k: {"n": len(v), "p50_s": round(pct(v, 0.5), 2), "p99_s": round(pct(v, 0.99), 2)}
                         for k, v in lat.items()}}
 
@@ -302,20 +377,37 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--seconds", type=float, default=600.0, help="each phase's length (default 600: 10 minutes)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--normal-clients", type=int, default=2, help="the normal tenant's concurrent clients")
+    ap.add_argument("--think-s", type=float, default=0.0, help="each normal client's pause after a job (0: closed loop)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="tenant_rate_per_s for both tenants (burst 4x); default: the product's (50/s, burst 100)")
+    ap.add_argument("--abuser-nice", type=int, default=0,
+                    help="the abuser's client process's niceness (10: its CPU goes to the service first, as a "
+                         "client on a machine of its own; 0: it competes for the service's cores)")
+    ap.add_argument("--abuser", metavar="URL", help=argparse.SUPPRESS)  # the abuser's own process (run())
+    ap.add_argument("--max-body", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.abuser:
+        tally = Tally()
+        asyncio.run(abuser(args.abuser, args.seconds, args.max_body, tally))
+        print(json.dumps({"codes": tally.codes, "errors": tally.errors, "server_errors": tally.server_errors,
+                          "jobs": tally.jobs}))
+        return {}
     seconds, workers, clients = (20.0, 1, 1) if args.quick else (args.seconds, args.workers, args.normal_clients)
     with tempfile.TemporaryDirectory(prefix="sfab") as d, database() as (db_url, admin):
-        stack = Stack(Path(d), db_url, workers)
+        rate = {} if args.rate is None else {"tenant_rate_per_s": args.rate, "tenant_burst": max(1, int(4 * args.rate))}
+        stack = Stack(Path(d), db_url, workers, **rate)
         try:
-            result = run(stack, seconds, clients, admin, db_url)
+            result = run(stack, seconds, clients, admin, db_url, args)
         finally:
             stack.stop()
-    result.update(seconds=seconds, workers=workers, normal_clients=clients)
+    result.update(seconds=seconds, workers=workers, normal_clients=clients, think_s=args.think_s, rate=args.rate,
+                  abuser_nice=args.abuser_nice)
     print(json.dumps(result))
     return result
 
 
-def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_url: str) -> dict[str, Any]:
+def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_url: str,
+        args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(str(stack.s.redis_url))
     peak = [0]
     sampling = threading.Event()
@@ -330,11 +422,28 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
         for kind, spec in NORMAL_JOBS:
             c.wait(c.create_job(kind, spec)["id"], 300)
     db_before = db_bytes(admin, db_url, stack.s.data_dir)
-    alone = normal_phase(stack.url, seconds, clients, tally)
-    abuse = threading.Thread(target=lambda: asyncio.run(abuser(stack.url, seconds, stack.s.max_body_bytes, tally)))
-    abuse.start()
-    beside = normal_phase(stack.url, seconds, clients, tally)
-    abuse.join()
+    assert stack.redis.proc is not None
+    parts = {"api": [stack.api.pid], "workers": [w.pid for w in stack.workers], "redis": [stack.redis.proc.pid],
+             "bench": [os.getpid()]}
+    meter = CpuMeter(parts)
+    meter.start()
+    alone = normal_phase(stack.url, seconds, clients, tally, args.think_s)
+    alone["cpu"] = meter.stop()
+    # the abuser: a process of its own (its client's CPU apart from the normal tenant's, and
+    # niced where asked), its answers back as JSON
+    nice = args.abuser_nice
+    abuse = subprocess.Popen([sys.executable, __file__, "--abuser", stack.url, "--seconds", str(seconds),
+                              "--max-body", str(stack.s.max_body_bytes)], stdout=subprocess.PIPE,
+                             preexec_fn=(lambda: os.nice(nice)) if nice else None)
+    parts["abuser client"] = [abuse.pid]
+    meter.start()
+    beside = normal_phase(stack.url, seconds, clients, tally, args.think_s)
+    beside["cpu"] = meter.stop()
+    told = json.loads(abuse.communicate(timeout=seconds + 120)[0])
+    tally.codes.update(told["codes"])
+    tally.errors += told["errors"]
+    tally.server_errors += told["server_errors"]
+    tally.jobs += told["jobs"]
     lost = drain(stack.url, tally.jobs, 300)
     sampling.set()
     usage = abuser_usage(admin, db_url, stack.s.data_dir)
@@ -347,7 +456,7 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
            "errors": tally.errors[:20], "redis_peak_bytes": peak[0], "redis_used_end_bytes": used,
            "redis_maxmemory": MAXMEMORY, "db_bytes_before": db_before,
            "db_bytes_after": db_bytes(admin, db_url, stack.s.data_dir), "abuser_sql_usage": usage,
-           "ceilings": CEILINGS}
+           "ceilings": CEILINGS, "worker_time": worker_time(admin, db_url, stack.s.data_dir)}
     print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with the abuser: "
           f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); "
           f"5xx {out['errors_5xx']}, lost {lost}; Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",

@@ -46,6 +46,8 @@ def name_problem(name: str) -> str | None:
     sent decomposed is composed first, see clean_name), no control character, no line break."""
     if not 1 <= len(name) <= MAX_NAME:
         return f"a name is 1-{MAX_NAME} characters, got {len(name)}"
+    if name.isascii() and name.isprintable():  # the common case, at once: printable ASCII is no control
+        return None
     bad = sorted({f"U+{ord(ch):04X}" for ch in name if ch not in _JOINERS and unicodedata.category(ch) in (
         "Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")})
     if bad:

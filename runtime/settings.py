@@ -155,6 +155,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1 * MiB  #: a request body's largest size (413 beyond)
     tenant_max_datasets: int = Field(default=100, ge=1)  #: a tenant's own datasets, at most (409 beyond)
     max_streams_per_tenant: int = 16  #: event streams one tenant may hold open per API process (429 beyond)
+    #: requests of one tenant an API process serves at once; the rest wait their turn, in order,
+    #: holding no thread (16 times as many at most: 429 beyond).  A tenant's flood then shares the
+    #: process with another tenant's request only this wide (runtime/api/gate.py Turns)
+    tenant_max_inflight: int = Field(default=4, ge=1, le=1000)
     #: event streams all tenants together may hold open per API process (429 beyond): each holds
     #: an async Redis connection
     max_streams: int = Field(default=1000, ge=1)

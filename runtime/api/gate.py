@@ -1,9 +1,13 @@
 """What a request must be before the app reads its body, checked in this order:
 
     a write (POST, PUT, PATCH, DELETE under /v1/) names a valid API key -> 401, nothing read
+    -> its tenant is not over its rate (as this process last saw it)     -> 429, nothing read
     -> its body is at most max_body_bytes                                -> 413, read no further
     -> its body is UTF-8 (a Content-Type charset, and the body's bytes)    -> 415
     -> a JSON body's strings hold no lone surrogate (`\\ud800` alone)       -> 422 bad_input
+
+and, innermost (after an Idempotency-Key's replay), a tenant's turn: its requests run at most
+tenant_max_inflight at once in the process, the rest wait in order (Turns).
 
 A body is parsed only for a caller who may send one (a stranger's costs the service nothing but
 a header lookup), and a JSON body is UTF-8 as RFC 8259 says: Python's json would decode UTF-16
@@ -11,8 +15,11 @@ and UTF-32 as well, a second meaning for the same route."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,7 +38,10 @@ def _replay(first: list[Message], receive: Receive) -> Receive:
 
 
 class Authorized:
-    """401 for a write without a valid API key, before its body is read."""
+    """401 for a write without a valid API key, before its body is read; 429 for a write of a
+    tenant over its rate (its bucket empty until its next token, as a refusal in this process
+    said: RateLimiter.empty_for), before its body is read too.  A flood past the rate then
+    costs a header lookup a request, not a parse, a check and a round trip to Redis."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -39,10 +49,15 @@ class Authorized:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in WRITES and scope["path"].startswith("/v1/"):
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            services = scope["app"].state.services
             try:
-                tenant_of(scope["app"].state.services.keyring, headers)
+                tenant = tenant_of(services.keyring, headers)
             except Unauthorized as e:
                 await errors.body("unauthorized", str(e), 401, scope["path"])(scope, receive, send)
+                return
+            if (wait := services.limiter.empty_for(tenant)) > 0:
+                await errors.body("rate_limited", str(services.limiter.refusal(tenant, wait)), 429, scope["path"],
+                                  retry_after_s=wait)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -158,3 +173,85 @@ class Utf8:
             return
         whole: Message = {"type": "http.request", "body": body, "more_body": False}
         await self.app(scope, _replay([whole], receive), send)
+
+
+#: requests of one tenant waiting for a turn, per turn it has (beyond: 429)
+WAITING_PER_TURN = 16
+
+
+class Turns:
+    """A tenant's requests run at most `inflight` at once in this process; the rest wait their
+    turn, in order, holding no thread, up to WAITING_PER_TURN x inflight of them (429 beyond).
+
+    Why: the API is one process, one GIL, one thread pool.  A tenant looping costly requests
+    (10k-row uploads, forks, submissions) from many connections would otherwise hold as many
+    threads and take the GIL from every other tenant's short request (bench/abuse.py: a normal
+    tenant's submissions and reads waited behind ~10 of the abuser's).  With turns, another
+    tenant's request shares the process with at most `inflight` of the flooder's, and a
+    flood's own rate falls to what those turns can serve.  A turn is held until the response
+    starts: an event stream's long body holds none, and a route that waits long (a response
+    awaited on the loop) gives its turn back first (release_turn).  Requests without a valid
+    key pass (their 401 is cheap); so do the page, /docs and /healthz (not under /v1/)."""
+
+    def __init__(self, app: ASGIApp, inflight: int) -> None:
+        self.app = app
+        self.inflight = inflight
+        self.turns: dict[str, asyncio.Semaphore] = {}  # tenant -> its turns (tenants: the key map's, bounded)
+        self.waiting: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tenant = self._tenant(scope)
+        if tenant is None:
+            await self.app(scope, receive, send)
+            return
+        turns = self.turns.setdefault(tenant, asyncio.Semaphore(self.inflight))
+        if turns.locked() and self.waiting.get(tenant, 0) >= WAITING_PER_TURN * self.inflight:
+            await errors.body("rate_limited", f"tenant {tenant!r} has {self.inflight} requests running and "
+                              f"{WAITING_PER_TURN * self.inflight} waiting in this API process: retry later",
+                              429, scope["path"], retry_after_s=1)(scope, receive, send)
+            return
+        self.waiting[tenant] = self.waiting.get(tenant, 0) + 1
+        try:
+            await turns.acquire()
+        finally:
+            self.waiting[tenant] -= 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                turns.release()
+
+        scope.setdefault("state", {})[RELEASE] = release
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                release()  # the answer is made: its body (a stream's, too) goes out without a turn
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            release()
+
+    @staticmethod
+    def _tenant(scope: Scope) -> str | None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            return None
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            return tenant_of(scope["app"].state.services.keyring, headers)
+        except Unauthorized:
+            return None
+
+
+RELEASE = "setflow.release_turn"
+
+
+def release_turn(scope: MutableMapping[str, Any]) -> None:
+    """Give the request's turn back (Turns) before a long wait that holds no thread: the
+    tenant's other requests need not wait for it.  A no-op outside Turns."""
+    release: Callable[[], None] | None = scope.get("state", {}).get(RELEASE)
+    if release is not None:
+        release()

@@ -3,6 +3,10 @@
 The bucket holds up to `tenant_burst` tokens and refills at `tenant_rate_per_s`; a submission
 takes one token or is refused with RateLimited and the seconds after which one will be there.
 The check is one Lua script (atomic across processes) timed by the Redis server's clock.
+
+A refusal is remembered in the process until the next token is due (empty_for): the bucket
+cannot hold one before then, so a flood of requests over the rate is refused without a round
+trip to Redis each, and the API's gate refuses a write of such a tenant before reading its body.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ return {ok, wait}
 
 
 class RateLimiter:
+    #: bucket key -> when (time.monotonic()) its next token is due, after a refusal seen in this
+    #: process; one table for every limiter of the process (the API's and its dispatcher's)
+    _empty_until: dict[str, float] = {}
+
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.s = settings
         self.k = Keys(settings.key_prefix)
@@ -48,11 +56,29 @@ class RateLimiter:
 
     def take(self, tenant: str, cost: int = 1) -> None:
         """Take `cost` tokens of the tenant's bucket, or raise RateLimited (nothing taken)."""
-        ok, wait_ms = self._take(keys=[self.k.bucket(tenant)], args=[self.s.tenant_rate_per_s, self.s.tenant_burst, cost])
-        if not int(ok):
+        bucket = self.k.bucket(tenant)
+        retry = self.empty_for(tenant)
+        if retry == 0.0:
+            ok, wait_ms = self._take(keys=[bucket], args=[self.s.tenant_rate_per_s, self.s.tenant_burst, cost])
+            if int(ok):
+                return
             retry = int(wait_ms) / 1000
-            raise RateLimited(f"tenant {tenant!r} is over its rate of {self.s.tenant_rate_per_s:g} jobs/s "
-                              f"(burst {self.s.tenant_burst}); retry after {retry:.3f} s", retry_after_s=retry)
+            if cost == 1:  # the time until one token: none can be taken before it
+                self._empty_until[bucket] = time.monotonic() + retry
+        raise self.refusal(tenant, retry)
+
+    def refusal(self, tenant: str, retry: float) -> RateLimited:
+        return RateLimited(f"tenant {tenant!r} is over its rate of {self.s.tenant_rate_per_s:g} requests/s "
+                           f"(burst {self.s.tenant_burst}); retry after {retry:.3f} s", retry_after_s=retry)
+
+    def empty_for(self, tenant: str) -> float:
+        """Seconds until the tenant's next token, as a refusal in this process said (0.0: none
+        known; take() asks Redis)."""
+        left = self._empty_until.get(self.k.bucket(tenant), 0.0) - time.monotonic()
+        if left > 0:
+            return left
+        self._empty_until.pop(self.k.bucket(tenant), None)
+        return 0.0
 
     def headers(self, tenant: str) -> dict[str, str]:
         """The tenant's bucket as OpenAI's rate-limit headers say one (read, nothing taken): its

@@ -23,10 +23,10 @@ from typing import Annotated, Any
 
 import redis
 from anyio.to_thread import run_sync
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from runtime.api import response_stream, response_view
+from runtime.api import gate, response_stream, response_view
 from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.idempotency import STREAMED
@@ -47,7 +47,7 @@ KEEPALIVE_S = 15.0
 
 
 @router.post("", responses=ERRORS)
-async def create_response(req: CreateResponse, who: Tenant, svc: Svc) -> Response:
+async def create_response(req: CreateResponse, request: Request, who: Tenant, svc: Svc) -> Response:
     """Create a response: it runs as a job on its conversation's session (a new one without a
     conversation or a previous response).  Without `background` or `stream` the call waits for it
     (up to response_wait_s, holding no thread: _ended; then it answers with the response as it
@@ -59,6 +59,7 @@ async def create_response(req: CreateResponse, who: Tenant, svc: Svc) -> Respons
         out.headers.update(limits)
         return out
     if not req.background:
+        gate.release_turn(request.scope)  # the wait holds no thread: nor the tenant's turn (gate.Turns)
         job = await _ended(svc, job, svc.settings.response_wait_s)
     body = response_view.view(job)
     if not req.store and job.status in TERMINAL:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 from starlette.types import Message
 
 from runtime.api.gate import charset_problem, lone_surrogate
-from tests.runtime.api.conftest import ACME, NARRATIVE, Api
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api
 
 BAD_JSON = b'{"kind": "narrative", "spec": '  # cut short: a 422 if it were parsed
 
@@ -54,6 +55,44 @@ def test_a_strangers_body_is_not_read(api: Api) -> None:
 
     asyncio.run(call())
     assert sent[0]["status"] == 401 and reads == []
+
+
+def test_a_tenant_over_its_rate_is_refused_before_its_body_is_read(make_api: Any) -> None:
+    """Once a take found its bucket empty, the tenant's writes get 429 at the door until its next
+    token is due: no body read, no parse, no Redis round trip (a flood past the rate costs a
+    header lookup); another tenant is served, and once the token is due the tenant is too."""
+    api: Api = make_api(tenant_burst=1, tenant_rate_per_s=0.5)
+    job = {"kind": "narrative", "spec": NARRATIVE}
+    assert api.http.post("/v1/jobs", headers=ACME, json=job).status_code == 202  # the one token
+    refused = api.http.post("/v1/jobs", headers=ACME, json=job)  # Redis says: empty for ~2 s
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+    assert "requests/s" in refused.json()["error"]["message"]
+    before, bucket = api.snapshot(rate_limits=True), api.r.hgetall(api.keys.bucket("acme"))
+    reads: list[str] = []
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        reads.append("body")
+        return {"type": "http.request", "body": BAD_JSON, "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope: dict[str, Any] = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                             "scheme": "http", "path": "/v1/jobs", "raw_path": b"/v1/jobs", "query_string": b"",
+                             "root_path": "", "headers": [(b"content-type", b"application/json"),
+                                                          (b"authorization", ACME["Authorization"].encode())],
+                             "client": ("127.0.0.1", 1), "server": ("testserver", 80), "app": api.app}
+    asyncio.run(api.app.build_middleware_stack()(scope, receive, send))
+    assert sent[0]["status"] == 429 and reads == []
+    assert dict(sent[0]["headers"])[b"retry-after"] in (b"1", b"2")
+    assert api.snapshot(rate_limits=True) == before, "nothing written"
+    assert api.r.hgetall(api.keys.bucket("acme")) == bucket, "the bucket not even asked (its script stamps ts)"
+    assert api.http.post("/v1/jobs", headers=GLOBEX, json=job).status_code == 202
+    deadline = time.monotonic() + 10
+    while (r := api.http.post("/v1/jobs", headers=ACME, json=job)).status_code == 429 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert r.status_code == 202, "served again once its token is due"
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
