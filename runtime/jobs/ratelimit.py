@@ -4,9 +4,11 @@ The bucket holds up to `tenant_burst` tokens and refills at `tenant_rate_per_s`;
 takes one token or is refused with RateLimited and the seconds after which one will be there.
 The check is one Lua script (atomic across processes) timed by the Redis server's clock.
 
-A refusal is remembered in the process until the next token is due (empty_for): the bucket
-cannot hold one before then, so a flood of requests over the rate is refused without a round
-trip to Redis each, and the API's gate refuses a write of such a tenant before reading its body.
+A refusal is remembered in the process until the next token is due, for a second at most
+(empty_for): the bucket cannot hold one before then (unless it is reset or the rate raised,
+seen within that second), so the API's gate refuses a flood of a tenant's writes over its rate
+before reading their bodies, without a round trip to Redis each.  take() itself always asks
+Redis.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ return {ok, wait}
 """
 
 
+#: the longest a refusal is remembered in the process (a reset bucket or a raised rate is seen after it)
+MEMO_S = 1.0
+
+
 class RateLimiter:
     #: bucket key -> when (time.monotonic()) its next token is due, after a refusal seen in this
     #: process; one table for every limiter of the process (the API's and its dispatcher's)
@@ -57,14 +63,12 @@ class RateLimiter:
     def take(self, tenant: str, cost: int = 1) -> None:
         """Take `cost` tokens of the tenant's bucket, or raise RateLimited (nothing taken)."""
         bucket = self.k.bucket(tenant)
-        retry = self.empty_for(tenant)
-        if retry == 0.0:
-            ok, wait_ms = self._take(keys=[bucket], args=[self.s.tenant_rate_per_s, self.s.tenant_burst, cost])
-            if int(ok):
-                return
-            retry = int(wait_ms) / 1000
-            if cost == 1:  # the time until one token: none can be taken before it
-                self._empty_until[bucket] = time.monotonic() + retry
+        ok, wait_ms = self._take(keys=[bucket], args=[self.s.tenant_rate_per_s, self.s.tenant_burst, cost])
+        if int(ok):
+            return
+        retry = int(wait_ms) / 1000
+        if cost == 1:  # the time until one token: none can be taken before it
+            self._empty_until[bucket] = time.monotonic() + min(retry, MEMO_S)
         raise self.refusal(tenant, retry)
 
     def refusal(self, tenant: str, retry: float) -> RateLimited:
@@ -72,8 +76,8 @@ class RateLimiter:
                            f"(burst {self.s.tenant_burst}); retry after {retry:.3f} s", retry_after_s=retry)
 
     def empty_for(self, tenant: str) -> float:
-        """Seconds until the tenant's next token, as a refusal in this process said (0.0: none
-        known; take() asks Redis)."""
+        """Seconds, at most MEMO_S, until the tenant's next token, as a refusal in this process
+        said (0.0: none known)."""
         left = self._empty_until.get(self.k.bucket(tenant), 0.0) - time.monotonic()
         if left > 0:
             return left

@@ -13,6 +13,7 @@ import pytest
 from starlette.types import Message
 
 from runtime.api.gate import charset_problem, lone_surrogate
+from runtime.jobs import ratelimit
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api
 
 BAD_JSON = b'{"kind": "narrative", "spec": '  # cut short: a 422 if it were parsed
@@ -57,14 +58,17 @@ def test_a_strangers_body_is_not_read(api: Api) -> None:
     assert sent[0]["status"] == 401 and reads == []
 
 
-def test_a_tenant_over_its_rate_is_refused_before_its_body_is_read(make_api: Any) -> None:
+def test_a_tenant_over_its_rate_is_refused_before_its_body_is_read(make_api: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a take found its bucket empty, the tenant's writes get 429 at the door until its next
-    token is due: no body read, no parse, no Redis round trip (a flood past the rate costs a
-    header lookup); another tenant is served, and once the token is due the tenant is too."""
-    api: Api = make_api(tenant_burst=1, tenant_rate_per_s=0.5)
+    token is due (a second at most): no body read, no parse, no Redis round trip (a flood past
+    the rate costs a header lookup); another tenant is served, and once the token is due the
+    tenant is too."""
+    monkeypatch.setattr(ratelimit, "MEMO_S", 5.0)  # a window no loaded machine outlasts between two lines
+    api: Api = make_api(tenant_burst=1, tenant_rate_per_s=0.2)
     job = {"kind": "narrative", "spec": NARRATIVE}
     assert api.http.post("/v1/jobs", headers=ACME, json=job).status_code == 202  # the one token
-    refused = api.http.post("/v1/jobs", headers=ACME, json=job)  # Redis says: empty for ~2 s
+    refused = api.http.post("/v1/jobs", headers=ACME, json=job)  # Redis says: empty for ~5 s
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
     assert "requests/s" in refused.json()["error"]["message"]
     before, bucket = api.snapshot(rate_limits=True), api.r.hgetall(api.keys.bucket("acme"))
@@ -85,11 +89,11 @@ def test_a_tenant_over_its_rate_is_refused_before_its_body_is_read(make_api: Any
                              "client": ("127.0.0.1", 1), "server": ("testserver", 80), "app": api.app}
     asyncio.run(api.app.build_middleware_stack()(scope, receive, send))
     assert sent[0]["status"] == 429 and reads == []
-    assert dict(sent[0]["headers"])[b"retry-after"] in (b"1", b"2")
+    assert int(dict(sent[0]["headers"])[b"retry-after"]) in range(1, 6)
     assert api.snapshot(rate_limits=True) == before, "nothing written"
     assert api.r.hgetall(api.keys.bucket("acme")) == bucket, "the bucket not even asked (its script stamps ts)"
     assert api.http.post("/v1/jobs", headers=GLOBEX, json=job).status_code == 202
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     while (r := api.http.post("/v1/jobs", headers=ACME, json=job)).status_code == 429 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert r.status_code == 202, "served again once its token is due"
