@@ -80,7 +80,8 @@ def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True)
         log.warning("reaper pass failed", exc_info=True)
     if done:  # sessions idle past session_retention_s, a bounded batch a pass
         try:
-            done["sessions_deleted"] = retention.prune(store, Records(dispatcher.jobs.engine), store.s.session_retention_s)
+            done["sessions_deleted"] = retention.prune(store, Records(dispatcher.jobs.engine), store.s.session_retention_s,
+                                                       forget=dispatcher.forget_session)
         except Exception:  # noqa: BLE001 - the same: they wait for the next pass
             log.warning("session retention failed", exc_info=True)
     if done:  # ended jobs' streams down to their final events (JobEvents.compact_due)

@@ -161,6 +161,17 @@ class Dispatcher:
             self.admit(nxt.tenant)
         return nxt
 
+    def forget_session(self, session: str, tenant: str, jobs: list[str]) -> None:
+        """After a session was deleted (lifecycle.delete_session: its K/V and its SQL rows), what
+        the jobs side keeps of it in Redis: its affinity and its jobs' event streams (bounded
+        batches, out of the tenant's account at once).  Best effort: a Redis failure is logged,
+        and what is left expires by itself (affinity_ttl_s, events_ttl_s)."""
+        try:
+            self.r.delete(self.k.affinity(session))
+            self.events.drop(tenant, jobs)
+        except redis.RedisError as e:
+            log.warning("session %s deleted; its jobs' Redis keys were not (%s)", session, e)
+
     def cancel(self, job_id: str, tenant: str) -> JobRecord:
         job, ended = self.jobs.cancel(job_id, tenant)
         if job.status == "running":

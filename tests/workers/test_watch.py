@@ -68,11 +68,20 @@ def test_a_reaper_pass_deletes_sessions_idle_past_their_retention(client: redis.
     store, records = SessionStore(client, s), Records(engine)
     dispatcher = Dispatcher(client, Jobs(engine, s), lambda job_id, queue, priority: None)
     idle, used = records.create_session("acme", "").id, records.create_session("acme", "").id
+    # a finished job of the idle session: its event stream and the session's affinity in Redis
+    job, _ = dispatcher.jobs.create("narrative", "acme", {}, idle)
+    dispatcher.jobs.finish(job.id, dispatcher.jobs.claim(job.id, "w1").owner or "", "succeeded")
+    dispatcher.events.publish("acme", job.id, {"type": "status", "status": "succeeded"})
+    client.set(dispatcher.k.affinity(idle), "w1")
+    assert dispatcher.events.tenant_bytes("acme") > 0
     with engine.begin() as c:
         c.execute(update(SessionRecord).where(SessionRecord.id == idle)
                   .values(updated_at=datetime.now(UTC) - timedelta(hours=2)))
     assert reap_pass(dispatcher, store, collect=False)["sessions_deleted"] == 1
     assert [r.id for r in records.list_sessions("acme")] == [used]
+    # what the jobs side kept of it went with it, as after a DELETE by its tenant
+    assert not client.exists(dispatcher.k.events(job.id)) and not client.exists(dispatcher.k.affinity(idle))
+    assert dispatcher.events.tenant_bytes("acme") == 0
 
 
 def test_a_webhook_pass_delivers_prunes_and_survives_a_database_away(tmp_path: Path,

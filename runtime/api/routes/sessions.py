@@ -4,9 +4,6 @@ fork at a turn, delete.  A turn and an infill are jobs (202 with the job; follow
 
 from __future__ import annotations
 
-import logging
-
-import redis
 from fastapi import APIRouter, Response
 
 from runtime.api.deps import Limit, SessionId, Svc, Tenant
@@ -26,7 +23,6 @@ from runtime.errors import BadInput, Busy
 from runtime.sessions import lifecycle
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
-log = logging.getLogger("setflow.api")
 
 
 @router.post("", status_code=201, response_model=SessionCreated, responses=ERRORS)
@@ -114,8 +110,4 @@ def delete_whole(svc: Svc, session_id: str, who: str) -> None:
     """lifecycle.delete_session (Busy while a turn runs), then what the API keeps of the session
     in Redis: its affinity, and its jobs' streams (out of the tenant's account at once)."""
     jobs = lifecycle.delete_session(svc.store, svc.records, session_id, who, idle_only=True)
-    try:  # the jobs' streams and the session's affinity are nobody's now
-        svc.client.delete(svc.keys.affinity(session_id))
-        svc.dispatcher.events.drop(who, jobs)  # bounded batches, and out of the tenant's account now
-    except redis.RedisError as e:
-        log.warning("session %s deleted; its jobs' Redis keys were not (%s)", session_id, e)
+    svc.dispatcher.forget_session(session_id, who, jobs)
