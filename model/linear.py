@@ -72,6 +72,21 @@ def least_rows(shapes: tuple[tuple[int, int], ...], dtype: torch.dtype, threads:
     return None if None in need else max((r for r in need if r is not None), default=1)
 
 
+def invariant_threads(shapes: tuple[tuple[int, int], ...], dtype: torch.dtype, most: int) -> int | None:
+    """The most torch threads, up to `most`, at which products of every (k, n) of `shapes` are
+    row-invariant (least_rows), torch left set to it; None (torch left at `most`) where no count
+    is.  Why a worker asks: with two threads this CPU's BLAS takes a few-row kernel for every
+    shape of a Qwen3-size model (1024 wide) at any row count up to 48, so no padding makes a
+    row's bits the same alone and in a batch, restored and recomputed; with one thread 16 rows
+    do (bench/resume.py's qwen3-0.6b preset, 2026-12-03)."""
+    for threads in range(most, 0, -1):
+        torch.set_num_threads(threads)
+        if least_rows(shapes, dtype, threads) is not None:
+            return threads
+    torch.set_num_threads(most)
+    return None
+
+
 class Linear(nn.Linear):
     """nn.Linear (the same parameters and state_dict) whose rows round alike in products of any
     number of rows on a CPU: a product of fewer than min_rows rows is padded to it."""

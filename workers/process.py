@@ -9,6 +9,7 @@ the parent."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -19,6 +20,7 @@ import redis
 import torch
 
 from model import profiles, shipped
+from model.linear import invariant_threads
 from model.pool import KVPool
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
@@ -35,6 +37,8 @@ from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from workers.celery_app import app, sender
+
+log = logging.getLogger("setflow.worker")
 
 
 @dataclass
@@ -95,12 +99,29 @@ def _exit(error: BaseException) -> None:
     os._exit(EXIT_BATCH_LOOP_DIED)
 
 
+def _invariant(model: SetDLM, dtype: torch.dtype, threads: int) -> None:
+    """Torch threads at a count where the model's products are row-invariant (model/linear.py):
+    the same tokens batched and alone, restored and recomputed.  Fewer than torch_threads where
+    that count cannot be (a warning says so); none at all, an error in the log: turns then agree
+    only to float tolerance."""
+    got = invariant_threads(model.shapes, dtype, threads)
+    if got is None:
+        log.error("no torch thread count keeps this model's products row-invariant on this CPU: batched, "
+                  "restored and recomputed turns agree only to float tolerance, not bit for bit")
+    elif got != threads:
+        log.warning("torch_threads %d: this CPU's BLAS is not row-invariant for this model's shapes at that "
+                    "count; running %d thread(s) a process, where it is (the same tokens batched and alone)",
+                    threads, got)
+
+
 def _build() -> Runtime:
     s = Settings()
     torch.set_num_threads(s.torch_threads)  # several processes share the cores: 4x slower without
     dev, dtype = device(s)
     folder = s.model_dir or shipped.SHIPPED
     model, tok = shipped.load(folder, device=dev, dtype=dtype)
+    if dev == "cpu":
+        _invariant(model, dtype, s.torch_threads)
     profile = profiles.load(folder, model.cfg, tok)
     client = redis_client(s)
     sql = make_engine(s)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from model.linear import Linear, min_rows
+from model.linear import Linear, invariant_threads, least_rows, min_rows
 
 
 @pytest.fixture(params=[1, 2])
@@ -47,3 +47,26 @@ def test_a_linear_is_an_nn_linear_to_checkpoints_and_autograd() -> None:
     assert x.grad is not None and x.grad.shape == (2, 8)
     torch.testing.assert_close(ours(x), plain(x))
     assert ours(torch.randn(0, 8)).shape == (0, 3)
+
+
+#: the linear layers of a Qwen3-0.6B-shaped model (bench/resume.py's qwen3-0.6b preset), the
+#: vocabulary projection's width cut (the probe reads its first 4096 columns only)
+QWEN_SHAPES = ((1024, 1024), (1024, 2048), (1024, 3072), (2048, 1024), (3072, 1024), (1024, 151936))
+
+
+@pytest.mark.parametrize("most", [1, 2, 4])
+def test_a_worker_runs_the_most_threads_that_keep_its_products_row_invariant(most: int) -> None:
+    """invariant_threads: a count up to `most` at which every shape has a padding minimum, torch
+    left set to it, and no larger count up to `most` has one (on this machine, two threads have
+    none for 1024-wide products: the worker then runs one, workers/process.py)."""
+    before = torch.get_num_threads()
+    try:
+        got = invariant_threads(QWEN_SHAPES, torch.float32, most)
+        if got is None:
+            assert torch.get_num_threads() == most
+            pytest.skip("no thread count keeps these products row-invariant on this machine")
+        assert 1 <= got <= most and torch.get_num_threads() == got
+        assert least_rows(QWEN_SHAPES, torch.float32, got) is not None
+        assert all(least_rows(QWEN_SHAPES, torch.float32, t) is None for t in range(got + 1, most + 1))
+    finally:
+        torch.set_num_threads(before)
