@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         ap.error("--repeats, --threads and --tokens must be >= 1")
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    print(f"shipped model; threads {args.threads}; {repeats} interleaved (a, b) pair(s) per row, medians; "
+    print(f"{args.preset} model; threads {args.threads}; {repeats} interleaved (a, b) pair(s) per row, medians; "
           f"narrative: {args.tokens} tokens per turn (ignore_eos); narrative_eos: the same, stopped at EOS; "
           f"agent: the first call (<= {AGENT_SEGMENT} tokens, stops at </call>); turns: per session, one after "
           f"another, each a new document; p50/p99: each turn's latency from its arrival (the pass's start, or its "
