@@ -33,8 +33,9 @@ def test_a_stranger_is_refused_before_its_body_is_parsed(api: Api, headers: dict
     assert api.snapshot() == before
 
 
-def test_a_strangers_body_is_not_read(api: Api) -> None:
-    """At the ASGI level: the app answers 401 without once asking for the body."""
+def post_asgi(api: Api, headers: list[tuple[bytes, bytes]]) -> tuple[list[Message], list[str]]:
+    """POST /v1/jobs (a malformed JSON body) through the app's whole middleware stack at the ASGI
+    level: (the messages sent back, one entry per time the app asked for the body)."""
     reads: list[str] = []
     sent: list[Message] = []
 
@@ -47,14 +48,15 @@ def test_a_strangers_body_is_not_read(api: Api) -> None:
 
     scope: dict[str, Any] = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                              "scheme": "http", "path": "/v1/jobs", "raw_path": b"/v1/jobs", "query_string": b"",
-                             "root_path": "", "headers": [(b"content-type", b"application/json")],
+                             "root_path": "", "headers": [(b"content-type", b"application/json"), *headers],
                              "client": ("127.0.0.1", 1), "server": ("testserver", 80), "app": api.app}
-    stack = api.app.build_middleware_stack()
+    asyncio.run(api.app.build_middleware_stack()(scope, receive, send))
+    return sent, reads
 
-    async def call() -> None:
-        await stack(scope, receive, send)
 
-    asyncio.run(call())
+def test_a_strangers_body_is_not_read(api: Api) -> None:
+    """At the ASGI level: the app answers 401 without once asking for the body."""
+    sent, reads = post_asgi(api, [])
     assert sent[0]["status"] == 401 and reads == []
 
 
@@ -72,22 +74,7 @@ def test_a_tenant_over_its_rate_is_refused_before_its_body_is_read(make_api: Any
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
     assert "requests/s" in refused.json()["error"]["message"]
     before, bucket = api.snapshot(rate_limits=True), api.r.hgetall(api.keys.bucket("acme"))
-    reads: list[str] = []
-    sent: list[Message] = []
-
-    async def receive() -> Message:
-        reads.append("body")
-        return {"type": "http.request", "body": BAD_JSON, "more_body": False}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    scope: dict[str, Any] = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                             "scheme": "http", "path": "/v1/jobs", "raw_path": b"/v1/jobs", "query_string": b"",
-                             "root_path": "", "headers": [(b"content-type", b"application/json"),
-                                                          (b"authorization", ACME["Authorization"].encode())],
-                             "client": ("127.0.0.1", 1), "server": ("testserver", 80), "app": api.app}
-    asyncio.run(api.app.build_middleware_stack()(scope, receive, send))
+    sent, reads = post_asgi(api, [(b"authorization", ACME["Authorization"].encode())])
     assert sent[0]["status"] == 429 and reads == []
     assert int(dict(sent[0]["headers"])[b"retry-after"]) in range(1, 6)
     assert api.snapshot(rate_limits=True) == before, "nothing written"
