@@ -1,23 +1,29 @@
 """An abuse soak: one tenant hammers the service while another works as usual.
 
-    python bench/abuse.py [--quick] [--seconds S] [--workers W] [--normal-clients C]
+    python bench/abuse.py [--quick] [--seconds S] [--workers W] [--normal-clients C] [--think-s T]
+                          [--rate R] [--abuser-nice N]
 
 One stack of real parts: a redis-server of its own with a maxmemory ceiling, PostgreSQL (a
 schema of its own at 127.0.0.1:5432/test; a SQLite file where none answers), `setflow serve`
 and W `setflow worker` processes.  The tenants' ceilings are scaled down so that a run of
-minutes reaches them (the Settings below; the same code enforces the defaults).
+minutes reaches them (the Settings below; the same code enforces the defaults); --rate sets
+both tenants' tenant_rate_per_s (burst 4x), else the product's.
 
-1. baseline: the normal tenant alone for S seconds: C clients, each a closed loop of
-   narrative, agent and report jobs (each followed to its end).
-2. abuse: the same, while the abuser runs at its full rate, each in a loop of its own:
-   submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened and
-   dropped; bodies past max_body_bytes.
+1. baseline: the normal tenant alone for S seconds: C clients, each a loop of narrative, agent
+   and report jobs (each followed to its end), pausing T seconds between two (0: a closed loop,
+   which alone fills the machine).
+2. abuse: the same, while the abuser runs at its full rate in a process of its own (at nice N:
+   10 models a client on a machine of its own, whose CPU the service does not pay), each in a
+   loop: submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened
+   and dropped; bodies past max_body_bytes.
 3. drain: every job either tenant got accepted must end (none lost).
 
-Reported: the normal tenant's success rate and p50/p99 latency in both phases (p99 ratio:
-target <= 1.5), the abuser's answers by status, every 5xx (target 0), Redis used memory's peak
-against its maxmemory, the database's size and the abuser's SQL usage against its quotas, and
-lost jobs (target 0).  Ends with one JSON line.
+Reported: the normal tenant's success rate, p50/p99 latency, and its jobs' queue wait and run
+on a worker, in both phases (p99 ratio: target <= 1.5); each part's CPU in both phases (API,
+workers, Redis, PostgreSQL, the bench, the abuser's client: where the cores went); each
+tenant's jobs started and worker-seconds held; the abuser's answers by status, every 5xx
+(target 0), Redis used memory's peak against its maxmemory, the database's size and the
+abuser's SQL usage against its quotas, and lost jobs (target 0).  Ends with one JSON line.
 """
 
 from __future__ import annotations
