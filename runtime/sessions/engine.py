@@ -176,14 +176,16 @@ class Engine:
                 yield done
                 return
             with self._admitted():  # a place among the turns that hold pool caches
-                load = self._load(session, tenant, rec, prefer)
+                with lease.busy():  # a restore or a recompute may outlast the lease: kept meanwhile
+                    load = self._load(session, tenant, rec, prefer)
                 try:
                     lease.keep()  # the load may have been long
                     t = time.perf_counter()
-                    turn = self._begin(session, load, input_ids, params, infill)
+                    with lease.busy():  # an infill prefills its context here
+                        turn = self._begin(session, load, input_ids, params, infill)
                     with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
                         with closing(turn.steps(self._stepper(priority))) as steps:  # closed before _drop frees
-                            for ev in steps:
+                            for ev in lease.busily(steps):  # each step's forwards with the lease kept
                                 lease.keep()  # a long turn keeps its lease
                                 w.add(turn.cache, ev)
                                 yield ev

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import redis
@@ -45,6 +46,30 @@ def test_a_turn_longer_than_the_lease_renews_it(loaded: tuple[SetDLM, Tokenizer]
         result = ev
     assert result is not None and not result.events, result.events  # type: ignore[union-attr]
     assert engine.store.read(sid).state["turns"] == 1  # type: ignore[union-attr]
+
+
+def test_a_recompute_longer_than_the_lease_keeps_it(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
+                                                    db_settings: Settings, db_engine: SqlEngine,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One computation longer than the whole lease, as a 2048-token recompute of a Qwen3-size
+    model on a CPU is (28 s at 0.6B, minutes at 1.7B, against lease_ms 30 s): the turn keeps its
+    lease (the lease's thread renews it while the holder computes) and completes, where it used
+    to fail LeaseLost, and fail again on every retry."""
+    model, tok = loaded
+    short = db_settings.model_copy(update={"lease_ms": 300})
+    first, second = inputs(tok)
+    sid = Engine(model, SessionStore(client, short), Records(db_engine), short).open("acme")
+    Engine(model, SessionStore(client, short), Records(db_engine), short).run_turn(sid, "acme", first, PARAMS)
+    engine = Engine(model, SessionStore(client, short), Records(db_engine), short)  # not warm here
+    slow = engine._recompute
+
+    def recompute(session: str, tenant: str) -> tuple[Any, Any]:
+        time.sleep(1.0)  # three leases long, in one piece
+        return slow(session, tenant)
+
+    monkeypatch.setattr(engine, "_recompute", recompute)
+    result = engine.run_turn(sid, "acme", second, PARAMS, prefer="recompute")
+    assert result.path == "recompute" and engine.store.read(sid).state["turns"] == 2  # type: ignore[union-attr]
 
 
 def test_write_behind_names_segments_mid_turn_and_an_interrupted_turn_restores_the_last_one(

@@ -93,3 +93,28 @@ def test_a_waiting_turn_gets_the_lease_when_the_holder_releases(store: SessionSt
     threading.Timer(0.05, store.release, args=(a,)).start()
     b = store.acquire("s1", wait_ms=2000)
     assert b.token != a.token
+
+
+def test_a_busy_holder_keeps_its_lease_past_its_length_and_an_idle_one_does_not(client: redis.Redis,
+                                                                                settings: Settings) -> None:
+    """busy(): one computation longer than the lease (a released-size model's recompute on a CPU)
+    keeps it, renewed by the lease's thread; outside busy() a holder that does nothing (a
+    suspended turn, a frozen process) loses it within lease_ms, as before."""
+    store = SessionStore(client, settings.model_copy(update={"lease_ms": 300}))
+    with store.lease("s1") as held:
+        with held.busy():
+            time.sleep(1.0)  # three leases long, no keep()
+        held.keep()  # still ours
+        assert client.pttl(store.k.lease("s1")) > 0
+        assert list(held.busily(iter([1, 2]))) == [1, 2]
+        time.sleep(0.6)  # idle: nobody renews
+        assert not client.exists(store.k.lease("s1"))
+        with pytest.raises(LeaseLost):
+            held.keep()
+    with store.lease("s2") as held:
+        with held.busy():
+            client.set(store.k.lease("s2"), "another-holder")  # taken over while it computes
+            time.sleep(0.3)
+        with pytest.raises(LeaseLost):  # the thread met the loss: the next keep() says so at once
+            held.keep()
+    assert client.get(store.k.lease("s2")) == b"another-holder"
