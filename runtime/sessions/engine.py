@@ -191,8 +191,9 @@ class Engine:
                                 yield ev
                     load.costs["decode_s"] = time.perf_counter() - t
                     lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
-                    self._append(session, tenant, load, turn, params, text, job)
-                    self._save(session, load, turn, w, params)
+                    with lease.busy():  # the writes, however long they take, under a lease kept
+                        self._append(session, tenant, load, turn, params, text, job)
+                        self._save(session, load, turn, w, params)
                 finally:  # a turn that does not complete leaves no warm state, and frees its blocks
                     if not self._is_warm(session, load.cache):
                         self._drop(load.cache)
