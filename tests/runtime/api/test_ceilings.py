@@ -6,6 +6,7 @@ store_full with Retry-After and writes nothing to SQL."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -105,3 +106,23 @@ def test_a_submission_to_a_redis_at_its_maxmemory_gets_store_full_and_writes_not
         r.config_set("maxmemory", 0)
         assert api.http.post("/v1/jobs", headers=ACME, json=JOB).status_code == 202
         r.close()
+
+
+def test_a_dataset_upload_takes_a_token_per_64_kib(make_api: Callable[..., Api]) -> None:
+    """Its parse and check cost by size: 10k rows of JSON (~0.6 MB) take about 11 tokens, a
+    small one takes 1; a refused one has paid too."""
+    api = make_api(tenant_burst=30, tenant_rate_per_s=0.001)
+    rows = [{"metric": f"m{i % 97}", "region": f"r{i // 97}", "period": "2026-Q3", "value": i} for i in range(10_000)]
+    body = json.dumps({"rows": rows}).encode()
+
+    def tokens() -> float:
+        return float(api.r.hget(api.keys.bucket("acme"), "tokens") or 30)
+
+    before = tokens()
+    r = api.http.put("/v1/datasets/big", content=body, headers={**ACME, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert round(before - tokens()) == 1 + len(body) // (64 * 1024) >= 9
+    before = tokens()
+    small = {"rows": [{"metric": "m", "region": "r", "period": "2026-Q3", "value": 1}]}
+    assert api.http.put("/v1/datasets/small", headers=ACME, json=small).status_code == 200
+    assert round(before - tokens()) == 1
