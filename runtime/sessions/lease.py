@@ -151,11 +151,12 @@ class Held:
 
     def _renewing(self) -> None:
         while not self._closed.wait(self.store.s.lease_ms / 3000):
-            if not self._busy.is_set() or self._lost:
+            if not self._busy.is_set():
                 continue
             try:
                 self.renew()
             except LeaseLost:
-                self._lost = True
+                self._lost = True  # the holder's next keep() says so; nothing left to renew
+                return
             except redis.RedisError:
                 pass  # Redis away: the next third, or the holder's own keep(), tries again

@@ -120,7 +120,7 @@ def test_a_stream_holds_no_turn_once_it_started_nor_a_route_that_gave_it_back() 
     asyncio.run(scenario())
 
 
-def test_requests_without_a_valid_key_and_outside_v1_pass() -> None:
+def test_requests_without_a_valid_key_pass() -> None:
     async def scenario() -> None:
         held, out = Held(), {}
         app = Turns(held, inflight=1)
