@@ -164,27 +164,28 @@ def _checked(r: dict[str, Any], seconds: float, right: bool) -> Outcome:
                    seconds=seconds)
 
 
-def run_narrative(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec) -> Outcome:
+def run_narrative(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec, guided: bool = True) -> Outcome:
     """The narrative job (workflows/narrative.py): its first decode, checked; a failed one
-    decoded again with greedy AR, as a job's is."""
-    spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True)
+    decoded again with greedy AR, as a job's is; held to the narrative's forms as a job's is by
+    default (NarrativeSpec.guided)."""
+    spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True, guided=guided)
     r, seconds = _timed(lambda turns: narrative_flow.run(turns, spec), model, tok)
     return _checked(r, seconds, reads_right(p.render(Slots(dedup=True)), r["text"]))
 
 
-def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: ParamsSpec) -> Outcome:
+def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: ParamsSpec, guided: bool = True) -> Outcome:
     """A report's section as a job writes it (workflows/report.py section: the heading given)."""
     r, seconds = _timed(lambda turns: report_flow.section(turns, s.title, s.payload, decode_params(params),
-                                                          allow_unverified=True)[0], model, tok)
+                                                          allow_unverified=True, guided=guided)[0], model, tok)
     return _checked(r, seconds, reads_right(s.render(Slots(dedup=True))[2], r["markdown"].partition("\n")[2]))
 
 
-def run_report(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec) -> Outcome:
+def run_report(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec, guided: bool = True) -> Outcome:
     """A report job of REPORT_SECTIONS sections (one metric each) and its key figures: fully
     correct when every part is verified on its first decode; `succeeded` when the job succeeds
     (a part may have been decoded again); a wrong success when it succeeds and a section's or the
     key figures' text is refuted by the independent reading."""
-    spec = ReportSpec(title="Quarterly review", data=PayloadSpec.of(p), params=params, allow_unverified=True,
+    spec = ReportSpec(title="Quarterly review", data=PayloadSpec.of(p), params=params, allow_unverified=True, guided=guided,
                       outline=[{"title": m.display, "metrics": [m.key]} for m in p.metrics[:REPORT_SECTIONS]])
     data = spec.data.to_payload()
     try:
@@ -227,13 +228,14 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Dataset | Sto
 
 def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpec,
            setting: tuple[str, str, int, float | None]) -> list[dict[str, Any]]:
-    """Agent questions each decoded guided and unguided, in turn (which goes first alternates):
-    the two rows (setting: task, policy, W, tau; "guided" set), the guided one with its time per
-    generated token over the unguided's, the median of the per-question ratios."""
+    """A task's examples (every task but infill) each decoded guided and unguided, in turn (which goes
+    first alternates): the two rows (setting: task, policy, W, tau; "guided" set), the guided one
+    with its time per generated token over the unguided's, the median of the per-example ratios."""
+    run = RUNNERS[setting[0]]
     outs: dict[bool, list[Outcome]] = {True: [], False: []}
     for i, ex in enumerate(examples):
         for guided in (True, False) if i % 2 == 0 else (False, True):
-            outs[guided].append(run_agent(model, tok, ex, params, guided))
+            outs[guided].append(run(model, tok, ex, params, guided=guided))
     rows = [{**row(*setting, outs[g]), "guided": g} for g in (True, False)]
     per_token = [(g["seconds"] / max(g["generated"], 1)) / (u["seconds"] / max(u["generated"], 1))
                  for g, u in zip(outs[True], outs[False])]
@@ -259,7 +261,7 @@ def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Toke
     return r, time.perf_counter() - t0
 
 
-RUNNERS: dict[str, Callable[[SetDLM, Tokenizer, Any, ParamsSpec], Outcome]] = {
+RUNNERS: dict[str, Callable[..., Outcome]] = {
     "infill": run_infill, "report_realistic": run_report,
     **{f"{kind}{source}": run for kind, run in (("narrative", run_narrative), ("section", run_section), ("agent", run_agent))
        for source in ("", "_ood", "_realistic")}}
@@ -328,10 +330,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--seed", type=int, default=EVAL_SEED, help="held-out example seed (default 1)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as in a worker)")
     ap.add_argument("--unguided", action="store_true",
-                    help="agent tasks: the metric calls as the model writes them (AgentSpec guided=False)")
+                    help="the model's tokens as it writes them: agent calls unguided (AgentSpec guided=False), "
+                         "narratives, sections and reports not held to the forms (NarrativeSpec guided=False)")
     ap.add_argument("--pair", action="store_true",
-                    help="agent tasks: each question guided and unguided in turn, a row each, and the guided "
-                         "row's time per token over the unguided's (median of the paired ratios)")
+                    help="every task but infill: each example guided and unguided in turn, a row each, and the "
+                         "guided row's time per token over the unguided's (median of the paired ratios)")
     ap.add_argument("--out-json", type=Path, help="also write the JSON result to this file")
     args = ap.parse_args(argv)
     if args.pair and args.unguided:
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     settings = QUICK_SETTINGS if args.quick else SETTINGS
     sizes = {t: args.n or (N_QUICK if args.quick else N_FULL)[t] for t in tasks}
     print(f"checkpoint {args.checkpoint} ({model.cfg.name}, fingerprint {checkpoint.fingerprint(model)[:12]}); "
-          f"held-out seed {args.seed}; threads {args.threads}; agent calls "
+          f"held-out seed {args.seed}; threads {args.threads}; decoding "
           f"{'both ways' if args.pair else 'unguided' if args.unguided else 'guided'}; "
           "nfe/tok counts every forward but the prompt's prefill",
           flush=True)
@@ -359,11 +362,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         for policy, W, tau in settings:
             params = ParamsSpec.model_validate({"policy": policy, "window": W, "tau": tau,
                                             "max_new_tokens": MAX_NEW.get(task, AGENT_SEGMENT)})
-            if args.pair and RUNNERS[task] is run_agent:
+            if args.pair and task != "infill":
                 rows += paired(model, tok, examples, params, (task, policy, W, tau))
                 print("\n".join(table_line(r) for r in rows[-2:]), flush=True)
                 continue
-            run = partial(run_agent, guided=not args.unguided) if RUNNERS[task] is run_agent else RUNNERS[task]
+            run = RUNNERS[task] if task == "infill" else partial(RUNNERS[task], guided=not args.unguided)
             outs = [run(model, tok, ex, params) for ex in examples]
             rows.append(row(task, policy, W, tau, outs))
             print(table_line(rows[-1]), flush=True)

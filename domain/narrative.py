@@ -30,6 +30,7 @@ import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
 from domain.draws import make_payload, wild_payload
 from domain.facts import SLOT, Slots, slots_in
@@ -113,6 +114,23 @@ def write(rng: random.Random, form: Form) -> str:
 def pattern(form: Form) -> re.Pattern[str]:
     """What every text of `form` matches, and nothing else."""
     return re.compile("".join("(?:" + "|".join(map(re.escape, alts)) + ")" for alts in form))
+
+
+def begins(form: Form, text: str) -> bool:
+    """Whether `text` begins some text of `form` (a guide's question while the model writes:
+    may it still become one?).  Each choice's alternatives are literals, so a text is followed
+    choice by choice; a search with one memo entry per (choice, offset)."""
+
+    @cache
+    def at(i: int, k: int) -> bool:  # text[k:] begins a text of form[i:]
+        rest = text[k:]
+        if not rest:
+            return True
+        if i == len(form):
+            return False
+        return any(at(i + 1, k + len(a)) if rest.startswith(a) else a.startswith(rest) for a in form[i])
+
+    return at(0, 0)
 
 
 def narrative(rng: random.Random, p: Payload, slots: Slots | None = None) -> str:

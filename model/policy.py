@@ -30,7 +30,7 @@ def next_set(state: DecodeState, params: DecodeParams, active: list[int], logits
     order); tok, conf: (n_active,) the predicted tokens and their probabilities, held to
     params.guide in place when there is one; logits: (n_active, vocab), the masks' raw logits."""
     if params.guide is not None:
-        guided(params.guide, state, active, logits, tok, conf, mask_id)
+        guided(params.guide, state, active, logits, tok, conf, mask_id, params.tau)
     order = choose(tok, conf, params)
     if params.guide is not None:  # a token holds only with the tokens left of it: the chosen run from the leftmost
         n = next((k for k, j in enumerate(order) if j != k), len(order))
@@ -64,7 +64,7 @@ def choose(tok: Tensor, conf: Tensor, params: DecodeParams) -> list[int]:
 
 
 def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, tok: Tensor, conf: Tensor,
-           mask_id: int) -> None:
+           mask_id: int, tau: float | None) -> None:
     """Hold a step's predictions to the guide, left to right (tok, conf: (n_active,), replaced
     in place): the tokens before an active position are the state's, with this step's predictions
     left of it.  A refused token becomes the most probable one the guide allows among the
@@ -72,19 +72,36 @@ def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, 
     says what is wrong).  A row's logits alone decide: the same bits batched or not.  The caller
     then commits only the chosen run from the leftmost mask, so that every token was checked
     against the tokens really before it (set and block would commit out of order: a token right
-    of a mask that later opens a call would never be checked)."""
+    of a mask that later opens a call would never be checked).
+
+    Past the leftmost, a position joins that run only with a probability >= tau (every policy:
+    the run is chosen, and a mask under tau is chosen only as the step's most confident, when
+    none clears tau).  So the first position right of the leftmost under tau, as the guide leaves
+    it, ends the guiding: the masks right of it are not committed this step whatever they hold.
+    A refused one there looks for a stand-in only down to tau (none: its probability becomes 0,
+    and it ends the run).  The committed tokens are those of guiding every position; a guide over
+    long texts (workflows/narrative.py) is then asked about a handful of tokens a step, not
+    about hundreds."""
     toks = state.tokens[state.start:active[-1]]  # a copy: this step's predictions are filled in
     ids = tok.tolist()
     for j, pos in enumerate(active):
+        if j and tau is None:  # only the leftmost is committed
+            break
         before = toks[:pos - state.start]
         if guide.allows(before, ids[j]) is False:
             row = logits[j].float().clone()
             row[mask_id] = -torch.inf
             probs = row.softmax(-1)
-            for t in probs.topk(min(GUIDE_TOP, probs.numel())).indices.tolist():
+            top = probs.topk(min(GUIDE_TOP, probs.numel()))
+            for p, t in zip(top.values.tolist(), top.indices.tolist()):
+                if j and p < tau:  # no stand-in would be committed
+                    conf[j] = 0.0
+                    break
                 if t != mask_id and guide.allows(before, t):
                     ids[j] = t
                     tok[j], conf[j] = t, probs[t]
                     break
+        if j and float(conf[j]) < tau:  # type: ignore[operator]  # the run ends here
+            break
         if pos - state.start < len(toks):
             toks[pos - state.start] = ids[j]

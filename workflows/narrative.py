@@ -7,11 +7,14 @@ never from the model's text."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from domain import charts, drivers
 from domain import narrative as corpus
 from domain.payload import Payload
+from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.jobs.plans import DEFAULT, narrative_input, slot_form, written_out
@@ -31,11 +34,44 @@ def problems(c: corpus.Check) -> list[str]:
     return c.problems or ([] if c.fully_correct else [f"{c.facts_ok} of {c.facts_total} facts right"])
 
 
+class FormGuide:
+    """The decoder's guide (model.params.Guide) for a narrative or a report section: a token is
+    refused where the text would stop being the beginning of one the narrative's forms write for
+    its payload (domain/narrative.py begins: the facts' slots in their places, the trend and
+    target words the payload implies, nothing else), and EOS until the text is a whole one; the
+    model's most probable allowed token is taken instead.  The model still chooses the phrasing
+    and where each choice falls; the checker still reads the text back.  For setflow's own
+    models (slots): a text model's names are copied text, not the forms' literals.  A pure
+    function of the region's tokens: the same on every worker, batched or not."""
+
+    def __init__(self, tok: Tokenizer, form: corpus.Form, eos_id: int) -> None:
+        self._tok, self._form, self._whole, self._eos = tok, form, corpus.pattern(form), eos_id
+        self._last: tuple[tuple[int, ...], str] = ((), "")  # a refused position asks about many tokens
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        if self._eos in before:  # past the end: the decoder cuts there
+            return None
+        key = tuple(before)
+        last = self._last  # one read: the batcher's loop and a job's thread may both ask
+        text = last[1] if last[0] == key else self._tok.decode(list(before))
+        self._last = (key, text)
+        if token == self._eos:
+            return self._whole.fullmatch(text) is not None
+        return corpus.begins(self._form, self._tok.decode([*before, token]))
+
+
+def guide(turns: Turns, params: DecodeParams, form: corpus.Form, guided: bool) -> DecodeParams:
+    """params guided to `form` (FormGuide) where asked and the model writes slots; else as they are."""
+    if not guided or turns.profile.facts != "slots":
+        return params
+    return replace(params, guide=FormGuide(turns.tokenizer, form, turns.cfg.eos_id))
+
+
 def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
     tok, profile = turns.tokenizer, turns.profile
     payload = spec.payload.to_payload()
     ids, text_in, facts = narrative_input(tok, payload, profile)
-    params = with_stops(turns, decode_params(spec.params))
+    params = guide(turns, with_stops(turns, decode_params(spec.params)), corpus.narrative_form(facts), spec.guided)
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
         written = text_of(turns, r.tokens)

@@ -29,7 +29,7 @@ from runtime.jobs.plans import (
 from runtime.jobs.specs import ReportSpec
 from runtime.sessions.turn import TurnResult
 from workflows.checked import Retry, check, positions
-from workflows.narrative import problems
+from workflows.narrative import guide, problems
 from workflows.turn import Turns, decode_params, filled, summary, text_of, with_stops
 
 
@@ -52,7 +52,7 @@ def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
     for i, item in enumerate(spec.outline):
         done, session, took = section(turns, item.title, section_payload(data, list(item.metrics)),
                                       decode_params(spec.params), room=spare + need[i],
-                                      allow_unverified=spec.allow_unverified)
+                                      allow_unverified=spec.allow_unverified, guided=spec.guided)
         spare += need[i] - took
         sections.append(done)
         turns.report(section=i + 1, sections=n, title=item.title)
@@ -73,15 +73,17 @@ def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
 
 
 def section(turns: Turns, title: str, payload: Payload, params: DecodeParams, *, room: int | None = None,
-            allow_unverified: bool = False) -> tuple[dict[str, Any], str, int]:
+            allow_unverified: bool = False, guided: bool = True) -> tuple[dict[str, Any], str, int]:
     """One section as a turn: its input ends with the heading, the model writes the body; the
     facts read back out of it (checked).  room: positions the section may take, its retry
     included (None: what the model's context has left).  Returns the section's result, the
-    session's id and the positions it took."""
+    session's id and the positions it took.  guided: its decoding held to the narrative's forms
+    (workflows/narrative.py FormGuide)."""
     profile = turns.profile
     ids, text_in, facts = section_input(turns.tokenizer, title, payload, profile)
     params = with_stops(turns, replace(params, max_new_tokens=section_tokens(turns.tokenizer, facts, params.max_new_tokens,
                                                                              profile)))
+    params = guide(turns, params, corpus.narrative_form(facts), guided)
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:
         written = text_of(turns, r.tokens).strip()

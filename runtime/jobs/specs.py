@@ -93,6 +93,10 @@ class NarrativeSpec(Tuned):
     #: a narrative that fails its checker, also after the greedy AR retry, comes back flagged
     #: (`verified: false`, its problems) instead of failing the job with "unverified"
     allow_unverified: bool = False
+    #: its decoding is guided: a token that would make the text no longer one the narrative's
+    #: forms write for the payload is refused, the model's most probable allowed one taken
+    #: (workflows/narrative.py FormGuide; setflow's own models; False: the model's tokens as they are)
+    guided: bool = True
     detail: Detail = "standard"
     #: who it is for (a label the exports print under the title; the model does not read it)
     audience: Name | None = None
@@ -318,6 +322,8 @@ class ReportSpec(Tuned):
     #: a section or the key figures failing their checker, also after the greedy AR retry, come
     #: back flagged (`verified: false`, their problems) instead of failing the job with "unverified"
     allow_unverified: bool = False
+    #: each section's decoding is guided, as a narrative's is (NarrativeSpec.guided)
+    guided: bool = True
     detail: Detail = "standard"
     #: who it is for (a label the exports print under the title; the model does not read it)
     audience: Name | None = None

@@ -30,13 +30,16 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert set(result["targets"]) == set(tasks)
 
 
-def test_a_paired_run_decodes_each_agent_question_guided_and_unguided() -> None:
-    result = _bench_main("quality")(["--quick", "--n", "1", "--tasks", "agent_ood,narrative", "--pair"], prog="quality")
-    rows = [r for r in result["rows"] if r["task"] == "agent_ood"]
-    assert [(r["policy"], r["guided"]) for r in rows] == [(p, g) for p in ("ar", "set", "prefix") for g in (True, False)]
-    assert all(r["time_per_token_vs_unguided"] > 0 for r in rows if r["guided"])
-    assert all("guided" not in r for r in result["rows"] if r["task"] == "narrative")  # no guide there: one row
-    assert result["guided"] == "both" and result["targets"]["agent_ood"]["ar_fully_correct"] == rows[0]["fully_correct"]
+def test_a_paired_run_decodes_each_example_guided_and_unguided() -> None:
+    result = _bench_main("quality")(["--quick", "--n", "1", "--tasks", "agent_ood,narrative,infill", "--pair"],
+                                    prog="quality")
+    for task in ("agent_ood", "narrative"):
+        rows = [r for r in result["rows"] if r["task"] == task]
+        assert [(r["policy"], r["guided"]) for r in rows] == [(p, g) for p in ("ar", "set", "prefix") for g in (True, False)]
+        assert all(r["time_per_token_vs_unguided"] > 0 for r in rows if r["guided"])
+        assert result["targets"][task]["ar_fully_correct"] == rows[0]["fully_correct"]
+    assert all("guided" not in r for r in result["rows"] if r["task"] == "infill")  # no guide there: one row
+    assert result["guided"] == "both"
 
 
 def test_bad_arguments_exit_with_a_usage_error() -> None:

@@ -126,3 +126,21 @@ def test_a_text_model_is_read_back_by_the_same_checker() -> None:
     for bad in (written.replace("1240", "1250"), written.replace("EMEA North", "EMEA Nort"),
                 written.replace("from 1105", "from 1300")):
         assert not n.read_back(r, r.slots.delexicalise(bad)).fully_correct
+
+
+@pytest.mark.parametrize("bad", [
+    GOOD.replace("[F5] [F6] from [F7]", "[F7] [F6] from [F5]"),  # value and previous value swapped
+    GOOD.replace("[F6] from", "[F6] [F6] from"),  # a unit twice
+    GOOD.replace("[F16] fell", "[F16] grew"),  # a wrong direction
+    GOOD.replace(" and [F16]", ", [F16]"),  # the last row joined as a middle one
+    "This is the Spring summary for [F1]<call>. " + GOOD,  # a garbled lead
+    GOOD + " ",  # past the end
+])
+def test_a_text_begins_a_narrative_only_while_one_of_its_forms_can_still_write_it(bad: str) -> None:
+    """begins(): every beginning of a text the forms write, and no text that leaves them, at the
+    first character that does (a guide's question while the model writes: FormGuide)."""
+    form = n.narrative_form(_payload().render())
+    assert all(n.begins(form, GOOD[:k]) for k in range(len(GOOD) + 1))
+    assert n.pattern(form).fullmatch(GOOD)
+    first = next(k for k, (a, b) in enumerate(zip(bad, GOOD + "\0" * len(bad))) if a != b)
+    assert n.begins(form, bad[:first]) and not n.begins(form, bad[:first + 1]) and not n.begins(form, bad)

@@ -1,15 +1,19 @@
 """The decoding policy (model/policy.py), invariant I9 of the reference note (section 6.2): the
 window and the threshold, the block policy's fixed blocks, the prefix policy's unbroken run."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from model.decode import begin_turn, decode, step
-from model.params import DecodeParams
-from model.policy import active_positions, choose
+from model.params import DecodeParams, DecodeState
+from model.policy import active_positions, choose, next_set
 from model.transformer import SetDLM
 from tests.fakes import PROMPT, random_params
 from tests.model.reference import fresh
+
+MASK = 11  # the pure tests' mask id: the last of their 12 ids, never predicted (its logit -inf, as greedy's)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -85,3 +89,60 @@ def test_prefix_and_set_choose_differently() -> None:
     # a token repeating its left neighbour ends the run ("USD" + "D"): decided next step
     assert choose(torch.tensor([5, 5, 7, 8]), torch.ones(4), DecodeParams(policy="prefix", tau=0.9)) == [0]
     assert choose(torch.tensor([5, 6, 6, 8]), torch.ones(4), DecodeParams(policy="prefix", tau=0.9)) == [0, 1]
+
+
+class _Odd:
+    """A guide of pure logic: after an even token, an even one is refused; it counts its questions."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def allows(self, before: list[int], token: int) -> bool | None:
+        self.asked += 1
+        return None if not before else before[-1] % 2 == 1 or token % 2 == 1
+
+
+def _every_position(guide: _Odd, state: DecodeState, active: list[int], logits: torch.Tensor,
+                    params: DecodeParams) -> list[tuple[int, int]]:
+    """The oracle: every active position held to the guide, left to right (a refused token's
+    stand-in the most probable allowed one), then the chosen run from the leftmost; (position,
+    token) committed."""
+    probs = logits.softmax(-1)
+    conf, tok = probs.max(-1)
+    toks = state.tokens[state.start:]
+    for j, pos in enumerate(active):
+        before = toks[:pos - state.start]
+        if guide.allows(before, int(tok[j])) is False:
+            t = next(t for t in probs[j].argsort(descending=True).tolist() if guide.allows(before, t))
+            tok[j], conf[j] = t, probs[j, t]
+        toks[pos - state.start] = int(tok[j])
+    order = choose(tok, conf, params)
+    n = next((k for k, j in enumerate(order) if j != k), len(order))
+    return [(active[j], int(tok[j])) for j in range(max(n, 1))]
+
+
+@pytest.mark.parametrize("policy", ["set", "prefix", "block", "ar"])
+def test_a_guide_is_asked_only_about_the_run_a_step_may_commit(policy: str) -> None:
+    """Past the leftmost mask a position joins the committed run only over tau, so the guiding
+    stops at the first under it (model/policy.py guided): what a step commits is what guiding
+    every position commits, and a guide over a long text is asked about a few tokens a step."""
+    g = torch.Generator().manual_seed(3)
+    asked = {"cut": 0, "every": 0}
+    for trial in range(300):
+        W, V = 8, 12
+        tau = [None, 0.0, 0.2, 0.5, 0.9][trial % 5]
+        params = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=W)
+        state = DecodeState(tokens=[1, 2, 3] + [MASK] * W, start=3)
+        active = list(range(3, 3 + W))
+        logits = torch.randn(W, V, generator=g) * (1 + trial % 7)
+        logits[:, MASK] = -torch.inf
+        oracle = _Odd()
+        want = _every_position(oracle, state, active, logits.clone(), params)
+        guide = _Odd()
+        probs = logits.softmax(-1)
+        conf, tok = probs.max(-1)
+        order = next_set(state, replace(params, guide=guide), active, logits, tok, conf, MASK)
+        assert [(active[j], int(tok[j])) for j in order] == want, (trial, tau)
+        asked["cut"] += guide.asked
+        asked["every"] += oracle.asked
+    assert asked["cut"] < asked["every"], asked
