@@ -1,4 +1,4 @@
-"""model/batch.py on the shipped model: narratives and guided agent calls, every policy, decode
+"""model/batch.py on the shipped model: narratives (guided too) and guided agent calls, every policy, decode
 the same tokens batched as alone (bit for bit where this machine's products are row-invariant:
 tests/model/test_batch.py exact())."""
 
@@ -14,7 +14,7 @@ import torch
 
 from domain import agent
 from domain import narrative as corpus
-from domain.draws import make_payload
+from domain.draws import make_payload, wild_payload
 from domain.guide import CallNames
 from domain.tools import CALL, END_CALL, END_RESULT, RESULT, call_text
 from model import shipped
@@ -22,7 +22,7 @@ from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from tests.model.test_batch import Run, Turn, alone, assert_same, exact
-from workflows import tools
+from workflows import narrative, tools
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +72,29 @@ def test_guided_agent_calls_on_the_shipped_model_are_the_same_batched(loaded: tu
     assert not all(a in question for a in args[0]), args  # the guide has something to mend
     assert all(a in question for a in args[1]) and args[1] != args[0], args
     assert_same(model, runs)
+
+
+def test_narratives_guided_to_their_forms_are_the_same_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The narrative's guide (workflows/narrative.py FormGuide) in one batch, every policy: each
+    narrative as it is decoded alone, and each one a text of its forms.  Payloads drawn from the
+    API's grammar, where the model alone miswrites some (the guide has something to mend)."""
+    model, tok = loaded
+    if not exact(model):
+        pytest.skip("this machine's GEMM gives a row other bits in a larger product (model/linear.py)")
+    runs, forms = [], []
+    for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
+                                          ("prefix", 8, 0.99), ("set", 8, 0.7), ("prefix", 8, 0.99)]):
+        r = wild_payload(random.Random(300 + i)).render()
+        forms.append(corpus.narrative_form(r))
+        ids = [model.cfg.bos_id, *tok.encode(corpus.prompt_of(r))]
+        runs.append(Run([Turn(ids, DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=200,
+                                                guide=narrative.FormGuide(tok, forms[-1], model.cfg.eos_id)))], join=i % 3))
+    assert_same(model, runs)
+    mended = 0
+    for run, form in zip(runs, forms):
+        n = len(run.turns[0].ids)
+        guided = alone(model, run).tokens[0][n:]
+        assert guided[-1] == model.cfg.eos_id and corpus.pattern(form).fullmatch(tok.decode(guided[:-1])), tok.decode(guided)
+        unguided = alone(model, Run([Turn(run.turns[0].ids, replace(run.turns[0].params, guide=None))])).tokens[0][n:]
+        mended += unguided != guided
+    assert mended, "the guide changed no narrative: the test tests nothing"
