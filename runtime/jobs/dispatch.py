@@ -5,6 +5,8 @@
             -> status event
             -> send the job id to its queue (unless an earlier job of its session is unfinished:
                the one finishing sends it, so a session's jobs run in submission order)
+    submit_batch: the same for a schedule pass's jobs of one tenant, each on a new session: the
+            tokens taken at once, the rows in one transaction, one admission
     reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
             send again queued jobs that sat on a dead worker's queue or were never delivered;
             fail jobs whose wait for their client's tool outputs ran out
@@ -101,6 +103,34 @@ class Dispatcher:
         self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
         self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)
+
+    def submit_batch(self, tenant: str, batch: list[tuple[str, dict[str, Any], str, tuple[str, float]]],
+                     priority: str = "batch") -> dict[str, str]:
+        """A schedule's pass: jobs of one tenant (kind, spec, job id, tick), each on a new session,
+        as submit() takes them one at a time, but their rate-limit tokens taken at once, their
+        rows written in one transaction (Jobs.create_batch) and the tenant's admission run once.
+        Returns those refused for good (job id -> why: its spec, its size), the others written;
+        raises where submit() would for all of them (the tenant's rate, its quotas, a job id
+        taken, Redis or the database away): nothing written, nothing taken but the tokens of a
+        refusal after the rate's (as submit's)."""
+        refused: dict[str, str] = {}
+        ok: list[tuple[str, dict[str, Any], str, tuple[str, float]]] = []
+        for kind, spec, job_id, tick in batch:
+            try:
+                parsed = check_spec(kind, spec, "new")
+                check_size(spec, self.s.max_input_tokens)
+                ok.append((kind, resolved(parsed, spec), job_id, tick))
+            except (BadInput, NotFound) as e:
+                refused[job_id] = e.message
+        if not ok:
+            return refused
+        self.jobs.check(tenant, priority)
+        self.limiter.take(tenant, cost=len(ok))
+        self.events.check_quota(tenant)
+        for job in self.jobs.create_batch(tenant, ok, priority):  # queued, not sent
+            self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
+        self._admit_quietly(tenant)
+        return refused
 
     def _admit_quietly(self, tenant: str) -> None:
         """admit() where its failure must not fail what is done already (a job accepted, a

@@ -100,12 +100,8 @@ class Jobs(JobWaits, JobSweeps):
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(
                         JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
                     sent = bool(queue) and not blocked
-                    job = JobRecord(id=job_id or secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
-                                    priority=priority, pool=pool, spec=spec, status="queued", attempts=0,
-                                    lease_until=0.0,
-                                    queue=queue if sent else "", dispatched_at=time.time() if sent else 0.0, step=0,
-                                    positions=positions, progress={}, cancel_requested=False,
-                                    schedule_id=tick[0] if tick else None, tick_at=tick[1] if tick else None)
+                    job = _queued(kind, tenant, spec, session, seq, priority, pool, job_id, tick, positions=positions,
+                                  queue=queue if sent else "")
                     db.add(job)
                 return job, blocked
             except IntegrityError:
@@ -113,6 +109,30 @@ class Jobs(JobWaits, JobSweeps):
                     raise Duplicate(f"job {job_id} exists already") from None
                 continue
         raise BadInput(f"session {session}: too many concurrent submissions")
+
+    def create_batch(self, tenant: str, batch: list[tuple[str, dict[str, Any], str, tuple[str, float]]],
+                     priority: str = "batch") -> list[JobRecord]:
+        """Queued jobs, each on a new session of its own (a schedule's ticks' jobs: kind, spec,
+        job id, tick), in one transaction: what create() writes for each with open_session,
+        the tenant's SQL quota and its unfinished jobs checked once for them all.  OverBudget
+        or RateLimited where they do not all fit, Duplicate where an id is taken: nothing
+        written."""
+        self.check(tenant, priority)
+        try:
+            with self._write.begin() as db:
+                quota.check_room(db, tenant, self.quota)
+                self._check_unfinished(db, tenant, more=len(batch))
+                sessions = [secrets.token_hex(16) for _ in batch]
+                db.add_all([SessionRecord(id=s, tenant=tenant, model_fingerprint="") for s in sessions])
+                db.flush()
+                quota.charge(db, tenant, self.quota, sessions=len(batch))
+                # a new session's first job: seq 1, bound to no model yet (its pool ""), as create() places it
+                jobs = [_queued(kind, tenant, spec, s, 1, priority, "", job_id, tick)
+                        for (kind, spec, job_id, tick), s in zip(batch, sessions, strict=True)]
+                db.add_all(jobs)
+            return jobs
+        except IntegrityError:
+            raise Duplicate(f"a job of the batch exists already: {[j for _, _, j, _ in batch][:3]}...") from None
 
     def _open_session(self, db: Session, tenant: str) -> str:
         """A new session of the tenant's, in the submission's transaction; charged to its quota."""
@@ -122,11 +142,12 @@ class Jobs(JobWaits, JobSweeps):
         quota.charge(db, tenant, self.quota, sessions=1)
         return session
 
-    def _check_unfinished(self, db: Session, tenant: str) -> None:
-        """RateLimited where the tenant has tenant_max_unfinished jobs queued or running."""
+    def _check_unfinished(self, db: Session, tenant: str, more: int = 1) -> None:
+        """RateLimited where `more` jobs would take the tenant past tenant_max_unfinished jobs
+        queued or running."""
         unfinished = int(db.scalar(select(func.count()).select_from(JobRecord).where(
             JobRecord.tenant == tenant, JobRecord.status.not_in(TERMINAL))) or 0)
-        if unfinished >= self.s.tenant_max_unfinished:
+        if unfinished + more > self.s.tenant_max_unfinished:
             raise RateLimited(f"tenant {tenant!r} has {unfinished} unfinished jobs (queued or running), "
                               f"the most it may have (tenant_max_unfinished): wait for some to end",
                               retry_after_s=1.0)
@@ -340,3 +361,14 @@ class Jobs(JobWaits, JobSweeps):
         if not n:
             self.get(job_id, tenant)  # NotFound
             raise Busy(f"job {job_id} has not ended: cancel it first")
+
+
+def _queued(kind: str, tenant: str, spec: dict[str, Any], session: str | None, seq: int, priority: str, pool: str,
+            job_id: str | None, tick: tuple[str, float] | None, positions: int | None = None, queue: str = "") -> JobRecord:
+    """A new job's row, queued; `queue`: where it is about to be sent (recorded as sent now), or
+    "" (never sent: an admission sends it)."""
+    return JobRecord(id=job_id or secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
+                     priority=priority, pool=pool, spec=spec, status="queued", attempts=0, lease_until=0.0,
+                     queue=queue, dispatched_at=time.time() if queue else 0.0, step=0, positions=positions,
+                     progress={}, cancel_requested=False,
+                     schedule_id=tick[0] if tick else None, tick_at=tick[1] if tick else None)

@@ -7,7 +7,9 @@ the ticker that submits their ticks (`Ticker`), which every worker runs and one 
             schedule_lock_s
       1) complete the claims left behind: ticks claimed more than RETRY_S ago, not submitted
       2) the due schedules (not paused, next_at <= now), BATCH at a time, the most overdue
-         first: each due tick -> plan its jobs -> claim it -> submit them -> advance next_at
+         first: plan each due tick's jobs -> claim the ticks and advance each next_at (one
+         transaction) -> submit their jobs, a batch per tenant (one transaction each) -> record
+         the ticks submitted (one transaction): a few commits per BATCH ticks, not five a tick
       3) now and then, forget the ticks past job_retention_s
 
 Exactly one job set per tick, whoever runs it (two leaders in a split brain, a leader that died
@@ -68,6 +70,8 @@ RETRY_S = 10.0  # a claim not submitted this long after it was made is completed
 GIVE_UP_S = 3600.0  # ... for this long; then its jobs not yet submitted fail (the tick's error)
 MIN_PAUSE_S = 0.01  # the leader's shortest wait between two passes
 PRUNE_S = 60.0  # how often the leader deletes ticks past their retention (at most 1000 a time)
+TickPlan = tuple[float, list[Planned], list[str]]  # a tick, its jobs planned, the problems of those it could not plan
+Won = tuple[ScheduleRecord, TickRecord, list[Planned], list[str]]  # a claim this process made, with its plan
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
@@ -244,10 +248,9 @@ class Ticker:
         after: tuple[float, str] = (-math.inf, "")
         while True:
             due = self._due(now, after)
-            for sch in due:
-                if not self._leads():
-                    return dict(out)
-                out.update(self.fire(sch, now))
+            if due and not self._leads():
+                return dict(out)
+            out.update(self.fire(due, now))
             if len(due) < BATCH:
                 break
             after = (due[-1].next_at, due[-1].id)
@@ -264,17 +267,22 @@ class Ticker:
                                                    or_(s.next_at > after[0], and_(s.next_at == after[0], s.id > after[1])))
                                    .order_by(s.next_at, s.id).limit(BATCH)))
 
-    def fire(self, sch: ScheduleRecord, now: float) -> Counter[str]:
-        """Submit the schedule's ticks due at `now` (its missed ones as its policy says), their
-        claims and its next_at past them written in one transaction."""
-        on_time, missed = self.due_ticks(sch, now)
-        out = Counter[str](skipped=int(sch.missed == "skip" and sch.next_at < self._edge(now)))
-        ticks = (missed if sch.missed == "catch_up" else []) + on_time
-        nxt = cron.after(sch.cron, sch.timezone, ticks[-1] if len(on_time) == MAX_TICKS else max([now, *ticks]))
-        won = self._claim(sch, [(t, *self._plan(sch, t)) for t in ticks], nxt)
-        out["taken"] += len(ticks) - len(won)  # claimed by another process: its to submit
-        for claim, planned, problems in won:
-            out[self._submit(sch, claim, planned, problems, fresh=True) if planned else "failed"] += 1
+    def fire(self, due: list[ScheduleRecord], now: float) -> Counter[str]:
+        """Submit the due schedules' ticks at `now` (their missed ones as each one's policy says):
+        their claims and next_at moves in one transaction, their jobs in one batch per tenant
+        (Dispatcher.submit_batch), the ticks' outcomes in one more transaction."""
+        out, plans = Counter[str](), []
+        if not due:
+            return out
+        for sch in due:
+            on_time, missed = self.due_ticks(sch, now)
+            out["skipped"] += int(sch.missed == "skip" and sch.next_at < self._edge(now))
+            ticks = (missed if sch.missed == "catch_up" else []) + on_time
+            nxt = cron.after(sch.cron, sch.timezone, ticks[-1] if len(on_time) == MAX_TICKS else max([now, *ticks]))
+            plans.append((sch, [(t, *self._plan(sch, t)) for t in ticks], nxt))
+        won = self._claim_all(plans)
+        out["taken"] += sum(len(ticks) for _, ticks, _ in plans) - len(won)  # claimed by another process: its to submit
+        out.update(self._submit_all(won))
         return out
 
     def due_ticks(self, sch: ScheduleRecord, now: float) -> tuple[list[float], list[float]]:
@@ -298,26 +306,34 @@ class Ticker:
 
     # ---- a tick ---------------------------------------------------------------------------
 
-    def _claim(self, sch: ScheduleRecord, plans: list[tuple[float, list[Planned], list[str]]],
-               nxt: float) -> list[tuple[TickRecord, list[Planned], list[str]]]:
-        """Claim the ticks (each row with its planned job ids; one with none is failed at once)
-        and move next_at to `nxt` (where nobody moved it meanwhile: a pause, a resume, another
-        leader), in one transaction; where another process claimed one of them already, one
-        at a time.  Returns the claims this process made, with their plans."""
-        def row(t: float, planned: list[Planned], problems: list[str]) -> TickRecord:
-            now = self.clock()
-            return TickRecord(schedule_id=sch.id, tick_at=t, jobs=[p.job_id for p in planned],
-                              status="claimed" if planned else "failed", error=_error(problems), claimed_at=now,
-                              late_s=now - t, created_at=datetime.now(UTC))
-
-        advance = update(ScheduleRecord).where(ScheduleRecord.id == sch.id, ScheduleRecord.next_at == sch.next_at) \
-            .values(next_at=nxt)
+    def _claim_all(self, plans: list[tuple[ScheduleRecord, list[TickPlan], float]]) -> list[Won]:
+        """Claim the schedules' ticks (each row with its planned job ids; one with none is failed
+        at once) and move each one's next_at to its `nxt` (where nobody moved it meanwhile: a
+        pause, a resume, another leader), in one transaction; where another process claimed one
+        of them already, schedule by schedule (_claim).  Returns the claims this process made."""
         try:
             with self._write.begin() as db:
-                won = [(row(t, planned, problems), planned, problems) for t, planned, problems in plans]
+                won = [(sch, self._row(sch, t, planned, problems), planned, problems)
+                       for sch, ticks, _ in plans for t, planned, problems in ticks]
+                db.add_all([claim for _, claim, _, _ in won])
+                db.flush()
+                for sch, _, nxt in plans:
+                    db.execute(_advance(sch, nxt))
+            return won
+        except IntegrityError:  # a tick claimed already (or a schedule deleted): not ours to submit
+            pass
+        return [(sch, *w) for sch, ticks, nxt in plans for w in self._claim(sch, ticks, nxt)]
+
+    def _claim(self, sch: ScheduleRecord, plans: list[TickPlan],
+               nxt: float) -> list[tuple[TickRecord, list[Planned], list[str]]]:
+        """_claim_all for one schedule, in one transaction; where another process claimed one
+        of its ticks already, one at a time."""
+        try:
+            with self._write.begin() as db:
+                won = [(self._row(sch, t, planned, problems), planned, problems) for t, planned, problems in plans]
                 db.add_all([claim for claim, _, _ in won])
                 db.flush()
-                db.execute(advance)
+                db.execute(_advance(sch, nxt))
             return won
         except IntegrityError:  # a tick claimed already (or the schedule deleted): not ours to submit
             pass
@@ -325,14 +341,57 @@ class Ticker:
         for t, planned, problems in plans:
             try:
                 with self._write.begin() as db:
-                    claim = row(t, planned, problems)
+                    claim = self._row(sch, t, planned, problems)
                     db.add(claim)
                 won.append((claim, planned, problems))
             except IntegrityError:
                 continue
         with self._write.begin() as db:
-            db.execute(advance)
+            db.execute(_advance(sch, nxt))
         return won
+
+    def _row(self, sch: ScheduleRecord, t: float, planned: list[Planned], problems: list[str]) -> TickRecord:
+        """A tick's claim: its planned job ids (none: failed at once, its problems kept)."""
+        now = self.clock()
+        return TickRecord(schedule_id=sch.id, tick_at=t, jobs=[p.job_id for p in planned],
+                          status="claimed" if planned else "failed", error=_error(problems), claimed_at=now,
+                          late_s=now - t, created_at=datetime.now(UTC))
+
+    def _submit_all(self, won: list[Won]) -> Counter[str]:
+        """Submit the fresh claims' jobs, a batch per tenant (Dispatcher.submit_batch), and record
+        their ticks as submitted (or failed, where none of a tick's jobs could be) in one
+        transaction.  A tenant whose batch is refused as a whole (its rate, a quota, Redis or the
+        database away) has its claims submitted one at a time (_submit: a refusal for a while
+        leaves a claim pending, completed later)."""
+        out, by_tenant = Counter[str](), dict[str, list[Won]]()
+        for w in won:
+            if w[2]:
+                by_tenant.setdefault(w[0].tenant, []).append(w)
+            else:
+                out["failed"] += 1
+        ended: list[tuple[TickRecord, str, list[str], list[str]]] = []  # claim, status, its jobs, problems
+        for tenant, claims in by_tenant.items():
+            batch = [(sch.template["kind"], p.spec, p.job_id, (sch.id, claim.tick_at))
+                     for sch, claim, planned, _ in claims for p in planned]
+            try:
+                refused = self.d.submit_batch(tenant, batch)
+            except Exception:  # noqa: BLE001 - as a whole: one at a time, as _submit takes them
+                for sch, claim, planned, problems in claims:
+                    out[self._submit(sch, claim, planned, problems, fresh=True)] += 1
+                continue
+            for _, claim, planned, problems in claims:
+                have = [p.job_id for p in planned if p.job_id not in refused]
+                why = [*problems, *((f"region {p.group!r}: " if p.group else "") + refused[p.job_id]
+                                    for p in planned if p.job_id in refused)]
+                ended.append((claim, "submitted" if have else "failed", have, why))
+        if ended:
+            now = self.clock()
+            with self._write.begin() as db:
+                for claim, status, have, why in ended:
+                    db.execute(update(TickRecord).where(TickRecord.id == claim.id, TickRecord.status == "claimed")
+                               .values(status=status, jobs=have, error=_error(why), late_s=now - claim.tick_at))
+                    out[status] += 1
+        return out
 
     def _plan(self, sch: ScheduleRecord, t: float) -> tuple[list[Planned], list[str]]:
         try:
@@ -399,6 +458,12 @@ class Ticker:
             old = select(TickRecord.id).where(TickRecord.status != "claimed",
                                               TickRecord.claimed_at < now - self.s.job_retention_s).limit(limit)
             return int(db.execute(delete(TickRecord).where(TickRecord.id.in_(old.scalar_subquery()))).rowcount)  # type: ignore[attr-defined]
+
+
+def _advance(sch: ScheduleRecord, nxt: float) -> Any:
+    """Move the schedule's next_at to `nxt` where nobody moved it since it was read."""
+    return update(ScheduleRecord).where(ScheduleRecord.id == sch.id, ScheduleRecord.next_at == sch.next_at) \
+        .values(next_at=nxt)
 
 
 def _error(problems: list[str]) -> str:

@@ -19,7 +19,7 @@ import pytest
 import redis
 from sqlalchemy import Engine, select
 
-from runtime.errors import BadInput, NotFound, OverBudget
+from runtime.errors import BadInput, NotFound, OverBudget, RateLimited
 from runtime.jobs import cron, templates
 from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Dispatcher
@@ -192,7 +192,7 @@ def test_two_leaders_at_once_submit_each_tick_once(env: Env) -> None:
     env.clock.t = day(0)
     stale = b._due(env.clock.t, (-1.0, ""))  # b read the due schedules before a moved them on
     assert a.step()["submitted"] == 4
-    assert sum(b.fire(sch, env.clock.t)["taken"] for sch in stale) == 4  # every tick claimed already
+    assert b.fire(stale, env.clock.t)["taken"] == 4  # every tick claimed already
     assert b.step().get("submitted", 0) == 0
     for sch in schs[:3]:
         assert env.jobs_of(sch.id) == Counter({(day(0), r): 1 for r in REGIONS})
@@ -203,10 +203,13 @@ class Killed(BaseException):
     """A process killed mid-tick (no `except Exception` catches it)."""
 
 
-def test_a_claim_left_by_a_ticker_that_died_mid_tick_is_completed_once(env: Env) -> None:
+@pytest.mark.parametrize("where", ["after its batch", "one at a time"])
+def test_a_claim_left_by_a_ticker_that_died_mid_tick_is_completed_once(env: Env, where: str) -> None:
+    """Killed once its tick's jobs are written as a batch, before it records the tick; or, its
+    batch refused as a whole (the tenant's rate, say), while it submits them one at a time."""
     sch = env.create()
     dying = env.ticker("dying")
-    submit, calls = dying.d.submit, []
+    submit, submit_batch, calls = dying.d.submit, dying.d.submit_batch, []
 
     def die_at_the_second(*a: Any, **k: Any) -> Any:
         calls.append(1)
@@ -214,11 +217,20 @@ def test_a_claim_left_by_a_ticker_that_died_mid_tick_is_completed_once(env: Env)
             raise Killed()
         return submit(*a, **k)
 
+    def die_after(*a: Any, **k: Any) -> Any:
+        submit_batch(*a, **k)
+        raise Killed()
+
+    def refused(*a: Any, **k: Any) -> Any:
+        raise RateLimited("over its rate", retry_after_s=0.0)
+
     dying.d.submit = die_at_the_second  # type: ignore[method-assign]
+    dying.d.submit_batch = die_after if where == "after its batch" else refused  # type: ignore[method-assign]
     env.clock.t = day(0)
     with pytest.raises(Killed):
         dying.step()
-    assert env.ticks(sch.id) == [(day(0), "claimed")] and sum(env.jobs_of(sch.id).values()) == 1
+    written = len(REGIONS) if where == "after its batch" else 1
+    assert env.ticks(sch.id) == [(day(0), "claimed")] and sum(env.jobs_of(sch.id).values()) == written
     heir = env.ticker("heir")
     heir.lead = lambda: True  # type: ignore[method-assign]  # the dead one's lock would expire first
     assert heir.step().get("submitted", 0) == 0  # a fresh claim: maybe its claimer is still at it

@@ -65,7 +65,8 @@ def test_three_processes_race_over_50_ticks_no_tick_twice_none_missed(case: str,
         return subprocess.Popen([sys.executable, "-m", "tests.runtime.jobs.ticking", json.dumps(args)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    if case == "kill":  # the first leader dies mid-tick (its 5th job: the 2nd of a tick's 3), then maybe the next
+    if case == "kill":  # the first leader dies mid-tick (once its 5th job is written: its 2nd tick's 3 jobs written,
+        # the tick not recorded; the 2nd of a tick's 3 where it submits one at a time), then maybe the next
         first = spawn("p0", die_at=5)
         deadline = time.time() + 30
         while not r.get(f"{s.key_prefix}:ticker") and time.time() < deadline:
