@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import croniter
@@ -75,8 +75,10 @@ def _repeated(d: datetime) -> bool:
     return d.fold == 1 and d.replace(fold=0).utcoffset() != d.utcoffset()
 
 
+@lru_cache(maxsize=4096)
 def after(expr: str, tz: str, t: float) -> float:
-    """The first run strictly after t (epoch seconds)."""
+    """The first run strictly after t (epoch seconds).  Pure, and kept: a schedule pass asks it
+    for every due schedule, and most share an expression, a zone and a tick."""
     it = croniter(expr, datetime.fromtimestamp(t, zone(tz)))
     fixed = _fixed_hour(expr)
     while True:

@@ -127,8 +127,12 @@ class Dispatcher:
         self.jobs.check(tenant, priority)
         self.limiter.take(tenant, cost=len(ok))
         self.events.check_quota(tenant)
-        for job in self.jobs.create_batch(tenant, ok, priority):  # queued, not sent
-            self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
+        self.jobs.create_batch(tenant, ok, priority)  # queued, not sent; each its session's first (seq 1)
+        try:
+            self.events.publish_many(tenant, [(job_id, {"type": "status", "status": "queued", "seq": 1})
+                                              for _, _, job_id, _ in ok])
+        except redis.RedisError:  # best effort, as _event
+            log.warning("%d jobs of tenant %s: their queued events not published", len(ok), tenant)
         self._admit_quietly(tenant)
         return refused
 

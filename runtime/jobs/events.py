@@ -63,15 +63,18 @@ RESPONSE = "response"  # the job kind whose stream is never compacted (see the m
 FINAL = ("status", "cancel_requested")  # what compaction keeps (with the last progress event)
 log = logging.getLogger("setflow.events")
 
-# KEYS[1] the tenant's hash; ARGV: job, its stream's bytes now (0: gone), the hash's TTL in ms.
-# Sets the job's field, moves `*` by the difference; returns the tenant's event bytes.
+# KEYS[1] the tenant's hash; ARGV: the hash's TTL in ms, then pairs of a job and its stream's bytes
+# now (0: gone).  Sets each job's field, moves `*` by the difference; returns the tenant's event bytes.
 _SET = """
-local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-local new = tonumber(ARGV[2])
-if new > 0 then redis.call('HSET', KEYS[1], ARGV[1], new) else redis.call('HDEL', KEYS[1], ARGV[1]) end
-local total = redis.call('HINCRBY', KEYS[1], '*', new - old)
+local total = 0
+for i = 2, #ARGV, 2 do
+  local old = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  local new = tonumber(ARGV[i + 1])
+  if new > 0 then redis.call('HSET', KEYS[1], ARGV[i], new) else redis.call('HDEL', KEYS[1], ARGV[i]) end
+  total = redis.call('HINCRBY', KEYS[1], '*', new - old)
+end
 if total <= 0 and redis.call('HLEN', KEYS[1]) <= 1 then redis.call('DEL', KEYS[1]) return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return total
 """
 # KEYS[1] the tenant's hash; ARGV: the hash's TTL in ms, then jobs whose streams are gone.  Their
@@ -115,31 +118,75 @@ class JobEvents:
         """A status, progress or cancel event; the stream's bytes counted now."""
         self.send(tenant, job, [data], count_every_s=0.0)
 
+    def publish_many(self, tenant: str, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """publish() for many new jobs of the tenant at once (a schedule pass's first status
+        events: job id, event): their streams in one round trip, their accounts in one more."""
+        wrote = self._append([(job, [data]) for job, data in events])
+        self._count_made(tenant, [(job, used) for (job, _), (_, used) in zip(events, wrote, strict=True)])
+
     def send(self, tenant: str, job: str, batch: list[dict[str, Any]], count_every_s: float = 1.0) -> None:
         """Events of the tenant's job (step events: a batch) in one round trip; the stream
         expires events_ttl_s after the last batch.  Its bytes are counted in the tenant's
         account at most every count_every_s (the account lags a running job's stream by up
         to that much: its last event is a status, published and counted at once)."""
-        key = self.k.events(job)
-        with self.r.pipeline(transaction=False) as p:
-            for data in batch:
-                p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
-            p.expire(key, self.s.events_ttl_s)  # never a stream without a TTL
-            p.xlen(key)
-            p.memory_usage(key)  # its size after trimming (one key: one slot, on a cluster too)
-            *_, length, used = p.execute()
+        (length, used), = self._append([(job, batch)])
         # a stream holding only this batch was made by it: also one deleted (its session was) and
         # forgotten since this process last put it in events_due, which must hear of it again
-        self._count(tenant, job, int(used or 0), count_every_s, made=int(length) <= len(batch))
+        if length <= len(batch):
+            self._count_made(tenant, [(job, used)])
+        else:
+            self._count(tenant, job, used, count_every_s)
 
-    def _count(self, tenant: str, job: str, used: int, every_s: float, made: bool = False) -> None:
-        """The account of the job's stream, which holds `used` bytes now (made by this write:
-        `made`).  Best effort: the events are written already (a failure here must not send
-        them again); the next write counts the stream."""
+    def _append(self, streams: list[tuple[str, list[dict[str, Any]]]]) -> list[tuple[int, int]]:
+        """Append each job's events to its stream, in one round trip: (its length, its bytes)
+        after, per job."""
+        with self.r.pipeline(transaction=False) as p:
+            for job, batch in streams:
+                key = self.k.events(job)
+                for data in batch:
+                    p.xadd(key, {"data": json.dumps(data)}, maxlen=self.s.events_maxlen, approximate=True)
+                p.expire(key, self.s.events_ttl_s)  # never a stream without a TTL
+                p.xlen(key)
+                p.memory_usage(key)  # its size after trimming (one key: one slot, on a cluster too)
+            replies = p.execute()
+        out, i = [], 0
+        for _, batch in streams:
+            i += len(batch) + 1  # its XADDs and EXPIRE
+            out.append((int(replies[i]), int(replies[i + 1] or 0)))
+            i += 2
+        return out
+
+    def _count_made(self, tenant: str, streams: list[tuple[str, int]]) -> None:
+        """The accounts of streams the last write made (job, bytes it holds now), nothing this
+        process counted for them standing: each due at its expiry, for the sweep, and its bytes
+        set (two round trips, a script call per DROP_BATCH: a script is not queued on a cluster's
+        pipeline).  Best effort, as _count."""
+        now = time.monotonic()
+        try:
+            with self.r.pipeline(transaction=False) as p:
+                p.zadd(self.k.events_due, {json.dumps([tenant, job]): int((time.time() + self.s.events_ttl_s) * 1000)
+                                           for job, _ in streams})
+                p.sadd(self.k.event_tenants, tenant)  # as many members as tenants
+                p.execute()
+            for i in range(0, len(streams), DROP_BATCH):
+                self._set_bytes(tenant, streams[i:i + DROP_BATCH])
+        except redis.RedisError as e:
+            log.warning("%d event streams: their bytes not counted (%s); their next writes count them", len(streams), e)
+            return
+        self._remember([(job, (used, now, now)) for job, used in streams])
+
+    def _remember(self, counted: list[tuple[str, tuple[int, float, float]]]) -> None:
+        if len(self._seen) > 10_000:  # a worker's recent jobs; the rest are counted afresh
+            self._seen.clear()
+        self._seen.update(counted)
+
+    def _count(self, tenant: str, job: str, used: int, every_s: float) -> None:
+        """The account of the job's stream, which holds `used` bytes now (a stream this process
+        may have counted before: _count_made counts a new one).  Best effort: the events are
+        written already (a failure here must not send them again); the next write counts the
+        stream."""
         now = time.monotonic()
         size, counted_at, due_at = self._seen.get(job, (-1, -1e18, -1e18))
-        if made:
-            size, counted_at, due_at = -1, -1e18, -1e18  # nothing this process counted stands
         try:
             if now - due_at >= self._fresh_s:  # due at its expiry, for the sweep; a tenant for /metrics
                 with self.r.pipeline(transaction=False) as p:
@@ -148,19 +195,19 @@ class JobEvents:
                     p.execute()
                 due_at = now
             if (used != size or now - counted_at >= self._fresh_s) and now - counted_at >= every_s:
-                self._set_bytes(tenant, job, used)
+                self._set_bytes(tenant, [(job, used)])
                 size, counted_at = used, now
         except redis.RedisError as e:
             log.warning("job %s: its event stream's bytes not counted (%s); its next write counts them", job, e)
             return
-        if len(self._seen) > 10_000:  # a worker's recent jobs; the rest are counted afresh
-            self._seen.clear()
-        self._seen[job] = (size, counted_at, due_at)
+        self._remember([(job, (size, counted_at, due_at))])
 
-    def _set_bytes(self, tenant: str, job: str, used: int) -> None:
-        """The job's field in the tenant's hash (0: gone), `*` moved with it; the hash outlives
-        the streams it counts by a minute (its backstop TTL)."""
-        self._set(keys=[self.k.event_bytes(tenant)], args=[job, used, int((self.s.events_ttl_s + 60) * 1000)])
+    def _set_bytes(self, tenant: str, streams: list[tuple[str, int]]) -> None:
+        """Each job's field in the tenant's hash (job, its stream's bytes; 0: gone), `*` moved
+        with them, in one script call; the hash outlives the streams it counts by a minute (its
+        backstop TTL)."""
+        self._set(keys=[self.k.event_bytes(tenant)],
+                  args=[int((self.s.events_ttl_s + 60) * 1000), *(x for pair in streams for x in pair)])
 
     def forget(self, tenant: str, jobs: list[str]) -> None:
         """The jobs' streams are deleted (their session was): out of the tenant's account now,
@@ -229,7 +276,7 @@ class JobEvents:
             after = f"({_text(page[-1][0])}"
         for i in range(0, len(drop), DROP_BATCH):
             self.r.xdel(key, *drop[i:i + DROP_BATCH])
-        self._set_bytes(tenant, job, int(self.r.memory_usage(key) or 0))
+        self._set_bytes(tenant, [(job, int(self.r.memory_usage(key) or 0))])
         self._seen.pop(job, None)
         return len(drop)
 
@@ -287,7 +334,7 @@ class JobEvents:
                     wait_ms = int(left_ms) if int(left_ms) > 0 else self.s.events_ttl_s * 1000
                     self.r.zadd(self.k.events_due, {raw: now_ms + wait_ms})
                 elif int(self._take(keys=[self.k.events_due], args=[raw, str(int(score))])):
-                    self._set_bytes(*who, 0)
+                    self._set_bytes(who[0], [(who[1], 0)])
                     gone += 1
         return {"event_streams_gone": gone}
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -100,8 +100,8 @@ class Jobs(JobWaits, JobSweeps):
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(
                         JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
                     sent = bool(queue) and not blocked
-                    job = _queued(kind, tenant, spec, session, seq, priority, pool, job_id, tick, positions=positions,
-                                  queue=queue if sent else "")
+                    job = JobRecord(**_queued(kind, tenant, spec, session, seq, priority, pool, job_id, tick,
+                                              positions=positions, queue=queue if sent else ""))
                     db.add(job)
                 return job, blocked
             except IntegrityError:
@@ -111,26 +111,23 @@ class Jobs(JobWaits, JobSweeps):
         raise BadInput(f"session {session}: too many concurrent submissions")
 
     def create_batch(self, tenant: str, batch: list[tuple[str, dict[str, Any], str, tuple[str, float]]],
-                     priority: str = "batch") -> list[JobRecord]:
-        """Queued jobs, each on a new session of its own (a schedule's ticks' jobs: kind, spec,
-        job id, tick), in one transaction: what create() writes for each with open_session,
-        the tenant's SQL quota and its unfinished jobs checked once for them all.  OverBudget
-        or RateLimited where they do not all fit, Duplicate where an id is taken: nothing
-        written."""
+                     priority: str = "batch") -> None:
+        """Queued jobs, each the first (seq 1) on a new session of its own (a schedule's ticks'
+        jobs: kind, spec, job id, tick), in one transaction: what create() writes for each with
+        open_session, the tenant's SQL quota and its unfinished jobs checked once for them all,
+        the rows inserted in bulk.  OverBudget or RateLimited where they do not all fit,
+        Duplicate where an id is taken: nothing written."""
         self.check(tenant, priority)
         try:
             with self._write.begin() as db:
                 quota.check_room(db, tenant, self.quota)
                 self._check_unfinished(db, tenant, more=len(batch))
                 sessions = [secrets.token_hex(16) for _ in batch]
-                db.add_all([SessionRecord(id=s, tenant=tenant, model_fingerprint="") for s in sessions])
-                db.flush()
+                db.execute(insert(SessionRecord), [{"id": s, "tenant": tenant, "model_fingerprint": ""} for s in sessions])
                 quota.charge(db, tenant, self.quota, sessions=len(batch))
                 # a new session's first job: seq 1, bound to no model yet (its pool ""), as create() places it
-                jobs = [_queued(kind, tenant, spec, s, 1, priority, "", job_id, tick)
-                        for (kind, spec, job_id, tick), s in zip(batch, sessions, strict=True)]
-                db.add_all(jobs)
-            return jobs
+                db.execute(insert(JobRecord), [_queued(kind, tenant, spec, s, 1, priority, "", job_id, tick)
+                                               for (kind, spec, job_id, tick), s in zip(batch, sessions, strict=True)])
         except IntegrityError:
             raise Duplicate(f"a job of the batch exists already: {[j for _, _, j, _ in batch][:3]}...") from None
 
@@ -229,14 +226,13 @@ class Jobs(JobWaits, JobSweeps):
         """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job
         of its session; interactive before batch, then oldest first; as many as the tenant has
         room for (cap minus its jobs sent and not started)."""
-        waits = waits_for_an_earlier_job()
         with self._db() as db:
             waiting = int(db.scalar(select(func.count()).select_from(JobRecord).where(
                 JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue != "")) or 0)
             if waiting >= cap:
                 return []
             return list(db.scalars(select(JobRecord).where(
-                JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue == "", ~waits)
+                JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue == "", ~waits_for_an_earlier_job())
                 .order_by(JobRecord.priority == "batch", JobRecord.created_at).limit(cap - waiting)))
 
     def mark_sending(self, job_id: str, queue: str) -> bool:
@@ -364,11 +360,12 @@ class Jobs(JobWaits, JobSweeps):
 
 
 def _queued(kind: str, tenant: str, spec: dict[str, Any], session: str | None, seq: int, priority: str, pool: str,
-            job_id: str | None, tick: tuple[str, float] | None, positions: int | None = None, queue: str = "") -> JobRecord:
-    """A new job's row, queued; `queue`: where it is about to be sent (recorded as sent now), or
-    "" (never sent: an admission sends it)."""
-    return JobRecord(id=job_id or secrets.token_hex(12), kind=kind, tenant=tenant, session_id=session, seq=seq,
-                     priority=priority, pool=pool, spec=spec, status="queued", attempts=0, lease_until=0.0,
-                     queue=queue, dispatched_at=time.time() if queue else 0.0, step=0, positions=positions,
-                     progress={}, cancel_requested=False,
-                     schedule_id=tick[0] if tick else None, tick_at=tick[1] if tick else None)
+            job_id: str | None, tick: tuple[str, float] | None, positions: int | None = None,
+            queue: str = "") -> dict[str, Any]:
+    """A new job's row (its columns' values but the defaults), queued; `queue`: where it is about
+    to be sent (recorded as sent now), or "" (never sent: an admission sends it)."""
+    return {"id": job_id or secrets.token_hex(12), "kind": kind, "tenant": tenant, "session_id": session, "seq": seq,
+            "priority": priority, "pool": pool, "spec": spec, "status": "queued", "attempts": 0, "lease_until": 0.0,
+            "queue": queue, "dispatched_at": time.time() if queue else 0.0, "step": 0, "positions": positions,
+            "progress": {}, "cancel_requested": False,
+            "schedule_id": tick[0] if tick else None, "tick_at": tick[1] if tick else None}

@@ -45,9 +45,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, and_, delete, func, or_, select, update
+from sqlalchemy import Engine, Table, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
@@ -63,7 +63,7 @@ from runtime.tables import ScheduleRecord, TickRecord
 
 log = logging.getLogger("setflow.schedules")
 SCHEDULE_ID = r"sch_[0-9a-f]{24}"
-BATCH = 100  # schedules one query of a pass reads (and claims left behind one pass completes)
+BATCH = 1000  # schedules one query of a pass reads and fires together (and claims left behind one pass completes)
 MAX_TICKS = 100  # ticks of one schedule one pass submits at most (the rest: the next pass)
 MAX_CATCH_UP = 100  # a schedule's max_catch_up, at most
 RETRY_S = 10.0  # a claim not submitted this long after it was made is completed by the next pass
@@ -317,8 +317,7 @@ class Ticker:
                        for sch, ticks, _ in plans for t, planned, problems in ticks]
                 db.add_all([claim for _, claim, _, _ in won])
                 db.flush()
-                for sch, _, nxt in plans:
-                    db.execute(_advance(sch, nxt))
+                db.execute(_ADVANCE, [_advance_row(sch, nxt) for sch, _, nxt in plans])  # one executemany
             return won
         except IntegrityError:  # a tick claimed already (or a schedule deleted): not ours to submit
             pass
@@ -333,7 +332,7 @@ class Ticker:
                 won = [(self._row(sch, t, planned, problems), planned, problems) for t, planned, problems in plans]
                 db.add_all([claim for claim, _, _ in won])
                 db.flush()
-                db.execute(_advance(sch, nxt))
+                db.execute(_ADVANCE, [_advance_row(sch, nxt)])
             return won
         except IntegrityError:  # a tick claimed already (or the schedule deleted): not ours to submit
             pass
@@ -347,7 +346,7 @@ class Ticker:
             except IntegrityError:
                 continue
         with self._write.begin() as db:
-            db.execute(_advance(sch, nxt))
+            db.execute(_ADVANCE, [_advance_row(sch, nxt)])
         return won
 
     def _row(self, sch: ScheduleRecord, t: float, planned: list[Planned], problems: list[str]) -> TickRecord:
@@ -386,11 +385,10 @@ class Ticker:
                 ended.append((claim, "submitted" if have else "failed", have, why))
         if ended:
             now = self.clock()
-            with self._write.begin() as db:
-                for claim, status, have, why in ended:
-                    db.execute(update(TickRecord).where(TickRecord.id == claim.id, TickRecord.status == "claimed")
-                               .values(status=status, jobs=have, error=_error(why), late_s=now - claim.tick_at))
-                    out[status] += 1
+            with self._write.begin() as db:  # one executemany
+                db.execute(_RECORD, [{"b_id": claim.id, "b_status": status, "b_jobs": have, "b_error": _error(why),
+                                      "b_late": now - claim.tick_at} for claim, status, have, why in ended])
+            out.update(status for _, status, _, _ in ended)
         return out
 
     def _plan(self, sch: ScheduleRecord, t: float) -> tuple[list[Planned], list[str]]:
@@ -460,10 +458,18 @@ class Ticker:
             return int(db.execute(delete(TickRecord).where(TickRecord.id.in_(old.scalar_subquery()))).rowcount)  # type: ignore[attr-defined]
 
 
-def _advance(sch: ScheduleRecord, nxt: float) -> Any:
-    """Move the schedule's next_at to `nxt` where nobody moved it since it was read."""
-    return update(ScheduleRecord).where(ScheduleRecord.id == sch.id, ScheduleRecord.next_at == sch.next_at) \
-        .values(next_at=nxt)
+#: move a schedule's next_at where nobody moved it since it was read (_advance_row's parameters);
+#: Core statements, so that a pass's rows go as one executemany
+_SCHEDULES, _TICKS = cast(Table, ScheduleRecord.__table__), cast(Table, TickRecord.__table__)
+_ADVANCE = update(_SCHEDULES).where(_SCHEDULES.c.id == bindparam("b_id"), _SCHEDULES.c.next_at == bindparam("b_was")) \
+    .values(next_at=bindparam("b_next"))
+#: a claimed tick's outcome: submitted (its jobs written) or failed
+_RECORD = update(_TICKS).where(_TICKS.c.id == bindparam("b_id"), _TICKS.c.status == "claimed") \
+    .values(status=bindparam("b_status"), jobs=bindparam("b_jobs"), error=bindparam("b_error"), late_s=bindparam("b_late"))
+
+
+def _advance_row(sch: ScheduleRecord, nxt: float) -> dict[str, Any]:
+    return {"b_id": sch.id, "b_was": sch.next_at, "b_next": nxt}
 
 
 def _error(problems: list[str]) -> str:

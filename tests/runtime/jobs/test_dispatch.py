@@ -295,3 +295,30 @@ def test_one_tenants_backlog_waits_in_sql_and_another_tenants_job_goes_at_once(
     assert d.jobs.get(late_batch.id).queue == "" and urgent.id not in [j for j, _ in sent[:cap + 2]]
     waiting = [j for j in backlog + [urgent, late_batch] if d.jobs.get(j.id).status == "queued" and d.jobs.get(j.id).queue]
     assert len(waiting) <= cap
+
+
+def test_a_batch_writes_what_submit_would_and_returns_the_specs_refused_for_good(
+        env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    """submit_batch (a schedule pass's jobs of one tenant): a spec the API refuses is returned
+    with its reason and written nowhere; the others queued, each on a new session, with their
+    status event, a token each taken at once, and admitted (one sent: the tenant's room in the
+    broker with no live worker); over the tenant's rate, nothing is written and no token taken."""
+    d, sent, _ = env
+    tick = ("sch_a", 60.0)
+    good, bad = {"text": "hi", "params": {"max_new_tokens": 8}}, {"text": "hi", "params": {"window": "4"}}
+    ids = [f"{i:024x}" for i in range(4)]
+    refused = d.submit_batch("acme", [("turn", good, ids[0], tick), ("turn", bad, ids[1], tick),
+                                      ("turn", good, ids[2], tick)])
+    assert list(refused) == [ids[1]] and "window" in refused[ids[1]]
+    assert d.jobs.existing(ids) == {ids[0], ids[2]}
+    for i in (0, 2):
+        job = d.jobs.get(ids[i], "acme")
+        assert (job.status, job.seq, job.priority, job.schedule_id) == ("queued", 1, "batch", "sch_a")
+        assert [e["status"] for _, e in d.events.read(ids[i])] == ["queued"]
+    assert len(sent) == 1 and d.events.tenant_bytes("acme") > 0
+    left = int(float(client.hget(f"{d.s.key_prefix}:rl:acme", "tokens") or 0))
+    assert left == d.s.tenant_burst - 2
+    with pytest.raises(RateLimited):  # 4 more than the 3 left: as a whole
+        d.submit_batch("acme", [("turn", good, ids[3], tick)] * 4)
+    assert int(float(client.hget(f"{d.s.key_prefix}:rl:acme", "tokens") or 0)) == left
+    assert not d.jobs.existing([ids[3]])

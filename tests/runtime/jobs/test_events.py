@@ -6,6 +6,7 @@ bounded batches.  On one Redis server and on a local Redis Cluster."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -233,3 +234,25 @@ def _drop_in_batches(plain: redis.Redis, ev: JobEvents, monkeypatch: pytest.Monk
     assert len(scripts) == -(-len(jobs) // DROP_BATCH)
     assert ev.tenant_bytes("acme") == 0 and plain.zcard(ev.k.events_due) == 0
     assert not any(plain.exists(ev.k.events(j), ev.k.cancel(j)) for j in jobs[::97])
+
+
+def test_many_new_streams_are_written_and_counted_as_one_at_a_time(client: redis.Redis, settings: Settings) -> None:
+    """publish_many (a schedule pass's queued events): each stream as publish() writes it, the
+    tenant's account the same bytes, each stream due for the sweep; on a cluster too."""
+    one = JobEvents(client, settings)
+    many = JobEvents(client, settings.model_copy(update={"key_prefix": settings.key_prefix + "-many"}))
+    jobs = [f"{i:024x}" for i in range(7)]
+    event = {"type": "status", "status": "queued", "seq": 1}
+    for job in jobs:
+        one.publish("acme", job, event)
+    many.publish_many("acme", [(job, event) for job in jobs])
+    for ev in (one, many):  # the same accounts (of keys named otherwise: their own sizes)
+        assert ev.tenant_bytes("acme") == sum(client.memory_usage(ev.k.events(job)) for job in jobs) > 0
+    for job in jobs:
+        assert [e for _, e in many.read(job)] == [event]
+        assert client.ttl(many.k.events(job)) > 0
+    due = {m for m, _ in client.zrange(many.k.events_due, 0, -1, withscores=True)}
+    assert due == {json.dumps(["acme", job]).encode() for job in jobs}
+    for ev in (one, many):
+        for key in client.scan_iter(f"{ev.s.key_prefix}:*"):
+            client.delete(key)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
-from runtime.errors import BadInput, ClaimLost, NotFound, RateLimited
+from runtime.errors import BadInput, ClaimLost, Duplicate, NotFound, OverBudget, RateLimited
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import JobStep, Records
 from runtime.settings import Settings
+from runtime.tables import JobRecord, SessionRecord, TenantUsageRecord
 
 SPEC = {"text": "hello"}
 
@@ -190,3 +191,42 @@ def test_a_job_in_a_busy_shared_queue_is_stale_only_past_three_times_the_bound(d
     assert jobs.stale([], ["sf.interactive"]) == [], "it waits its turn in a backlog every worker serves"
     time.sleep(0.2)
     assert [j.id for j in jobs.stale([], ["sf.interactive"])] == [job.id], "lost after all: resent"
+
+
+def _counts(engine: Engine, tenant: str) -> tuple[int, int, int]:
+    """(jobs, sessions, sessions in its quota's account) of the tenant."""
+    with engine.connect() as c:
+        return (int(c.scalar(select(func.count()).select_from(JobRecord).where(JobRecord.tenant == tenant)) or 0),
+                int(c.scalar(select(func.count()).select_from(SessionRecord).where(SessionRecord.tenant == tenant)) or 0),
+                int(c.scalar(select(TenantUsageRecord.sessions).where(TenantUsageRecord.tenant == tenant)) or 0))
+
+
+def _id(i: int) -> str:
+    return f"{i:024x}"  # a job id, as the schedules' are (templates.job_id)
+
+
+def test_a_batch_writes_each_job_on_a_new_session_all_or_nothing(db_engine: Engine) -> None:
+    """create_batch (a schedule pass's jobs of one tenant): each job queued, the first on a
+    session of its own, charged to the tenant's session quota, as create(open_session=True)
+    writes one; past the unfinished-jobs cap or the session quota, or with an id taken,
+    nothing is written."""
+    jobs = Jobs(db_engine, Settings(tenant_max_unfinished=5, tenant_max_sessions=6))
+    tick = ("sch_a", 60.0)
+    jobs.create_batch("acme", [("narrative", SPEC, _id(i), tick) for i in range(3)])
+    assert _counts(db_engine, "acme") == (3, 3, 3)
+    for i in range(3):
+        job = jobs.get(_id(i), "acme")
+        assert (job.status, job.seq, job.queue, job.priority, job.schedule_id, job.tick_at) == \
+            ("queued", 1, "", "batch", "sch_a", 60.0)
+        assert job.session_id is not None and not jobs.blocked(job)
+    with pytest.raises(RateLimited, match="3 unfinished"):  # 3 + 3 > 5
+        jobs.create_batch("acme", [("narrative", SPEC, _id(10 + i), tick) for i in range(3)])
+    with pytest.raises(Duplicate):
+        jobs.create_batch("acme", [("narrative", SPEC, _id(10), tick), ("narrative", SPEC, _id(1), tick)])
+    assert _counts(db_engine, "acme") == (3, 3, 3)
+    jobs.create_batch("acme", [("narrative", SPEC, _id(10), tick), ("narrative", SPEC, _id(11), tick)])
+    jobs.cancel(_id(0), "acme")
+    jobs.cancel(_id(1), "acme")  # 3 unfinished: room for 2 more jobs, but not for their 2 sessions
+    with pytest.raises(OverBudget, match="tenant_max_sessions"):  # 5 sessions + 2 > 6
+        jobs.create_batch("acme", [("narrative", SPEC, _id(20 + i), tick) for i in range(2)])
+    assert _counts(db_engine, "acme") == (5, 5, 5)
