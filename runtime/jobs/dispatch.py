@@ -6,7 +6,7 @@
             -> send the job id to its queue (unless an earlier job of its session is unfinished:
                the one finishing sends it, so a session's jobs run in submission order)
     submit_batch: the same for a schedule pass's jobs of one tenant, each on a new session: the
-            tokens taken at once, the rows in one transaction, one admission
+            tokens taken at once, the rows in one transaction, one admission (maybe the caller's)
     reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
             send again queued jobs that sat on a dead worker's queue or were never delivered;
             fail jobs whose wait for their client's tool outputs ran out
@@ -101,14 +101,15 @@ class Dispatcher:
                                   host=admitted.host or host, positions=admitted.positions, job_id=job_id,
                                   tick=tick)  # queued, not sent
         self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
-        self._admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
+        self.admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)
 
     def submit_batch(self, tenant: str, batch: list[tuple[str, dict[str, Any], str, tuple[str, float]]],
-                     priority: str = "batch") -> dict[str, str]:
+                     priority: str = "batch", admit: bool = True) -> dict[str, str]:
         """A schedule's pass: jobs of one tenant (kind, spec, job id, tick), each on a new session,
         as submit() takes them one at a time, but their rate-limit tokens taken at once, their
-        rows written in one transaction (Jobs.create_batch) and the tenant's admission run once.
+        rows written in one transaction (Jobs.create_batch) and the tenant's admission run once
+        (admit False: the caller runs it, admit_quietly, once it has recorded what it submitted).
         Returns those refused for good (job id -> why: its spec, its size), the others written;
         raises where submit() would for all of them (the tenant's rate, its quotas, a job id
         taken, Redis or the database away): nothing written, nothing taken but the tokens of a
@@ -133,10 +134,11 @@ class Dispatcher:
                                               for _, _, job_id, _ in ok])
         except redis.RedisError:  # best effort, as _event
             log.warning("%d jobs of tenant %s: their queued events not published", len(ok), tenant)
-        self._admit_quietly(tenant)
+        if admit:
+            self.admit_quietly(tenant)
         return refused
 
-    def _admit_quietly(self, tenant: str) -> None:
+    def admit_quietly(self, tenant: str) -> None:
         """admit() where its failure must not fail what is done already (a job accepted, a
         cancel committed): the reaper admits what this could not."""
         try:
@@ -212,7 +214,7 @@ class Dispatcher:
             self.events.request_cancel(job.tenant, job.id)  # the holder stops at its next step
         elif ended:  # it was queued: nobody runs it now; the session's next job, or its tenant's, may go
             self._event(job, {"type": "status", "status": "cancelled", "error": job.error})
-            self._admit_quietly(job.tenant)
+            self.admit_quietly(job.tenant)
         return job
 
     def answer(self, job_id: str, tenant: str, outputs: dict[str, str]) -> JobRecord:
@@ -223,7 +225,7 @@ class Dispatcher:
         job, resumed = self.jobs.answer(job_id, tenant, outputs)
         if resumed:
             self._event(job, {"type": "status", "status": "queued", "reason": "tool outputs received"})
-            self._admit_quietly(job.tenant)
+            self.admit_quietly(job.tenant)
         return self.jobs.get(job.id)
 
     def _event(self, job: JobRecord, event: dict[str, Any]) -> None:

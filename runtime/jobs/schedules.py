@@ -357,11 +357,14 @@ class Ticker:
                           late_s=now - t, created_at=datetime.now(UTC))
 
     def _submit_all(self, won: list[Won]) -> Counter[str]:
-        """Submit the fresh claims' jobs, a batch per tenant (Dispatcher.submit_batch), and record
+        """Submit the fresh claims' jobs, a batch per tenant (Dispatcher.submit_batch), record
         their ticks as submitted (or failed, where none of a tick's jobs could be) in one
-        transaction.  A tenant whose batch is refused as a whole (its rate, a quota, Redis or the
-        database away) has its claims submitted one at a time (_submit: a refusal for a while
-        leaves a claim pending, completed later)."""
+        transaction, then admit each tenant's jobs to the broker (as many as its share: the rest
+        wait in SQL, queued, as any backlog does).  A tick is submitted once its jobs are queued
+        in SQL: their admission, which the reaper also runs, neither delays its record nor fails
+        it.  A tenant whose batch is refused as a whole (its rate, a quota, Redis or the database
+        away) has its claims submitted one at a time (_submit: a refusal for a while leaves a
+        claim pending, completed later)."""
         out, by_tenant = Counter[str](), dict[str, list[Won]]()
         for w in won:
             if w[2]:
@@ -373,7 +376,7 @@ class Ticker:
             batch = [(sch.template["kind"], p.spec, p.job_id, (sch.id, claim.tick_at))
                      for sch, claim, planned, _ in claims for p in planned]
             try:
-                refused = self.d.submit_batch(tenant, batch)
+                refused = self.d.submit_batch(tenant, batch, admit=False)
             except Exception:  # noqa: BLE001 - as a whole: one at a time, as _submit takes them
                 for sch, claim, planned, problems in claims:
                     out[self._submit(sch, claim, planned, problems, fresh=True)] += 1
@@ -389,6 +392,8 @@ class Ticker:
                 db.execute(_RECORD, [{"b_id": claim.id, "b_status": status, "b_jobs": have, "b_error": _error(why),
                                       "b_late": now - claim.tick_at} for claim, status, have, why in ended])
             out.update(status for _, status, _, _ in ended)
+        for tenant in by_tenant:
+            self.d.admit_quietly(tenant)
         return out
 
     def _plan(self, sch: ScheduleRecord, t: float) -> tuple[list[Planned], list[str]]:
