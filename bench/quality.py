@@ -14,6 +14,9 @@ Tasks (examples drawn with another seed than training's, at most the training le
              wild_task), read as a tenant's own dataset is
   *_realistic  the same three on bench/realistic.py: hand-made lists of ordinary business
              vocabulary in several languages and scripts that training never draws from
+  agent_phrased  agent_realistic's questions asked in phrasings training never writes
+             (bench/realistic.py PHRASED): out of the trained phrasings, a question may fail
+             (no_answer, unverified); a wrong success is what must never come
   report_realistic  a report job of 6 sections and its key figures over such a payload (6-8
              metrics): fully correct = every part verified on its first decode; succeeded = the job
              succeeds (parts decoded again included)
@@ -77,7 +80,7 @@ EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "qualit
 MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
 MAX_LEN_OOD = int(mixture.FINETUNE["seq_len"])  # ... and of the payloads drawn from the API's grammar
 TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood",
-         "narrative_realistic", "section_realistic", "agent_realistic", "report_realistic")
+         "narrative_realistic", "section_realistic", "agent_realistic", "agent_phrased", "report_realistic")
 REPORT_SECTIONS = 6  # report_realistic: a report of this many sections, one metric each, and its key figures
 # set: the reference's order policy; prefix: only the confident run from the leftmost mask
 # (model/policy.py choose)
@@ -87,10 +90,10 @@ SETTINGS: tuple[tuple[str, int, float | None], ...] = (
 QUICK_SETTINGS = (("ar", 1, None), ("set", 4, 0.9), ("prefix", 8, 0.99))
 N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100, "narrative_ood": 200, "section_ood": 100,
           "agent_ood": 200, "narrative_realistic": 200, "section_realistic": 100, "agent_realistic": 200,
-          "report_realistic": 60}
+          "agent_phrased": 200, "report_realistic": 60}
 N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4, "narrative_ood": 8, "section_ood": 4,
            "agent_ood": 8, "narrative_realistic": 8, "section_realistic": 4, "agent_realistic": 8,
-           "report_realistic": 2}
+           "agent_phrased": 8, "report_realistic": 2}
 # masks opened per generation (no cost: only W are fed); a payload of the API's grammar may be long
 MAX_NEW = {"narrative": 200, "section": 200, "narrative_ood": 512, "section_ood": 400, "narrative_realistic": 512,
            "section_realistic": 400, "report_realistic": 200}
@@ -114,8 +117,8 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
             n = 1 + len(tok.encode(narrative.prompt_text(p) + ref)) + 1
             ex: Any = as_sent(p)
         elif kind == "agent":
-            task_, data, pieces = {"": agent.example, "ood": agent.wild_example, "realistic": realistic.agent_example}[
-                source](rng)
+            task_, data, pieces = {"": agent.example, "ood": agent.wild_example, "realistic": realistic.agent_example,
+                                   "phrased": realistic.phrased_example}[source](rng)
             n = 1 + len(tok.encode(agent.prompt_text(task_.question) + "".join(t for t, _ in pieces))) + 1
             ex = (task_, data)
         elif kind == "report":
@@ -264,7 +267,7 @@ def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Toke
 RUNNERS: dict[str, Callable[..., Outcome]] = {
     "infill": run_infill, "report_realistic": run_report,
     **{f"{kind}{source}": run for kind, run in (("narrative", run_narrative), ("section", run_section), ("agent", run_agent))
-       for source in ("", "_ood", "_realistic")}}
+       for source in ("", "_ood", "_realistic")}, "agent_phrased": run_agent}
 
 
 def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) -> dict[str, Any]:
@@ -301,8 +304,10 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
                      "best_set": None if best is None else {
                          "policy": best["policy"], "W": best["W"], "tau": best["tau"],
                          "fully_correct": best["fully_correct"],
-                         "nfe_ratio": round(best["nfe_per_token"] / ar["nfe_per_token"], 3),
-                         "speedup_tokens_per_s": round(best["tokens_per_s"] / ar["tokens_per_s"], 2)}}
+                         # none where AR wrote nothing (every question without an answer: agent_phrased)
+                         "nfe_ratio": round(best["nfe_per_token"] / ar["nfe_per_token"], 3) if ar["nfe_per_token"] else None,
+                         "speedup_tokens_per_s": round(best["tokens_per_s"] / ar["tokens_per_s"], 2)
+                         if ar["tokens_per_s"] and best["tokens_per_s"] else None}}
     return out
 
 

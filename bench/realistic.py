@@ -338,11 +338,23 @@ def _unit(name: str) -> str:
     return next(m.unit for m in METRICS if m.name == name)
 
 
-def make_task(rng: random.Random, t: Table) -> agent.Task:
+#: phrasings training never writes, per kind of question (phrased=True): what a team would ask
+PHRASED = {
+    "lookup": ("Show {m} for {r} in {p}.", "How much {m} did {r} have in {p}?", "Give me {m} for {r} in {p}.",
+               "{m} in {r}, {p}?"),
+    "change": ("What was the percent change in {m} for {r} between {p1} and {p2}?",
+               "How did {m} in {r} move from {p1} to {p2}, in percent?"),
+    "total": ("Add up {m} for {where} in {p}.", "What is the combined {m} of {where} in {p}?"),
+    "diff": ("By how much did {m} in {r1} exceed {r2} in {p}?", "What is the gap in {m} between {r1} and {r2} in {p}?"),
+}
+
+
+def make_task(rng: random.Random, t: Table, phrased: bool = False) -> agent.Task:
     """A question over table t of one of domain/agent.py wild_task's four kinds (lookup, change
-    in percent between two periods, total over 2-3 names, difference of two), in its phrasings,
-    the names as the table writes them; its calls and answer as the tools give them.  A change
-    from a value that is zero or a loss is no percentage a reader wants: a difference instead."""
+    in percent between two periods, total over 2-3 names, difference of two), in its phrasings
+    (phrased: in one of PHRASED, which training never writes), the names as the table writes
+    them; its calls and answer as the tools give them.  A change from a value that is zero or a
+    loss is no percentage a reader wants: a difference instead."""
     data = store(t)
     metric = rng.choice(sorted({r["metric"] for r in t["rows"]}))
     names = list(dict.fromkeys(r["region"] for r in t["rows"]))
@@ -350,9 +362,12 @@ def make_task(rng: random.Random, t: Table) -> agent.Task:
     tail = f" {_unit(metric)}"
     kind = rng.choice(("lookup", "change", "total", "diff"))
     r, p = rng.choice(names), rng.choice(periods)
+    def ask(kind: str, ours: str, **names: str) -> str:  # the question: ours, or a phrasing of PHRASED
+        return rng.choice(PHRASED[kind]).format(m=metric, **names) if phrased else ours
+
     if kind == "lookup":
         v = data.lookup(metric, r, p)
-        q = rng.choice((f"What was {metric} in {r} in {p}?", f"Look up {metric} for {r}, {p}."))
+        q = ask("lookup", rng.choice((f"What was {metric} in {r} in {p}?", f"Look up {metric} for {r}, {p}.")), r=r, p=p)
         return agent.Task(q, [call_text("metric", metric, r, p)], v, f"{metric} in {r} in {p} was {v}{tail}.")
     if kind == "change":
         i, j = sorted(rng.sample(range(len(periods)), 2))
@@ -361,7 +376,7 @@ def make_task(rng: random.Random, t: Table) -> agent.Task:
         if float(v1) > 0:
             expr = f"({v2}-{v1})/{v1}*100"
             res = calc(expr)
-            q = f"By how much did {metric} in {r} change from {p1} to {p2}, in percent?"
+            q = ask("change", f"By how much did {metric} in {r} change from {p1} to {p2}, in percent?", r=r, p1=p1, p2=p2)
             return agent.Task(q, [call_text("metric", metric, r, p1), call_text("metric", metric, r, p2),
                                   call_text("calc", expr)], res, f"{metric} in {r} changed by {res}% from {p1} to {p2}.")
     if kind == "total":
@@ -370,14 +385,14 @@ def make_task(rng: random.Random, t: Table) -> agent.Task:
         expr = "+".join(vals)
         res = calc(expr)
         where = ", ".join(where_names[:-1]) + " and " + where_names[-1]
-        q = f"What was the total {metric} across {where} in {p}?"
+        q = ask("total", f"What was the total {metric} across {where} in {p}?", where=where, p=p)
         return agent.Task(q, [call_text("metric", metric, x, p) for x in where_names] + [call_text("calc", expr)],
                           res, f"Total {metric} across {where} in {p} was {res}{tail}.")
     r1, r2 = rng.sample(names, 2)
     v1, v2 = data.lookup(metric, r1, p), data.lookup(metric, r2, p)
     expr = f"{v1}-{v2}"
     res = calc(expr)
-    q = f"How much higher was {metric} in {r1} than in {r2} in {p}?"
+    q = ask("diff", f"How much higher was {metric} in {r1} than in {r2} in {p}?", r1=r1, r2=r2, p=p)
     return agent.Task(q, [call_text("metric", metric, r1, p), call_text("metric", metric, r2, p),
                           call_text("calc", expr)], res, f"{metric} in {r1} was {res}{tail} higher than in {r2}.")
 
@@ -388,14 +403,18 @@ def question(rng: random.Random, t: Table) -> tuple[str, str]:
     return task_.question, task_.answer
 
 
-def task(rng: random.Random) -> tuple[agent.Task, Store]:
+def task(rng: random.Random, phrased: bool = False) -> tuple[agent.Task, Store]:
     """A question over a new table, and the table as a store: what domain/agent.py wild_task
     returns, so bench/quality.py runs it as it runs agent_ood."""
     t = table(rng)
-    return make_task(rng, t), store(t)
+    return make_task(rng, t, phrased), store(t)
 
 
-def agent_example(rng: random.Random) -> tuple[agent.Task, Store, list[tuple[str, bool]]]:
+def agent_example(rng: random.Random, phrased: bool = False) -> tuple[agent.Task, Store, list[tuple[str, bool]]]:
     """task() and its reference transcript (bench/quality.py measures its length in tokens)."""
-    task_, data = task(rng)
+    task_, data = task(rng, phrased)
     return task_, data, agent.transcript(task_, data)
+
+
+def phrased_example(rng: random.Random) -> tuple[agent.Task, Store, list[tuple[str, bool]]]:
+    return agent_example(rng, phrased=True)

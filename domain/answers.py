@@ -75,7 +75,7 @@ def check(task: Task, text: str) -> Check:
 # model's last segment, verified only where every call it rests on fits the question and it
 # states the last call's result.  `made`: each call's text and its result, in order.
 
-_PERCENT_CHANGE = re.compile(r"\(([0-9.]+)-([0-9.]+)\)/([0-9.]+)\*100")  # (a-b)/b*100, spaces left out
+_PERCENT_CHANGE = re.compile(r"\((-?[0-9.]+)-(-?[0-9.]+)\)/([0-9.]+)\*100")  # (a-b)/b*100, spaces left out
 
 
 def last_segment(text: str) -> str:
@@ -105,10 +105,13 @@ def question_numbers(question: str) -> set[str]:
     return {w for w in words if NUMBER.fullmatch(w)}
 
 
-def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False) -> list[str]:
+def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False,
+           names: Collection[str] | None = None) -> list[str]:
     """What is wrong with an answer and the calls it rests on; [] = verified.  sample: the
-    metrics are the sample dataset's (Dataset)."""
-    return call_problems(question, made, sample) + answer_problems(question, made, answer)
+    metrics are the sample dataset's (Dataset).  names: the question's names that its source
+    holds (workflows/agent.py: its slots; None: not known, for a text model)."""
+    return (call_problems(question, made, sample) + intent_problems(question, made, names)
+            + answer_problems(question, made, answer))
 
 
 def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False) -> list[str]:
@@ -167,6 +170,90 @@ def _operands(expr: str, question: str, results: Collection[str]) -> list[str]:
     if m and in_percent and m[2] == m[3] and m[1] in results and m[2] in results:
         nums.pop()  # the 100: the formula's last number
     return nums
+
+
+#: the words by which a question asks for an operation over the rows it names: the agent models'
+#: phrasings and their common variants (English); a question that says none of them asks for one
+#: row.  Looked for in the question without its names (a metric may be called "Total revenue").
+ASKS = {"sum": re.compile(r"\b(total|sum|add up|combined)\b"),
+        "difference": re.compile(r"\b(higher|exceed|exceeds|exceeded|more than)\b"),
+        "percent change": re.compile(r"\bpercent\b|%")}
+_DIFFERENCE = re.compile(r"(-?[0-9.]+)-(-?[0-9.]+)")  # a-b, spaces left out
+
+
+def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Collection[str] | None = None) -> list[str]:
+    """What makes the calls not compute what the question asks (call_problems holds each call
+    to the question's names; this, the whole of them to its question), as far as its words say
+    (ASKS), else nothing can be verified:
+    - every name the question holds that its source knows (`names`) is read by a metric call;
+    - no operation asked: one row, read by one metric call, and no calc;
+    - a sum: the last calc adds up every row read, each once;
+    - a difference: the last calc is a-b of two rows, a the one whose name the question says first
+      ("How much higher was X in A than in B");
+    - a percent change: the last calc is (a-b)/b*100 of two rows, b the one whose name the question
+      says first ("from P1 to P2");
+    - more than one operation asked: which one cannot be told;
+    - no metric call (arithmetic): each calc is an expression the question writes out."""
+    parsed: list[tuple[str, list[str], str]] = []
+    for call, result in made:
+        if result.startswith("error:"):
+            continue
+        try:
+            parsed.append((*parse_call(call), result))
+        except ToolError:
+            return []  # call_problems says so
+    reads = [(args, r) for tool, args, r in parsed if tool == "metric"]
+    calcs = [args[0].replace(" ", "") for tool, args, _ in parsed if tool == "calc"]
+    read = {grammar.canonical(a) for args, _ in reads for a in args}
+    problems = [f"the question names {n!r}, which no call reads" for n in (names or ()) if grammar.canonical(n) not in read]
+    if not reads:
+        written = question.replace(" ", "")
+        return [*problems, *(f"calc({e!r}) is no expression the question writes" for e in calcs if e not in written)]
+    said = question
+    for n in sorted({*(names or ()), *(a for args, _ in reads for a in args)} - {""}, key=len, reverse=True):
+        said = _whole(n).sub(" ", said)
+    asked = [op for op, cue in ASKS.items() if cue.search(said.lower())]
+    if len(asked) > 1:
+        return [*problems, f"the question asks for a {' and a '.join(asked)}: which one cannot be told"]
+    op = asked[0] if asked else None
+    if op is None:
+        if len(reads) != 1 or calcs:
+            problems.append(f"the question asks for one row (it names no operation), and the answer rests on "
+                            f"{len(reads)} rows read and {len(calcs)} calc(s)")
+        return problems
+    if parsed[-1][0] != "calc":
+        return [*problems, f"the question asks for a {op}, and the answer rests on no calc"]
+    expr, values = calcs[-1], [r for _, r in reads]
+    if op == "sum":
+        if sorted(expr.split("+")) != sorted(values):
+            problems.append(f"the question asks for a sum of the {len(values)} rows read, and calc({expr!r}) is not")
+        return problems
+    m = (_DIFFERENCE if op == "difference" else _PERCENT_CHANGE).fullmatch(expr)
+    pair: tuple[str, str] | None = None  # (the row the question says first, the other)
+    if m is not None and op == "difference":
+        pair = (m[1], m[2])
+    elif m is not None and m[2] == m[3]:
+        pair = (m[2], m[1])
+    if len(reads) != 2 or pair is None or sorted(pair) != sorted(values):
+        return [*problems, f"the question asks for a {op} of two rows, and calc({expr!r}) is not one of the rows read"]
+    if values.index(pair[0]) != _said_first(question, reads[0][0], reads[1][0]) and values[0] != values[1]:
+        problems.append(f"calc({expr!r}) takes its rows in the other order than the question says them")
+    return problems
+
+
+def _whole(name: str) -> re.Pattern[str]:
+    """`name` where a question holds it whole: no letter or digit beside it (as source_names finds it)."""
+    return re.compile(rf"(?<![^\W_]){re.escape(name)}(?![^\W_])")
+
+
+def _said_first(question: str, a: list[str], b: list[str]) -> int:
+    """Of two metric calls' arguments, which call's (0 or 1) the question says first: where the
+    first argument they differ in appears whole (0 where none differs, or neither appears)."""
+    for x, y in zip(a, b):
+        if grammar.canonical(x) != grammar.canonical(y):
+            at = [m.start() if (m := _whole(n).search(question)) else len(question) for n in (x, y)]
+            return int(at[1] < at[0])
+    return 0
 
 
 def answer_problems(question: str, made: Sequence[tuple[str, str]], answer: str) -> list[str]:

@@ -16,11 +16,14 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert result["bench"] == "quality"
     rows = result["rows"]
     tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood",
-             "narrative_realistic", "section_realistic", "agent_realistic", "report_realistic")
+             "narrative_realistic", "section_realistic", "agent_realistic", "agent_phrased", "report_realistic")
     assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in tasks for p in ("ar", "set", "prefix")}
     for r in rows:
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
-        assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["tokens"] > 0 and r["wrong_successes"] in (0, 1)
+        assert 0 <= r["fully_correct"] <= 1 and r["n"] == 1 and r["wrong_successes"] in (0, 1)
+        if r["tokens"] == 0:  # a question asked out of the trained phrasings may end with no answer: a failed job
+            assert r["task"] == "agent_phrased" and r["fully_correct"] == 0 and r["wrong_successes"] == 0, r
+            continue
         if r["policy"] == "ar":
             assert r["W"] == 1 and r["tau"] is None
             # AR writes one token per forward, but a report's key figures are an infill turn whose

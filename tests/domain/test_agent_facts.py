@@ -52,7 +52,8 @@ def test_a_transcript_in_slots_writes_back_to_the_text_and_verifies() -> None:
                     and n in SLOT.sub("", facts.question)]
         made = [(c, run_call(c, data)) for c in task.calls]
         answer = answers.answer_of(facts.written(slotted[-1][0]))
-        assert answer is not None and answers.verify(task.question, made, answer, sample=held is SAMPLE) == []
+        assert answer is not None and answers.verify(task.question, made, answer, sample=held is SAMPLE,
+                                                     names=source_names(task.question, held)) == [], task.question
 
 
 

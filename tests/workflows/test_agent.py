@@ -229,15 +229,20 @@ Q1 = "What was churn in EMEA in 2026-Q1?"
 WRONG = {  # the question, the calls the model wrote, its answer (twice: the retry's too), the problems
     "doubled": (Q1, [call("metric", "churn", "EMEA", "2026-Q1")] * 2 + [call("calc", f"{V}+{V}")],
                 f"A: Churn in EMEA in 2026-Q1 was {calc(f'{V}+{V}')}%.",
-                ['metric("churn", "EMEA", "2026-Q1") repeats an earlier call']),
+                ['metric("churn", "EMEA", "2026-Q1") repeats an earlier call',
+                 "the question asks for one row (it names no operation), and the answer rests on 2 rows read and 1 calc(s)"]),
     "a period's digits": (Q1, [call("calc", "2026+100")], "A: Churn in EMEA in 2026-Q1 was 2126%.",
-                          [f'calc("2026+100") uses {n}, which no earlier result holds and the question does not write '
-                           "as a number" for n in ("2026", "100")]),
+                          [*(f'calc("2026+100") uses {n}, which no earlier result holds and the question does not '
+                             "write as a number" for n in ("2026", "100")),
+                           *(f"the question names {n!r}, which no call reads" for n in ("churn", "EMEA", "2026-Q1")),
+                           "calc('2026+100') is no expression the question writes"]),
     "nobody's number": ("What is 40 + 2?", [call("calc", "40+3")], "A: The result is 43.",
-                        ['calc("40+3") uses 3, which no earlier result holds and the question does not write as a number']),
+                        ['calc("40+3") uses 3, which no earlier result holds and the question does not write as a number',
+                         "calc('40+3') is no expression the question writes"]),
     "another region": (Q1, [call("metric", "churn", "APAC", "2026-Q1")],
                        f"A: Churn in EMEA in 2026-Q1 was {DATA.lookup('churn', 'APAC', '2026-Q1')}%.",
-                       ['metric("churn", "APAC", "2026-Q1") reads region \'APAC\', which the question does not name']),
+                       ['metric("churn", "APAC", "2026-Q1") reads region \'APAC\', which the question does not name',
+                        "the question names 'EMEA', which no call reads"]),
 }
 
 
