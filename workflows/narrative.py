@@ -46,17 +46,12 @@ class FormGuide:
 
     def __init__(self, tok: Tokenizer, form: corpus.Form, eos_id: int) -> None:
         self._tok, self._form, self._whole, self._eos = tok, form, corpus.pattern(form), eos_id
-        self._last: tuple[tuple[int, ...], str] = ((), "")  # a refused position asks about many tokens
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
         if self._eos in before:  # past the end: the decoder cuts there
             return None
-        key = tuple(before)
-        last = self._last  # one read: the batcher's loop and a job's thread may both ask
-        text = last[1] if last[0] == key else self._tok.decode(list(before))
-        self._last = (key, text)
         if token == self._eos:
-            return self._whole.fullmatch(text) is not None
+            return self._whole.fullmatch(self._tok.decode(list(before))) is not None
         return corpus.begins(self._form, self._tok.decode([*before, token]))
 
 

@@ -372,6 +372,7 @@ class Ticker:
             else:
                 out["failed"] += 1
         ended: list[tuple[TickRecord, str, list[str], list[str]]] = []  # claim, status, its jobs, problems
+        batched: list[str] = []  # the tenants whose batch went (one at a time, submit admitted each job)
         for tenant, claims in by_tenant.items():
             batch = [(sch.template["kind"], p.spec, p.job_id, (sch.id, claim.tick_at))
                      for sch, claim, planned, _ in claims for p in planned]
@@ -381,6 +382,7 @@ class Ticker:
                 for sch, claim, planned, problems in claims:
                     out[self._submit(sch, claim, planned, problems, fresh=True)] += 1
                 continue
+            batched.append(tenant)
             for _, claim, planned, problems in claims:
                 have = [p.job_id for p in planned if p.job_id not in refused]
                 why = [*problems, *((f"region {p.group!r}: " if p.group else "") + refused[p.job_id]
@@ -392,7 +394,7 @@ class Ticker:
                 db.execute(_RECORD, [{"b_id": claim.id, "b_status": status, "b_jobs": have, "b_error": _error(why),
                                       "b_late": now - claim.tick_at} for claim, status, have, why in ended])
             out.update(status for _, status, _, _ in ended)
-        for tenant in by_tenant:
+        for tenant in batched:
             self.d.admit_quietly(tenant)
         return out
 
