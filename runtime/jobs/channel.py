@@ -105,7 +105,7 @@ class JobChannel:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            ps = self.events.r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            ps = self.events.r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8
             try:
                 ps.subscribe(self.events.k.cancel(self.job))
                 if self.events.cancelled(self.job):  # asked before we listened
