@@ -30,6 +30,10 @@ On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix
     {p}:event_tenants   set    the tenants that have had a stream (for /metrics)
     {p}:cancel:{job}    string present when the job is to stop (checked every step)
     {p}:rl:{tenant}     hash   the tenant's submission token bucket (tokens, last refill)
+    {p}:{fair}:active   zset   tenant -> its last admission (s): the tenants sharing the workers
+    {p}:{fair}:use      hash   tenant -> "slot-seconds (decayed) at time": runtime/jobs/fairness.py
+    {p}:{fair}:total    string "slot-seconds (decayed) at time", of the active tenants together
+    {p}:admitting:{tenant} string the lock of an admission of a tenant held to its share
     {p}:reaper          string the reaper's lock (one reaper at a time across workers)
     {p}:ticker          string the schedules' leader lock: its holder's token, with a PX expiry
     {p}:dead            stream task messages that named no job (malformed payload, unknown id)
@@ -136,6 +140,21 @@ class Keys:
 
     def bucket(self, tenant: str) -> str:
         return f"{self.prefix}:rl:{tenant}"
+
+    @property
+    def fair_active(self) -> str:  # one hash tag for the three: a script touches them together
+        return f"{self.prefix}:{{fair}}:active"
+
+    @property
+    def fair_use(self) -> str:
+        return f"{self.prefix}:{{fair}}:use"
+
+    @property
+    def fair_total(self) -> str:
+        return f"{self.prefix}:{{fair}}:total"
+
+    def admitting(self, tenant: str) -> str:
+        return f"{self.prefix}:admitting:{tenant}"
 
     @property
     def reaper(self) -> str:

@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     #: with its heartbeat): one job per slot; below the tenant's own concurrency a cap costs
     #: throughput (bench/load.py: 4 for 12 sessions, -11%)
     tenant_max_waiting: int | None = Field(default=None, ge=1)
+    #: the workers' fair shares (runtime/jobs/fairness.py): a tenant whose jobs kept more of the
+    #: workers busy over this window than the other active tenants (1.25x their mean, and half
+    #: its share at least) is sent at most its share at a time (the rest wait in SQL); 0 turns
+    #: the shares off
+    tenant_fair_window_s: float = Field(default=10.0, ge=0)
 
     # ---- what a tenant holds in SQL (runtime/sessions/quota.py, retention.py; runtime/db.py) ----
     #: an idle session (no unfinished job, not used for this long) is deleted whole, from SQL and

@@ -23,7 +23,8 @@ Outcomes of a delivery:
     claim and lease are let go, and nothing of its session is sent (the job still holds its
     place); its client's outputs queue it again (Dispatcher.answer)
 The job's outcome is written to SQL (retried while the database is away); the events and the
-sending of the session's next job after it are best effort (the reaper sends that job anyway).
+admission of its tenant's next jobs after it are best effort (the reaper admits them anyway).
+The time it held this worker's slot is charged to its tenant's use (runtime/jobs/fairness.py).
 An ended job's stream is due for compaction (JobEvents.ended: the reaper keeps its final events).
 """
 
@@ -118,7 +119,10 @@ def run(rt: Runtime, job_id: str) -> Outcome:
         return Outcome(claim.reason)
     job, owner = claim.job, claim.owner
     _quietly(lambda: rt.dispatcher.admit(job.tenant))  # it left the broker: its tenant's next may go
+    held = time.monotonic()
     out = _run_claimed(rt, job, owner, started)
+    # the slot its tenant kept busy, before the admissions at its end see the tenant's use
+    _quietly(lambda: rt.dispatcher.fairness.charge(job.tenant, time.monotonic() - held))
     if out.what == "requires_action" and out.result is not None:
         return _suspend(rt, job, owner, out.result)
     if out.what == CLAIM_LOST:
@@ -168,6 +172,7 @@ def _suspend(rt: Runtime, job: JobRecord, owner: str, result: dict[str, Any]) ->
         "type": "status", "status": "requires_action", "calls": calls, "deadline": time.time() + wait_s}))
     if _retrying(rt, lambda: rt.jobs.get(job.id)).cancel_requested:
         _quietly(lambda: rt.dispatcher.cancel(job.id, job.tenant))
+    _quietly(lambda: rt.dispatcher.admit(job.tenant))  # its slot is free (fairness: its tenant's next may go)
     return Outcome("requires_action", result)
 
 
@@ -187,12 +192,14 @@ def _finish(rt: Runtime, job: JobRecord, owner: str, out: Outcome) -> Outcome:
 
 
 def _ended(rt: Runtime, job: JobRecord, status: str, error: dict[str, Any] | None) -> None:
-    """The job's end is durable; the rest helps watchers and its session's next job (the
-    reaper sends that one anyway if this fails)."""
+    """The job's end is durable; the rest helps watchers and its tenant's next jobs (the
+    reaper admits them anyway if this fails)."""
     events = rt.dispatcher.events
     _quietly(lambda: events.publish(job.tenant, job.id, {"type": "status", "status": status, "error": error}))
     _quietly(lambda: events.ended(job.tenant, job.id, job.kind))
-    _quietly(lambda: rt.dispatcher.dispatch_next(job.session_id))
+    # its slot is free: its tenant's next job may go (its session's next among them), which
+    # a tenant held to its share (runtime/jobs/fairness.py) waits for
+    _quietly(lambda: rt.dispatcher.admit(job.tenant))
 
 
 def _retrying(rt: Runtime, fn: Callable[[], T]) -> T:

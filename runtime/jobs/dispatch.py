@@ -18,6 +18,7 @@ Celery), so this module imports no Celery, no torch, and no workflow.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,9 +26,11 @@ from typing import Any, NamedTuple
 
 import redis
 from pydantic import BaseModel
+from redis.exceptions import LockError
 
 from runtime.errors import BadInput, NotFound
 from runtime.jobs.events import JobEvents
+from runtime.jobs.fairness import Fairness
 from runtime.jobs.hosts import Host
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing
@@ -53,6 +56,9 @@ class Admission(NamedTuple):
 Admit = Callable[[BaseModel], Admission | None]
 log = logging.getLogger("setflow.dispatch")
 
+ADMIT_LOCK_S = 10  #: an admission of a tenant held to its share holds its lock at most this long (s)
+ADMIT_WAIT_S = 2.0  #: and another waits at most this long for it
+
 
 def check_size(spec: dict[str, Any], max_tokens: int) -> None:
     """Bounded input: at most max_input_tokens ids, or a text that cannot encode to more
@@ -73,6 +79,7 @@ class Dispatcher:
         self.routing = Routing(client, self.s)
         self.events = JobEvents(client, self.s)
         self.limiter = RateLimiter(client, self.s)
+        self.fairness = Fairness(client, self.s)
         self.send = send
 
     def submit(self, kind: str, tenant: str, spec: dict[str, Any], session: str | None = None,
@@ -151,11 +158,35 @@ class Dispatcher:
         earlier job of their session; interactive, then oldest, first) while fewer than
         waiting_cap() of its jobs sit in the broker, sent and not started: one tenant's
         backlog waits in SQL, and another tenant's job goes behind at most that many of its
-        messages in a shared queue.  Each job is sent once (Jobs.mark_sending).  Called at a
-        submission, when a job starts (a place frees up) or ends (its session's next may go),
-        and by the reaper.  A failed send is left to the reaper.  Returns the jobs sent."""
+        messages in a shared queue.  A tenant taking more of the workers than the others while
+        they are active (runtime/jobs/fairness.py) is sent while fewer than its share of the
+        worker processes are sent or running.  Each job is sent once (Jobs.mark_sending).
+        Called at a submission, when a job starts (a place frees up) or ends (a slot frees up,
+        its session's next may go), and by the reaper.  Returns the jobs sent."""
+        workers, slots = self._live()
+        try:
+            share = self.fairness.cap(tenant, workers)
+        except redis.RedisError:  # the shares unknown: as before them (the reaper admits again)
+            share = None
+        if share is None:
+            return self._send(self.jobs.admissible(tenant, self.waiting_cap(slots)))
+        # held to its share: one admission of the tenant at a time, or two at once (its
+        # submissions, its jobs' ends) would each see room for the same place.  One that waits
+        # past ADMIT_WAIT_S leaves its jobs to the next (each job that ends admits its tenant)
+        lock = self.r.lock(self.k.admitting(tenant), timeout=ADMIT_LOCK_S, blocking_timeout=ADMIT_WAIT_S)
+        if not lock.acquire():
+            return 0
+        try:
+            return self._send(self.jobs.admissible(tenant, self.waiting_cap(slots), share))
+        finally:
+            with contextlib.suppress(LockError):  # it expired: nothing to give back
+                lock.release()
+
+    def _send(self, jobs: list[JobRecord]) -> int:
+        """Send each of `jobs` (Jobs.admissible's) that no other admission took; a failed send
+        is left to the reaper, with the rest.  Returns the jobs sent."""
         sent = 0
-        for job in self.jobs.admissible(tenant, self.waiting_cap()):
+        for job in jobs:
             try:
                 queue = self.routing.route(job.session_id, job.priority, job.pool)
             except redis.RedisError:  # affinity unknown: any worker of its pool can restore the session
@@ -171,16 +202,22 @@ class Dispatcher:
                 break
         return sent
 
-    def waiting_cap(self) -> int:
+    def waiting_cap(self, slots: int | None = None) -> int:
         """A tenant's jobs in the broker, sent and not started, at most: tenant_max_waiting, or
         by default the live workers' slots together (one job per slot: another tenant's job
         waits behind at most one of its per slot; at least 1)."""
         if self.s.tenant_max_waiting is not None:
             return self.s.tenant_max_waiting
+        return self._live()[1] if slots is None else slots
+
+    def _live(self) -> tuple[int, int]:
+        """(the live workers, their slots together): what the fair shares and the waiting cap
+        divide, each at least 1."""
         try:
-            return max(1, self.routing.live_slots())
+            workers, slots = self.routing.live()
         except redis.RedisError:
-            return 1
+            return 1, 1
+        return max(1, workers), max(1, slots)
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
         queue = (self.routing.shared(job.priority, job.pool) if shared

@@ -99,8 +99,9 @@ class Routing:
         since = time.time() - 3 * self.s.worker_heartbeat_s
         return sorted(_text(w) for w in self.r.zrangebyscore(self.k.workers, since, "+inf"))
 
-    def live_slots(self) -> int:
-        """The jobs the live workers run at once, together (each says its own with its beat)."""
+    def live(self) -> tuple[int, int]:
+        """(the live workers, the jobs they run at once together: each says its own with its
+        beat)."""
         workers = self.live_workers()
         pipe = self.r.pipeline(transaction=False)
         for w in workers:
@@ -111,7 +112,7 @@ class Routing:
                 total += int(got) if got is not None else 0
             except ValueError:
                 total += 1
-        return total
+        return len(workers), total
 
     def touch(self, session: str, worker: str) -> None:
         self.r.set(self.k.affinity(session), worker, ex=self.s.affinity_ttl_s)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -222,18 +222,25 @@ class Jobs(JobWaits, JobSweeps):
         if owner is None or owner.tenant != tenant:
             raise NotFound(f"no session {session!r} for tenant {tenant!r}")
 
-    def admissible(self, tenant: str, cap: int) -> list[JobRecord]:
+    def admissible(self, tenant: str, cap: int, in_flight: int | None = None) -> list[JobRecord]:
         """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job
         of its session; interactive before batch, then oldest first; as many as the tenant has
-        room for (cap minus its jobs sent and not started)."""
+        room for (cap minus its jobs sent and not started; and, given `in_flight`, that minus
+        its jobs sent or running)."""
+        sent = and_(JobRecord.status == "queued", JobRecord.queue != "")
         with self._db() as db:
-            waiting = int(db.scalar(select(func.count()).select_from(JobRecord).where(
-                JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue != "")) or 0)
-            if waiting >= cap:
+            waiting, running = db.execute(select(
+                func.coalesce(func.sum(case((sent, 1), else_=0)), 0),
+                func.coalesce(func.sum(case((JobRecord.status == "running", 1), else_=0)), 0)).where(
+                JobRecord.tenant == tenant, JobRecord.status.in_(("queued", "running")))).one()
+            room = cap - int(waiting)
+            if in_flight is not None:
+                room = min(room, in_flight - int(waiting) - int(running))
+            if room <= 0:
                 return []
             return list(db.scalars(select(JobRecord).where(
                 JobRecord.tenant == tenant, JobRecord.status == "queued", JobRecord.queue == "", ~waits_for_an_earlier_job())
-                .order_by(JobRecord.priority == "batch", JobRecord.created_at).limit(cap - waiting)))
+                .order_by(JobRecord.priority == "batch", JobRecord.created_at).limit(room)))
 
     def mark_sending(self, job_id: str, queue: str) -> bool:
         """Record the job as sent to `queue`, if nobody has (it is still queued and unsent):

@@ -4,6 +4,7 @@ path is tested in tests/workers/."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from runtime.jobs.specs import TurnSpec
 from runtime.sessions.records import Records
 from runtime.settings import Settings
 from runtime.tables import JobRecord
+from tests.conftest import pg_schema
 
 SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
 
@@ -257,6 +259,111 @@ def test_by_default_a_tenants_jobs_in_the_broker_are_one_per_live_worker_slot(
     d.routing.gone("w1")
     assert d.waiting_cap() == 1
     d.routing.gone("w2")
+
+
+def test_a_tenant_over_its_share_of_the_workers_goes_its_share_at_a_time_and_a_light_one_goes_ahead(
+        env: tuple[Dispatcher, Sent, str]) -> None:
+    """runtime/jobs/fairness.py: one worker of 2 slots, 2 active tenants (a share of 1 at least).
+    The heavy one (its jobs kept 3 slots busy lately, the other none) is sent one job at a time,
+    the next as one ends; the light one's go at once, up to the slots' worth waiting, as before.
+    Alone, a tenant is never held."""
+    d, sent, _ = env
+    d.s = d.jobs.s = d.s.model_copy(update={"tenant_burst": 10_000, "tenant_rate_per_s": 10_000.0,
+                                            "worker_heartbeat_s": 5.0})
+    d.limiter.s = d.routing.s = d.fairness.s = d.s
+    records = Records(d.jobs.engine)
+    d.routing.beat("w1", 2)
+    d.fairness.charge("abuser", 30.0)  # 3 slots busy over the 10 s window
+    alone = [d.submit("turn", "abuser", SPEC, records.create_session("abuser", "").id) for _ in range(3)]
+    assert [j for j, _ in sent] == [j.id for j in alone[:2]], "alone: the slots' worth, as without shares"
+    for j in alone:
+        d.cancel(j.id, "abuser")
+    sent.clear()
+    first = d.submit("turn", "normal", SPEC, records.create_session("normal", "").id)  # normal is active now
+    assert d.fairness.cap("abuser", 2) == 1 and d.fairness.cap("normal", 2) is None
+    heavy = [d.submit("turn", "abuser", SPEC, records.create_session("abuser", "").id) for _ in range(4)]
+    assert [j for j, _ in sent] == [first.id, heavy[0].id], "the heavy tenant: its share (1) at a time"
+    light = [d.submit("turn", "normal", SPEC, records.create_session("normal", "").id) for _ in range(2)]
+    assert [j for j, _ in sent][2:] == [light[0].id], "the light one: the slots' worth waiting (2), ahead of the backlog"
+    claim = d.jobs.claim(heavy[0].id, "w1")
+    assert claim.owner is not None and d.admit("abuser") == 0, "running counts: still its share"
+    assert d.admit("normal") == 0 and d.jobs.claim(first.id, "w1").owner is not None and d.admit("normal") == 1
+    assert sent[-1][0] == light[1].id  # a light tenant's running jobs do not hold it back
+    d.jobs.finish(heavy[0].id, claim.owner, "succeeded", result={})
+    assert d.admit("abuser") == 1 and sent[-1][0] == heavy[1].id, "a slot freed: its next goes"
+    d.cancel(heavy[1].id, "abuser")  # cancelled in the broker: its place frees
+    assert d.jobs.get(heavy[2].id).queue != "" and d.jobs.get(heavy[3].id).queue == ""
+    d.routing.gone("w1")
+
+
+def test_admissions_at_once_send_a_held_tenant_its_share_and_no_more(client: redis.Redis, settings: Settings) -> None:
+    """Its submissions and its jobs' ends admit a tenant from several processes at once: held to
+    its share (1), it has one job sent or running after 8 admissions race, round after round
+    (on PostgreSQL, where they read and write at once; SQLite has one writer at a time)."""
+    with pg_schema() as url:
+        s = settings.model_copy(update={"database_url": url, "tenant_burst": 10_000, "tenant_rate_per_s": 10_000.0,
+                                        "worker_heartbeat_s": 5.0})
+        engine = make_engine(s)
+        try:
+            _race_admissions(Dispatcher(client, Jobs(engine, s), Sent()), Records(engine))
+        finally:
+            engine.dispose()
+
+
+def _race_admissions(d: Dispatcher, records: Records) -> None:
+    d.routing.beat("w1", 8)
+    d.fairness.charge("abuser", 30.0)
+    d.submit("turn", "normal", SPEC, records.create_session("normal", "").id)
+    jobs = {d.submit("turn", "abuser", SPEC, records.create_session("abuser", "").id).id for _ in range(12)}
+
+    def in_flight() -> list[JobRecord]:
+        return [j for j in map(d.jobs.get, jobs) if j.status == "running" or (j.status == "queued" and j.queue)]
+
+    for _ in range(5):
+        (job,) = in_flight()
+        claim = d.jobs.claim(job.id, "w1")
+        assert claim.owner is not None
+        d.jobs.finish(job.id, claim.owner, "succeeded", result={})
+        go = threading.Barrier(8)
+
+        def admit(go: threading.Barrier = go) -> None:
+            go.wait()
+            d.admit("abuser")
+
+        threads = [threading.Thread(target=admit) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(in_flight()) == 1
+    d.routing.gone("w1")
+
+
+def test_the_shares_weigh_each_tenants_use_decayed_over_the_window_against_the_others(
+        env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    d, _, _ = env
+    f, k = d.fairness, d.k
+    f.charge("a", 9.0)  # 0.9 slots busy, on average, over the 10 s window
+    f.charge("b", 1.0)
+    assert f.cap("a", 2) == 1 and f.cap("b", 2) is None, "2 workers, 2 active: a share of 1; a took 9x b's"
+    assert f.cap("a", 4) is None, "4 workers: a share of 2, and 0.9 is under half of it"
+    f.charge("b", 7.0)
+    assert f.cap("a", 2) is None and f.cap("b", 2) is None, "9 against 8: within LEAD, nobody held"
+    sec, us = client.time()
+    now = sec + us / 1e6
+    client.hset(k.fair_use, mapping={"a": f"30.0 {now - 10.0}", "b": f"10.0 {now}"})  # a: 30 / e = 11.04 now
+    client.set(k.fair_total, f"21.04 {now}")
+    assert f.cap("a", 2) is None, "11.04 against 10: decayed, a is within LEAD of b"
+    client.hset(k.fair_use, "a", f"30.0 {now}")
+    client.set(k.fair_total, f"40.0 {now}")
+    assert f.cap("a", 2) == 1, "30 against 10"
+    client.zadd(k.fair_active, {"b": now - 11.0})  # b's last admission is past the window: a is alone
+    assert f.cap("a", 2) is None and client.zscore(k.fair_active, "b") is None and client.hget(k.fair_use, "b") is None
+    assert float(client.get(k.fair_total).split()[0]) == pytest.approx(30.0, abs=0.3), "b's use left the total"
+    f.charge("b", 0.1)
+    assert f.cap("a", 2) == 1, "b is active again (its job left a worker)"
+    f.s = f.s.model_copy(update={"tenant_fair_window_s": 0.0})
+    assert f.cap("a", 2) is None, "0: no shares"
 
 
 def test_affinity_falls_back_to_the_shared_queue_when_the_last_worker_is_busy(

@@ -1,0 +1,124 @@
+"""Fair shares of the workers among the tenants that use them: a tenant that takes more of them
+than the others while they wait goes to the broker at most its share at a time.
+
+    active      the tenants admitted (a submission, a job started or ended) in the last
+                tenant_fair_window_s: n of them
+    share       the live worker processes / n
+    use(T)      T's slot-seconds (the time its jobs held a worker's slot), each decayed by
+                exp(-age / window): the slots it kept busy, on average, lately (charged as each
+                job leaves its worker); the total over every active tenant is kept beside it
+    heavy       n > 1, use(T) > LEAD x the mean use of the others, and use(T) > BUSY x share
+
+A heavy tenant's jobs are sent while fewer than floor(share) (at least 1) of them are sent or
+running; the rest wait in SQL, and its cancels find them there (no worker pays for them).  Any
+other tenant's are sent as before: at most the slots' worth waiting in the broker, however many
+run.  So a light tenant's job goes ahead of a heavy tenant's backlog, waits behind at most
+`share` of its messages, and shares a batching worker's steps with at most that many of its jobs.
+
+The share counts worker processes, not their batch slots: a batching worker's slots share its
+cores, so a tenant that fills them takes the whole process however many slots are left.  Where
+nobody else is active, or every tenant takes about as much (within LEAD), nobody is held: the
+cap costs nothing where nobody waits.  A tenant held to its share keeps it busy (use about
+`share`), so it stays held while the others use less than share / LEAD; BUSY keeps a tenant whose
+jobs are small and rare (a burst on an idle service) from being held at all.
+
+The keys carry one hash tag (`{fair}`): the scripts below touch them together, on one slot of a
+Redis Cluster.  Timed by the Redis server's clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+import redis
+
+from runtime.keys import Keys
+from runtime.settings import Settings
+
+LEAD = 1.25  #: use over this times the others' mean (and BUSY x share) holds a tenant to its share
+BUSY = 0.5
+
+# The decayed value of a "v t" string at `now`, for `window`.
+_DECAYED = """
+local function decayed(cur, now, window)
+  if not cur then return 0 end
+  local v, ts = string.match(cur, '(%S+) (%S+)')
+  return tonumber(v) * math.exp(-math.max(0, now - tonumber(ts)) / window)
+end
+"""
+
+# KEYS[1] active zset (tenant -> last admission, s), KEYS[2] use hash (tenant -> "v t"),
+# KEYS[3] total "v t"; ARGV: tenant, window s.  The tenant is active now; those not admitted
+# within the window leave (their use out of the total).  Returns {active tenants, the tenant's
+# use, the total use}, the uses decayed to now (s, as strings).
+_VIEW = _DECAYED + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local window = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+local total = decayed(redis.call('GET', KEYS[3]), now, window)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'LIMIT', 0, 100)
+if #gone > 0 then
+  for _, g in ipairs(gone) do
+    total = total - decayed(redis.call('HGET', KEYS[2], g), now, window)
+  end
+  total = math.max(0, total)
+  redis.call('ZREM', KEYS[1], unpack(gone))
+  redis.call('HDEL', KEYS[2], unpack(gone))
+  redis.call('SET', KEYS[3], string.format('%.6f %.6f', total, now), 'EX', math.ceil(window) + 60)
+end
+redis.call('EXPIRE', KEYS[1], math.ceil(window) + 60)
+local mine = decayed(redis.call('HGET', KEYS[2], ARGV[1]), now, window)
+return {redis.call('ZCARD', KEYS[1]), tostring(mine), tostring(math.max(total, mine))}
+"""
+
+# KEYS as above; ARGV: tenant, seconds, window s.  The tenant's use and the total, decayed to
+# now, plus these seconds; the tenant is active now.
+_CHARGE = _DECAYED + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local window = tonumber(ARGV[3])
+local ttl = math.ceil(window) + 60
+local mine = decayed(redis.call('HGET', KEYS[2], ARGV[1]), now, window) + tonumber(ARGV[2])
+local total = decayed(redis.call('GET', KEYS[3]), now, window) + tonumber(ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], string.format('%.6f %.6f', mine, now))
+redis.call('SET', KEYS[3], string.format('%.6f %.6f', total, now), 'EX', ttl)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[2], ttl)
+return 1
+"""
+
+
+class Fairness:
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.s = settings
+        k = Keys(settings.key_prefix)
+        self.keys = [k.fair_active, k.fair_use, k.fair_total]
+        self._view = client.register_script(_VIEW)
+        self._charge = client.register_script(_CHARGE)
+
+    @property
+    def on(self) -> bool:
+        return self.s.tenant_fair_window_s > 0
+
+    def cap(self, tenant: str, workers: int) -> int | None:
+        """The tenant's jobs sent or running, at most, while it is heavy among the live
+        `workers` (processes); None: it is not.  Either way it is active now (this is its
+        admission)."""
+        if not self.on:
+            return None
+        n, mine, total = self._view(keys=self.keys, args=[tenant, self.s.tenant_fair_window_s])
+        n, mine, total = int(n), float(mine), float(total)
+        if n <= 1:
+            return None
+        share = max(1, workers) / n
+        others = (total - mine) / (n - 1)
+        if mine > LEAD * others and mine / self.s.tenant_fair_window_s > BUSY * share:
+            return max(1, math.floor(share))
+        return None
+
+    def charge(self, tenant: str, seconds: float) -> None:
+        """A job of the tenant held a worker's slot this long (it left it now)."""
+        if self.on and seconds > 0:
+            self._charge(keys=self.keys, args=[tenant, f"{seconds:.6f}", self.s.tenant_fair_window_s])
