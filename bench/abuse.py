@@ -1,13 +1,17 @@
 """An abuse soak: one tenant hammers the service while another works as usual.
 
     python bench/abuse.py [--quick] [--seconds S] [--workers W] [--normal-clients C] [--think-s T]
-                          [--rate R] [--abuser-nice N]
+                          [--rate R] [--abuser-nice N] [--loops submit,fork,...] [--pin]
+                          [--fair-window S]
 
 One stack of real parts: a redis-server of its own with a maxmemory ceiling, PostgreSQL (a
 schema of its own at 127.0.0.1:5432/test; a SQLite file where none answers), `setflow serve`
 and W `setflow worker` processes.  The tenants' ceilings are scaled down so that a run of
 minutes reaches them (the Settings below; the same code enforces the defaults); --rate sets
-both tenants' tenant_rate_per_s (burst 4x), else the product's.
+both tenants' tenant_rate_per_s (burst 4x), else the product's; --fair-window sets
+tenant_fair_window_s (0: no fair shares of the workers, the baseline of runtime/jobs/fairness.py);
+--pin puts the workers on cores of their own and the rest (API, Redis, PostgreSQL, both clients)
+on the others, the layout of a deployment whose workers have machines of their own.
 
 1. baseline: the normal tenant alone for S seconds: C clients, each a loop of narrative, agent
    and report jobs (each followed to its end), pausing T seconds between two (0: a closed loop,
@@ -15,7 +19,7 @@ both tenants' tenant_rate_per_s (burst 4x), else the product's.
 2. abuse: the same, while the abuser runs at its full rate in a process of its own (at nice N:
    10 models a client on a machine of its own, whose CPU the service does not pay), each in a
    loop: submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened
-   and dropped; bodies past max_body_bytes.
+   and dropped; bodies past max_body_bytes (--loops: some of them only, to tell what each costs).
 3. drain: every job either tenant got accepted must end (none lost).
 
 Reported: the normal tenant's success rate, p50/p99 latency, and its jobs' queue wait and run
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -69,6 +74,7 @@ CEILINGS: dict[str, Any] = {"tenant_budget_bytes": 48 * MiB, "tenant_max_event_b
                             "tenant_max_sessions": 5000, "tenant_max_turn_bytes": 64 * MiB,
                             "tenant_max_datasets": 3, "tenant_max_unfinished": 200}
 MAXMEMORY = 256 * MiB
+LOOPS = ("submit", "fork", "dataset", "stream", "oversized")  #: the abuser's kinds of loop (--loops)
 SUBMITTERS = 6  # the abuser's submit + cancel loops at once: past its rate (50/s) when the API answers fast
 NORMAL_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("narrative", {"payload": DATA}),
@@ -145,6 +151,18 @@ def database() -> Iterator[tuple[str, sa.Engine | None]]:
         admin.dispose()
 
 
+def pinned_postgres(cores: set[int]) -> list[int]:
+    """Every running PostgreSQL process moved onto `cores` (its backends to come inherit the
+    postmaster's); the pids moved, to give back.  Needs the right to (root, or its owner)."""
+    moved = []
+    for p in psutil.process_iter(["name"]):
+        if (p.info["name"] or "").startswith("postgres"):
+            with contextlib.suppress(OSError, psutil.Error):
+                os.sched_setaffinity(p.pid, cores)
+                moved.append(p.pid)
+    return moved
+
+
 def db_bytes(admin: sa.Engine | None, url: str, data_dir: Path) -> int:
     if admin is None:
         return (data_dir / "setflow.db").stat().st_size
@@ -185,7 +203,13 @@ def abuser_usage(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str,
 class Stack:
     """redis-server (maxmemory), `setflow serve` and W workers as processes of their own."""
 
-    def __init__(self, data_dir: Path, db_url: str, workers: int, **settings: Any) -> None:
+    def __init__(self, data_dir: Path, db_url: str, workers: int, pin: bool = False, **settings: Any) -> None:
+        # --pin: the workers on cores of their own (the last `workers`), everything else on the
+        # rest; each process inherits the bench's affinity as it is at its start
+        cores = sorted(os.sched_getaffinity(0))
+        self.worker_cores, self.other_cores = (set(cores[-workers:]), set(cores[:-workers])) if pin else (set(), set())
+        if pin:
+            os.sched_setaffinity(0, self.other_cores)
         self.redis = EmbeddedRedis(data_dir / "redis")
         url = self.redis.start()
         redis.Redis.from_url(url).config_set("maxmemory", MAXMEMORY)
@@ -200,7 +224,11 @@ class Stack:
             self.api = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", self.url.rsplit(":", 1)[1]],
                                         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._up(lambda: httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200, "the API")
+        if pin:
+            os.sched_setaffinity(0, self.worker_cores)
         self.workers = [spawn_worker(f"ab-{i}", env, self.logs) for i in range(workers)]
+        if pin:
+            os.sched_setaffinity(0, self.other_cores)
         self._up(lambda: len(httpx.get(f"{self.url}/healthz", timeout=2).json()["workers"]) == workers
                  and httpx.get(f"{self.url}/v1/models", headers={"Authorization": f"Bearer {NORMAL}"},
                                timeout=2).json()["data"], "the workers and their model card")
@@ -301,8 +329,8 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
                         for k, v in lat.items()}}
 
 
-async def abuser(url: str, seconds: float, max_body: int, tally: Tally) -> None:
-    """The abuser's loops, at its full rate, until `seconds` have passed."""
+async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: set[str] | None = None) -> None:
+    """The abuser's loops (those named in `loops`; None: all), at its full rate, until `seconds` have passed."""
     stop = time.monotonic() + seconds
     h = {"Authorization": f"Bearer {ABUSER}"}
     narrative = {"kind": "narrative", "spec": {"payload": DATA, "params": {"max_new_tokens": 8}}}
@@ -360,9 +388,9 @@ async def abuser(url: str, seconds: float, max_body: int, tally: Tally) -> None:
             tally.add("abuser", "oversized", await c.post("/v1/jobs", content=b"x" * (max_body + 1),
                                                           headers={"Content-Type": "application/json"}))
 
-        await asyncio.gather(*(loop(w, a) for w, a in [*[("submit", submit_cancel)] * SUBMITTERS, ("fork", fork),
-                                                      ("dataset", upload), ("stream", streams), ("stream", streams),
-                                                      ("oversized", oversized)]))
+        every = [*[("submit", submit_cancel)] * SUBMITTERS, ("fork", fork), ("dataset", upload),
+                 ("stream", streams), ("stream", streams), ("oversized", oversized)]
+        await asyncio.gather(*(loop(w, a) for w, a in every if loops is None or w in loops))
 
 
 def drain(url: str, jobs: list[str], timeout_s: float) -> int:
@@ -389,25 +417,45 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--abuser-nice", type=int, default=0,
                     help="the abuser's client process's niceness (10: its CPU goes to the service first, as a "
                          "client on a machine of its own; 0: it competes for the service's cores)")
+    ap.add_argument("--loops", default=None, help="the abuser's loops to run, comma-separated, of "
+                    f"{','.join(LOOPS)} (default: all; one alone tells what each costs the normal tenant)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the workers on cores of their own, the API, Redis, PostgreSQL and both clients on the rest "
+                         "(the layout of a deployment whose workers have their machines; needs more cores than workers)")
+    ap.add_argument("--fair-window", type=float, default=None,
+                    help="tenant_fair_window_s (0: no fair shares of the workers); default: the product's")
     ap.add_argument("--abuser", metavar="URL", help=argparse.SUPPRESS)  # the abuser's own process (run())
     ap.add_argument("--max-body", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.loops is not None and not set(args.loops.split(",")) <= set(LOOPS):
+        ap.error(f"--loops: each of {', '.join(LOOPS)}")
     if args.abuser:
         tally = Tally()
-        asyncio.run(abuser(args.abuser, args.seconds, args.max_body, tally))
+        asyncio.run(abuser(args.abuser, args.seconds, args.max_body, tally,
+                           None if args.loops is None else set(args.loops.split(","))))
         print(json.dumps({"codes": tally.codes, "errors": tally.errors, "server_errors": tally.server_errors,
                           "jobs": tally.jobs}))
         return {}
     seconds, workers, clients = (20.0, 1, 1) if args.quick else (args.seconds, args.workers, args.normal_clients)
     with tempfile.TemporaryDirectory(prefix="sfab") as d, database() as (db_url, admin):
         rate = {} if args.rate is None else {"tenant_rate_per_s": args.rate, "tenant_burst": max(1, int(4 * args.rate))}
-        stack = Stack(Path(d), db_url, workers, **rate)
+        everywhere = os.sched_getaffinity(0)
+        if args.pin and len(everywhere) <= workers:
+            ap.error(f"--pin: {workers} worker(s) need more than {len(everywhere)} cores (one left for the rest)")
+        fair = {} if args.fair_window is None else {"tenant_fair_window_s": args.fair_window}
+        stack = Stack(Path(d), db_url, workers, pin=args.pin, **rate, **fair)
+        postgres = pinned_postgres(stack.other_cores) if args.pin and admin is not None else []
         try:
             result = run(stack, seconds, clients, admin, db_url, args)
         finally:
             stack.stop()
+            for pid in postgres:  # given back every core
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(pid, everywhere)
+            os.sched_setaffinity(0, everywhere)
     result.update(seconds=seconds, workers=workers, normal_clients=clients, think_s=args.think_s, rate=args.rate,
-                  abuser_nice=args.abuser_nice)
+                  abuser_nice=args.abuser_nice, loops=args.loops or ",".join(LOOPS), pin=args.pin,
+                  fair_window_s=args.fair_window)
     print(json.dumps(result))
     return result
 
@@ -439,7 +487,8 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     # niced where asked), its answers back as JSON
     nice = args.abuser_nice
     abuse = subprocess.Popen([sys.executable, __file__, "--abuser", stack.url, "--seconds", str(seconds),
-                              "--max-body", str(stack.s.max_body_bytes)], stdout=subprocess.PIPE,
+                              "--max-body", str(stack.s.max_body_bytes),
+                              *(["--loops", args.loops] if args.loops else [])], stdout=subprocess.PIPE,
                              preexec_fn=(lambda: os.nice(nice)) if nice else None)
     parts["abuser client"] = [abuse.pid]
     meter.start()
