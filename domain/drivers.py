@@ -1,7 +1,8 @@
 """Drivers: what moved a payload's numbers, computed exactly (Decimal, as narrative.change is).
 Per metric, its pace to target; for the breakdown, each row's share of its metric's change and
 whether one row dominates the value or the change.  Pure functions of a Payload; knows nothing
-of how a driver is phrased or shown (the exports show them; the model does not write them).
+of how a driver is phrased or shown (the exports show them; a narrative's text at detail `full`
+says the breakdown's, domain/narrative.py drivers_form).
 
     revenue 1105 -> 1240 (delta 135), target 1300: pace 135 / 195 = 0.6923
     EMEA  468 -> 512  delta  44  share of delta  0.3259
@@ -17,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from domain.payload import Breakdown, Metric, Payload
+if TYPE_CHECKING:  # domain/payload.py renders the breakdown's drivers for the model (this module's)
+    from domain.payload import Breakdown, Metric, Payload
 
 RATIO_PLACES = Decimal("0.0001")  # 4 decimals: a share shown as a percent keeps one decimal exact
 HALF = Decimal("0.5")  # "concentrated": one row holds more than this share

@@ -89,6 +89,24 @@ def breakdown_form(r: Rendered) -> Form:
     return form + [(".",)]
 
 
+def _listed(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def drivers_form(r: Rendered) -> Form:
+    """The breakdown's drivers (a narrative at detail `full`): the row that added most to the
+    change, with its share of it; then the rows that moved against it, if any."""
+    d = r.drivers
+    if d is None:
+        return []
+    form: Form = [(" ",), (f"{d.largest} added the most to the change ({d.share}).",
+                           f"The largest part of the change came from {d.largest} ({d.share}).",
+                           f"{d.largest} made up {d.share} of the change, the most of any {r.kind}.")]
+    if d.against:
+        form += [(" ",), (_listed(d.against),), (" moved against the trend.", " went the other way.")]
+    return form
+
+
 def leads(r: Rendered) -> tuple[str, ...]:
     """The sentences a narrative may open with, by style."""
     return {"brief": ("",),
@@ -97,13 +115,14 @@ def leads(r: Rendered) -> tuple[str, ...]:
 
 
 def narrative_form(r: Rendered) -> Form:
-    """Every narrative of a payload: its lead, a clause per metric, the breakdown's sentence."""
+    """Every narrative of a payload: its lead, a clause per metric, the breakdown's sentence,
+    its drivers' (where the rendering has them)."""
     form: Form = [leads(r)]
     for i, c in enumerate(r.metrics):
         form += ([(" ",)] if i else []) + metric_form(c, r.style, i == 0)
     if r.rows:
         form += [(" ",), *breakdown_form(r)]
-    return form
+    return form + drivers_form(r)
 
 
 def write(rng: random.Random, form: Form) -> str:
@@ -133,10 +152,10 @@ def begins(form: Form, text: str) -> bool:
     return at(0, 0)
 
 
-def narrative(rng: random.Random, p: Payload, slots: Slots | None = None) -> str:
+def narrative(rng: random.Random, p: Payload, slots: Slots | None = None, drivers: bool = False) -> str:
     """One narrative for payload p, in slot form (Slots.lexicalise writes its facts); rng picks
     the phrasing."""
-    return write(rng, narrative_form(p.render(slots)))
+    return write(rng, narrative_form(p.render(slots, drivers)))
 
 
 def example(rng: random.Random) -> tuple[Payload, str]:
@@ -179,9 +198,9 @@ def _classify(text: str, vocab: Mapping[str, tuple[str, ...]]) -> list[str]:
     return [cls for cls, words in vocab.items() for w in words if re.search(rf"\b{w}\b", text)]
 
 
-def check(p: Payload, text: str) -> Check:
+def check(p: Payload, text: str, drivers: bool = False) -> Check:
     """A narrative in slot form read back against its payload (read_back)."""
-    return read_back(p.render(), text)
+    return read_back(p.render(drivers=drivers), text)
 
 
 def read_back(r: Rendered, text: str) -> Check:
@@ -191,7 +210,7 @@ def read_back(r: Rendered, text: str) -> Check:
     fact, a missing or doubled fact, a stray number, a word or mark the forms never write, a
     garbled lead all fail.  The reading of each clause (its slots, trend and target words) says
     what is wrong and counts the facts that are right."""
-    total = sum(c.count for c in r.clauses)
+    total = r.facts
     if pattern(narrative_form(r)).fullmatch(text):
         return Check(total, total)
     ok, problems = _read(r, text)
@@ -218,9 +237,12 @@ def _read(r: Rendered, text: str) -> tuple[int, list[str]]:
     head = text[: found[0][0]] if found else text
     if r.metrics and found and found[0][2] is r.metrics[0] and head not in leads(r):
         problems.append(f"the opening {lex(head)!r} is not one of the {r.style} style's")
-    ok = 0
+    ok, tail = 0, ""
     for j, (_, e_name, c) in enumerate(found):
         clause = text[e_name: found[j + 1][0] if j + 1 < len(found) else len(text)]
+        if j + 1 == len(found) and r.drivers is not None:  # the breakdown's sentence ends at its "."
+            clause, dot, tail = clause.partition(".")
+            clause += dot
         got = slots_in(clause)
         if got != c.numbers:
             problems.append(f"{lex(c.name)}: slots {_said(got, lex)} where {_said(c.numbers, lex)} go")
@@ -231,6 +253,11 @@ def _read(r: Rendered, text: str) -> tuple[int, list[str]]:
         if cmps != want_c:
             problems.append(f"{lex(c.name)}: comparison {cmps} != {want_c}")
         ok += _common(got, c.numbers) + (dirs == [c.direction]) + (cmps == want_c and c.comparison is not None)
+    if r.drivers is not None:  # what follows the breakdown's sentence: the drivers', in order
+        got, want = slots_in(tail), r.drivers.numbers
+        if got != want:
+            problems.append(f"drivers: slots {_said(got, lex)} where {_said(want, lex)} go")
+        ok += _common(got, want)
     return ok, list(dict.fromkeys(problems))
 
 

@@ -144,3 +144,58 @@ def test_a_text_begins_a_narrative_only_while_one_of_its_forms_can_still_write_i
     assert n.pattern(form).fullmatch(GOOD)
     first = next(k for k, (a, b) in enumerate(zip(bad, GOOD + "\0" * len(bad))) if a != b)
     assert n.begins(form, bad[:first]) and not n.begins(form, bad[:first + 1]) and not n.begins(form, bad)
+
+
+# ---- the breakdown's drivers in the text (detail `full`) --------------------------------------
+
+def _driven() -> Payload:
+    """revenue 1105 -> 1240 (+135): AMER +108 (80.0% of it, the largest), EMEA +44, APAC -17 against it."""
+    return Payload("Acme", "2026-Q3", "brief", [Metric("revenue", "1240", "1105")],
+                   Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
+
+
+DRIVEN = ("[F3] rose [F4] to [F5] [F6] from [F7]. By region, [F8] rose to [F9] from [F10], [F11] fell to [F12] from "
+          "[F13] and [F14] rose to [F15] from [F16]. [F14] added the most to the change ([F17]). [F11] moved against "
+          "the trend.")
+
+
+def test_the_drivers_are_facts_the_model_reads_and_points_at() -> None:
+    p = _driven()
+    r = p.render(drivers=True)
+    assert r.prompt.endswith("by region ([F3]): [F8] up [F9] prev [F10]; [F11] down [F12] prev [F13]; [F14] up [F15] "
+                             "prev [F16]\ndrivers: largest [F14] [F17] of the change; against [F11]\n")
+    c = n.check(p, DRIVEN, drivers=True)
+    assert c.fully_correct and c.facts_total == r.facts == 5 + 3 * 3 + 3  # the metric's, the rows', the drivers'
+    assert r.slots.lexicalise(DRIVEN).endswith(
+        "AMER added the most to the change (80.0%). APAC moved against the trend.")
+    assert p.render() == p.render(drivers=False) and p.render().drivers is None  # standard: as before
+    assert not n.check(p, DRIVEN).fully_correct  # a drivers' sentence where none was asked for
+    cut = DRIVEN.partition(" [F14] added")[0]
+    assert n.check(p, cut).fully_correct and not n.check(p, cut, drivers=True).fully_correct  # and none where asked
+
+
+@pytest.mark.parametrize("bad,problem", [
+    (DRIVEN.replace("[F14] added", "[F8] added"), "drivers: slots"),  # another row named the largest
+    (DRIVEN.replace("([F17])", "([F4])"), "drivers: slots"),  # the metric's change for the row's share
+    (DRIVEN.replace(" [F11] moved against the trend.", ""), "drivers: slots"),  # a row against left out
+    (DRIVEN.replace("[F11] moved", "[F8] moved"), "drivers: slots"),  # the wrong row against
+    (DRIVEN.replace("the most", "nearly all"), "not one the narrative's forms write"),  # words of its own
+])
+def test_the_checker_reads_the_drivers_back(bad: str, problem: str) -> None:
+    c = n.check(_driven(), bad, drivers=True)
+    assert not c.fully_correct and any(problem in x for x in c.problems), c.problems
+
+
+def test_no_drivers_where_the_metric_did_not_change_and_every_drawn_one_checks() -> None:
+    flat = Payload("Acme", "2026-Q3", "brief", [Metric("revenue", "1240", "1240")],
+                   Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318")]))
+    assert flat.render(drivers=True).drivers is None and "drivers:" not in flat.render(drivers=True).prompt
+    rng, said = random.Random(4), 0
+    for i in range(600):
+        p = (n.wild_example if i % 2 else n.example)(rng)[0]
+        r = p.render(drivers=True)
+        text = n.write(rng, n.narrative_form(r))
+        c = n.read_back(r, text)
+        assert c.fully_correct and c.facts_ok == r.facts, (c.problems, r.prompt, text)
+        said += r.drivers is not None
+    assert said > 150

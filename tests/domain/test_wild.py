@@ -277,14 +277,23 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
     for style in STYLES:
         for m, r in [(m, r) for m in ("up", "down", "flat") for r in ("up", "down", "flat")]:
             p = _largest(style, MAX_METRICS, m, r)
-            ids, _, rendered = plans.narrative_input(tok, p)
-            longest["narrative"] = max(longest["narrative"], len(tok.encode(_longest(tok, corpus.narrative_form(rendered)))))
-            assert len(ids) + narrative <= 2048
+            for drivers in (False, True):  # at detail full it says the breakdown's drivers too
+                ids, _, rendered = plans.narrative_input(tok, p, drivers=drivers)
+                text = len(tok.encode(_longest(tok, corpus.narrative_form(rendered))))
+                longest["narrative"] = max(longest["narrative"], text)
+                assert len(ids) + narrative <= 2048
             p = _largest(style, 2, m, r)
             ids, _, rendered = plans.section_input(tok, "Title", p)
             body = len(tok.encode(_longest(tok, corpus.narrative_form(rendered))))
             longest["section"] = max(longest["section"], body)
             assert body + 1 <= plans.section_tokens(tok, rendered, 10**6)  # what a report plans a section for holds it
+    # ... and the drivers' longest: one row up, the rest against the change, each named
+    p = _largest("formal", MAX_METRICS, "up", "down")
+    assert p.breakdown is not None
+    p.breakdown.rows[0] = ("R0", "9999.5", "1")
+    rendered = plans.narrative_input(tok, p, drivers=True)[2]
+    assert rendered.drivers is not None and len(rendered.drivers.against) == MAX_ROWS - 1
+    longest["narrative"] = max(longest["narrative"], len(tok.encode(_longest(tok, corpus.narrative_form(rendered)))))
     assert longest["narrative"] + 1 <= narrative and longest["section"] + 1 <= section, longest  # + EOS
     keys = list(METRIC)[:MAX_METRICS]
     data = PayloadSpec.of(Payload("Acme", "2026-Q3", "formal", [Metric(k, "1240.5", "1105.25", "1") for k in keys]))
