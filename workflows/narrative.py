@@ -3,7 +3,8 @@ the payload as its prompt (high volume).  The model points at facts (slots) and 
 writes them (runtime/jobs/plans.py written_out); what the model wrote is read back before the
 text is returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR).
 The result carries the payload's chart (a Vega-Lite spec) and drivers, computed from the payload,
-never from the model's text."""
+never from the model's text.  At detail `full` the text says the breakdown's drivers too: the
+model reads them as facts (slots) and phrases them (domain/narrative.py drivers_form)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def guide(turns: Turns, params: DecodeParams, form: corpus.Form, guided: bool) -
 def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
     tok, profile = turns.tokenizer, turns.profile
     payload = spec.payload.to_payload()
-    ids, text_in, facts = narrative_input(tok, payload, profile)
+    ids, text_in, facts = narrative_input(tok, payload, profile, drivers=spec.detail == "full")
     params = guide(turns, with_stops(turns, decode_params(spec.params)), corpus.narrative_form(facts), spec.guided)
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:

@@ -89,11 +89,11 @@ def section_tokens(tok: Tokenizer, facts: Rendered, cap: int, profile: Profile =
     return min(cap, longest(tok, corpus.narrative_form(facts), profile, facts.slots))
 
 
-def narrative_input(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT
+def narrative_input(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT, drivers: bool = False
                     ) -> tuple[list[int], str, Rendered]:
     """A narrative's prompt: the profile's `narrative` format around the payload (ids, the text
-    as the model reads it, the payload's facts)."""
-    r = payload.render(facts_table(profile))
+    as the model reads it, the payload's facts); drivers: the breakdown's too (detail `full`)."""
+    r = payload.render(facts_table(profile), drivers)
     text = readable(profile, r.slots, corpus.prompt_of(r))
     return profile.render("narrative", text, tok), text, r
 
@@ -128,7 +128,8 @@ def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAUL
     if isinstance(spec, ReportSpec):
         return sum(report_parts(spec, tok, profile))
     if isinstance(spec, NarrativeSpec):
-        return len(narrative_input(tok, spec.payload.to_payload(), profile)[0]) + spec.params.max_new_tokens
+        ids = narrative_input(tok, spec.payload.to_payload(), profile, drivers=spec.detail == "full")[0]
+        return len(ids) + spec.params.max_new_tokens
     if isinstance(spec, TurnSpec):
         n = len(spec.input_ids) if spec.input_ids is not None else len(turn_input(profile, tok, spec.text or ""))
         return n + spec.params.max_new_tokens

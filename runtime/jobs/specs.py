@@ -76,8 +76,9 @@ class InfillSpec(Tuned):
 
 #: what a job's exports show (GET /v1/jobs/{id}/report.{fmt}; domain/document.py): `summary` the
 #: first sentence (a report's key figures) and the charts, `standard` the text, charts and main
-#: drivers, `full` also every driver and the breakdown table.  The model writes the same text
-#: at every level: the level shapes the export, not the phrasing
+#: drivers, `full` also every driver and the breakdown table.  A narrative's text at `full` says
+#: its breakdown's drivers too (the row that added most to the change, its share, the rows that
+#: moved against it: facts the model points at); the rest is the export's
 Detail = Literal["summary", "standard", "full"]
 
 
@@ -87,8 +88,8 @@ class NarrativeSpec(Tuned):
     model_config = ConfigDict(extra="forbid")
     payload: PayloadSpec
     #: max_new_tokens: the longest narrative the forms write for MAX_METRICS metrics and MAX_ROWS
-    #: rows, in slot form, is 384 tokens and its EOS (the shipped tokenizer with the slots; its
-    #: prompt 291): 512 cuts no narrative the checker could pass
+    #: rows, in slot form, is 384 tokens and its EOS (433 with the drivers of detail `full`; the
+    #: shipped tokenizer with the slots; its prompt 291): 512 cuts no narrative the checker could pass
     params: ParamsSpec = tuned(policy="prefix", window=8, tau=0.99, max_new_tokens=512)
     #: a narrative that fails its checker, also after the greedy AR retry, comes back flagged
     #: (`verified: false`, its problems) instead of failing the job with "unverified"

@@ -50,6 +50,22 @@ def test_a_narrative_reads_back_every_fact_of_its_payload(session: Callable[[], 
         assert r["nfe"] < r["tokens"]
 
 
+def test_at_detail_full_the_text_says_the_breakdowns_drivers(session: Callable[[], LocalTurns]) -> None:
+    """revenue 1105 -> 1240 (+135): EMEA +20 (14.8% of it, the largest), APAC -10 against it.  The
+    model reads the drivers as slots and points at them; the runtime writes them; the checker
+    reads them back, with every other fact."""
+    full = narrative.run(session(), NarrativeSpec(payload=PayloadSpec.of(PAYLOAD), detail="full"))
+    assert full["verified"] and full["attempt"] == "first" and full["facts_ok"] == full["facts_total"], full["text"]
+    said = full["text"].partition("from 310.")[2]  # what follows the breakdown's sentence
+    assert "EMEA" in said and "14.8%" in said, full["text"]
+    assert said.endswith(("APAC moved against the trend.", "APAC went the other way.")), full["text"]
+    r = PAYLOAD.render(drivers=True)
+    assert corpus.read_back(r, r.slots.delexicalise(full["text"])).fully_correct
+    standard = narrative.run(session(), NarrativeSpec(payload=PayloadSpec.of(PAYLOAD)))
+    assert standard["text"].endswith("from 310.") and full["facts_total"] == standard["facts_total"] + 3
+    assert full["drivers"] == standard["drivers"]  # the result's drivers: of the payload, at every level
+
+
 def test_the_same_spec_writes_the_same_text_on_each_new_session(session: Callable[[], LocalTurns]) -> None:
     spec = NarrativeSpec(payload=PayloadSpec.of(PAYLOAD))  # the kind's default setting
     a, b = narrative.run(session(), spec), narrative.run(session(), spec)
