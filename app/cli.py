@@ -100,6 +100,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CliError("--slip sets a fine-tune's share of mended calls: it needs --preset small and --init")
     if not 0 <= args.slip <= 1:
         raise CliError(f"--slip must be a share in [0, 1], got {args.slip}")
+    if args.drivers and (args.init is None or args.preset != "small"):
+        raise CliError("--drivers sets a fine-tune's share of narratives with drivers: it needs --preset small and --init")
+    if not 0 <= args.drivers <= 1:
+        raise CliError(f"--drivers must be a share in [0, 1], got {args.drivers}")
 
     # imports torch: only once the input is known good
     from model import checkpoint
@@ -137,12 +141,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         def make_batches(seed: int, batch_size: int, seq_len: int) -> Any:
             return mixture.batches(tok, seed, batch_size, seq_len, finetune=args.init is not None, mix=mix,
-                                    wild=args.wild, slip=args.slip)
+                                    wild=args.wild, slip=args.slip, drivers=args.drivers)
         if args.init is not None:  # what makes a fine-tune's data stream: a resume must give the same
             data = {"seed": args.seed, "mix": mix or mixture.FINETUNE_MIX,
                     "wild": mixture.WILD if args.wild is None else args.wild}
             if args.slip:  # absent at 0: a run from before --slip resumes as it was
                 data["slip"] = args.slip
+            if args.drivers:  # so too --drivers
+                data["drivers"] = args.drivers
     if args.steps is not None:
         recipe["steps"] = args.steps
     if args.lr is not None:
@@ -270,6 +276,9 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--slip", type=float, default=0.0,
                     help="a fine-tune's share of its agent questions over stores of any names whose transcript "
                          "first miscopies a name, reads the tool's error and hint, and mends the call (default 0)")
+    tr.add_argument("--drivers", type=float, default=0.0,
+                    help="a fine-tune's share of its narratives whose payload asks for the breakdown's drivers "
+                         "(a narrative at detail full says them; default 0)")
     tr.set_defaults(func=cmd_train)
     av = sub.add_parser("average", help="the mean of several checkpoints' weights (fine-tune stages of one model: "
                         "the same config and tokenizer), e.g. the shipped model from its last two stages")

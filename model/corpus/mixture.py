@@ -73,9 +73,12 @@ def _table(rng: random.Random, facts: int) -> Slots:
     return Slots(first=rng.randint(0, N_SLOTS - facts)) if rng.random() < SHIFTED else Slots()
 
 
-def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0) -> Example:
+def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, drivers: float = 0.0) -> Example:
+    """drivers: the share whose payload asks for its breakdown's drivers (a narrative at detail
+    `full`: domain/narrative.py drivers_form)."""
     p = wild_payload(rng) if _wild(rng, wild) else make_payload(rng)
-    r = p.render(_table(rng, len(p.render().slots.texts)))
+    said = _wild(rng, drivers)
+    r = p.render(_table(rng, len(p.render(drivers=said).slots.texts)), drivers=said)
     prompt = [tok.bos_id, *_ids(tok, narrative.prompt_of(r))]
     target = [*_ids(tok, narrative.write(rng, narrative.narrative_form(r))), tok.eos_id]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)
@@ -190,16 +193,19 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE) -> Tokenizer:
 
 def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
             finetune: bool = False, mix: dict[str, float] | None = None,
-            wild: float | None = None, slip: float = 0.0) -> Callable[[int], Iterator[list[Example]]]:
+            wild: float | None = None, slip: float = 0.0, drivers: float = 0.0
+            ) -> Callable[[int], Iterator[list[Example]]]:
     """`train()`'s data.  A batch holds one task (drawn by WARMUP_MIX, then MIX), so that short agent transcripts
     are not padded to the length of long narratives.  Examples longer than seq_len are dropped
     (and redrawn), not cropped: a cropped narrative would teach the model to stop mid-sentence.
     A fine-tune's mix and wild (default FINETUNE_MIX, WILD) set its task shares and the share of
-    wild payloads; slip the share of wild agent questions that mend a miscopied call (default 0:
-    the data stream of the stages before it)."""
+    wild payloads; slip the share of wild agent questions that mend a miscopied call, drivers the
+    share of narratives that say their breakdown's drivers (default 0: the data stream of the
+    stages before them: a share of 0 draws nothing)."""
     share = WILD if wild is None else wild
     makers: dict[str, Callable[[Tokenizer, random.Random, float], Example]] = {
-        **WILD_MAKERS, "agent": functools.partial(agent_example, slip=slip)}
+        **WILD_MAKERS, "agent": functools.partial(agent_example, slip=slip),
+        "narrative": functools.partial(narrative_example, drivers=drivers)}
     def from_step(start: int) -> Iterator[list[Example]]:
         s = start
         while True:
@@ -208,7 +214,7 @@ def batches(tok: Tokenizer, seed: int, batch_size: int, seq_len: int,
             wild = share if finetune and task in WILD_MAKERS else 0.0
             out: list[Example] = []
             while len(out) < batch_size:
-                ex = makers[task](tok, rng, wild) if wild else MAKERS[task](tok, rng)
+                ex = makers[task](tok, rng, wild)  # wild 0 and no slip or drivers: MAKERS' stream
                 if len(ex[0]) <= seq_len:
                     out.append(ex)
             yield out

@@ -37,6 +37,8 @@ def test_importing_the_cli_does_not_import_torch() -> None:
     (["train", "--preset", "small", "--init", "model/shipped", "--wild", "nan", "--out", "x"], "--wild must be a share"),
     (["train", "--preset", "small", "--slip", "0.3", "--out", "x"], "needs --preset small and --init"),
     (["train", "--preset", "small", "--init", "model/shipped", "--slip", "2", "--out", "x"], "--slip must be a share"),
+    (["train", "--preset", "small", "--drivers", "0.5", "--out", "x"], "needs --preset small and --init"),
+    (["train", "--preset", "small", "--init", "model/shipped", "--drivers", "-1", "--out", "x"], "--drivers must be a share"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
@@ -66,6 +68,8 @@ def test_a_fine_tune_resumes_only_on_its_own_data(tmp_path: Path, capsys: pytest
     assert main([*base, "--steps", "2", "--out", str(out)]) == 0 and "step 2" in capsys.readouterr().out
     assert main([*base, "--slip", "0.5", "--steps", "3", "--out", str(out)]) == 2  # mended calls: other data
     assert '"slip": 0.5' in capsys.readouterr().err
+    assert main([*base, "--drivers", "0.5", "--steps", "3", "--out", str(out)]) == 2  # drivers said: other data
+    assert '"drivers": 0.5' in capsys.readouterr().err
 
 
 def test_train_small_learns_its_tokenizer_from_the_corpora_and_resumes(tmp_path: Path,

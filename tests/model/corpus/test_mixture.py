@@ -122,3 +122,23 @@ def test_a_fine_tune_mends_its_own_share_of_miscopied_calls(tok: Tokenizer) -> N
         targets = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == TARGET])
         assert given.count(CALL) == 1 and "error: unknown" in given, given
         assert "error" not in targets and targets.count(CALL) == text.count(CALL) - 1, targets
+
+
+def test_a_fine_tune_says_the_drivers_in_its_own_share_of_narratives(tok: Tokenizer) -> None:
+    """`--drivers 1`: every narrative whose breakdown's metric changed reads the drivers' line
+    and says them after its breakdown's sentence; --drivers 0 draws what the stages before it drew."""
+    def batches(drivers: float) -> list[mixture.Example]:
+        make = mixture.batches(tok, seed=5, batch_size=4, seq_len=640, finetune=True, mix={"narrative": 1.0},
+                               wild=0.5, drivers=drivers)
+        return [ex for batch in islice(make(3), 4) for ex in batch]
+
+    plain = mixture.batches(tok, seed=5, batch_size=4, seq_len=640, finetune=True, mix={"narrative": 1.0}, wild=0.5)
+    assert batches(0.0) == [ex for batch in islice(plain(3), 4) for ex in batch]
+    said = 0
+    for ids, roles in batches(1.0):
+        prompt = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == CONTEXT])
+        target = tok.decode([t for t, r in zip(ids, roles, strict=True) if r == TARGET])
+        asked = "\ndrivers: largest " in prompt
+        assert ("the change" in target) == asked, (prompt, target)  # each of the drivers' forms says it
+        said += asked
+    assert said >= 1
