@@ -17,6 +17,13 @@ Tasks (examples drawn with another seed than training's, at most the training le
   agent_phrased  agent_realistic's questions asked in phrasings training never writes
              (bench/realistic.py PHRASED): out of the trained phrasings, a question may fail
              (no_answer, unverified); a wrong success is what must never come
+  agent_client  agent and agent_ood questions where the client runs the metric tool and declares
+             no names (its calls' names stay text, unguided, as over an OpenAI client's function):
+             the job stops at each call, the client answers from the question's data, the job
+             goes on; timed and counted on its last run (the replays of the earlier ones left out)
+  drivers_ood, drivers_realistic   narrative_ood's and narrative_realistic's payloads with a
+             breakdown whose metric changed, at detail `full`: the text also says the breakdown's
+             drivers (the row that added most to the change, its share, the rows against it)
   report_realistic  a report job of 6 sections and its key figures over such a payload (6-8
              metrics): fully correct = every part verified on its first decode; succeeded = the job
              succeeds (parts decoded again included)
@@ -62,7 +69,7 @@ from model import checkpoint, shipped
 from model.corpus import mixture
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
-from runtime.errors import BadInput, NoAnswer
+from runtime.errors import BadInput, NoAnswer, RequiresAction
 from runtime.jobs.params import ParamsSpec
 from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.plans import section_payload
@@ -71,6 +78,7 @@ from runtime.sessions.local import LocalTurns
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow
 from workflows import report as report_flow
+from workflows import tools as tool_flow
 from workflows.turn import decode_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # realistic.py beside it, as a script or `setflow bench`
@@ -80,7 +88,8 @@ EVAL_SEED = 1  # training draws from "mixture/<seed>/<step>"; these from "qualit
 MAX_LEN = int(mixture.RECIPE["seq_len"])  # the longest example the model was trained on
 MAX_LEN_OOD = int(mixture.FINETUNE["seq_len"])  # ... and of the payloads drawn from the API's grammar
 TASKS = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood",
-         "narrative_realistic", "section_realistic", "agent_realistic", "agent_phrased", "report_realistic")
+         "narrative_realistic", "section_realistic", "agent_realistic", "agent_phrased", "report_realistic",
+         "drivers_ood", "drivers_realistic", "agent_client")
 REPORT_SECTIONS = 6  # report_realistic: a report of this many sections, one metric each, and its key figures
 # set: the reference's order policy; prefix: only the confident run from the leftmost mask
 # (model/policy.py choose)
@@ -90,13 +99,13 @@ SETTINGS: tuple[tuple[str, int, float | None], ...] = (
 QUICK_SETTINGS = (("ar", 1, None), ("set", 4, 0.9), ("prefix", 8, 0.99))
 N_FULL = {"narrative": 200, "agent": 200, "section": 100, "infill": 100, "narrative_ood": 200, "section_ood": 100,
           "agent_ood": 200, "narrative_realistic": 200, "section_realistic": 100, "agent_realistic": 200,
-          "agent_phrased": 200, "report_realistic": 60}
+          "agent_phrased": 200, "report_realistic": 60, "drivers_ood": 200, "drivers_realistic": 200, "agent_client": 200}
 N_QUICK = {"narrative": 8, "agent": 8, "section": 4, "infill": 4, "narrative_ood": 8, "section_ood": 4,
            "agent_ood": 8, "narrative_realistic": 8, "section_realistic": 4, "agent_realistic": 8,
-           "agent_phrased": 8, "report_realistic": 2}
+           "agent_phrased": 8, "report_realistic": 2, "drivers_ood": 8, "drivers_realistic": 8, "agent_client": 8}
 # masks opened per generation (no cost: only W are fed); a payload of the API's grammar may be long
 MAX_NEW = {"narrative": 200, "section": 200, "narrative_ood": 512, "section_ood": 400, "narrative_realistic": 512,
-           "section_realistic": 400, "report_realistic": 200}
+           "section_realistic": 400, "report_realistic": 200, "drivers_ood": 512, "drivers_realistic": 512}
 AGENT_SEGMENT = AgentSpec(question="?").params.max_new_tokens  # per segment (a call, the answer), as a job's
 
 
@@ -111,14 +120,17 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
     kind, _, source = task.partition("_")
     for attempt in range(100):
         rng = random.Random(f"quality/{seed}/{task}/{i}/{attempt}")
-        if kind == "narrative":
+        if kind in ("narrative", "drivers"):
             p, ref = {"": narrative.example, "ood": narrative.wild_example, "realistic": realistic.narrative_example}[
                 source](rng)
-            n = 1 + len(tok.encode(narrative.prompt_text(p) + ref)) + 1
-            ex: Any = as_sent(p)
+            said = kind == "drivers"  # at detail full: redrawn until the payload has drivers to say
+            r = p.render(drivers=said)
+            n = 1 + len(tok.encode(narrative.prompt_of(r) + narrative.write(rng, narrative.narrative_form(r)))) + 1
+            ex: Any = as_sent(p) if not said or r.drivers is not None else None
         elif kind == "agent":
             task_, data, pieces = {"": agent.example, "ood": agent.wild_example, "realistic": realistic.agent_example,
-                                   "phrased": realistic.phrased_example}[source](rng)
+                                   "phrased": realistic.phrased_example,
+                                   "client": agent.example if i % 2 == 0 else agent.wild_example}[source](rng)
             n = 1 + len(tok.encode(agent.prompt_text(task_.question) + "".join(t for t, _ in pieces))) + 1
             ex = (task_, data)
         elif kind == "report":
@@ -167,13 +179,15 @@ def _checked(r: dict[str, Any], seconds: float, right: bool) -> Outcome:
                    seconds=seconds)
 
 
-def run_narrative(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec, guided: bool = True) -> Outcome:
+def run_narrative(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec, guided: bool = True,
+                  drivers: bool = False) -> Outcome:
     """The narrative job (workflows/narrative.py): its first decode, checked; a failed one
     decoded again with greedy AR, as a job's is; held to the narrative's forms as a job's is by
-    default (NarrativeSpec.guided)."""
-    spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True, guided=guided)
+    default (NarrativeSpec.guided); drivers: at detail `full` (the text says them)."""
+    spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True, guided=guided,
+                         detail="full" if drivers else "standard")
     r, seconds = _timed(lambda turns: narrative_flow.run(turns, spec), model, tok)
-    return _checked(r, seconds, reads_right(p.render(Slots(dedup=True)), r["text"]))
+    return _checked(r, seconds, reads_right(p.render(Slots(dedup=True), drivers), r["text"]))
 
 
 def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: ParamsSpec, guided: bool = True) -> Outcome:
@@ -229,6 +243,35 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Dataset | Sto
                    generated=sum(t["tokens"] for t in turns), nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
 
 
+def run_agent_client(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Dataset | Store],
+                     params: ParamsSpec, guided: bool = True) -> Outcome:
+    """An agent question whose client runs the metric tool (agent_client): at each call the job
+    stops (RequiresAction), the client answers from the question's data, and the job runs again
+    with the outputs so far, as a resumed job replays its turns."""
+    task, data = ex
+    spec = AgentSpec(question=task.question, params=params, allow_unverified=True, guided=guided,
+                     client_tools=["metric"])
+    outputs: dict[str, str] = {}
+    for _ in range(spec.max_calls + 1):
+        try:
+            t0 = time.perf_counter()
+            r = agent_flow.run(LocalTurns(model, tok, tool_outputs=dict(outputs)), spec)
+            seconds = time.perf_counter() - t0
+            break
+        except RequiresAction as e:
+            call = e.calls[0]
+            outputs[call["id"]] = tool_flow.run_call(call["call"], data).result
+        except NoAnswer:
+            return Outcome(ok=False, tool_ok=False, wrong=False, generated=0, nfe=0, seconds=0.0)
+    else:  # more stops than calls allowed: the call limit ends a job before this
+        raise RuntimeError(f"{task.question!r}: more client calls than max_calls")
+    c = answers.check(task, r["text"])
+    retried = r["attempt"] == "ar_retry"
+    turns = r["turns"][:-1] if retried else r["turns"]
+    return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not c.answer_ok),
+                   generated=sum(t["tokens"] for t in turns), nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
+
+
 def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpec,
            setting: tuple[str, str, int, float | None]) -> list[dict[str, Any]]:
     """A task's examples (every task but infill) each decoded guided and unguided, in turn (which goes
@@ -267,7 +310,9 @@ def _timed(job: Callable[[LocalTurns], dict[str, Any]], model: SetDLM, tok: Toke
 RUNNERS: dict[str, Callable[..., Outcome]] = {
     "infill": run_infill, "report_realistic": run_report,
     **{f"{kind}{source}": run for kind, run in (("narrative", run_narrative), ("section", run_section), ("agent", run_agent))
-       for source in ("", "_ood", "_realistic")}, "agent_phrased": run_agent}
+       for source in ("", "_ood", "_realistic")}, "agent_phrased": run_agent,
+    **{f"drivers{source}": partial(run_narrative, drivers=True) for source in ("_ood", "_realistic")},
+    "agent_client": run_agent_client}
 
 
 def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) -> dict[str, Any]:
@@ -278,7 +323,7 @@ def row(task: str, policy: str, W: int, tau: float | None, outs: list[Outcome]) 
                          "wrong_successes": sum(o["wrong"] for o in outs)}
     if task.startswith("report"):
         r["succeeded"] = round(sum(o["succeeded"] for o in outs) / len(outs), 4)
-    if task.startswith(("narrative", "section", "report")):
+    if task.startswith(("narrative", "section", "report", "drivers")):
         r["facts_correct"] = round(sum(o["facts_ok"] for o in outs) / max(1, sum(o["facts"] for o in outs)), 4)
     if task.startswith("agent"):
         r["tool_call_ok"] = round(sum(o["tool_ok"] for o in outs) / len(outs), 4)

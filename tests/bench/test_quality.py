@@ -16,7 +16,8 @@ def test_a_tiny_run_reports_every_task_and_setting(capsys: pytest.CaptureFixture
     assert result["bench"] == "quality"
     rows = result["rows"]
     tasks = ("narrative", "agent", "section", "infill", "narrative_ood", "section_ood", "agent_ood",
-             "narrative_realistic", "section_realistic", "agent_realistic", "agent_phrased", "report_realistic")
+             "narrative_realistic", "section_realistic", "agent_realistic", "agent_phrased", "report_realistic",
+             "drivers_ood", "drivers_realistic", "agent_client")
     assert {(r["task"], r["policy"]) for r in rows} == {(t, p) for t in tasks for p in ("ar", "set", "prefix")}
     for r in rows:
         assert {"task", "policy", "W", "tau", "fully_correct", "nfe_per_token", "tokens_per_s"} <= set(r)
