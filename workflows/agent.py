@@ -26,7 +26,7 @@ from typing import Any
 from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
 from domain.answers import answer_of, slot_problems, verify
-from domain.facts import Slots
+from domain.facts import SLOT, Slots
 from domain.guide import CallNames
 from domain.tools import CALL, END_CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, ToolError, error_result, held_names, parse_call
 from model.params import DecodeError, DecodeParams
@@ -266,7 +266,7 @@ def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: Data
     if spec.client_tools:
         asked = tools.client_call(text, call_id)
         if isinstance(asked, dict) and asked["tool"] in spec.client_tools:
-            why = fits(asked) if fits is not None else None
+            why = _stray_slot(asked["arguments"]) or (fits(asked) if fits is not None else None)
             if why is not None:
                 return {"id": call_id, "call": asked["call"], "tool": asked["tool"],
                         "result": error_result(why), "ok": False, "by": "server"}
@@ -288,6 +288,16 @@ def _run_call(turns: Turns, spec: AgentSpec, text: str, call_id: str, data: Data
         return {"tool": run.tool, "result": run.result, "ok": run.ok}
 
     return {"id": call_id, "call": text.strip(), **turns.once(call_id, ask), "by": "server"}
+
+
+def _stray_slot(arguments: Any) -> str | None:
+    """Why a client's call may not go out: an argument still holding a fact slot's text once the
+    facts are written out (a slot that names no fact, "[F17]026-Q2"; a question never holds
+    one: AgentSpec refuses it); None: none does.  The client would be asked for a name nobody gave."""
+    for name, value in arguments.items():
+        if isinstance(value, str) and SLOT.search(value):
+            return f"{name} {value!r} holds a fact slot that names no fact"
+    return None
 
 
 def at_call(tokens: list[int], end_call: list[int]) -> bool:

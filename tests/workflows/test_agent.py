@@ -84,6 +84,19 @@ def test_a_client_tool_stops_the_agent_at_its_call_and_its_output_reads_as_the_s
     assert [c["result"] for c in mine["calls"]] == ["200", "250", "25"] and "25" in (mine["answer"] or "")
 
 
+def test_a_client_call_holding_a_slot_that_names_no_fact_is_answered_here(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """A model may write a slot token where a client's name goes ("[F17]026-Q2": none such in
+    the table, so it stays once the facts are written out): the call never reaches the client,
+    its error is the result the model reads (a question never holds a slot's text: refused)."""
+    spec = AgentSpec(question=QUESTION, client_tools=["metric"])
+    turns = LocalTurns(*loaded)
+    call = agent._run_call(turns, spec, 'metric("revenue", "EMEA", "[F17]026-Q2")', "call_1", DATA)
+    assert (call["by"], call["ok"]) == ("server", False) and "names no fact" in call["result"], call
+    with pytest.raises(RequiresAction) as e:  # the same call, right: it goes to the client
+        agent._run_call(turns, spec, 'metric("revenue", "EMEA", "2026-Q3")', "call_1", DATA)
+    assert e.value.calls[0]["arguments"]["period"] == "2026-Q3"
+
+
 def test_the_metric_tool_reads_the_tenants_dataset_and_a_rerun_reads_what_it_read_then(
         loaded: tuple[SetDLM, Tokenizer]) -> None:
     table = [["revenue", "EMEA", "2026-Q2", "200"], ["revenue", "EMEA", "2026-Q3", "250"]]
