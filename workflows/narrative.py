@@ -47,13 +47,21 @@ class FormGuide:
 
     def __init__(self, tok: Tokenizer, form: corpus.Form, eos_id: int) -> None:
         self._tok, self._form, self._whole, self._eos = tok, form, corpus.pattern(form), eos_id
+        self._last: tuple[tuple[int, ...], str] = ((), "")  # the text before: a refused position asks about many tokens
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
         if self._eos in before:  # past the end: the decoder cuts there
             return None
+        key = tuple(before)
+        last = self._last  # one read: the batcher's loop and a job's thread may both ask
+        so_far = last[1] if last[0] == key else self._tok.decode(list(before))
+        self._last = (key, so_far)
         if token == self._eos:
-            return self._whole.fullmatch(self._tok.decode(list(before))) is not None
-        return corpus.begins(self._form, self._tok.decode([*before, token]))
+            return self._whole.fullmatch(so_far) is not None
+        text = self._tok.decode([*before, token])
+        # a token that writes nothing (an id the tokenizer does not write out) is no way on: a
+        # model stuck on one would fill its max_new_tokens and never end the text
+        return text != so_far and corpus.begins(self._form, text)
 
 
 def guide(turns: Turns, params: DecodeParams, form: corpus.Form, guided: bool) -> DecodeParams:

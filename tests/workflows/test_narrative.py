@@ -88,6 +88,10 @@ def test_the_form_guide_refuses_what_leaves_the_forms_and_ends_only_a_whole_text
     assert g.allows(ids[:k], eos) is False and g.allows(ids[:-1], eos) is False
     assert good.startswith("[F3] ") and g.allows(tok.encode("[F3]"), tok.encode(" fell")[0]) is False  # revenue went up
     assert g.allows([*ids, eos], 5) is None  # past the end: not guided (the decoder cuts there)
+    # an id the model has and the tokenizer does not write out: no way on (a model that took it
+    # at every step would fill max_new_tokens and never end: the shipped model did at detail full)
+    lacked = tok.vocab_size
+    assert lacked < turns.cfg.vocab_size and tok.decode([lacked]) == "" and g.allows(ids[:k], lacked) is False
 
 
 @pytest.mark.parametrize("i", [0, 2, 6, 7])
