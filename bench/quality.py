@@ -62,6 +62,7 @@ from pydantic import ValidationError
 
 from domain import agent, answers, narrative, report
 from domain.draws import make_payload
+from domain.drivers import rendered
 from domain.facts import Slots
 from domain.payload import Payload, Rendered
 from domain.tools import Dataset, Store
@@ -124,7 +125,7 @@ def held_out(task: str, i: int, seed: int, tok: Tokenizer) -> Any:
             p, ref = {"": narrative.example, "ood": narrative.wild_example, "realistic": realistic.narrative_example}[
                 source](rng)
             said = kind == "drivers"  # at detail full: redrawn until the payload has drivers to say
-            r = p.render(drivers=said)
+            r = rendered(p, said=said)
             n = 1 + len(tok.encode(narrative.prompt_of(r) + narrative.write(rng, narrative.narrative_form(r)))) + 1
             ex: Any = as_sent(p) if not said or r.drivers is not None else None
         elif kind == "agent":
@@ -187,7 +188,7 @@ def run_narrative(model: SetDLM, tok: Tokenizer, p: Payload, params: ParamsSpec,
     spec = NarrativeSpec(payload=PayloadSpec.of(p), params=params, allow_unverified=True, guided=guided,
                          detail="full" if drivers else "standard")
     r, seconds = _timed(lambda turns: narrative_flow.run(turns, spec), model, tok)
-    return _checked(r, seconds, reads_right(p.render(Slots(dedup=True), drivers), r["text"]))
+    return _checked(r, seconds, reads_right(rendered(p, Slots(dedup=True), drivers), r["text"]))
 
 
 def run_section(model: SetDLM, tok: Tokenizer, s: report.Section, params: ParamsSpec, guided: bool = True) -> Outcome:

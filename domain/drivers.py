@@ -2,7 +2,8 @@
 Per metric, its pace to target; for the breakdown, each row's share of its metric's change and
 whether one row dominates the value or the change.  Pure functions of a Payload; knows nothing
 of how a driver is phrased or shown (the exports show them; a narrative's text at detail `full`
-says the breakdown's, domain/narrative.py drivers_form).
+says the breakdown's: rendered() gives them to the model as slots, domain/narrative.py
+drivers_form phrases them).
 
     revenue 1105 -> 1240 (delta 135), target 1300: pace 135 / 195 = 0.6923
     EMEA  468 -> 512  delta  44  share of delta  0.3259
@@ -16,12 +17,12 @@ strings of RATIO_PLACES decimals, rounded half up; None where a ratio has no mea
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # domain/payload.py renders the breakdown's drivers for the model (this module's)
-    from domain.payload import Breakdown, Metric, Payload
+from domain.facts import Slots
+from domain.payload import Breakdown, Drivers, Metric, Payload, Rendered
 
 RATIO_PLACES = Decimal("0.0001")  # 4 decimals: a share shown as a percent keeps one decimal exact
 HALF = Decimal("0.5")  # "concentrated": one row holds more than this share
@@ -118,3 +119,34 @@ def drivers(p: Payload) -> dict[str, Any]:
     b = p.breakdown
     return {"metrics": [asdict(metric_driver(m)) for m in p.metrics],
             "breakdown": asdict(breakdown_driver(b, by_key[b.metric])) if b is not None else None}
+
+
+# ---- the drivers as a narrative says them (detail `full`) ------------------------------------
+
+
+def share_percent(ratio: str) -> str:
+    """A share of a change as a narrative says it: "0.8000" -> "80.0%" (one decimal, half up)."""
+    return f"{(Decimal(ratio) * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
+
+
+def rendered(p: Payload, slots: Slots | None = None, said: bool = False) -> Rendered:
+    """p.render(slots), and where `said` (a narrative at detail `full`) and its breakdown's metric
+    changed, the breakdown's drivers as facts after its lines: the row that added most to the
+    change (its name's slot), its share of the change (a new slot), the rows that moved against it:
+
+        drivers: largest [F13] [F19] of the change; against [F16]
+    """
+    r = p.render(slots)
+    b = p.breakdown
+    if not said or b is None:
+        return r
+    d = breakdown_driver(b, next(m for m in p.metrics if m.key == b.metric))
+    if d.largest is None:  # the metric did not change: no row drove anything
+        return r
+    slot = {row.name: clause.name for row, clause in zip(d.rows, r.rows, strict=True)}
+    share = next(row.share_of_delta for row in d.rows if row.name == d.largest)
+    assert share is not None  # the largest has a share above 0
+    said_ = Drivers(slot[d.largest], r.slots.add(share_percent(share)), tuple(slot[a] for a in d.against))
+    against = f"; against {', '.join(said_.against)}" if said_.against else ""
+    return replace(r, prompt=f"{r.prompt}drivers: largest {said_.largest} {said_.share} of the change{against}\n",
+                   drivers=said_)

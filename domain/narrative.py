@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from domain.draws import make_payload, wild_payload
+from domain.drivers import rendered
 from domain.facts import SLOT, Slots, slots_in
 from domain.markup import MARKUP_TOKENS, SPECIAL_TOKENS
 from domain.payload import Clause, Payload, Rendered
@@ -155,7 +156,7 @@ def begins(form: Form, text: str) -> bool:
 def narrative(rng: random.Random, p: Payload, slots: Slots | None = None, drivers: bool = False) -> str:
     """One narrative for payload p, in slot form (Slots.lexicalise writes its facts); rng picks
     the phrasing."""
-    return write(rng, narrative_form(p.render(slots, drivers)))
+    return write(rng, narrative_form(rendered(p, slots, drivers)))
 
 
 def example(rng: random.Random) -> tuple[Payload, str]:
@@ -200,7 +201,7 @@ def _classify(text: str, vocab: Mapping[str, tuple[str, ...]]) -> list[str]:
 
 def check(p: Payload, text: str, drivers: bool = False) -> Check:
     """A narrative in slot form read back against its payload (read_back)."""
-    return read_back(p.render(drivers=drivers), text)
+    return read_back(rendered(p, said=drivers), text)
 
 
 def read_back(r: Rendered, text: str) -> Check:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
-from domain.drivers import breakdown_driver
 from domain.facts import Slots
 
 # name, display name, unit, decimals, (low, high)
@@ -80,12 +79,12 @@ class Payload:
         breakdown's rows (the API refuses a payload where two are one: a reader could not tell them apart)."""
         return [m.display for m in self.metrics] + [n for n, _, _ in (self.breakdown.rows if self.breakdown else [])]
 
-    def render(self, slots: Slots | None = None, drivers: bool = False) -> Rendered:
+    def render(self, slots: Slots | None = None) -> Rendered:
         """The payload with every fact in a slot: the prompt's lines and each clause's slots.
         slots: a table to go on from (a section's title is its first slot; training starts
-        some tables at a later slot, so that every slot id is learnt).  drivers: the
-        breakdown's drivers too (a narrative at detail `full`), where its metric changed."""
-        return render(self, Slots() if slots is None else slots, drivers)
+        some tables at a later slot, so that every slot id is learnt).  With the breakdown's
+        drivers too (a narrative at detail `full`): domain/drivers.py rendered."""
+        return render(self, Slots() if slots is None else slots)
 
     def to_text(self) -> str:
         """The payload's lines with the facts written out (an imported model that copies facts as
@@ -153,7 +152,7 @@ class Clause:
 @dataclass(frozen=True)
 class Drivers:
     """A breakdown's drivers as a narrative says them, in slot tokens (domain/drivers.py computes
-    them): the row that added most to its metric's change, that row's share of the change (a
+    them, domain/drivers.py rendered): the row that added most to its metric's change, that row's share of the change (a
     percent, one decimal: above 100% where other rows moved against it), and the rows that moved
     against the change, in payload order."""
 
@@ -196,22 +195,16 @@ class Rendered:
         return sum(c.count for c in self.clauses) + (self.drivers.count if self.drivers else 0)
 
 
-def share_percent(ratio: str) -> str:
-    """A share of a change as a narrative says it: "0.8000" -> "80.0%" (one decimal, half up)."""
-    return f"{(Decimal(ratio) * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
-
-
-def render(p: Payload, slots: Slots, drivers: bool = False) -> Rendered:
+def render(p: Payload, slots: Slots) -> Rendered:
     """The payload's slot form (Payload.render):
 
         tenant: [F1] | period: [F2] | style: brief
         [F3]: up [F4], [F5] [F6], prev [F7], below target [F8]
         [F9]: flat, [F10] [F11], prev [F12]
         by region ([F3]): [F13] up [F14] prev [F15]; [F16] down [F17] prev [F18]
-        drivers: largest [F13] [F19] of the change; against [F16]
 
-    (the last line with `drivers` only, where the breakdown's metric changed: the row that
-    added most to the change, its share of it, the rows that moved the other way).
+    (domain/drivers.py rendered adds a last line, "drivers: largest [F13] [F19] of the change;
+    against [F16]", for a narrative at detail `full`).
 
     Each line gives its facts in the order a clause says them, so that writing a clause is
     copying the next slot of its line; the trend, the change and the standing against the target
@@ -237,23 +230,4 @@ def render(p: Payload, slots: Slots, drivers: bool = False) -> Rendered:
             rows.append(Clause(slots.add(n), slots.add(v), slots.add(pv), direction(v, pv)))
         said = "; ".join(f"{r.name} {r.direction} {r.value} prev {r.prev}" for r in rows)
         lines.append(f"by {b.kind} ({names[b.metric]}): {said}")
-    said_drivers = _drivers(p, rows, slots) if drivers and b is not None else None
-    if said_drivers is not None:
-        against = f"; against {', '.join(said_drivers.against)}" if said_drivers.against else ""
-        lines.append(f"drivers: largest {said_drivers.largest} {said_drivers.share} of the change{against}")
-    return Rendered("\n".join(lines) + "\n", slots, tenant, period, p.style, metrics, b.kind if b else None, rows,
-                    said_drivers)
-
-
-def _drivers(p: Payload, rows: list[Clause], slots: Slots) -> Drivers | None:
-    """The breakdown's drivers in slots (its rows' own name slots); None where its metric did
-    not change (no row drove anything)."""
-    assert p.breakdown is not None
-    metric = next(m for m in p.metrics if m.key == p.breakdown.metric)
-    d = breakdown_driver(p.breakdown, metric)
-    if d.largest is None:
-        return None
-    slot = {r.name: c.name for r, c in zip(d.rows, rows, strict=True)}
-    share = next(r.share_of_delta for r in d.rows if r.name == d.largest)
-    assert share is not None  # the largest has a share above 0
-    return Drivers(slot[d.largest], slots.add(share_percent(share)), tuple(slot[a] for a in d.against))
+    return Rendered("\n".join(lines) + "\n", slots, tenant, period, p.style, metrics, b.kind if b else None, rows)

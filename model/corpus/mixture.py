@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from domain import agent, narrative, report
 from domain.agent_facts import in_slots
 from domain.draws import make_payload, wild_payload
+from domain.drivers import rendered
 from domain.facts import Slots
 from domain.markup import N_SLOTS, SLOT_TOKENS
 from domain.report import infill_tokens
@@ -78,7 +79,7 @@ def narrative_example(tok: Tokenizer, rng: random.Random, wild: float = 0.0, dri
     `full`: domain/narrative.py drivers_form)."""
     p = wild_payload(rng) if _wild(rng, wild) else make_payload(rng)
     said = _wild(rng, drivers)
-    r = p.render(_table(rng, len(p.render(drivers=said).slots.texts)), drivers=said)
+    r = rendered(p, _table(rng, len(rendered(p, said=said).slots.texts)), said)
     prompt = [tok.bos_id, *_ids(tok, narrative.prompt_of(r))]
     target = [*_ids(tok, narrative.write(rng, narrative.narrative_form(r))), tok.eos_id]
     return prompt + target, [CONTEXT] * len(prompt) + [TARGET] * len(target)

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from domain import agent as agent_corpus
 from domain import narrative as corpus
+from domain.drivers import rendered
 from domain.facts import Slots
 from domain.payload import Payload, Rendered
 from domain.report import HOLE, Section, Template, infill_tokens, template
@@ -93,7 +94,7 @@ def narrative_input(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT
                     ) -> tuple[list[int], str, Rendered]:
     """A narrative's prompt: the profile's `narrative` format around the payload (ids, the text
     as the model reads it, the payload's facts); drivers: the breakdown's too (detail `full`)."""
-    r = payload.render(facts_table(profile), drivers)
+    r = rendered(payload, facts_table(profile), drivers)
     text = readable(profile, r.slots, corpus.prompt_of(r))
     return profile.render("narrative", text, tok), text, r
 

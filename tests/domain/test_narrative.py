@@ -8,6 +8,7 @@ import unicodedata
 import pytest
 
 from domain import narrative as n
+from domain.drivers import rendered
 from domain.facts import Slots
 from domain.grammar import MAX_METRICS, valid
 from domain.payload import STYLES, Breakdown, Metric, Payload
@@ -161,14 +162,14 @@ DRIVEN = ("[F3] rose [F4] to [F5] [F6] from [F7]. By region, [F8] rose to [F9] f
 
 def test_the_drivers_are_facts_the_model_reads_and_points_at() -> None:
     p = _driven()
-    r = p.render(drivers=True)
+    r = rendered(p, said=True)
     assert r.prompt.endswith("by region ([F3]): [F8] up [F9] prev [F10]; [F11] down [F12] prev [F13]; [F14] up [F15] "
                              "prev [F16]\ndrivers: largest [F14] [F17] of the change; against [F11]\n")
     c = n.check(p, DRIVEN, drivers=True)
     assert c.fully_correct and c.facts_total == r.facts == 5 + 3 * 3 + 3  # the metric's, the rows', the drivers'
     assert r.slots.lexicalise(DRIVEN).endswith(
         "AMER added the most to the change (80.0%). APAC moved against the trend.")
-    assert p.render() == p.render(drivers=False) and p.render().drivers is None  # standard: as before
+    assert p.render() == rendered(p) == rendered(p, said=False) and p.render().drivers is None  # standard: as before
     assert not n.check(p, DRIVEN).fully_correct  # a drivers' sentence where none was asked for
     cut = DRIVEN.partition(" [F14] added")[0]
     assert n.check(p, cut).fully_correct and not n.check(p, cut, drivers=True).fully_correct  # and none where asked
@@ -189,11 +190,11 @@ def test_the_checker_reads_the_drivers_back(bad: str, problem: str) -> None:
 def test_no_drivers_where_the_metric_did_not_change_and_every_drawn_one_checks() -> None:
     flat = Payload("Acme", "2026-Q3", "brief", [Metric("revenue", "1240", "1240")],
                    Breakdown("region", "revenue", [("EMEA", "512", "468"), ("APAC", "301", "318")]))
-    assert flat.render(drivers=True).drivers is None and "drivers:" not in flat.render(drivers=True).prompt
+    assert rendered(flat, said=True).drivers is None and "drivers:" not in rendered(flat, said=True).prompt
     rng, said = random.Random(4), 0
     for i in range(600):
         p = (n.wild_example if i % 2 else n.example)(rng)[0]
-        r = p.render(drivers=True)
+        r = rendered(p, said=True)
         text = n.write(rng, n.narrative_form(r))
         c = n.read_back(r, text)
         assert c.fully_correct and c.facts_ok == r.facts, (c.problems, r.prompt, text)

@@ -59,7 +59,7 @@ def test_at_detail_full_the_text_says_the_breakdowns_drivers(session: Callable[[
     said = full["text"].partition("from 310.")[2]  # what follows the breakdown's sentence
     assert "EMEA" in said and "14.8%" in said, full["text"]
     assert said.endswith(("APAC moved against the trend.", "APAC went the other way.")), full["text"]
-    r = PAYLOAD.render(drivers=True)
+    r = drivers.rendered(PAYLOAD, said=True)
     assert corpus.read_back(r, r.slots.delexicalise(full["text"])).fully_correct
     standard = narrative.run(session(), NarrativeSpec(payload=PayloadSpec.of(PAYLOAD)))
     assert standard["text"].endswith("from 310.") and full["facts_total"] == standard["facts_total"] + 3
