@@ -151,10 +151,10 @@ class Clause:
 
 @dataclass(frozen=True)
 class Drivers:
-    """A breakdown's drivers as a narrative says them, in slot tokens (domain/drivers.py computes
-    them, domain/drivers.py rendered): the row that added most to its metric's change, that row's share of the change (a
-    percent, one decimal: above 100% where other rows moved against it), and the rows that moved
-    against the change, in payload order."""
+    """A breakdown's drivers as a narrative says them, in slot tokens (domain/drivers.py rendered
+    computes them): the row that added most to its metric's change, that row's share of the
+    change (a percent, one decimal: above 100% where other rows moved against it), and the rows
+    that moved against the change, in payload order."""
 
     largest: str
     share: str
