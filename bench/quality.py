@@ -237,9 +237,15 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Dataset | Sto
         r, seconds = _timed(lambda turns: agent_flow.run(turns, spec), model, tok, tables)
     except NoAnswer:  # a job without an answer fails (no_answer): not correct, and no success
         return Outcome(ok=False, tool_ok=False, wrong=False, generated=0, nfe=0, seconds=0.0)
-    c = answers.check(task, r["text"])  # the answer against the one the data fixes: an independent reading
+    return _answered(task, r, seconds)
+
+
+def _answered(task: agent.Task, r: dict[str, Any], seconds: float) -> Outcome:
+    """An agent job's outcome: its answer against the one the data fixes (an independent reading);
+    the first decode's tokens and forwards (a retry is the last turn)."""
+    c = answers.check(task, r["text"])
     retried = r["attempt"] == "ar_retry"
-    turns = r["turns"][:-1] if retried else r["turns"]  # the retry is the last turn
+    turns = r["turns"][:-1] if retried else r["turns"]
     return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not c.answer_ok),
                    generated=sum(t["tokens"] for t in turns), nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
 
@@ -266,11 +272,7 @@ def run_agent_client(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Datase
             return Outcome(ok=False, tool_ok=False, wrong=False, generated=0, nfe=0, seconds=0.0)
     else:  # more stops than calls allowed: the call limit ends a job before this
         raise RuntimeError(f"{task.question!r}: more client calls than max_calls")
-    c = answers.check(task, r["text"])
-    retried = r["attempt"] == "ar_retry"
-    turns = r["turns"][:-1] if retried else r["turns"]
-    return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not c.answer_ok),
-                   generated=sum(t["tokens"] for t in turns), nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
+    return _answered(task, r, seconds)
 
 
 def paired(model: SetDLM, tok: Tokenizer, examples: list[Any], params: ParamsSpec,

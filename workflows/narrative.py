@@ -74,7 +74,7 @@ def guide(turns: Turns, params: DecodeParams, form: corpus.Form, guided: bool) -
 def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
     tok, profile = turns.tokenizer, turns.profile
     payload = spec.payload.to_payload()
-    ids, text_in, facts = narrative_input(tok, payload, profile, drivers=spec.detail == "full")
+    ids, text_in, facts = narrative_input(tok, payload, profile, drivers=spec.drivers)
     params = guide(turns, with_stops(turns, decode_params(spec.params)), corpus.narrative_form(facts), spec.guided)
 
     def read(r: TurnResult) -> tuple[tuple[str, corpus.Check], list[str]]:

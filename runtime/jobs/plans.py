@@ -129,7 +129,7 @@ def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAUL
     if isinstance(spec, ReportSpec):
         return sum(report_parts(spec, tok, profile))
     if isinstance(spec, NarrativeSpec):
-        ids = narrative_input(tok, spec.payload.to_payload(), profile, drivers=spec.detail == "full")[0]
+        ids = narrative_input(tok, spec.payload.to_payload(), profile, drivers=spec.drivers)[0]
         return len(ids) + spec.params.max_new_tokens
     if isinstance(spec, TurnSpec):
         n = len(spec.input_ids) if spec.input_ids is not None else len(turn_input(profile, tok, spec.text or ""))

@@ -102,6 +102,11 @@ class NarrativeSpec(Tuned):
     #: who it is for (a label the exports print under the title; the model does not read it)
     audience: Name | None = None
 
+    @property
+    def drivers(self) -> bool:
+        """Its text says the breakdown's drivers (detail `full`)."""
+        return self.detail == "full"
+
 
 class AgentSpec(Tuned):
     """A question answered with tools (a calculator, a metric lookup over the sample dataset
