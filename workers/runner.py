@@ -229,7 +229,7 @@ def _attempts(rt: Runtime, job_id: str, owner: str, started: float) -> Outcome:
     again from its last committed step, after Backoff's wait (failed "unavailable" past it)."""
     backoff = Backoff(rt.settings.job_retry_s)
     services = JobServices(rt.worker, rt.engine, rt.tokenizer, rt.jobs, rt.dispatcher.events, rt.dispatcher.routing,
-                           rt.profile)
+                           rt.profile, held=rt.dispatcher.held if rt.engine.batcher is not None else None)
     while True:
         job = _retrying(rt, lambda: rt.jobs.get(job_id))
         if job.cancel_requested:  # asked while this attempt waited to retry

@@ -42,7 +42,8 @@ from runtime.sessions.turn import TurnResult
 class JobServices:
     """What a worker lends each job it runs: its name (routing's affinity), the engine and the
     tokenizer of its model (profile: the model's, beside its weights; None: its default), the
-    jobs table, the event streams and the routing."""
+    jobs table, the event streams and the routing; held: whether a tenant is held to its share
+    of the workers now (Dispatcher.held; None: never), asked at each turn's start."""
 
     worker: str
     engine: Engine
@@ -51,6 +52,7 @@ class JobServices:
     events: JobEvents
     routing: Routing
     profile: Profile | None = None
+    held: Callable[[str], bool] | None = None
 
 
 class JobContext:
@@ -73,6 +75,7 @@ class JobContext:
         self.jobs = jobs
         self.events = services.events
         self.routing = services.routing
+        self._held = services.held
         self.metrics = TurnMetrics(self.events.r, jobs.s)
         # steps are counted from 0 on every attempt: a step already written (by an earlier
         # attempt) is found by (job, step) and returned as written, so a workflow replays its
@@ -168,7 +171,7 @@ class JobContext:
         result: TurnResult | None = None
         with closing(self.engine.turn(session, self.job.tenant, ids, params, text=text,
                                       job=JobStep(self.job.id, step, self.owner), infill=infill,
-                                      priority=self.job.priority)) as events:
+                                      priority=self._priority())) as events:
             for ev in events:
                 if isinstance(ev, TurnResult):
                     result = ev
@@ -196,6 +199,11 @@ class JobContext:
             pass
         self._publish({"type": "progress", **self.progress})
         return result
+
+    def _priority(self) -> str:
+        """The batcher's class for this turn: "held" while its tenant is held to its share (its
+        steps wait for the other tenants' turns in the batch), else the job's priority."""
+        return "held" if self._held is not None and self._held(self.job.tenant) else self.job.priority
 
     def _publish(self, event: dict[str, Any]) -> None:
         try:

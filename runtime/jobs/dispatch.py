@@ -182,6 +182,15 @@ class Dispatcher:
             with contextlib.suppress(LockError):  # it expired: nothing to give back
                 lock.release()
 
+    def held(self, tenant: str) -> bool:
+        """The tenant is held to its share of the workers now (runtime/jobs/fairness.py): its
+        turns sit out a batching worker's steps while another tenant's run (the batcher's
+        "held" turns).  False where Redis cannot tell."""
+        try:
+            return self.fairness.cap(tenant, self._live()[0]) is not None
+        except redis.RedisError:
+            return False
+
     def _send(self, jobs: list[JobRecord]) -> int:
         """Send each of `jobs` (Jobs.admissible's) that no other admission took; a failed send
         is left to the reaper, with the rest.  Returns the jobs sent."""

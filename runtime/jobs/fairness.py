@@ -12,8 +12,10 @@ than the others while they wait goes to the broker at most its share at a time.
 A heavy tenant's jobs are sent while fewer than floor(share) (at least 1) of them are sent or
 running; the rest wait in SQL, and its cancels find them there (no worker pays for them).  Any
 other tenant's are sent as before: at most the slots' worth waiting in the broker, however many
-run.  So a light tenant's job goes ahead of a heavy tenant's backlog, waits behind at most
-`share` of its messages, and shares a batching worker's steps with at most that many of its jobs.
+run.  So a light tenant's job goes ahead of a heavy tenant's backlog and waits behind at most
+`share` of its messages; on a batching worker the heavy tenant's turns sit out the steps while
+another tenant's turn is in the batch (Dispatcher.held: runtime/sessions/batcher.py's "held"
+class), so that a light tenant's job runs there as fast as without them.
 
 The share counts worker processes, not their batch slots: a batching worker's slots share its
 cores, so a tenant that fills them takes the whole process however many slots are left.  Where

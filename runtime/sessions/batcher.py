@@ -1,14 +1,17 @@
 """Batcher: continuous batching for one worker process.  Turns from many threads (one per job)
 join one decode thread's batch at a step boundary and leave it when their region is done or
 their consumer stops; each step is ONE forward for every turn in the batch (model/batch.py
-step_batch), and a turn's tokens are those it decodes alone.  Knows nothing of Redis, SQL or
+step_batch), and a turn's tokens are those it decodes alone.  A turn of a tenant held to its
+share of the workers (priority "held": runtime/jobs/fairness.py) steps only while no other
+turn is in the batch: it sits out, its cache and state as its last step left them, and the
+others' steps cost what they cost without it.  Knows nothing of Redis, SQL or
 jobs: a turn's lease, write-behind, events and cancellation stay with its own thread.
 
     thread of a turn                            the batch loop
     commit(input)  ----------------------->     each forward: the turns' steps, and the commits
     steps(cache, state, params) -> waiting      asked meanwhile (a turn's input, its last set);
-    take its events as they come          <--   admit waiting turns (interactive first, up to
-    handle each (lease, writer, events)         max_batch); a done one leaves
+    take its events as they come          <--   admit waiting turns (interactive first, held
+    handle each (lease, writer, events)         last, up to max_batch); a done one leaves
     commit(last set)  -------------------->
 
 The loop does not wait for the threads: a turn steps again as soon as its last forward is done,
@@ -39,7 +42,8 @@ from model.pool import PooledCache
 from model.transformer import SetDLM
 
 log = logging.getLogger("setflow.batcher")
-PRIORITIES = ("interactive", "batch")  # the order turns are admitted in
+PRIORITIES = ("interactive", "batch", "held")  # the order turns are admitted in
+HELD = PRIORITIES[-1]  # steps only while no turn of another class is in the batch
 
 
 @dataclass(eq=False)
@@ -108,7 +112,7 @@ class Batcher:
         caller's again).  The cache and the state run up to `lead` steps ahead of the events."""
         if state.done:  # nothing to decode (max_new_tokens 0): never in a batch
             return
-        seq = _Seq(cache, state, params, priority if priority in PRIORITIES else PRIORITIES[-1])
+        seq = _Seq(cache, state, params, priority if priority in PRIORITIES else "batch")
         with self._cv:
             self._open()
             self.waiting[seq.priority].append(seq)
@@ -181,7 +185,7 @@ class Batcher:
     def _take(self) -> list[_Seq]:
         """Under the lock: drop the turns whose threads left, admit waiting ones, and return
         those not `lead` events ahead of their threads (marked stepping: the loop's until their
-        event is out)."""
+        event is out); held turns only where no other turn runs."""
         self.running = [s for s in self.running if not s.gone]
         for p in PRIORITIES:
             q = self.waiting[p]
@@ -189,7 +193,8 @@ class Batcher:
                 s = q.popleft()
                 if not s.gone:
                     self.running.append(s)
-        batch = [s for s in self.running if s.behind < self.lead]
+        others = any(s.priority != HELD for s in self.running)
+        batch = [s for s in self.running if s.behind < self.lead and not (others and s.priority == HELD)]
         for s in batch:
             s.stepping = True
         return batch

@@ -169,7 +169,7 @@ class Engine:
         (begin_infill_turn; params.max_new_tokens is not used, no stop criteria); the result's
         tokens are the holes', in position order, and the SQL row holds the filled input, with
         the holes' offsets in meta["infill"].  priority: the batcher admits interactive turns
-        before batch ones."""
+        before batch ones, and steps "held" ones only while no other turn is in the batch."""
         rec = self._check(session, tenant, input_ids, prefer, infill)  # before anything is taken
         with self.store.lease(session) as lease:
             if (done := self.replay(session, tenant, input_ids, job)) is not None:

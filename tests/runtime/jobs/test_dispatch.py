@@ -276,11 +276,13 @@ def test_a_tenant_over_its_share_of_the_workers_goes_its_share_at_a_time_and_a_l
     d.fairness.charge("abuser", 30.0)  # 3 slots busy over the 10 s window
     alone = [d.submit("turn", "abuser", SPEC, records.create_session("abuser", "").id) for _ in range(3)]
     assert [j for j, _ in sent] == [j.id for j in alone[:2]], "alone: the slots' worth, as without shares"
+    assert not d.held("abuser"), "alone: never held"
     for j in alone:
         d.cancel(j.id, "abuser")
     sent.clear()
     first = d.submit("turn", "normal", SPEC, records.create_session("normal", "").id)  # normal is active now
     assert d.fairness.cap("abuser", 2) == 1 and d.fairness.cap("normal", 2) is None
+    assert d.held("abuser") and not d.held("normal"), "its turns sit out a batch's steps (the batcher's held class)"
     heavy = [d.submit("turn", "abuser", SPEC, records.create_session("abuser", "").id) for _ in range(4)]
     assert [j for j, _ in sent] == [first.id, heavy[0].id], "the heavy tenant: its share (1) at a time"
     light = [d.submit("turn", "normal", SPEC, records.create_session("normal", "").id) for _ in range(2)]

@@ -433,3 +433,74 @@ def test_a_batching_worker_exits_when_its_batch_loop_dies(loaded: tuple[SetDLM, 
     finally:
         assert e.batcher is not None
         e.batcher.close()
+
+
+def test_a_held_turn_sits_out_while_another_runs_and_writes_what_it_writes_alone(
+        loaded: tuple[SetDLM, Tokenizer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn of a tenant held to its share (priority "held") steps while it is alone; once
+    another tenant's turn joins, every forward is that turn's only until it is done, and then
+    the held one goes on.  Both write the tokens each writes alone.  Deterministic: the held
+    turn's thread holds its first event until the other turn is in the batch."""
+    from model.decode import begin_turn, decode
+    from model.kv_cache import KVCache
+    from runtime.sessions import batcher as batcher_module
+
+    model, tok = loaded
+    params = [DecodeParams(policy="ar", window=1, max_new_tokens=48), DecodeParams(policy="set", window=4, tau=0.9,
+                                                                                  max_new_tokens=24)]
+    prompts = [[model.cfg.bos_id, *prompt_ids(tok, make_payload(random.Random(60 + i)))] for i in range(2)]
+    alone = []
+    for ids, p in zip(prompts, params, strict=True):
+        cache = KVCache.for_model(model.cfg)
+        alone.append([ev.tokens for ev in decode(model, cache, begin_turn(model, cache, None, ids, p), p)])
+    forwards: list[set[int]] = []  # per batched forward, which turns (0 held, 1 the other) stepped
+    caches: dict[int, int] = {}  # id(cache) -> turn
+    real = batcher_module.step_batch
+
+    def recording(m: SetDLM, seqs: list[tuple[PooledCache, object, DecodeParams]], commits: list[object]) -> object:
+        if seqs:
+            forwards.append({caches[id(c)] for c, _, _ in seqs})
+        return real(m, seqs, commits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batcher_module, "step_batch", recording)
+    pool, batcher = KVPool(model.cfg, 2 * _context(model)), Batcher(model, lead=4, chunk=1)
+    got: dict[int, list[list[int]]] = {0: [], 1: []}
+    joined = threading.Event()
+
+    def run(i: int) -> None:
+        cache = pool.take()
+        assert cache is not None
+        caches[id(cache)] = i
+        state = begin_turn(model, cache, None, prompts[i], params[i], batcher.commit)
+        for ev in batcher.steps(cache, state, params[i], "held" if i == 0 else "interactive"):
+            got[i].append(ev.tokens)
+            if i == 0 and len(got[0]) == 1:
+                threading.Thread(target=run_other, daemon=True).start()
+                deadline = time.monotonic() + 30
+                while not any(s.priority == "interactive" for s in batcher.running) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                joined.set()
+
+    errors: list[BaseException] = []
+    done_other = threading.Event()
+
+    def run_other() -> None:
+        try:
+            run(1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            done_other.set()
+
+    try:
+        run(0)
+        assert done_other.wait(60)
+    finally:
+        batcher.close()
+    assert not errors, errors
+    assert joined.is_set() and [got[0], got[1]] == alone, "each writes what it writes alone"
+    assert not any(f == {0, 1} for f in forwards), "never a forward of both: the held turn sat out"
+    first_other = next(i for i, f in enumerate(forwards) if 1 in f)
+    last_other = max(i for i, f in enumerate(forwards) if 1 in f)
+    assert all(f == {1} for f in forwards[first_other:last_other + 1]), "the other's forwards are its own"
+    assert 0 in forwards[0] and any(0 in f for f in forwards[last_other + 1:]), "held: before it joined, and after"
