@@ -4,6 +4,7 @@ and two SQL helpers.  Knows no lifecycle of its own."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -52,8 +53,10 @@ class JobTable:
             raise ClaimLost(f"job {job_id}: no longer held by this worker (lease expired, requeued or cancelled)")
 
 
+@functools.cache
 def waits_for_an_earlier_job() -> Any:
-    """A where-clause: the job's session has an unfinished job submitted before it."""
+    """A where-clause: the job's session has an unfinished job submitted before it.  Built once
+    (an expression is immutable): its alias cost 1.8 ms of the API's CPU at every submission."""
     earlier = aliased(JobRecord)
     return select(earlier.id).where(earlier.session_id == JobRecord.session_id, earlier.seq < JobRecord.seq,
                                     earlier.status.not_in(TERMINAL)).exists()

@@ -76,6 +76,7 @@ TOKEN_BYTES = 64 * 1024
 def _put(svc: Services, who: str, name: str, kind: str, raw: bytes) -> DatasetView:
     # first: a refused upload has paid for its parse too
     svc.limiter.take(who, min(svc.settings.tenant_burst, 1 + len(raw) // TOKEN_BYTES))
+    svc.datasets.room(who, name)  # a new name past tenant_max_datasets: refused before the parse
     try:
         if kind == "text/csv":
             rows = datasets.parse_csv(raw.decode("utf-8-sig"))  # a BOM first (Excel's "CSV UTF-8") is no header

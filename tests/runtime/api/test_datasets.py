@@ -125,8 +125,12 @@ def test_a_tenant_holds_at_most_its_datasets(make_api: Any) -> None:
     before = api.snapshot()
     r = api.http.put("/v1/datasets/c", json={"rows": ROWS}, headers=ACME)
     assert r.status_code == 409 and r.json()["error"]["code"] == "over_budget" and "tenant_max_datasets" in r.text
+    r = api.http.put("/v1/datasets/c", json={"rows": "not rows"}, headers=ACME)
+    assert r.status_code == 409, "refused before its body is parsed (a 10k-row parse is the API's costliest work)"
     assert api.snapshot() == before
     assert api.http.put("/v1/datasets/a", json={"rows": ROWS[:1]}, headers=ACME).status_code == 200  # a replace
+    got = api.http.get("/v1/datasets/a", headers=ACME).json()
+    assert got["rows"] == len(got["data"]) == 1 and len(ROWS) > 1, "replaced whole"
     assert api.http.put("/v1/datasets/c", json={"rows": ROWS}, headers=GLOBEX).status_code == 200  # its own count
 
 
