@@ -191,6 +191,19 @@ def worker_time(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, 
     return out
 
 
+def sent_after(admin: sa.Engine | None, url: str, data_dir: Path, jobs: list[dict[str, Any]]) -> None:
+    """Each of `jobs` (the slowest) gets its sent_s: how long after its row was written its
+    message went to the broker (the rest of its wait: in the broker, until a worker claimed it)."""
+    engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
+    table = f"{url.rsplit('%3D', 1)[1]}.jobs" if admin else "jobs"
+    with engine.connect() as c:
+        for j in jobs:
+            row = c.execute(sa.text(f"SELECT created_at, dispatched_at FROM {table} WHERE id = :id"), {"id": j["id"]}).first()
+            if row is not None and row[1]:
+                created = row[0] if isinstance(row[0], datetime) else datetime.fromisoformat(str(row[0]))
+                j["sent_s"] = round(float(row[1]) - created.timestamp(), 3)
+
+
 def abuser_usage(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, int]:
     """The abuser's row of tenant_usage: the sessions and turn bytes its quotas bound."""
     engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
@@ -281,6 +294,7 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
     lat: dict[str, list[float]] = {kind: [] for kind, _ in NORMAL_JOBS}
     waits: list[float] = []  # created -> started: in the queue and the broker
     runs: list[float] = []  # started -> finished: on a worker
+    slowest: list[tuple[float, str, float | None, float | None, str]] = []  # (latency, kind, wait, run, id) of each job
     ok = failed = 0
     stop = time.monotonic() + seconds
     lock = threading.Lock()
@@ -295,7 +309,8 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
                 time.sleep(think_s if n > i + 1 else 0.0)  # a pause after each job (not timed)
                 t = time.perf_counter()
                 try:
-                    done = c.wait(c.create_job(kind, spec)["id"], 600)
+                    job = c.create_job(kind, spec)["id"]
+                    done = c.wait(job, 600)
                 except Exception as e:  # noqa: BLE001 - counted: a refusal or an error is a failure
                     with lock:
                         failed += 1
@@ -311,6 +326,7 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
                         if wait is not None and run is not None:
                             waits.append(wait)
                             runs.append(run)
+                        slowest.append((time.perf_counter() - t, kind, wait, run, job))
                     else:
                         failed += 1
                         tally.errors.append(f"normal {kind} {done['status']}: {done.get('error')}"[:300])
@@ -326,7 +342,10 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
             "wait_p50_s": round(pct(waits, 0.5), 2), "wait_p99_s": round(pct(waits, 0.99), 2),
             "run_p50_s": round(pct(runs, 0.5), 2), "run_p99_s": round(pct(runs, 0.99), 2),
             "by_kind": {k: {"n": len(v), "p50_s": round(pct(v, 0.5), 2), "p99_s": round(pct(v, 0.99), 2)}
-                        for k, v in lat.items()}}
+                        for k, v in lat.items()},
+            # the three slowest jobs: where their time went (the p99 of ~100 jobs is the second slowest)
+            "slowest": [{"kind": k, "s": round(x, 2), "wait_s": w if w is None else round(w, 2),
+                         "run_s": r if r is None else round(r, 2), "id": j} for x, k, w, r, j in sorted(slowest, reverse=True)[:3]]}
 
 
 async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: set[str] | None = None) -> None:
@@ -502,6 +521,8 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     lost = drain(stack.url, tally.jobs, 300)
     sampling.set()
     usage = abuser_usage(admin, db_url, stack.s.data_dir)
+    for phase in (alone, beside):
+        sent_after(admin, db_url, stack.s.data_dir, phase["slowest"])
     used = int(r.info("memory")["used_memory"])
     r.close()
     ratio = beside["p99_s"] / alone["p99_s"] if alone["p99_s"] else float("nan")
