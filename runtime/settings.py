@@ -108,8 +108,10 @@ class Settings(BaseSettings):
     tenant_max_waiting: int | None = Field(default=None, ge=1)
     #: the workers' fair shares (runtime/jobs/fairness.py): a tenant whose jobs kept more of the
     #: workers busy over this window than the other active tenants (1.25x their mean, and half
-    #: its share at least) is sent at most its share at a time (the rest wait in SQL); 0 turns
-    #: the shares off
+    #: its share at least) is sent at most its share at a time (the rest wait in SQL), and its
+    #: turns sit out a batching worker's steps while another tenant's run; the same window for
+    #: an API process's shares (runtime/api/shares.py: a tenant keeping its turns busier than the
+    #: others waits before each request); 0 turns both off
     tenant_fair_window_s: float = Field(default=10.0, ge=0)
 
     # ---- what a tenant holds in SQL (runtime/sessions/quota.py, retention.py; runtime/db.py) ----

@@ -56,7 +56,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     # outermost last: a write's API key, then its body's size, then its charset (runtime/api/gate.py),
     # each before anything reads the body; then a keyed retry's replay; then the tenant's turn
     # (inside the replay: a retry waiting for its first request's answer holds no turn)
-    app.add_middleware(gate.Turns, inflight=settings.tenant_max_inflight)
+    app.add_middleware(gate.Turns, inflight=settings.tenant_max_inflight, fair_window_s=settings.tenant_fair_window_s)
     app.add_middleware(Idempotent)
     app.add_middleware(gate.Utf8)
     app.add_middleware(gate.Bounded, limit=settings.max_body_bytes)

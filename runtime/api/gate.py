@@ -7,7 +7,8 @@
     -> a JSON body's strings hold no lone surrogate (`\\ud800` alone)       -> 422 bad_input
 
 and, innermost (after an Idempotency-Key's replay), a tenant's turn: its requests run at most
-tenant_max_inflight at once in the process, the rest wait in order (Turns).
+tenant_max_inflight at once in the process, the rest wait in order, and a tenant over its share
+of the process waits before each (Turns; runtime/api/shares.py).
 
 A body is parsed only for a caller who may send one (a stranger's costs the service nothing but
 a header lookup), and a JSON body is UTF-8 as RFC 8259 says: Python's json would decode UTF-16
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -25,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
+from runtime.api.shares import ApiShares
 
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 UTF8 = {"utf-8", "utf8", "us-ascii", "ascii"}  # charsets whose bytes are UTF-8 (ASCII is a subset)
@@ -192,13 +195,17 @@ class Turns:
     flood's own rate falls to what those turns can serve.  A turn is held until the response
     starts: an event stream's long body holds none, and a route that waits long (a response
     awaited on the loop) gives its turn back first (release_turn).  Requests without a valid
-    key pass (their 401 is cheap); so do the page, /docs and /healthz (not under /v1/)."""
+    key pass (their 401 is cheap); so do the page, /docs and /healthz (not under /v1/).
+    A tenant that keeps its turns busier than the others while they are active waits, holding
+    its turn, before each request runs: at most its share of the process (runtime/api/shares.py)."""
 
-    def __init__(self, app: ASGIApp, inflight: int) -> None:
+    def __init__(self, app: ASGIApp, inflight: int, fair_window_s: float = 0.0) -> None:
+        """fair_window_s: the process's fair shares (runtime/api/shares.py; 0: none)."""
         self.app = app
         self.inflight = inflight
         self.turns: dict[str, asyncio.Semaphore] = {}  # tenant -> its turns (tenants: the key map's, bounded)
         self.waiting: dict[str, int] = {}
+        self.shares = ApiShares(fair_window_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tenant = self._tenant(scope)
@@ -216,13 +223,21 @@ class Turns:
             await turns.acquire()
         finally:
             self.waiting[tenant] -= 1
-        held = True
+        try:
+            wait = self.shares.wait_s(tenant)
+            if wait > 0:  # over its share of the process while others use it: its turn waits
+                await asyncio.sleep(wait)
+        except BaseException:  # the client left while it waited
+            turns.release()
+            raise
+        held, since = True, time.monotonic()
 
         def release() -> None:
             nonlocal held
             if held:
                 held = False
                 turns.release()
+                self.shares.charge(tenant, time.monotonic() - since)
 
         scope.setdefault("state", {})[RELEASE] = release
 
