@@ -14,6 +14,7 @@ from runtime.api import errors, gate
 from runtime.api.idempotency import Idempotent
 from runtime.api.routes import conversations, datasets, docs, jobs, models, ops, page, responses, schedules, sessions, webhooks
 from runtime.api.services import Services
+from runtime.api.shares import ApiShares
 from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
 from runtime.sessions import ceilings
@@ -53,14 +54,17 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     app.state.services = svc
     errors.install(app)
 
-    # outermost last: a write's API key, then its body's size, then its charset (runtime/api/gate.py),
-    # each before anything reads the body; then a keyed retry's replay; then the tenant's turn
-    # (inside the replay: a retry waiting for its first request's answer holds no turn)
-    app.add_middleware(gate.Turns, inflight=settings.tenant_max_inflight, fair_window_s=settings.tenant_fair_window_s)
+    # outermost last: a tenant over its share of the process waits, then a write's API key, its
+    # body's size, its charset (runtime/api/gate.py), each before anything reads the body; then a
+    # keyed retry's replay; then the tenant's turn (inside the replay: a retry waiting for its
+    # first request's answer holds no turn)
+    shares = ApiShares(settings.tenant_fair_window_s)  # charged by Turns, held to by Paced
+    app.add_middleware(gate.Turns, inflight=settings.tenant_max_inflight, shares=shares)
     app.add_middleware(Idempotent)
     app.add_middleware(gate.Utf8)
     app.add_middleware(gate.Bounded, limit=settings.max_body_bytes)
     app.add_middleware(gate.Authorized)
+    app.add_middleware(gate.Paced, shares=shares, inflight=settings.tenant_max_inflight)
 
     for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,
               webhooks.router, schedules.router, ops.router, page.router, docs.router):

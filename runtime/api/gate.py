@@ -7,8 +7,9 @@
     -> a JSON body's strings hold no lone surrogate (`\\ud800` alone)       -> 422 bad_input
 
 and, innermost (after an Idempotency-Key's replay), a tenant's turn: its requests run at most
-tenant_max_inflight at once in the process, the rest wait in order, and a tenant over its share
-of the process waits before each (Turns; runtime/api/shares.py).
+tenant_max_inflight at once in the process, the rest wait in order (Turns).  Before all of
+them, a tenant over its share of the process while other tenants use it waits (Paced;
+runtime/api/shares.py).
 
 A body is parsed only for a caller who may send one (a stranger's costs the service nothing but
 a header lookup), and a JSON body is UTF-8 as RFC 8259 says: Python's json would decode UTF-16
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 from collections.abc import Callable, MutableMapping
@@ -196,16 +198,15 @@ class Turns:
     starts: an event stream's long body holds none, and a route that waits long (a response
     awaited on the loop) gives its turn back first (release_turn).  Requests without a valid
     key pass (their 401 is cheap); so do the page, /docs and /healthz (not under /v1/).
-    A tenant that keeps its turns busier than the others while they are active waits, holding
-    its turn, before each request runs: at most its share of the process (runtime/api/shares.py)."""
+    The time each request holds its turn is charged to its tenant's share of the process
+    (runtime/api/shares.py: Paced holds a tenant over it at the door)."""
 
-    def __init__(self, app: ASGIApp, inflight: int, fair_window_s: float = 0.0) -> None:
-        """fair_window_s: the process's fair shares (runtime/api/shares.py; 0: none)."""
+    def __init__(self, app: ASGIApp, inflight: int, shares: ApiShares | None = None) -> None:
         self.app = app
         self.inflight = inflight
         self.turns: dict[str, asyncio.Semaphore] = {}  # tenant -> its turns (tenants: the key map's, bounded)
         self.waiting: dict[str, int] = {}
-        self.shares = ApiShares(fair_window_s)
+        self.shares = shares if shares is not None else ApiShares(0.0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tenant = self._tenant(scope)
@@ -223,13 +224,6 @@ class Turns:
             await turns.acquire()
         finally:
             self.waiting[tenant] -= 1
-        try:
-            wait = self.shares.wait_s(tenant)
-            if wait > 0:  # over its share of the process while others use it: its turn waits
-                await asyncio.sleep(wait)
-        except BaseException:  # the client left while it waited
-            turns.release()
-            raise
         held, since = True, time.monotonic()
 
         def release() -> None:
@@ -253,13 +247,51 @@ class Turns:
 
     @staticmethod
     def _tenant(scope: Scope) -> str | None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
-            return None
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        return _tenant(scope)
+
+
+class Paced:
+    """Outermost: a tenant over its share of the process while other tenants use it
+    (runtime/api/shares.py, charged by Turns) waits here before its request goes on, whatever
+    it is (a submission, a read, a body that the next gates refuse: a refusal costs a request
+    too, and a loop of them spins as fast as they are answered).  The wait holds no turn and
+    no thread; WAITING_PER_TURN x `inflight` of a tenant's requests wait at once at most, 429
+    beyond.  Requests without a valid key pass, as in Turns."""
+
+    def __init__(self, app: ASGIApp, shares: ApiShares, inflight: int) -> None:
+        self.app = app
+        self.shares = shares
+        self.most = WAITING_PER_TURN * inflight
+        self.waiting: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tenant = _tenant(scope)
+        wait = 0.0 if tenant is None else self.shares.wait_s(tenant)
+        if tenant is None or wait <= 0:
+            await self.app(scope, receive, send)
+            return
+        if self.waiting.get(tenant, 0) >= self.most:
+            await errors.body("rate_limited", f"tenant {tenant!r} is over its share of this API process while other "
+                              f"tenants use it, and has {self.most} requests waiting: retry later", 429, scope["path"],
+                              retry_after_s=math.ceil(wait))(scope, receive, send)
+            return
+        self.waiting[tenant] = self.waiting.get(tenant, 0) + 1
         try:
-            return tenant_of(scope["app"].state.services.keyring, headers)
-        except Unauthorized:
-            return None
+            await asyncio.sleep(wait)
+        finally:
+            self.waiting[tenant] -= 1
+        await self.app(scope, receive, send)
+
+
+def _tenant(scope: Scope) -> str | None:
+    """The tenant of a /v1/ request with a valid key (None: any other)."""
+    if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        return None
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    try:
+        return tenant_of(scope["app"].state.services.keyring, headers)
+    except Unauthorized:
+        return None
 
 
 RELEASE = "setflow.release_turn"

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from runtime.api.gate import Turns
+from runtime.api.gate import WAITING_PER_TURN, Paced, Turns
 from runtime.api.shares import BUSY, LEAD, MAX_WAIT_S, ApiShares
 from tests.runtime.api.test_turns import Held, call, settle
 
@@ -66,33 +66,44 @@ def test_the_others_leave_after_the_window_and_the_shares_turn_off_at_window_0()
     assert off.wait_s("abuser") == 0.0 and off.use == {}
 
 
-def test_turns_hold_a_heavy_tenants_request_for_its_wait_and_not_anothers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_heavy_tenants_request_waits_at_the_door_anothers_does_not_and_turns_charge_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """gate.Paced (outermost) holds the heavy tenant's request for its wait, whatever it is;
+    gate.Turns charges each request's turn to its tenant; past WAITING_PER_TURN x inflight
+    waiting, the heavy one's next request is refused 429 at once."""
     slept: list[float] = []
     real_sleep = asyncio.sleep
+    release = asyncio.Event()
 
-    async def sleep(s: float) -> None:  # a wait is recorded, not spent (settle's sleep(0)s are not waits)
+    async def sleep(s: float) -> None:  # a wait is recorded, and ends when the test says (settle's sleep(0)s are not waits)
         if s > 0:
             slept.append(s)
+            await release.wait()
         await real_sleep(0)
 
     async def scenario() -> None:
         held, out = Held(), {}
-        app = Turns(held, inflight=2, fair_window_s=10.0)
-        app.shares.wait_s("acme")
-        app.shares.charge("acme", 0.1)
-        app.shares.wait_s("globex")
-        app.shares.charge("globex", 6.0)  # globex kept a turn busy 0.6 of the window
+        shares = ApiShares(10.0)
+        app = Paced(Turns(held, inflight=1, shares=shares), shares, inflight=1)
+        shares.wait_s("acme")
+        shares.charge("acme", 0.1)
+        shares.wait_s("globex")
+        shares.charge("globex", 6.0)  # globex kept a turn busy 0.6 of the window
         monkeypatch.setattr(asyncio, "sleep", sleep)
         first = call(app, "/v1/hold/a0", "key-acme-0001", out)
         await settle()
         assert held.started == ["a0"] and slept == [], "the light tenant at once"
-        heavy = call(app, "/v1/hold/g0", "key-globex-01", out)
+        heavy = [call(app, f"/v1/hold/g{i}", "key-globex-01", out) for i in range(WAITING_PER_TURN + 1)]
         await settle()
-        assert held.started == ["a0", "g0"] and len(slept) == 1 and slept[0] > 0, "the heavy one after its wait"
-        for name in ("a0", "g0"):
+        assert held.started == ["a0"] and len(slept) == WAITING_PER_TURN and slept[0] > 0, "the heavy one waits"
+        assert out == {f"/v1/hold/g{WAITING_PER_TURN}": 429}, "past its waiting requests: refused at once"
+        release.set()
+        await settle()
+        assert held.started[:2] == ["a0", "g0"], "after its wait it runs (its turn, one at a time)"
+        for name in ["a0", *(f"g{i}" for i in range(WAITING_PER_TURN))]:
             held.gate(name).set()
-        await asyncio.gather(first, heavy)
-        assert out == {"/v1/hold/a0": 200, "/v1/hold/g0": 200}
-        assert app.shares.use["globex"][0] > 6.0 * 0.99, "its request's turn was charged to it"
+        await asyncio.gather(first, *heavy)
+        assert out["/v1/hold/a0"] == out["/v1/hold/g0"] == 200
+        assert shares.use["globex"][0] > 6.0 * 0.99 and shares.use["acme"][0] > 0.1 * 0.99, "their turns were charged"
 
     asyncio.run(scenario())
