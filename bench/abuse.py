@@ -82,6 +82,17 @@ NORMAL_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("report", {**REPORT, "outline": list(REPORT["outline"])[:2]})]
 
 
+def ceilings(seconds: float) -> dict[str, Any]:
+    """CEILINGS for phases of `seconds`: the event-stream bytes (and the budget that counts them)
+    grow with the run, 24 KiB a second, so that the normal tenant's own streams (a compacted
+    one is about 4.6 KB; it keeps them 24 h) fit two phases: at 8 MiB its submissions were
+    refused (`tenant_max_event_bytes`) about 10 minutes into a 600 s run, and waited out their
+    Retry-After."""
+    more = int(seconds) * 24 * 1024
+    return {**CEILINGS, "tenant_max_event_bytes": CEILINGS["tenant_max_event_bytes"] + more,
+            "tenant_budget_bytes": CEILINGS["tenant_budget_bytes"] + more}
+
+
 def pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
@@ -462,7 +473,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         if args.pin and len(everywhere) <= workers:
             ap.error(f"--pin: {workers} worker(s) need more than {len(everywhere)} cores (one left for the rest)")
         fair = {} if args.fair_window is None else {"tenant_fair_window_s": args.fair_window}
-        stack = Stack(Path(d), db_url, workers, pin=args.pin, **rate, **fair)
+        stack = Stack(Path(d), db_url, workers, pin=args.pin, **ceilings(seconds), **rate, **fair)
         postgres = pinned_postgres(stack.other_cores) if args.pin and admin is not None else []
         try:
             result = run(stack, seconds, clients, admin, db_url, args)
@@ -532,7 +543,7 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
            "errors": tally.errors[:20], "redis_peak_bytes": peak[0], "redis_used_end_bytes": used,
            "redis_maxmemory": MAXMEMORY, "db_bytes_before": db_before,
            "db_bytes_after": db_bytes(admin, db_url, stack.s.data_dir), "abuser_sql_usage": usage,
-           "ceilings": CEILINGS, "worker_time": worker_time(admin, db_url, stack.s.data_dir)}
+           "ceilings": {k: getattr(stack.s, k) for k in CEILINGS}, "worker_time": worker_time(admin, db_url, stack.s.data_dir)}
     print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with the abuser: "
           f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); "
           f"5xx {out['errors_5xx']}, lost {lost}; Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",
