@@ -209,7 +209,7 @@ class Turns:
         self.shares = shares if shares is not None else ApiShares(0.0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tenant = self._tenant(scope)
+        tenant = _tenant(scope)
         if tenant is None:
             await self.app(scope, receive, send)
             return
@@ -244,10 +244,6 @@ class Turns:
             await self.app(scope, receive, sending)
         finally:
             release()
-
-    @staticmethod
-    def _tenant(scope: Scope) -> str | None:
-        return _tenant(scope)
 
 
 class Paced:
