@@ -215,6 +215,45 @@ def sent_after(admin: sa.Engine | None, url: str, data_dir: Path, jobs: list[dic
                 j["sent_s"] = round(float(row[1]) - created.timestamp(), 3)
 
 
+def beside_abuser(admin: sa.Engine | None, url: str, data_dir: Path, slowest: list[dict[str, Any]],
+                  runs: list[tuple[str, float]]) -> dict[str, Any]:
+    """Where the normal jobs ran against the abuser's: each of the slowest gets its worker and the
+    seconds of its run that an abuser's job ran on the same worker (batched beside it) and on
+    another; the normal jobs' run p50/p99 split by whether an abuser's job shared their worker
+    at all (what the batch costs a job, against what the shared cores do)."""
+    engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
+    table = f"{url.rsplit('%3D', 1)[1]}.jobs" if admin else "jobs"
+    with engine.connect() as c:
+        rows = c.execute(sa.text(f"SELECT id, tenant, worker, started_at, finished_at FROM {table} "
+                                 "WHERE started_at IS NOT NULL AND finished_at IS NOT NULL")).all()
+
+    def ts(x: Any) -> float:
+        return (x if isinstance(x, datetime) else datetime.fromisoformat(str(x))).timestamp()
+
+    spans = {i: (tenant, worker, ts(a), ts(b)) for i, tenant, worker, a, b in rows}
+    theirs = [v for v in spans.values() if v[0] == "abuser"]
+
+    def overlap(job: str) -> tuple[str | None, float, float]:
+        _, worker, a, b = spans[job]
+        same = other = 0.0
+        for _, w, x, y in theirs:
+            o = max(0.0, min(b, y) - max(a, x))
+            if w == worker:
+                same += o
+            else:
+                other += o
+        return worker, round(same, 2), round(other, 2)
+
+    for j in slowest:
+        if j["id"] in spans:
+            j["worker"], j["abuser_same_worker_s"], j["abuser_other_worker_s"] = overlap(j["id"])
+    shared = [run for job, run in runs if job in spans and overlap(job)[1] > 0]
+    apart = [run for job, run in runs if job in spans and overlap(job)[1] == 0]
+    return {"n": len(shared), "run_p50_s": round(pct(shared, 0.5), 2), "run_p99_s": round(pct(shared, 0.99), 2),
+            "apart_n": len(apart), "apart_run_p50_s": round(pct(apart, 0.5), 2),
+            "apart_run_p99_s": round(pct(apart, 0.99), 2)}
+
+
 def abuser_usage(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, int]:
     """The abuser's row of tenant_usage: the sessions and turn bytes its quotas bound."""
     engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
@@ -305,6 +344,7 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
     lat: dict[str, list[float]] = {kind: [] for kind, _ in NORMAL_JOBS}
     waits: list[float] = []  # created -> started: in the queue and the broker
     runs: list[float] = []  # started -> finished: on a worker
+    ran: list[tuple[str, float]] = []  # (id, run) of each job
     slowest: list[tuple[float, str, float | None, float | None, str]] = []  # (latency, kind, wait, run, id) of each job
     ok = failed = 0
     stop = time.monotonic() + seconds
@@ -337,6 +377,7 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
                         if wait is not None and run is not None:
                             waits.append(wait)
                             runs.append(run)
+                            ran.append((job, run))
                         slowest.append((time.perf_counter() - t, kind, wait, run, job))
                     else:
                         failed += 1
@@ -356,7 +397,8 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
                         for k, v in lat.items()},
             # the three slowest jobs: where their time went (the p99 of ~100 jobs is the second slowest)
             "slowest": [{"kind": k, "s": round(x, 2), "wait_s": w if w is None else round(w, 2),
-                         "run_s": r if r is None else round(r, 2), "id": j} for x, k, w, r, j in sorted(slowest, reverse=True)[:3]]}
+                         "run_s": r if r is None else round(r, 2), "id": j} for x, k, w, r, j in sorted(slowest, reverse=True)[:3]],
+            "_ran": ran}  # run() takes it out
 
 
 async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: set[str] | None = None) -> None:
@@ -534,6 +576,7 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     usage = abuser_usage(admin, db_url, stack.s.data_dir)
     for phase in (alone, beside):
         sent_after(admin, db_url, stack.s.data_dir, phase["slowest"])
+        phase["beside_abuser"] = beside_abuser(admin, db_url, stack.s.data_dir, phase["slowest"], phase.pop("_ran"))
     used = int(r.info("memory")["used_memory"])
     r.close()
     ratio = beside["p99_s"] / alone["p99_s"] if alone["p99_s"] else float("nan")

@@ -128,6 +128,9 @@ class Keys:
     def alive(self, worker: str) -> str:
         return f"{self.prefix}:alive:{worker}"
 
+    def busy(self, worker: str) -> str:
+        return f"{self.prefix}:busy:{worker}"
+
     @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"

@@ -25,14 +25,18 @@ Outcomes of a delivery:
 The job's outcome is written to SQL (retried while the database is away); the events and the
 admission of its tenant's next jobs after it are best effort (the reaper admits them anyway).
 The time it held this worker's slot is charged to its tenant's use (runtime/jobs/fairness.py).
+The jobs this process runs are told to routing at each start and end (Routing.running: a
+worker running none gets the next job that has no warm worker).
 An ended job's stream is due for compaction (JobEvents.ended: the reaper keeps its final events).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -107,6 +111,25 @@ class Backoff:
         return delay
 
 
+class _Running:
+    """The jobs this process runs now, per tenant (a batching worker runs several on its
+    threads), said to routing at each change: a count Redis missed is said again at the next."""
+
+    def __init__(self) -> None:
+        self.jobs: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, rt: Runtime, tenant: str, d: int) -> None:
+        with self._lock:
+            self.jobs[tenant] += d
+            if self.jobs[tenant] <= 0:
+                del self.jobs[tenant]
+            _quietly(lambda: rt.dispatcher.routing.running(rt.worker, self.jobs))
+
+
+_running = _Running()
+
+
 def run(rt: Runtime, job_id: str) -> Outcome:
     """Run the job if this delivery may; returns what happened (for logs and tests)."""
     started = time.monotonic()  # the delivery's time limits count from here (JobContext)
@@ -120,7 +143,11 @@ def run(rt: Runtime, job_id: str) -> Outcome:
     job, owner = claim.job, claim.owner
     _quietly(lambda: rt.dispatcher.admit(job.tenant))  # it left the broker: its tenant's next may go
     held = time.monotonic()
-    out = _run_claimed(rt, job, owner, started)
+    _running.add(rt, job.tenant, 1)
+    try:
+        out = _run_claimed(rt, job, owner, started)
+    finally:
+        _running.add(rt, job.tenant, -1)
     # the slot its tenant kept busy, before the admissions at its end see the tenant's use
     _quietly(lambda: rt.dispatcher.fairness.charge(job.tenant, time.monotonic() - held))
     if out.what == "requires_action" and out.result is not None:

@@ -38,6 +38,10 @@ WEBHOOKS_PER_PASS = 100  # messages one sender pass takes at most (its endpoints
 
 def _beat(settings: Settings, worker: str) -> None:
     routing = Routing(redis_client(settings), settings)
+    try:
+        routing.running(worker, {})  # the counts an earlier process of this name left behind
+    except Exception:  # noqa: BLE001 - Redis away: the first job's start says it again
+        log.warning("could not clear this worker's running count", exc_info=True)
     while not _stop.is_set():
         try:
             routing.beat(worker, settings.batch_sessions or 1)  # its slots: the jobs it runs at once

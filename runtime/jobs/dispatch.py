@@ -194,10 +194,11 @@ class Dispatcher:
     def _send(self, jobs: list[JobRecord]) -> int:
         """Send each of `jobs` (Jobs.admissible's) that no other admission took; a failed send
         is left to the reaper, with the rest.  Returns the jobs sent."""
-        sent = 0
+        sent, active = 0, None
         for job in jobs:
             try:
-                queue = self.routing.route(job.session_id, job.priority, job.pool)
+                active = self.fairness.active() if active is None else active  # once a call
+                queue = self.routing.route(job.session_id, job.priority, job.pool, job.tenant, active)
             except redis.RedisError:  # affinity unknown: any worker of its pool can restore the session
                 queue = self.routing.shared(job.priority, job.pool)
             if not self.jobs.mark_sending(job.id, queue):  # another admission took it
@@ -230,7 +231,7 @@ class Dispatcher:
 
     def send_job(self, job: JobRecord, shared: bool = False) -> str:
         queue = (self.routing.shared(job.priority, job.pool) if shared
-                 else self.routing.route(job.session_id, job.priority, job.pool))
+                 else self.routing.route(job.session_id, job.priority, job.pool, job.tenant, self.fairness.active()))
         self.jobs.mark_dispatched(job.id, queue)  # before the send: a fast worker must not see it unsent
         self.send(job.id, queue, job.priority)
         return queue

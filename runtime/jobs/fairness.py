@@ -15,7 +15,9 @@ other tenant's are sent as before: at most the slots' worth waiting in the broke
 run.  So a light tenant's job goes ahead of a heavy tenant's backlog and waits behind at most
 `share` of its messages; on a batching worker the heavy tenant's turns sit out the steps while
 another tenant's turn is in the batch (Dispatcher.held: runtime/sessions/batcher.py's "held"
-class), so that a light tenant's job runs there as fast as without them.
+class), so that a light tenant's turns step there as fast as without them.  Where a job goes
+(runtime/jobs/routing.py's Routing.place) reads the tenants active here too: a tenant keeps to
+workers of its own while it holds its share of them.
 
 The share counts worker processes, not their batch slots: a batching worker's slots share its
 cores, so a tenant that fills them takes the whole process however many slots are left.  Where
@@ -92,6 +94,14 @@ return 1
 """
 
 
+# KEYS[1] active zset; ARGV: window s.  The tenants admitted within the window.
+_ACTIVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+return redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+"""
+
+
 class Fairness:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.s = settings
@@ -99,6 +109,7 @@ class Fairness:
         self.keys = [k.fair_active, k.fair_use, k.fair_total]
         self._view = client.register_script(_VIEW)
         self._charge = client.register_script(_CHARGE)
+        self._active = client.register_script(_ACTIVE)
 
     @property
     def on(self) -> bool:
@@ -119,6 +130,13 @@ class Fairness:
         if mine > LEAD * others and mine / self.s.tenant_fair_window_s > BUSY * share:
             return max(1, math.floor(share))
         return None
+
+    def active(self) -> int:
+        """The tenants active now (admitted within the window), at least 1; 1 with the shares
+        off (where a job is placed: runtime/jobs/routing.py's Routing.place)."""
+        if not self.on:
+            return 1
+        return max(1, int(self._active(keys=self.keys[:1], args=[self.s.tenant_fair_window_s])))
 
     def charge(self, tenant: str, seconds: float) -> None:
         """A job of the tenant held a worker's slot this long (it left it now)."""

@@ -13,19 +13,33 @@ Queues (every name starts with the key prefix, so deployments sharing a broker s
 A worker says it is alive by refreshing `{p}:alive:{worker}` (TTL: three heartbeats) and its
 time in `{p}:workers` (the list of live workers reads that sorted set: O(log n), no scan).  After a
 turn it records itself as the session's last worker (`{p}:aff:{session}`, TTL affinity_ttl_s).
+While it runs jobs, `{p}:busy:{worker}` holds how many of each tenant's (a hash, said at each
+job's start and end).
+
 A session's next job goes to that worker's queue while the worker is alive and not busy past a
-bound (its own queue's backlog), else to the shared queue of its priority (and of its model
-and numerics), where any worker that hosts them restores the session from Redis.
+bound (its own queue's backlog).  Any other job is placed (Routing.place) on a worker of its
+model and numerics: while its tenant runs on fewer workers than its share (the live workers /
+the tenants active lately, at least 1), an idle one (none running, none in its own queue; at
+random among them), else one running only its tenant's jobs (fewer than affinity_max_waiting
+in its own queue); past its share, the latter first, then an idle one.  None such: the shared queue of its priority (and pool), where
+any worker that hosts them restores the session from Redis.  A shared queue goes to whichever
+worker polls first, often one running another tenant's jobs already: a job that shared a
+worker process with another tenant's took twice its time alone, however their turns were
+batched (its Python, its prefills and its SQL share one interpreter), while the other worker
+sat idle (docs/BENCHMARKS.md, "Placed on workers of their own").  Placed, a tenant's jobs
+keep to workers of their own while there are workers enough, and spread over the idle ones
+while nobody else needs them.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
 import redis
 
-from runtime.jobs.hosts import Hosts
+from runtime.jobs.hosts import Host, Hosts
 from runtime.keys import Keys
 from runtime.replies import text as _text
 from runtime.settings import Settings
@@ -54,12 +68,25 @@ def own_queue(settings: Settings, worker: str) -> str:
     return f"{settings.key_prefix}.w.{worker}"
 
 
+# KEYS[1] a worker's busy hash; ARGV: its TTL s, then tenant, count, ...: the hash becomes
+# exactly those (none: gone), in one step (no reader sees it empty between two writes)
+_RUNNING = """
+redis.call('DEL', KEYS[1])
+if #ARGV > 1 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+return 1
+"""
+
+
 class Routing:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.r = client
         self.s = settings
         self.k = Keys(settings.key_prefix)
         self.depth = QueueDepth(settings, client)
+        self._running = client.register_script(_RUNNING)
 
     # ---- queue names ------------------------------------------------------------------------
 
@@ -88,6 +115,7 @@ class Routing:
     def gone(self, worker: str) -> None:
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(self.k.alive(worker))
+        pipe.delete(self.k.busy(worker))
         pipe.zrem(self.k.workers, worker)
         pipe.execute()
 
@@ -121,21 +149,69 @@ class Routing:
         w = self.r.get(self.k.affinity(session))
         return _text(w) if w is not None else None
 
-    def route(self, session: str | None, priority: str, pool: str = "") -> str:
+    def running(self, worker: str, jobs: dict[str, int]) -> None:
+        """The jobs the worker runs now, per tenant (said at each start and end):
+        `{p}:busy:{worker}` while there are any.  It expires after the hard time limit, so that
+        a count a crash left behind (the process gone between a start and its end) does not
+        keep the worker busy for ever; the next start or end says them all again."""
+        flat = [x for t, n in jobs.items() if n > 0 for x in (t, n)]
+        self._running(keys=[self.k.busy(worker)], args=[self.s.task_time_limit_s, *flat])
+
+    def place(self, tenant: str, pool: str = "", active: int = 1) -> str | None:
+        """A worker for a job of `tenant` with no warm worker, or None (the shared queue): see
+        the module's doc.  active: the tenants active lately (runtime/jobs/fairness.py), this
+        one among them.  None too where one worker lives (its own queue and the shared one are
+        the same to it)."""
+        live = self.live_workers()
+        if len(live) < 2:
+            return None
+        pipe = self.r.pipeline(transaction=False)  # one round trip for them all
+        for w in live:
+            pipe.hgetall(self.k.busy(w))
+            pipe.get(self.k.host(w))
+        got = pipe.execute()
+        runs = {w: {_text(t): int(n) for t, n in busy.items() if _text(n).isdigit() and int(n) > 0}
+                for w, busy, host in zip(live, got[::2], got[1::2], strict=True) if not pool or _pool(host) == pool}
+        workers = list(runs)
+        if len(workers) < 2:
+            return None
+        random.shuffle(workers)  # ties at random
+        idle = [w for w in workers if not runs[w]]
+        mine = sorted((w for w in workers if set(runs[w]) == {tenant}), key=lambda w: runs[w][tenant])  # least busy first
+        holds = sum(tenant in runs[w] for w in workers)
+        share = max(1, len(workers) // max(1, active))
+        # an idle worker with nothing on its way; one of its own with fewer than
+        # affinity_max_waiting (a burst of its jobs stays there rather than spilling over)
+        room = {**{w: 1 for w in idle}, **{w: self.s.affinity_max_waiting for w in mine}}
+        for w in (idle + mine if holds < share else mine + idle):
+            if self.depth(self.own(w)) < room[w]:
+                return w
+        return None
+
+    def route(self, session: str | None, priority: str, pool: str = "", tenant: str = "", active: int = 1) -> str:
         """The queue for a job: the session's last worker's, while it is alive, hosts the
         session's model and numerics (pool) and its own queue holds fewer than
-        affinity_max_waiting messages; else the shared queue of its priority and pool (a busy
-        worker's session is restored from Redis by another rather than waiting behind its
-        backlog)."""
+        affinity_max_waiting messages; else a worker's placed for its tenant (Routing.place);
+        else the shared queue of its priority and pool (a busy worker's session is restored
+        from Redis by another rather than waiting behind its backlog)."""
         w = self.last_worker(session) if session is not None else None
         if w is not None and self.alive(w) and self.depth(self.own(w)) < self.s.affinity_max_waiting \
                 and (not pool or self._hosts(w, pool)):
             return self.own(w)
-        return self.shared(priority, pool)
+        placed = self.place(tenant, pool, active)
+        return self.own(placed) if placed is not None else self.shared(priority, pool)
 
     def _hosts(self, worker: str, pool: str) -> bool:
         host = Hosts(self.r, self.s).of(worker)
         return host is not None and host.pool == pool
+
+
+def _pool(host: Any) -> str | None:
+    """The pool of a worker's published host (runtime/jobs/hosts.py), None where it has none."""
+    try:
+        return Host.parse(_text(host)).pool if host is not None else None
+    except ValueError:
+        return None
 
 
 def consumed_by(settings: Settings, worker: str, pool: str = "") -> list[str]:

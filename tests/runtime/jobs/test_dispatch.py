@@ -431,3 +431,51 @@ def test_a_batch_writes_what_submit_would_and_returns_the_specs_refused_for_good
         d.submit_batch("acme", [("turn", good, ids[3], tick)] * 4)
     assert int(float(client.hget(f"{d.s.key_prefix}:rl:acme", "tokens") or 0)) == left
     assert not d.jobs.existing([ids[3]])
+
+
+def test_a_job_with_no_warm_worker_is_placed_on_a_worker_of_its_tenant_or_an_idle_one(
+        env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    """Routing.place: a job whose session has no warm worker goes to the own queue of a live
+    worker with nothing waiting: an idle one while its tenant runs on fewer workers than its
+    share (workers / tenants active), else one running only its tenant's jobs; not to the
+    shared queue, where a worker running another tenant's jobs may take it.  None such, or one
+    worker alive: the shared queue, as before.  A session's warm worker still comes first."""
+    d, sent, sid = env
+    p, r = d.s.key_prefix, d.routing
+    r.beat("w1", 6)
+    assert r.route(None, "interactive", "", "acme") == f"{p}.interactive", "one worker alive: the shared queue"
+    r.beat("w2", 6)
+    r.running("w1", {"globex": 1})  # w1 runs another tenant's job: w2 is the idle one
+    assert {r.route(None, "interactive", "", "acme") for _ in range(10)} == {f"{p}.w.w2"}
+    assert r.route(None, "batch", "", "acme") == f"{p}.w.w2"
+    job = d.submit("turn", "acme", SPEC, sid)
+    assert sent[-1] == (job.id, f"{p}.w.w2") and d.jobs.get(job.id).queue == f"{p}.w.w2"
+    own = d.k.broker + f"{p}.w.w2"
+    client.rpush(own, b"waiting")  # one sent to w2 and not taken yet: w2 is not a place
+    assert r.route(None, "interactive", "", "acme") == f"{p}.interactive"
+    client.delete(own)
+    # two tenants active: a share of 1 worker each
+    r.running("w2", {"acme": 2})
+    assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.w.w2", "its own worker, not globex's"
+    assert r.route(None, "interactive", "", "globex", active=2) == f"{p}.w.w1"
+    assert r.route(None, "interactive", "", "initech", active=3) == f"{p}.interactive", "none idle, none its own"
+    r.running("w1", {})
+    assert not client.exists(d.k.busy("w1"))
+    assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.w.w2", "at its share: its own worker first"
+    assert {r.route(None, "interactive", "", "acme", active=1) for _ in range(10)} == {f"{p}.w.w1"}, \
+        "alone (its share: both): the idle one first"
+    assert r.route(None, "interactive", "", "globex", active=2) == f"{p}.w.w1"
+    r.running("w1", {"acme": 3})
+    assert {r.route(None, "interactive", "", "acme", active=2) for _ in range(10)} == {f"{p}.w.w2"}, \
+        "of its own workers, the least busy (w2 runs 2)"
+    r.running("w1", {"globex": 1, "acme": 1})  # both tenants on w1: its own for neither
+    assert r.route(None, "interactive", "", "globex", active=2) == f"{p}.interactive"
+    r.touch(sid, "w1")
+    assert r.route(sid, "interactive", "", "acme") == f"{p}.w.w1", "a warm worker comes first, busy or not"
+    r.running("w1", {})
+    r.running("w2", {})
+    assert r.route(None, "interactive", "other.cpu-float32", "acme") == f"{p}.h.other.cpu-float32.interactive", \
+        "an idle worker that does not host the job's model is not one"
+    r.gone("w2")
+    assert r.route(None, "interactive", "", "acme") == f"{p}.interactive", "one worker alive again"
+    r.gone("w1")
