@@ -25,8 +25,8 @@ Outcomes of a delivery:
 The job's outcome is written to SQL (retried while the database is away); the events and the
 admission of its tenant's next jobs after it are best effort (the reaper admits them anyway).
 The time it held this worker's slot is charged to its tenant's use (runtime/jobs/fairness.py).
-The jobs this process runs are told to routing at each start and end (Routing.running: a
-worker running none gets the next job that has no warm worker).
+The jobs this process runs are told to routing at each start and end, per tenant
+(Routing.running: where the next job with no warm worker goes reads them, Routing.place).
 An ended job's stream is due for compaction (JobEvents.ended: the reaper keeps its final events).
 """
 
@@ -112,19 +112,21 @@ class Backoff:
 
 
 class _Running:
-    """The jobs this process runs now, per tenant (a batching worker runs several on its
-    threads), said to routing at each change: a count Redis missed is said again at the next."""
+    """The jobs this process runs now, per worker name and tenant (a batching worker runs
+    several on its threads), said to routing at each change: a count Redis missed is said again
+    at the next."""
 
     def __init__(self) -> None:
-        self.jobs: Counter[str] = Counter()
+        self.jobs: dict[str, Counter[str]] = {}
         self._lock = threading.Lock()
 
     def add(self, rt: Runtime, tenant: str, d: int) -> None:
         with self._lock:
-            self.jobs[tenant] += d
-            if self.jobs[tenant] <= 0:
-                del self.jobs[tenant]
-            _quietly(lambda: rt.dispatcher.routing.running(rt.worker, self.jobs))
+            jobs = self.jobs.setdefault(rt.worker, Counter())
+            jobs[tenant] += d
+            if jobs[tenant] <= 0:
+                del jobs[tenant]
+            _quietly(lambda: rt.dispatcher.routing.running(rt.worker, jobs))
 
 
 _running = _Running()

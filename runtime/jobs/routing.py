@@ -20,8 +20,9 @@ A session's next job goes to that worker's queue while the worker is alive and n
 bound (its own queue's backlog).  Any other job is placed (Routing.place) on a worker of its
 model and numerics: while its tenant runs on fewer workers than its share (the live workers /
 the tenants active lately, at least 1), an idle one (none running, none in its own queue; at
-random among them), else one running only its tenant's jobs (fewer than affinity_max_waiting
-in its own queue); past its share, the latter first, then an idle one.  None such: the shared queue of its priority (and pool), where
+random among them), else the least busy one running only its tenant's jobs with a slot free
+(its jobs running and in its own queue fewer than its slots); past its share, the latter
+first, then an idle one.  None such: the shared queue of its priority (and pool), where
 any worker that hosts them restores the session from Redis.  A shared queue goes to whichever
 worker polls first, often one running another tenant's jobs already: a job that shared a
 worker process with another tenant's took twice its time alone, however their turns were
@@ -169,9 +170,14 @@ class Routing:
         for w in live:
             pipe.hgetall(self.k.busy(w))
             pipe.get(self.k.host(w))
+            pipe.get(self.k.alive(w))  # its slots
         got = pipe.execute()
-        runs = {w: {_text(t): int(n) for t, n in busy.items() if _text(n).isdigit() and int(n) > 0}
-                for w, busy, host in zip(live, got[::2], got[1::2], strict=True) if not pool or _pool(host) == pool}
+        runs: dict[str, dict[str, int]] = {}  # worker -> its running jobs per tenant
+        slots: dict[str, int] = {}  # worker -> the jobs it runs at once (its beat says)
+        for w, busy, host, alive in zip(live, got[::3], got[1::3], got[2::3], strict=True):
+            if not pool or _pool(host) == pool:
+                runs[w] = {_text(t): int(n) for t, n in busy.items() if _text(n).isdigit() and int(n) > 0}
+                slots[w] = int(alive) if alive is not None and _text(alive).isdigit() else 1
         workers = list(runs)
         if len(workers) < 2:
             return None
@@ -180,11 +186,13 @@ class Routing:
         mine = sorted((w for w in workers if set(runs[w]) == {tenant}), key=lambda w: runs[w][tenant])  # least busy first
         holds = sum(tenant in runs[w] for w in workers)
         share = max(1, len(workers) // max(1, active))
-        # an idle worker with nothing on its way; one of its own with fewer than
-        # affinity_max_waiting (a burst of its jobs stays there rather than spilling over)
-        room = {**{w: 1 for w in idle}, **{w: self.s.affinity_max_waiting for w in mine}}
+        # an idle worker with nothing on its way; one of its own with a slot free for it (its
+        # jobs running and on their way fewer than its slots: never one that would leave the
+        # job waiting; a burst of the tenant's jobs stays there rather than spilling over onto
+        # another tenant's worker)
+        room = {**{w: 1 for w in idle}, **{w: slots[w] - sum(runs[w].values()) for w in mine}}
         for w in (idle + mine if holds < share else mine + idle):
-            if self.depth(self.own(w)) < room[w]:
+            if room[w] > 0 and self.depth(self.own(w)) < room[w]:
                 return w
         return None
 

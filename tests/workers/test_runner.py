@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -21,6 +22,7 @@ from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.rows import Jobs
+from runtime.keys import Keys
 from runtime.sessions.engine import Engine
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
@@ -90,6 +92,32 @@ def test_a_job_waits_out_a_full_redis_and_its_ended_stream_keeps_its_final_event
         assert len([e for e in left if e["type"] == "progress"]) <= 1
         sql.dispose()
         client.close()
+
+
+def test_a_worker_says_the_jobs_it_runs_per_tenant_while_they_run(
+        client: redis.Redis, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing.running, from the runner: a job's tenant counts on its worker from its claim to its
+    end (where the next job with no warm worker goes reads it: Routing.place), and is gone after."""
+    model, tok = shipped.load()
+    s = settings.model_copy(update={"data_dir": tmp_path})
+    sql = make_engine(s)
+    records, jobs = Records(sql), Jobs(sql, s)
+    dispatcher = Dispatcher(client, jobs, lambda job_id, queue, priority="interactive": None)
+    rt = Runtime(s, "w1", Engine(model, SessionStore(client, s), records, s), tok, jobs, dispatcher)
+    busy = Keys(s.key_prefix).busy("w1")
+    seen: list[dict[Any, Any]] = []
+    real = runner._run_claimed
+
+    def spy(*args: Any) -> runner.Outcome:
+        seen.append(client.hgetall(busy))
+        return real(*args)
+
+    monkeypatch.setattr(runner, "_run_claimed", spy)
+    job, _ = jobs.create("turn", "acme", {"text": "Hello there.", "params": {"max_new_tokens": 4}},
+                         records.create_session("acme", "").id)
+    assert runner.run(rt, job.id).what == "succeeded"
+    assert seen == [{b"acme": b"1"}] and not client.exists(busy)
+    sql.dispose()
 
 
 def test_the_backoff_doubles_to_five_seconds_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
