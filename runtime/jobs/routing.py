@@ -22,14 +22,14 @@ model and numerics: while its tenant runs on fewer workers than its share (the l
 the tenants active lately, at least 1), an idle one (none running, none in its own queue; at
 random among them), else the least busy one running only its tenant's jobs with a slot free
 (its jobs running and in its own queue fewer than its slots); past its share, the latter
-first, then an idle one.  None such: the shared queue of its priority (and pool), where
+first, then an idle one.  A tenant alone (no other active within the window), or none such:
+the shared queue of its priority (and pool), where
 any worker that hosts them restores the session from Redis.  A shared queue goes to whichever
 worker polls first, often one running another tenant's jobs already: a job that shared a
 worker process with another tenant's took twice its time alone, however their turns were
-batched (its Python, its prefills and its SQL share one interpreter), while the other worker
+batched (the jobs' Python, SQL and events share one interpreter), while the other worker
 sat idle (docs/BENCHMARKS.md, "Placed on workers of their own").  Placed, a tenant's jobs
-keep to workers of their own while there are workers enough, and spread over the idle ones
-while nobody else needs them.
+keep to workers of their own while there are workers enough.
 """
 
 from __future__ import annotations
@@ -161,9 +161,12 @@ class Routing:
     def place(self, tenant: str, pool: str = "", active: int = 1) -> str | None:
         """A worker for a job of `tenant` with no warm worker, or None (the shared queue): see
         the module's doc.  active: the tenants active lately (runtime/jobs/fairness.py), this
-        one among them.  None too where one worker lives (its own queue and the shared one are
-        the same to it)."""
-        live = self.live_workers()
+        one among them.  None too for a tenant alone, or where one worker lives (its own queue
+        and the shared one are the same to it)."""
+        # a tenant alone keeps nobody apart: the shared queue, as before (placed, a burst of one
+        # tenant's new sessions split 7 / 5 over two 6-slot workers: bench/load.py 6.7-7.4
+        # turns/s against 7.5-8.0, p99 2.5-2.7 s against 1.8-2.3)
+        live = self.live_workers() if active > 1 else []
         if len(live) < 2:
             return None
         pipe = self.r.pipeline(transaction=False)  # one round trip for them all

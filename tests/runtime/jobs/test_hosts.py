@@ -72,14 +72,14 @@ def test_jobs_go_only_to_workers_that_host_their_sessions_model_and_numerics(
     job = d.submit("turn", "acme", SPEC, placed[QWEN], priority="batch")
     assert d.send_job(d.jobs.get(job.id), shared=True) == d.routing.shared("batch", QWEN.pool)
     assert serves(d, "w-qwen", d.routing.shared("batch", QWEN.pool)) and not serves(d, "w-cpu", sent[-1][1])
-    # idle workers: a job with no warm worker goes to an idle one's own queue, of its pool only
+    # idle workers (two tenants active): a job with no warm worker goes to an idle one's own queue, of its pool only
     # (a pool of one worker: its shared queue, the same to that worker)
     for worker in FLEET:
         d.routing.running(worker, {})
-    assert {d.routing.route(None, "interactive", CPU.pool, "acme") for _ in range(20)} == \
+    assert {d.routing.route(None, "interactive", CPU.pool, "acme", active=2) for _ in range(20)} == \
         {d.routing.own("w-cpu"), d.routing.own("w-cpu2")}
     for host in (GPU, QWEN):
-        assert d.routing.route(None, "interactive", host.pool, "acme") == d.routing.shared("interactive", host.pool)
+        assert d.routing.route(None, "interactive", host.pool, "acme", active=2) == d.routing.shared("interactive", host.pool)
 
 
 def test_a_model_or_numerics_nobody_hosts_is_refused(fleet: tuple[Dispatcher, Sent, Hosts]) -> None:
