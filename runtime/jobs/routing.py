@@ -190,9 +190,9 @@ class Routing:
         holds = sum(tenant in runs[w] for w in workers)
         share = max(1, len(workers) // max(1, active))
         # an idle worker with nothing on its way; one of its own with a slot free for it (its
-        # jobs running and on their way fewer than its slots: never one that would leave the
-        # job waiting; a burst of the tenant's jobs stays there rather than spilling over onto
-        # another tenant's worker)
+        # jobs running and on their way fewer than its slots, not one whose slots are taken; a
+        # burst of the tenant's jobs stays there rather than spilling over onto another
+        # tenant's worker)
         room = {**{w: 1 for w in idle}, **{w: slots[w] - sum(runs[w].values()) for w in mine}}
         for w in (idle + mine if holds < share else mine + idle):
             if room[w] > 0 and self.depth(self.own(w)) < room[w]:
