@@ -247,8 +247,9 @@ def beside_abuser(admin: sa.Engine | None, url: str, data_dir: Path, slowest: li
     for j in slowest:
         if j["id"] in spans:
             j["worker"], j["abuser_same_worker_s"], j["abuser_other_worker_s"] = overlap(j["id"])
-    shared = [run for job, run in runs if job in spans and overlap(job)[1] > 0]
-    apart = [run for job, run in runs if job in spans and overlap(job)[1] == 0]
+    same = {job: overlap(job)[1] for job, _ in runs if job in spans}  # each job's once
+    shared = [run for job, run in runs if job in same and same[job] > 0]
+    apart = [run for job, run in runs if job in same and same[job] == 0]
     return {"n": len(shared), "run_p50_s": round(pct(shared, 0.5), 2), "run_p99_s": round(pct(shared, 0.99), 2),
             "apart_n": len(apart), "apart_run_p50_s": round(pct(apart, 0.5), 2),
             "apart_run_p99_s": round(pct(apart, 0.99), 2)}

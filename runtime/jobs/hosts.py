@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -48,6 +49,15 @@ class Host:
         """ValueError for a string that is no host's id."""
         model, device, dtype, fp = host_id.split("/")
         return cls(model, fp, f"{device}/{dtype}")
+
+    @classmethod
+    def read(cls, got: Any) -> Host | None:
+        """A host key's value as Redis gave it (bytes, str or None): its Host, None for none or
+        a value that is no host's id."""
+        try:
+            return cls.parse(got.decode() if isinstance(got, bytes) else str(got)) if got is not None else None
+        except ValueError:
+            return None
 
 
 def pool(model: str, numerics: str) -> str:
@@ -83,11 +93,7 @@ class Hosts:
 
     def of(self, worker: str) -> Host | None:
         """What a live worker hosts (None: it published nothing, or is dead)."""
-        got = self.r.get(self.k.host(worker))
-        try:
-            return Host.parse(got.decode() if isinstance(got, bytes) else str(got)) if got is not None else None
-        except ValueError:
-            return None
+        return Host.read(self.r.get(self.k.host(worker)))
 
     def live(self) -> list[Host]:
         """Every host some worker beat for within host_grace_s."""
