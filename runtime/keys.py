@@ -22,6 +22,8 @@ On one Redis server the tags change nothing.  Below, `{p}` stands for the prefix
     {p}:aff:{session}   string the session's last worker (affinity), with a TTL
     {p}:alive:{worker}  string present while the worker is alive (heartbeat with a TTL)
     {p}:workers         zset   worker -> its last heartbeat (s): the live workers, without a scan
+    {p}:busy:{worker}   hash   tenant -> the worker's jobs of it running now (expires after the hard time limit)
+    {p}:onway:{worker}  zset   [job, tenant] -> when sent to the worker's own queue: until it takes them
     {p}:ev:{job}        stream the job's step events, progress and status changes
     {p}:evbytes:{tenant} hash  job -> bytes of its stream (MEMORY USAGE), `*` -> their sum: in the
                                tenant's budget beside its KV bytes (runtime/jobs/events.py)
@@ -130,6 +132,9 @@ class Keys:
 
     def busy(self, worker: str) -> str:
         return f"{self.prefix}:busy:{worker}"
+
+    def onway(self, worker: str) -> str:
+        return f"{self.prefix}:onway:{worker}"
 
     @property
     def workers(self) -> str:

@@ -139,6 +139,7 @@ def run(rt: Runtime, job_id: str) -> Outcome:
         return Outcome("rerouted")
     claim = _retrying(rt, lambda: rt.jobs.claim(job_id, rt.worker))  # NotFound for an unknown id
     if claim.owner is None:
+        _taken(rt, claim.job)
         if claim.reason == "gave up":  # this claim failed it: its end is told as a finish's is
             _ended(rt, claim.job, "failed", claim.job.error)
         return Outcome(claim.reason)
@@ -146,6 +147,7 @@ def run(rt: Runtime, job_id: str) -> Outcome:
     _quietly(lambda: rt.dispatcher.admit(job.tenant))  # it left the broker: its tenant's next may go
     held = time.monotonic()
     _running.add(rt, job.tenant, 1)
+    _taken(rt, job)  # after: counted running first, never neither (Routing.place)
     try:
         out = _run_claimed(rt, job, owner, started)
     finally:
@@ -165,9 +167,15 @@ def _sent_on(rt: Runtime, job_id: str) -> bool:
     assert rt.host is not None
     found = _retrying(rt, lambda: rt.jobs.get(job_id))  # NotFound for an unknown id
     if found.pool and found.pool != rt.host.pool and found.status == "queued":
+        _taken(rt, found)
         rt.dispatcher.send_job(found, shared=True)
         return True
     return False
+
+
+def _taken(rt: Runtime, job: JobRecord) -> None:
+    """The job is no longer on its way to this worker (had it been sent to its own queue)."""
+    _quietly(lambda: rt.dispatcher.routing.taken(rt.worker, job.id, job.tenant))
 
 
 def _run_claimed(rt: Runtime, job: JobRecord, owner: str, started: float) -> Outcome:

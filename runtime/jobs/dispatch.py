@@ -204,7 +204,7 @@ class Dispatcher:
             if not self.jobs.mark_sending(job.id, queue):  # another admission took it
                 continue
             try:
-                self.send(job.id, queue, job.priority)
+                self._post(job, queue)
                 sent += 1
             except Exception:  # noqa: BLE001 - the broker is away: accepted all the same; the rest waits too
                 log.warning("job %s: send to %s failed; the reaper sends it", job.id, queue, exc_info=True)
@@ -233,8 +233,19 @@ class Dispatcher:
         queue = (self.routing.shared(job.priority, job.pool) if shared
                  else self.routing.route(job.session_id, job.priority, job.pool, job.tenant, self.fairness.active()))
         self.jobs.mark_dispatched(job.id, queue)  # before the send: a fast worker must not see it unsent
-        self.send(job.id, queue, job.priority)
+        self._post(job, queue)
         return queue
+
+    def _post(self, job: JobRecord, queue: str) -> None:
+        """Send the job's message; to a worker's own queue, on its way there first (what
+        placement counts until the worker takes it: Routing.sent)."""
+        worker = self.routing.worker_of(queue)
+        if worker is not None:
+            try:
+                self.routing.sent(worker, job.id, job.tenant)
+            except redis.RedisError:  # not counted: placement may send that worker one job too many
+                log.warning("job %s: not counted on its way to %s", job.id, worker, exc_info=True)
+        self.send(job.id, queue, job.priority)
 
     def dispatch_next(self, session: str | None) -> JobRecord | None:
         """After a job of the session ended: its next queued job may go (within its tenant's

@@ -14,15 +14,17 @@ A worker says it is alive by refreshing `{p}:alive:{worker}` (TTL: three heartbe
 time in `{p}:workers` (the list of live workers reads that sorted set: O(log n), no scan).  After a
 turn it records itself as the session's last worker (`{p}:aff:{session}`, TTL affinity_ttl_s).
 While it runs jobs, `{p}:busy:{worker}` holds how many of each tenant's (a hash, said at each
-job's start and end).
+job's start and end); a job sent to its own queue is on its way there (`{p}:onway:{worker}`)
+until the worker takes it, counted running before it leaves the set (never neither: a burst
+placed faster than workers start their jobs would see idle workers that are not).
 
 A session's next job goes to that worker's queue while the worker is alive and not busy past a
 bound (its own queue's backlog).  Any other job is placed (Routing.place) on a worker of its
 model and numerics: while its tenant runs on fewer workers than its share (the live workers /
-the tenants active lately, at least 1), an idle one (none running, none in its own queue; at
-random among them), else the least busy one running only its tenant's jobs with a slot free
-(its jobs running and in its own queue fewer than its slots); past its share, the latter
-first, then an idle one.  A tenant alone (no other active within the window), or none such:
+the tenants active lately, at least 1), an idle one (none running, none on its way; at random
+among them), else the least busy one running only its tenant's jobs with a slot free (its jobs
+running and on their way fewer than its slots); past its share, the latter first, then an idle
+one.  A tenant alone (no other active within the window), or none such:
 the shared queue of its priority (and pool), where
 any worker that hosts them restores the session from Redis.  A shared queue goes to whichever
 worker polls first, often one running another tenant's jobs already: a job that shared a
@@ -34,8 +36,10 @@ keep to workers of their own while there are workers enough.
 
 from __future__ import annotations
 
+import json
 import random
 import time
+from collections import Counter
 from typing import Any
 
 import redis
@@ -158,6 +162,21 @@ class Routing:
         flat = [x for t, n in jobs.items() if n > 0 for x in (t, n)]
         self._running(keys=[self.k.busy(worker)], args=[self.s.task_time_limit_s, *flat])
 
+    def sent(self, worker: str, job: str, tenant: str) -> None:
+        """The job goes to the worker's own queue: on its way until the worker takes it
+        (Routing.taken), or for job_requeue_after_s at most (by then the reaper sends it
+        elsewhere; a worker that died with it does not look busy for ever)."""
+        now, key = time.time(), self.k.onway(worker)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(key, {_onway(job, tenant): now})
+        pipe.zremrangebyscore(key, "-inf", now - self.s.job_requeue_after_s)
+        pipe.expire(key, max(1, int(self.s.job_requeue_after_s)))
+        pipe.execute()
+
+    def taken(self, worker: str, job: str, tenant: str) -> None:
+        """The worker took the job from its queues (to run it, or to refuse a late copy)."""
+        self.r.zrem(self.k.onway(worker), _onway(job, tenant))
+
     def place(self, tenant: str, pool: str = "", active: int = 1) -> str | None:
         """A worker for a job of `tenant` with no warm worker, or None (the shared queue): see
         the module's doc.  active: the tenants active lately (runtime/jobs/fairness.py), this
@@ -169,17 +188,21 @@ class Routing:
         live = self.live_workers() if active > 1 else []
         if len(live) < 2:
             return None
+        since = time.time() - self.s.job_requeue_after_s
         pipe = self.r.pipeline(transaction=False)  # one round trip for them all
         for w in live:
             pipe.hgetall(self.k.busy(w))
+            pipe.zrangebyscore(self.k.onway(w), since, "+inf")
             pipe.get(self.k.host(w))
             pipe.get(self.k.alive(w))  # its slots
         got = pipe.execute()
-        runs: dict[str, dict[str, int]] = {}  # worker -> its running jobs per tenant
+        runs: dict[str, Counter[str]] = {}  # worker -> its jobs running or on their way, per tenant
         slots: dict[str, int] = {}  # worker -> the jobs it runs at once (its beat says)
-        for w, busy, host, alive in zip(live, got[::3], got[1::3], got[2::3], strict=True):
-            if not pool or _pool(host) == pool:
-                runs[w] = {_text(t): int(n) for t, n in busy.items() if _text(n).isdigit() and int(n) > 0}
+        for w, busy, onway, host, alive in zip(live, *(got[i::4] for i in range(4)), strict=True):
+            if not pool or ((h := Host.read(host)) is not None and h.pool == pool):
+                runs[w] = Counter({_text(t): int(n) for t, n in busy.items() if _text(n).isdigit()})
+                runs[w].update(t for t in map(_onway_tenant, onway) if t is not None)
+                runs[w] = +runs[w]  # none of a tenant: not there
                 slots[w] = int(alive) if alive is not None and _text(alive).isdigit() else 1
         workers = list(runs)
         if len(workers) < 2:
@@ -189,13 +212,11 @@ class Routing:
         mine = sorted((w for w in workers if set(runs[w]) == {tenant}), key=lambda w: runs[w][tenant])  # least busy first
         holds = sum(tenant in runs[w] for w in workers)
         share = max(1, len(workers) // max(1, active))
-        # an idle worker with nothing on its way; one of its own with a slot free for it (its
-        # jobs running and on their way fewer than its slots, not one whose slots are taken; a
-        # burst of the tenant's jobs stays there rather than spilling over onto another
-        # tenant's worker)
-        room = {**{w: 1 for w in idle}, **{w: slots[w] - sum(runs[w].values()) for w in mine}}
+        # an idle worker; one of its own with a slot free for it (its jobs running and on their
+        # way fewer than its slots: a burst of the tenant's jobs stays there rather than
+        # spilling over onto another tenant's worker, and never queues behind a full one)
         for w in (idle + mine if holds < share else mine + idle):
-            if room[w] > 0 and self.depth(self.own(w)) < room[w]:
+            if runs[w].total() < slots[w]:
                 return w
         return None
 
@@ -217,12 +238,18 @@ class Routing:
         return host is not None and host.pool == pool
 
 
-def _pool(host: Any) -> str | None:
-    """The pool of a worker's published host (runtime/jobs/hosts.py), None where it has none."""
+def _onway(job: str, tenant: str) -> str:
+    """A job on its way to a worker, as a member of its onway set (JSON: any tenant name)."""
+    return json.dumps([job, tenant])
+
+
+def _onway_tenant(member: bytes | str) -> str | None:
+    """The tenant of an onway member; None for one this version did not write."""
     try:
-        return Host.parse(_text(host)).pool if host is not None else None
-    except ValueError:
+        job, tenant = json.loads(member)
+    except (ValueError, TypeError):
         return None
+    return tenant if isinstance(tenant, str) else None
 
 
 def consumed_by(settings: Settings, worker: str, pool: str = "") -> list[str]:

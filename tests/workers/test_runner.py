@@ -97,26 +97,32 @@ def test_a_job_waits_out_a_full_redis_and_its_ended_stream_keeps_its_final_event
 def test_a_worker_says_the_jobs_it_runs_per_tenant_while_they_run(
         client: redis.Redis, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Routing.running, from the runner: a job's tenant counts on its worker from its claim to its
-    end (where the next job with no warm worker goes reads it: Routing.place), and is gone after."""
+    end (where the next job with no warm worker goes reads it: Routing.place), and is gone after;
+    a job sent to the worker's own queue is on its way there until it runs (Routing.sent), and a
+    late copy of a finished job is taken off too."""
     model, tok = shipped.load()
     s = settings.model_copy(update={"data_dir": tmp_path})
     sql = make_engine(s)
     records, jobs = Records(sql), Jobs(sql, s)
     dispatcher = Dispatcher(client, jobs, lambda job_id, queue, priority="interactive": None)
     rt = Runtime(s, "w1", Engine(model, SessionStore(client, s), records, s), tok, jobs, dispatcher)
-    busy = Keys(s.key_prefix).busy("w1")
-    seen: list[dict[Any, Any]] = []
+    busy, onway = Keys(s.key_prefix).busy("w1"), Keys(s.key_prefix).onway("w1")
+    seen: list[tuple[dict[Any, Any], int]] = []
     real = runner._run_claimed
 
     def spy(*args: Any) -> runner.Outcome:
-        seen.append(client.hgetall(busy))
+        seen.append((client.hgetall(busy), client.zcard(onway)))
         return real(*args)
 
     monkeypatch.setattr(runner, "_run_claimed", spy)
     job, _ = jobs.create("turn", "acme", {"text": "Hello there.", "params": {"max_new_tokens": 4}},
                          records.create_session("acme", "").id)
+    dispatcher.routing.sent("w1", job.id, "acme")
+    assert client.zcard(onway) == 1
     assert runner.run(rt, job.id).what == "succeeded"
-    assert seen == [{b"acme": b"1"}] and not client.exists(busy)
+    assert seen == [({b"acme": b"1"}, 0)] and not client.exists(busy) and not client.exists(onway)
+    dispatcher.routing.sent("w1", job.id, "acme")  # delivered again after it finished
+    assert runner.run(rt, job.id).what == "finished" and not client.exists(onway)
     sql.dispose()
 
 

@@ -4,6 +4,7 @@ path is tested in tests/workers/."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -453,10 +454,11 @@ def test_a_job_with_no_warm_worker_is_placed_on_a_worker_of_its_tenant_or_an_idl
     d.fairness.charge("globex", 0.1)  # globex active too: submit's placement counts 2 tenants
     job = d.submit("turn", "acme", SPEC, sid)
     assert sent[-1] == (job.id, f"{p}.w.w2") and d.jobs.get(job.id).queue == f"{p}.w.w2"
-    own = d.k.broker + f"{p}.w.w2"
-    client.rpush(own, b"waiting")  # one sent to w2 and not taken yet: w2 is not a place
+    r.sent("w2", "j0", "globex")  # another tenant's job on its way to w2: w2 is neither idle nor acme's
     assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.interactive"
-    client.delete(own)
+    r.taken("w2", "j0", "globex")
+    r.taken("w2", job.id, "acme")
+    assert not client.exists(d.k.onway("w2"))
     # two tenants active: a share of 1 worker each
     r.running("w2", {"acme": 2})
     assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.w.w2", "its own worker, not globex's"
@@ -480,3 +482,32 @@ def test_a_job_with_no_warm_worker_is_placed_on_a_worker_of_its_tenant_or_an_idl
     r.gone("w2")
     assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.interactive", "one worker alive again"
     r.gone("w1")
+
+
+def test_a_burst_placed_before_its_jobs_start_fills_each_workers_slots_and_no_more(
+        env: tuple[Dispatcher, Sent, str], client: redis.Redis) -> None:
+    """Jobs placed faster than workers start them (their running counts still empty) count on
+    their way (Routing.sent) until their worker takes them: four on two 2-slot workers go two
+    and two, the fifth to the shared queue (the RabbitMQ interactive-first test caught three on
+    one worker, the third waiting behind the two while the other worker had a slot free)."""
+    d, sent, _ = env
+    p, r = d.s.key_prefix, d.routing
+    r.beat("w1", 2)
+    r.beat("w2", 2)
+    d.fairness.charge("globex", 0.1)  # another tenant active: acme's jobs are placed
+    jobs = [d.submit("turn", "acme", SPEC, open_session=True) for _ in range(4)]
+    queues = [d.jobs.get(j.id).queue for j in jobs]
+    assert sorted(queues) == [f"{p}.w.w1"] * 2 + [f"{p}.w.w2"] * 2, queues
+    assert client.zcard(d.k.onway("w1")) == client.zcard(d.k.onway("w2")) == 2
+    assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.interactive", "every slot has its job"
+    first = next(j for j, q in zip(jobs, queues, strict=True) if q == f"{p}.w.w1")
+    r.running("w1", {"acme": 1})  # w1 starts one: running first, then taken (never neither)
+    r.taken("w1", first.id, "acme")
+    assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.interactive"
+    r.running("w1", {})  # and ends it: a slot free on w1 (its other job still on its way)
+    assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.w.w1"
+    # one sent longer ago than job_requeue_after_s (the reaper's by now) is not counted
+    client.zadd(d.k.onway("w1"), {json.dumps(["old", "acme"]): time.time() - d.s.job_requeue_after_s - 1})
+    assert r.route(None, "interactive", "", "acme", active=2) == f"{p}.w.w1"
+    r.gone("w1")
+    r.gone("w2")

@@ -66,7 +66,7 @@ def test_jobs_go_only_to_workers_that_host_their_sessions_model_and_numerics(
     assert job.pool == CPU.pool and sent[-1][1] == d.routing.shared("interactive", CPU.pool)
     d.routing.touch(placed[CPU], "w-cpu2")  # warm on a worker of its pool: affinity holds
     d.jobs.cancel(job.id, "acme")
-    d.submit("turn", "acme", SPEC, placed[CPU])
+    warm = d.submit("turn", "acme", SPEC, placed[CPU])
     assert sent[-1][1] == d.routing.own("w-cpu2")
     # batch jobs too, and the reaper resends to the pool's queue, never the unbound one
     job = d.submit("turn", "acme", SPEC, placed[QWEN], priority="batch")
@@ -76,6 +76,7 @@ def test_jobs_go_only_to_workers_that_host_their_sessions_model_and_numerics(
     # (a pool of one worker: its shared queue, the same to that worker)
     for worker in FLEET:
         d.routing.running(worker, {})
+    d.routing.taken("w-cpu2", warm.id, "acme")  # the job sent to it by affinity, no longer on its way
     assert {d.routing.route(None, "interactive", CPU.pool, "acme", active=2) for _ in range(20)} == \
         {d.routing.own("w-cpu"), d.routing.own("w-cpu2")}
     for host in (GPU, QWEN):
