@@ -2,7 +2,7 @@
 
     python bench/abuse.py [--quick] [--seconds S] [--workers W] [--normal-clients C] [--think-s T]
                           [--rate R] [--abuser-nice N] [--loops submit,fork,...] [--pin]
-                          [--fair-window S]
+                          [--fair-window S] [--neighbour]
 
 One stack of real parts: a redis-server of its own with a maxmemory ceiling, PostgreSQL (a
 schema of its own at 127.0.0.1:5432/test; a SQLite file where none answers), `setflow serve`
@@ -21,6 +21,10 @@ on the others, the layout of a deployment whose workers have machines of their o
    loop: submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened
    and dropped; bodies past max_body_bytes (--loops: some of them only, to tell what each costs).
 3. drain: every job either tenant got accepted must end (none lost).
+
+--neighbour puts a well-behaved second tenant in the abuser's place (the normal tenant's mix,
+clients and pauses, under the abuser's key): what any neighbour as busy costs the normal tenant
+on these cores, against which the abuser's cost reads.
 
 Reported: the normal tenant's success rate, p50/p99 latency, and its jobs' queue wait and run
 on a worker, in both phases (p99 ratio: target <= 1.5); each part's CPU in both phases (API,
@@ -46,7 +50,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +99,12 @@ def ceilings(seconds: float) -> dict[str, Any]:
 
 def pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def epoch(at: Any) -> float:
+    """A row's timestamp (a datetime from PostgreSQL, an ISO string from SQLite; naive: UTC) in epoch seconds."""
+    t = at if isinstance(at, datetime) else datetime.fromisoformat(str(at))
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
 def seconds_between(a: str | None, b: str | None) -> float | None:
@@ -184,22 +194,30 @@ def db_bytes(admin: sa.Engine | None, url: str, data_dir: Path) -> int:
                             {"s": schema}) or 0)
 
 
-def worker_time(admin: sa.Engine | None, url: str, data_dir: Path) -> dict[str, dict[str, float]]:
-    """Per tenant: jobs a worker started, and the seconds they held it (started -> finished):
-    how much of the workers the abuser's cancelled submissions took."""
+def worker_time(admin: sa.Engine | None, url: str, data_dir: Path, since: float, until: float
+                ) -> dict[str, dict[str, Any]]:
+    """Per tenant, of the jobs created in one phase (epoch seconds since -> until): the jobs a
+    worker started, and the seconds they held it (started -> finished): how much of the workers
+    each tenant took in that phase; and its jobs by how they ended, with the error's code (a job
+    cancelled while queued never started)."""
     engine = admin or sa.create_engine(f"sqlite:///{data_dir / 'setflow.db'}")
     table = f"{url.rsplit('%3D', 1)[1]}.jobs" if admin else "jobs"
     with engine.connect() as c:
-        rows = c.execute(sa.text(f"SELECT tenant, started_at, finished_at FROM {table} "
-                                 "WHERE started_at IS NOT NULL")).all()
-    out: dict[str, dict[str, float]] = {}
-    for tenant, started, finished in rows:
-        t = out.setdefault(tenant, {"started": 0, "held_s": 0.0})
+        rows = c.execute(sa.text(f"SELECT tenant, status, error, created_at, started_at, finished_at FROM {table}")).all()
+    out: dict[str, dict[str, Any]] = {}
+    for tenant, status, error, created, started, finished in rows:
+        if not since <= epoch(created) < until:
+            continue
+        t = out.setdefault(tenant, {"started": 0, "held_s": 0.0, "ended": Counter()})
+        code = (json.loads(error) if isinstance(error, str) else error or {}).get("code")  # JSON: text on SQLite
+        t["ended"][f"{status}{f' {code}' if code not in (None, status) else ''}{'' if started else ' unstarted'}"] += 1
+        if started is None:
+            continue
         t["started"] += 1
         if finished is not None:  # datetimes (PostgreSQL) or ISO strings (SQLite)
             held = seconds_between(str(started), str(finished))
             t["held_s"] = round(t["held_s"] + (held or 0.0), 2)
-    return out
+    return {tenant: {**t, "ended": dict(t["ended"])} for tenant, t in out.items()}
 
 
 def sent_after(admin: sa.Engine | None, url: str, data_dir: Path, jobs: list[dict[str, Any]]) -> None:
@@ -339,9 +357,10 @@ class Tally:
                 self.errors.append(f"{who} {what} {r.status_code} {r.text[:200]}")
 
 
-def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: float = 0.0) -> dict[str, Any]:
-    """C closed-loop clients of the normal tenant for `seconds`, each pausing think_s after a job
-    ends: each job's latency and status."""
+def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: float = 0.0,
+                 key: str = NORMAL) -> dict[str, Any]:
+    """C closed-loop clients of the normal tenant (or the tenant of `key`) for `seconds`, each
+    pausing think_s after a job ends: each job's latency and status."""
     lat: dict[str, list[float]] = {kind: [] for kind, _ in NORMAL_JOBS}
     waits: list[float] = []  # created -> started: in the queue and the broker
     runs: list[float] = []  # started -> finished: on a worker
@@ -353,7 +372,7 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
 
     def client(i: int) -> None:
         nonlocal ok, failed
-        with Client(url, NORMAL, rate_per_s=50.0) as c:
+        with Client(url, key, rate_per_s=50.0) as c:
             n = i
             while time.monotonic() < stop:
                 kind, spec = NORMAL_JOBS[n % len(NORMAL_JOBS)]
@@ -495,6 +514,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--pin", action="store_true",
                     help="the workers on cores of their own, the API, Redis, PostgreSQL and both clients on the rest "
                          "(the layout of a deployment whose workers have their machines; needs more cores than workers)")
+    ap.add_argument("--neighbour", action="store_true",
+                    help="in the abuser's place, a well-behaved second tenant: the normal tenant's mix, clients "
+                         "and pauses under the abuser's key (what any neighbour at that rate costs on these cores)")
     ap.add_argument("--fair-window", type=float, default=None,
                     help="tenant_fair_window_s (0: no fair shares of the workers); default: the product's")
     ap.add_argument("--abuser", metavar="URL", help=argparse.SUPPRESS)  # the abuser's own process (run())
@@ -503,11 +525,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     if args.loops is not None and not set(args.loops.split(",")) <= set(LOOPS):
         ap.error(f"--loops: each of {', '.join(LOOPS)}")
     if args.abuser:
-        tally = Tally()
-        asyncio.run(abuser(args.abuser, args.seconds, args.max_body, tally,
-                           None if args.loops is None else set(args.loops.split(","))))
+        tally, mine = Tally(), {}
+        if args.neighbour:
+            mine = normal_phase(args.abuser, args.seconds, args.normal_clients, tally, args.think_s, key=ABUSER)
+            mine.pop("_ran")
+        else:
+            asyncio.run(abuser(args.abuser, args.seconds, args.max_body, tally,
+                               None if args.loops is None else set(args.loops.split(","))))
         print(json.dumps({"codes": tally.codes, "errors": tally.errors, "server_errors": tally.server_errors,
-                          "jobs": tally.jobs}))
+                          "jobs": tally.jobs, "neighbour": mine}))
         return {}
     seconds, workers, clients = (20.0, 1, 1) if args.quick else (args.seconds, args.workers, args.normal_clients)
     with tempfile.TemporaryDirectory(prefix="sfab") as d, database() as (db_url, admin):
@@ -527,7 +553,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                     os.sched_setaffinity(pid, everywhere)
             os.sched_setaffinity(0, everywhere)
     result.update(seconds=seconds, workers=workers, normal_clients=clients, think_s=args.think_s, rate=args.rate,
-                  abuser_nice=args.abuser_nice, loops=args.loops or ",".join(LOOPS), pin=args.pin,
+                  abuser_nice=args.abuser_nice, loops="" if args.neighbour else args.loops or ",".join(LOOPS),
+                  neighbour=args.neighbour, pin=args.pin,
                   fair_window_s=args.fair_window)
     print(json.dumps(result))
     return result
@@ -554,19 +581,24 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
              "bench": [os.getpid()]}
     meter = CpuMeter(parts)
     meter.start()
+    phases = [time.time()]  # the alone phase's start, then the abuser's, then its end
     alone = normal_phase(stack.url, seconds, clients, tally, args.think_s)
     alone["cpu"] = meter.stop()
+    phases.append(time.time())
     # the abuser: a process of its own (its client's CPU apart from the normal tenant's, and
     # niced where asked), its answers back as JSON
     nice = args.abuser_nice
     abuse = subprocess.Popen([sys.executable, __file__, "--abuser", stack.url, "--seconds", str(seconds),
                               "--max-body", str(stack.s.max_body_bytes),
-                              *(["--loops", args.loops] if args.loops else [])], stdout=subprocess.PIPE,
+                              *(["--loops", args.loops] if args.loops else []),
+                              *(["--neighbour", "--normal-clients", str(clients), "--think-s", str(args.think_s)]
+                                if args.neighbour else [])], stdout=subprocess.PIPE,
                              preexec_fn=(lambda: os.nice(nice)) if nice else None)
     parts["abuser client"] = [abuse.pid]
     meter.start()
     beside = normal_phase(stack.url, seconds, clients, tally, args.think_s)
     beside["cpu"] = meter.stop()
+    phases.append(time.time())
     told = json.loads(abuse.communicate(timeout=seconds + 120)[0])
     tally.codes.update(told["codes"])
     tally.errors += told["errors"]
@@ -587,8 +619,12 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
            "errors": tally.errors[:20], "redis_peak_bytes": peak[0], "redis_used_end_bytes": used,
            "redis_maxmemory": MAXMEMORY, "db_bytes_before": db_before,
            "db_bytes_after": db_bytes(admin, db_url, stack.s.data_dir), "abuser_sql_usage": usage,
-           "ceilings": {k: getattr(stack.s, k) for k in CEILINGS}, "worker_time": worker_time(admin, db_url, stack.s.data_dir)}
-    print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with the abuser: "
+           "ceilings": {k: getattr(stack.s, k) for k in CEILINGS}, "worker_time": {
+               phase: worker_time(admin, db_url, stack.s.data_dir, a, b)
+               for phase, a, b in (("alone", phases[0], phases[1]), ("beside", phases[1], phases[2]))},
+           **({"neighbour_tenant": told["neighbour"]} if args.neighbour else {})}
+    beside_whom = "the neighbour" if args.neighbour else "the abuser"
+    print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with {beside_whom}: "
           f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); "
           f"5xx {out['errors_5xx']}, lost {lost}; Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",
           file=sys.stderr)
