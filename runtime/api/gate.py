@@ -9,7 +9,7 @@
 and, innermost (after an Idempotency-Key's replay), a tenant's turn: its requests run at most
 tenant_max_inflight at once in the process, the rest wait in order (Turns).  Before all of
 them, a tenant over its share of the process while other tenants use it waits (Paced;
-runtime/api/shares.py).
+runtime/api/shares.py); a cancel after its accepted work goes at once.
 
 A body is parsed only for a caller who may send one (a stranger's costs the service nothing but
 a header lookup), and a JSON body is UTF-8 as RFC 8259 says: Python's json would decode UTF-16
@@ -252,18 +252,36 @@ class Paced:
     it is (a submission, a read, a body that the next gates refuse: a refusal costs a request
     too, and a loop of them spins as fast as they are answered).  The wait holds no turn and
     no thread; WAITING_PER_TURN x `inflight` of a tenant's requests wait at once at most, 429
-    beyond.  Requests without a valid key pass, as in Turns."""
+    beyond.  Requests without a valid key pass, as in Turns.
+
+    But a cancel (POST .../cancel) goes on at once while its tenant has a credit: one per
+    write of its that this process answered 2xx (a job accepted, a response created), at most
+    WAITING_PER_TURN x `inflight` kept.  A cancel frees the work it follows, and one held at
+    the door let that work run: a tenant looping submit + cancel had each job run to its end
+    on a worker before its cancel arrived (bench/abuse.py: 897 of 909 jobs).  Its cancels are
+    still charged to its share (Turns) and its next request waits for them; with a credit per
+    answered write it cannot send more unpaced requests than paced ones."""
 
     def __init__(self, app: ASGIApp, shares: ApiShares, inflight: int) -> None:
         self.app = app
         self.shares = shares
         self.most = WAITING_PER_TURN * inflight
         self.waiting: dict[str, int] = {}
+        self.credits: dict[str, int] = {}  # tenant -> cancels it may send past its wait (tenants: the key map's)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tenant = _tenant(scope)
-        wait = 0.0 if tenant is None else self.shares.wait_s(tenant)
-        if tenant is None or wait <= 0:
+        if tenant is None:
+            await self.app(scope, receive, send)
+            return
+        wait = self.shares.wait_s(tenant)
+        cancel = scope["method"] == "POST" and scope["path"].endswith("/cancel")
+        if wait > 0 and cancel and self.credits.get(tenant, 0) > 0:
+            self.credits[tenant] -= 1
+            wait = 0.0
+        if scope["method"] in WRITES and not cancel:
+            send = self._crediting(tenant, send)
+        if wait <= 0:
             await self.app(scope, receive, send)
             return
         if self.waiting.get(tenant, 0) >= self.most:
@@ -277,6 +295,14 @@ class Paced:
         finally:
             self.waiting[tenant] -= 1
         await self.app(scope, receive, send)
+
+    def _crediting(self, tenant: str, send: Send) -> Send:
+        """`send`, crediting the tenant a cancel if the answer is a 2xx."""
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                self.credits[tenant] = min(self.most, self.credits.get(tenant, 0) + 1)
+            await send(message)
+        return sending
 
 
 def _tenant(scope: Scope) -> str | None:

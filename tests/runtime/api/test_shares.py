@@ -2,7 +2,7 @@
 than the others while they are active waits before its requests, for as long as its use takes
 to decay to its cap; a tenant alone, one under the floor, and the light one never wait.  Pure
 logic on a clock the test moves; then gate.Turns with a tenant held (its request starts after
-the wait, another tenant's at once)."""
+the wait, another tenant's at once), and its cancels going at once, one per write answered."""
 
 from __future__ import annotations
 
@@ -105,5 +105,42 @@ def test_a_heavy_tenants_request_waits_at_the_door_anothers_does_not_and_turns_c
         await asyncio.gather(first, *heavy)
         assert out["/v1/hold/a0"] == out["/v1/hold/g0"] == 200
         assert shares.use["globex"][0] > 6.0 * 0.99 and shares.use["acme"][0] > 0.1 * 0.99, "their turns were charged"
+
+    asyncio.run(scenario())
+
+
+def test_a_held_tenants_cancel_goes_at_once_once_per_write_it_was_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel frees the work it follows: held at the door, it let that work run to its end.
+    A held tenant's cancel skips its wait while it has a credit (one per write of its this
+    process answered 2xx); past them its cancels wait as its other requests do, and the other
+    tenant's credits are its own."""
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(s: float) -> None:
+        if s > 0:
+            slept.append(s)
+        await real_sleep(0)
+
+    async def scenario() -> None:
+        held, out = Held(), {}
+        shares = ApiShares(10.0)
+        app = Paced(Turns(held, inflight=4, shares=shares), shares, inflight=4)
+        for name in ("s0", "s1", "cancel", "g0"):
+            held.gate(name).set()  # every request answers at once
+        shares.wait_s("acme")
+        shares.charge("acme", 0.1)
+        monkeypatch.setattr(asyncio, "sleep", sleep)
+        await call(app, "/v1/hold/s0", "key-globex-01", out, "POST")  # not held yet: at once, answered 200
+        await call(app, "/v1/hold/g0", "key-globex-01", out)  # a read: no credit
+        assert slept == [] and app.credits == {"globex": 1}
+        shares.charge("globex", 6.0)  # now globex kept a turn busy 0.6 of the window: held
+        await call(app, "/v1/jobs/j1/cancel", "key-globex-01", out, "POST")
+        assert slept == [] and app.credits == {"globex": 0}, "its cancel of the work it was answered for: at once"
+        await call(app, "/v1/jobs/j2/cancel", "key-globex-01", out, "POST")
+        assert len(slept) == 1 and slept[0] > 0, "no credit left: its cancel waits as any request"
+        await call(app, "/v1/hold/s1", "key-globex-01", out, "POST")
+        assert len(slept) == 2 and app.credits == {"globex": 1}, "a write waits, and its answer gives a credit"
+        assert app.credits.get("acme", 0) == 0 and shares.use["globex"][0] > 6.0 * 0.99
 
     asyncio.run(scenario())

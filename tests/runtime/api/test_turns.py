@@ -45,9 +45,9 @@ class Held:
         await send({"type": "http.response.body", "body": b"ok", "more_body": False})
 
 
-def call(app: Turns, path: str, key: str, out: dict[str, int]) -> asyncio.Task[None]:
+def call(app: Turns, path: str, key: str, out: dict[str, int], method: str = "GET") -> asyncio.Task[None]:
     """The request as a task; its status lands in out[path]."""
-    scope = {"type": "http", "method": "GET", "path": path, "headers": [(b"authorization", f"Bearer {key}".encode())],
+    scope = {"type": "http", "method": method, "path": path, "headers": [(b"authorization", f"Bearer {key}".encode())],
              "app": SimpleNamespace(state=SimpleNamespace(services=SimpleNamespace(keyring=KeyRing(KEYS))))}
 
     async def receive() -> Message:
