@@ -181,15 +181,18 @@ def test_background_polled_and_cancelled(stack: Stack) -> None:
 
 def test_a_stream_resumed_after_a_kill_and_an_api_restart_loses_and_doubles_no_event(stack: Stack) -> None:
     c = sdk(stack)
-    seen: list[Any] = []
-    with c.responses.create(model="small", stream=True, **LONG) as events:
-        for ev in events:
-            seen.append(ev)
-            if ev.type == "response.output_text.delta" and len(seen) > 12:
-                break
-    rid = seen[0].response.id
-    job = c.get(f"/jobs/{rid.removeprefix('resp_')}", cast_to=httpx.Response).json()
-    assert job["status"] == "running", job  # caught mid-decode (400 AR steps)
+    for _ in range(3):  # caught mid-decode (400 AR steps): on a loaded machine the client can read too late
+        seen: list[Any] = []
+        with c.responses.create(model="small", stream=True, **LONG) as events:
+            for ev in events:
+                seen.append(ev)
+                if ev.type == "response.output_text.delta" and len(seen) > 12:
+                    break
+        rid = seen[0].response.id
+        job = c.get(f"/jobs/{rid.removeprefix('resp_')}", cast_to=httpx.Response).json()
+        if job["status"] == "running":
+            break
+    assert job["status"] == "running", job
     kill(stack, job["worker"])  # another worker takes the job over from its first uncommitted step
     try:
         seen += list(c.responses.retrieve(rid, stream=True, starting_after=seen[-1].sequence_number))
