@@ -12,8 +12,8 @@ so that it takes at most its share of the process.
 A held tenant's request, whatever it is, waits at the door (gate.Paced: no turn, no thread;
 past gate.WAITING_PER_TURN x inflight waiting, refused 429) until its use has decayed to its
 cap: window x ln(rate / cap) seconds, at most MAX_WAIT_S; only a cancel of the work it was
-answered for goes at once (charged all the same: gate.Paced's credits).  So it runs at about `cap` turns,
-however fast it asks; the others' requests never wait for it.
+answered for goes at once (charged all the same: gate.Paced's credits).  So it runs at about
+`cap` turns, however fast it asks; the others' requests never wait for it.
 
 Why a cap, not a share of what is idle: the API process shares the machine with Redis, the
 database and often the workers, and a tenant's requests take their cores from the others' jobs
