@@ -210,13 +210,13 @@ def worker_time(admin: sa.Engine | None, url: str, data_dir: Path, since: float,
             continue
         t = out.setdefault(tenant, {"started": 0, "held_s": 0.0, "ended": Counter()})
         code = (json.loads(error) if isinstance(error, str) else error or {}).get("code")  # JSON: text on SQLite
-        t["ended"][f"{status}{f' {code}' if code not in (None, status) else ''}{'' if started else ' unstarted'}"] += 1
+        how = status if code in (None, status) else f"{status} {code}"
+        t["ended"][how if started else f"{how} unstarted"] += 1
         if started is None:
             continue
         t["started"] += 1
-        if finished is not None:  # datetimes (PostgreSQL) or ISO strings (SQLite)
-            held = seconds_between(str(started), str(finished))
-            t["held_s"] = round(t["held_s"] + (held or 0.0), 2)
+        if finished is not None:
+            t["held_s"] = round(t["held_s"] + epoch(finished) - epoch(started), 2)
     return {tenant: {**t, "ended": dict(t["ended"])} for tenant, t in out.items()}
 
 
