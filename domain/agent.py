@@ -133,7 +133,7 @@ def wild_task(rng: random.Random) -> tuple[Task, Store]:
     def value(r: str, p: str) -> str:
         if (metric, r, p) not in values:
             v = draws.wild_number(rng, rng.randint(1, 6), dec)
-            values[metric, r, p] = format_number(float(v))
+            values[metric, r, p] = format_number(v)
         return values[metric, r, p]
 
     tail = ""  # a tenant's table gives no unit: an answer that wrote one would make it up

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from domain import grammar
 from domain.agent import Task
 from domain.facts import SLOT
-from domain.payload import METRIC, PERIODS
-from domain.tools import ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, NUMBER, ToolError, holds, metric_name, parse_call
+from domain.payload import METRIC, METRICS, PERIODS
+from domain.tools import (ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, METRIC_KEYS, NUMBER, ToolError, holds, metric_name,
+                          parse_call)
 
 # ---- checking against a task -------------------------------------------------------------
 
@@ -75,7 +76,7 @@ def check(task: Task, text: str) -> Check:
 # model's last segment, verified only where every call it rests on fits the question and it
 # states the last call's result.  `made`: each call's text and its result, in order.
 
-_PERCENT_CHANGE = re.compile(r"\((-?[0-9.]+)-(-?[0-9.]+)\)/([0-9.]+)\*100")  # (a-b)/b*100, spaces left out
+_PERCENT_CHANGE = re.compile(r"\((-?[0-9.]+)-(-?[0-9.]+)\)/(-?[0-9.]+)\*100")  # (a-b)/b*100, spaces left out
 
 
 def last_segment(text: str) -> str:
@@ -106,12 +107,14 @@ def question_numbers(question: str) -> set[str]:
 
 
 def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False,
-           names: Collection[str] | None = None) -> list[str]:
+           names: Collection[str] | None = None, units: bool | None = None) -> list[str]:
     """What is wrong with an answer and the calls it rests on; [] = verified.  sample: the
     metrics are the sample dataset's (Dataset).  names: the question's names that its source
-    holds (workflows/agent.py: its slots; None: not known, for a text model)."""
+    holds (workflows/agent.py: its slots; None: not known, for a text model).  units: the rows
+    read are the sample dataset's, whose metrics have units (default: sample; a client's metric
+    tool has the sample's names but its own data)."""
     return (call_problems(question, made, sample) + intent_problems(question, made, names)
-            + answer_problems(question, made, answer))
+            + answer_problems(question, made, answer) + unit_problems(made, answer, sample if units is None else units))
 
 
 def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False) -> list[str]:
@@ -167,7 +170,7 @@ def _operands(expr: str, question: str, results: Collection[str]) -> list[str]:
     nums = DIGITS.findall(expr)
     m = _PERCENT_CHANGE.fullmatch(expr.replace(" ", ""))
     in_percent = "percent" in question.lower() or "%" in question
-    if m and in_percent and m[2] == m[3] and m[1] in results and m[2] in results:
+    if m and in_percent and m[2] == m[3] and m[1].lstrip("-") in results and m[2].lstrip("-") in results:
         nums.pop()  # the 100: the formula's last number
     return nums
 
@@ -234,6 +237,9 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
         pair = (m[1], m[2])
     elif m is not None and m[2] == m[3]:
         pair = (m[2], m[1])
+        if m[3].startswith("-") or not m[3].strip("0."):  # 0 or below, as a narrative gives none (domain/narrative.py): -80 -> -40 is "-50%"
+            problems.append(f"calc({expr!r}) is a percent change from {m[3]}: from a value of 0 or below "
+                            "a percent change is not given (its sign would mislead)")
     if len(reads) != 2 or pair is None or sorted(pair) != sorted(values):
         return [*problems, f"the question asks for a {op} of two rows, and calc({expr!r}) is not one of the rows read"]
     if values.index(pair[0]) != _said_first(question, reads[0][0], reads[1][0]) and values[0] != values[1]:
@@ -277,3 +283,69 @@ def slot_problems(answer: str) -> list[str]:
     said = [m.group(0) for m in SLOT.finditer(answer)]
     twice = sorted({s for s in said if said.count(s) > 1}, key=said.index)
     return [f"the answer says {s} more than once" for s in twice]
+
+
+#: the units an answer may write right after a number: the sample metrics' and a percent's;
+#: longest first ("k USD" before "USD")
+UNITS = sorted({m[2] for m in METRICS} | {"%", "percent"}, key=len, reverse=True)
+_UNIT_AFTER = re.compile(r"\s*(" + "|".join(map(re.escape, UNITS)) + r")(?![^\W_])")
+
+
+def unit_problems(made: Sequence[tuple[str, str]], answer: str, units: bool) -> list[str]:
+    """The units an answer writes right after the numbers of its calls' results that nothing
+    gives them (answer_problems holds the numbers, this what they are in): a percent change's
+    result is in % ("percent"); a row of the sample dataset (`units`), and a calc over rows of one
+    such metric, in that metric's unit (or none written); anything else (a tenant's table, a
+    client's tool, plain arithmetic) has no unit.  "Total revenue across EMEA and APAC in
+    2026-Q3 was 15412 %." states a revenue in percent: its unit is k USD."""
+    if not made:
+        return []
+    last_call, result = made[-1]
+    percent = _is_calc(last_call) and _PERCENT_CHANGE.fullmatch(_calc_expr(last_call)) is not None
+    keys = {METRIC_KEYS.get(k, k) for k in _metric_keys(made)}
+    unit = METRIC[next(iter(keys))][2] if units and len(keys) == 1 and keys <= METRIC.keys() else None
+    results = {r for _, r in made if not r.startswith("error:")}
+    text = answer
+    for p in PERIODS:  # a period is a name, not a number (answer_numbers): blanked, its length kept
+        text = text.replace(p, " " * len(p))
+    problems = []
+    for m in _ANSWER_NUM.finditer(text):
+        n = m.group(0)
+        if n not in results or not (u := _UNIT_AFTER.match(text, m.end())):
+            continue
+        said = u.group(1)
+        if n == result and percent:
+            allowed, what = {"%", "percent"}, "a percent change is in %"
+        elif unit is not None:
+            allowed, what = {unit, "percent"} if unit == "%" else {unit}, f"the metric's unit is {unit}"
+        else:
+            allowed, what = set(), "nothing it read gives a unit"
+        if said not in allowed:
+            problems.append(f"the answer writes {n} {said}, and {what}")
+    return problems
+
+
+def _is_calc(call: str) -> bool:
+    try:
+        return parse_call(call)[0] == "calc"
+    except ToolError:
+        return False
+
+
+def _calc_expr(call: str) -> str:
+    return parse_call(call)[1][0].replace(" ", "")
+
+
+def _metric_keys(made: Sequence[tuple[str, str]]) -> list[str]:
+    """The metrics the successful metric calls read, as written (canonical)."""
+    keys = []
+    for call, result in made:
+        if result.startswith("error:"):
+            continue
+        try:
+            tool, args = parse_call(call)
+        except ToolError:
+            continue
+        if tool == "metric":
+            keys.append(grammar.canonical(args[0]).lower())
+    return keys

@@ -14,6 +14,7 @@ import re
 import warnings
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 
 from domain.markup import SPECIAL_TOKENS
 from domain.payload import METRIC, PERIODS, REGIONS
@@ -28,13 +29,37 @@ class ToolError(ValueError):
 # ---- the tools' semantics -----------------------------------------------------------------
 
 
-def format_number(x: float) -> str:
-    """Results are rounded to 2 decimals, trailing zeros dropped: 26.3158 -> 26.32, 250.0 -> 250."""
-    s = f"{round(x, 2):.2f}".rstrip("0").rstrip(".")
-    return "0" if s in ("-0", "") else s
+MAX_DECIMALS, MAX_INT_DIGITS = 6, 15  #: what a result writes at most (RESULT_RE)
 
 
-_BINOPS: dict[type, Callable[[float, float], float]] = {
+def format_number(x: Decimal | str) -> str:
+    """A result as the tools write it: exact where it has at most MAX_DECIMALS decimals
+    (0.0034-0.0019 -> 0.0015, 1.005+1 -> 2.005, 250.0 -> 250); else (a quotient that does not
+    end, a product of long decimals) rounded half up to 2 decimals (26.3157... -> 26.32), or,
+    below 1, to 2 significant digits (1/300 -> 0.0033), never to a 0 it is not: a result is
+    a number the answer states, so it must not say 0.0015 is 0.  ToolError where it cannot be
+    written so (below 0.000001, or more than MAX_INT_DIGITS digits before the point)."""
+    with localcontext() as ctx:
+        ctx.prec = 80  # every operand and result of a calc is exact in it but a quotient
+        d = Decimal(x)
+        if abs(d) >= 10 ** MAX_INT_DIGITS:
+            raise ToolError(f"the result has more than {MAX_INT_DIGITS} digits before the point")
+        if d == d.quantize(Decimal(1).scaleb(-MAX_DECIMALS)):
+            r = d
+        elif abs(d) >= 1:
+            r = d.quantize(Decimal("0.01"), ROUND_HALF_UP)
+        else:
+            r = d.quantize(Decimal(1).scaleb(-min(MAX_DECIMALS, 1 - d.adjusted())), ROUND_HALF_UP)
+            if r == 0:
+                raise ToolError(f"the result is not 0 but below 0.{'0' * (MAX_DECIMALS - 1)}1, the smallest a result writes")
+    s = format(r, "f")
+    s = s.rstrip("0").rstrip(".") if "." in s else s
+    if len(s.lstrip("-").split(".")[0]) > MAX_INT_DIGITS:
+        raise ToolError(f"the result has more than {MAX_INT_DIGITS} digits before the point")
+    return "0" if s == "-0" else s
+
+
+_BINOPS: dict[type, Callable[[Decimal, Decimal], Decimal]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 MAX_EXPR = 200
 _CALC_CHARS = re.compile(r"[0-9. +\-*/()]+")
@@ -49,13 +74,14 @@ def calc(expr: str) -> str:
     try:
         with warnings.catch_warnings():  # "45orp": Python's SyntaxWarning on stderr; the error result says it
             warnings.simplefilter("error", SyntaxWarning)
-            tree = ast.parse(expr.strip(), mode="eval")
+            source = expr.strip()
+            tree = ast.parse(source, mode="eval")
     except (SyntaxError, SyntaxWarning) as e:
         raise ToolError(f"cannot parse {expr!r}") from e
 
-    def ev(n: ast.AST) -> float:
+    def ev(n: ast.AST) -> Decimal:  # exact: a number as written (a float would make 1.005+1 2.0049999...)
         if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
-            return float(n.value)
+            return Decimal(ast.get_source_segment(source, n) or "")
         if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
             return _BINOPS[type(n.op)](ev(n.left), ev(n.right))
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
@@ -63,9 +89,12 @@ def calc(expr: str) -> str:
         raise ToolError(f"unsupported expression in {expr!r}: only numbers, + - * / and parentheses")
 
     try:
-        return format_number(ev(tree.body))
-    except ZeroDivisionError as e:
+        with localcontext() as ctx:
+            ctx.prec = 80  # + - * of operands of 15 + 6 digits stay exact; a quotient is rounded by format_number
+            value = ev(tree.body)
+    except (ZeroDivisionError, InvalidOperation) as e:  # x/0; 0/0 is decimal's InvalidOperation
         raise ToolError("division by zero") from e
+    return format_number(value)
 
 
 @dataclass(frozen=True)

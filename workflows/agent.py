@@ -207,7 +207,8 @@ class _Agent:
                 why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
                 return text, [f"no answer: the last segment {why}"]
             pointed = slot_problems(answer_of(text) or "") if self.facts is not None else []  # its slots, before written out
-            return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held)
+            return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held,
+                                     units=spec.dataset is None and "metric" not in spec.client_tools)
 
         retry = Retry(self.doc, self.seg, corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)
         try:

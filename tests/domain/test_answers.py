@@ -201,3 +201,41 @@ def test_calls_that_do_not_compute_what_the_question_asks_fail_verification(ques
 def test_other_phrasings_of_what_training_asks_are_verified(question: str, made: list[tuple[str, str]]) -> None:
     names = [n for n in ("churn", "Total revenue %", *ROWS, "2026-Q1", "2026-Q2") if n in question]
     assert answers.verify(question, made, f" It was {made[-1][1]}.", names=names) == []
+
+
+def test_an_answer_writes_a_unit_only_where_what_it_read_gives_one() -> None:
+    """A total of revenue (k USD) once came back "was 15412 %." and was verified: the numbers
+    were the calls', their unit nobody's.  A percent change is in %, a sample row in its
+    metric's unit (or none), a tenant's row or a client's in none."""
+    rev = [(call_text("metric", "revenue", "EMEA", "2026-Q3"), "8412"), (call_text("metric", "revenue", "APAC", "2026-Q3"), "7000")]
+    total = [*rev, ('calc("8412+7000")', "15412")]
+    ok = answers.unit_problems
+    assert ok(total, " Total revenue was 15412 %.", units=True) == ["the answer writes 15412 %, and the metric's unit is k USD"]
+    assert ok(total, " Total revenue was 15412 USD.", units=True) == ["the answer writes 15412 USD, and the metric's unit is k USD"]
+    assert ok(total, " Total revenue was 15412 k USD.", units=True) == ok(total, " Total revenue was 15412.", units=False) == []
+    assert ok(total, " Total revenue was 15412 k USD.", units=False) == ["the answer writes 15412 k USD, and nothing it read gives a unit"]
+    change = [*rev[::-1], ('calc("(8412-7000)/7000*100")', "20.17")]
+    assert ok(change, " It changed by 20.17% from 7000 k USD.", units=True) == []
+    assert ok(change, " It changed by 20.17 percent.", units=False) == []
+    assert ok(change, " It changed by 20.17 k USD.", units=True) == ["the answer writes 20.17 k USD, and a percent change is in %"]
+    churn = [(call_text("metric", "churn", "EMEA", "2026-Q3"), "2.4"), (call_text("metric", "churn", "APAC", "2026-Q3"), "1.1"),
+             ('calc("2.4-1.1")', "1.3")]
+    assert ok(churn, " Churn in EMEA was 1.3 % higher than in APAC.", units=True) == []
+    assert ok([('calc("40+2")', "42")], " The result is 42%.", units=True) == ["the answer writes 42 %, and nothing it read gives a unit"]
+    assert ok(total, " 15412 orders were placed.", units=True) == ["the answer writes 15412 orders, and the metric's unit is k USD"]
+
+
+def test_a_percent_change_from_a_negative_value_says_why_it_is_not_given() -> None:
+    """(b-a)/a*100 from -80 to -40 is "-50%" for what rose: refused, as a narrative gives no
+    percent from a prev of 0 or below, with that reason (it once said the 100 was nobody's and
+    the calc read no row)."""
+    q = "By how much did net income in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+    rows = [(call_text("metric", "net income", "EMEA", "2026-Q2"), "-80"), (call_text("metric", "net income", "EMEA", "2026-Q3"), "-40")]
+    assert answers.verify(q, [*rows, ('calc("(-40--80)/-80*100")', "-50")], " It changed by -50%.") == [
+        "calc('(-40--80)/-80*100') is a percent change from -80: from a value of 0 or below a percent change is not given "
+        "(its sign would mislead)"]
+    up = [(call_text("metric", "net income", "EMEA", "2026-Q2"), "-40"), (call_text("metric", "net income", "EMEA", "2026-Q3"), "40")]
+    assert answers.verify(q, [*up, ('calc("(40--40)/-40*100")', "-200")], " It changed by -200%.")[0].startswith(
+        "calc('(40--40)/-40*100') is a percent change from -40")
+    down = [(call_text("metric", "net income", "EMEA", "2026-Q2"), "80"), (call_text("metric", "net income", "EMEA", "2026-Q3"), "-40")]
+    assert answers.verify(q, [*down, ('calc("(-40-80)/80*100")', "-150")], " It changed by -150%.") == []

@@ -21,6 +21,22 @@ def test_calc_evaluates_arithmetic_and_refuses_anything_else() -> None:
     assert calc(" 2 + 3 ") == "5"
 
 
+def test_calc_is_exact_where_a_result_can_be_and_never_rounds_to_a_number_it_is_not() -> None:
+    """Datasets hold up to 6 decimals: a difference of two error rates was once "0" (rounded to 2
+    decimals), and an answer stating it was verified.  Sums, differences and products are exact
+    (to 6 decimals); a quotient that does not end is rounded half up to 2 decimals, below 1 to 2
+    significant digits; what cannot be written so is an error, not a 0 or a long number."""
+    assert calc("0.0034-0.0019") == "0.0015" and calc("0.0034+0.0019") == "0.0053"
+    assert calc("1.005+1") == "2.005"  # a float made it 2.00499...: "2"
+    assert calc("123456789012345.123456+0") == "123456789012345.123456"  # 21 digits: past a float's
+    assert calc("1/300") == "0.0033" and calc("2/3") == "0.67" and calc("7/8") == "0.875"
+    assert calc("(-40--80)/-80*100") == "-50" and calc("0.125*2") == "0.25"
+    for bad, why in (("1/3000000000", "below 0.000001"), ("999999999999999*10", "more than 15 digits"),
+                     ("0/0", "division by zero")):
+        with pytest.raises(ToolError, match=why):
+            calc(bad)
+
+
 def test_metric_lookup_is_deterministic_and_validates_its_arguments() -> None:
     d = Dataset(7)
     assert d.lookup("revenue", "EMEA", "2026-Q3") == Dataset(7).lookup("revenue", "EMEA", "2026-Q3")

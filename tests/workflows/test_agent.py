@@ -238,6 +238,7 @@ def test_an_answer_is_the_last_segments_and_needs_a_calls_result(loaded: tuple[S
 
 
 V = DATA.lookup("churn", "EMEA", "2026-Q1")
+R1, R2 = DATA.lookup("revenue", "EMEA", "2026-Q1"), DATA.lookup("revenue", "APAC", "2026-Q1")
 Q1 = "What was churn in EMEA in 2026-Q1?"
 WRONG = {  # the question, the calls the model wrote, its answer (twice: the retry's too), the problems
     "doubled": (Q1, [call("metric", "churn", "EMEA", "2026-Q1")] * 2 + [call("calc", f"{V}+{V}")],
@@ -248,7 +249,12 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
                           [*(f'calc("2026+100") uses {n}, which no earlier result holds and the question does not '
                              "write as a number" for n in ("2026", "100")),
                            *(f"the question names {n!r}, which no call reads" for n in ("churn", "EMEA", "2026-Q1")),
-                           "calc('2026+100') is no expression the question writes"]),
+                           "calc('2026+100') is no expression the question writes",
+                           "the answer writes 2126 %, and nothing it read gives a unit"]),
+    "a unit it made up": ("What was the total revenue across EMEA and APAC in 2026-Q1?",
+                          [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")],
+                          f"A: Total revenue across EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')} %.",
+                          [f"the answer writes {calc(f'{R1}+{R2}')} %, and the metric's unit is k USD"]),
     "nobody's number": ("What is 40 + 2?", [call("calc", "40+3")], "A: The result is 43.",
                         ['calc("40+3") uses 3, which no earlier result holds and the question does not write as a number',
                          "calc('40+3') is no expression the question writes"]),
