@@ -18,7 +18,7 @@ strings of RATIO_PLACES decimals, rounded half up; None where a ratio has no mea
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from domain.facts import Slots
@@ -124,9 +124,12 @@ def drivers(p: Payload) -> dict[str, Any]:
 # ---- the drivers as a narrative says them (detail `full`) ------------------------------------
 
 
-def share_percent(ratio: str) -> str:
-    """A share of a change as a narrative says it: "0.8000" -> "80.0%" (one decimal, half up)."""
-    return f"{(Decimal(ratio) * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
+def share_percent(part: str, whole: str) -> str:
+    """A share of a change as a narrative says it, from the deltas themselves (rounded once: from
+    RATIO_PLACES' 0.8765 it would say 87.7% of 87.645%): "108", "135" -> "80.0%" (one decimal, half up)."""
+    with localcontext() as ctx:
+        ctx.prec = 80  # the quotient exact far past the one decimal it is rounded to
+        return f"{(Decimal(part) * 100 / Decimal(whole)).quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
 
 
 def rendered(p: Payload, slots: Slots | None = None, said: bool = False) -> Rendered:
@@ -144,9 +147,8 @@ def rendered(p: Payload, slots: Slots | None = None, said: bool = False) -> Rend
     if d.largest is None:  # the metric did not change: no row drove anything
         return r
     slot = {row.name: clause.name for row, clause in zip(d.rows, r.rows, strict=True)}
-    share = next(row.share_of_delta for row in d.rows if row.name == d.largest)
-    assert share is not None  # the largest has a share above 0
-    said_ = Drivers(slot[d.largest], r.slots.add(share_percent(share)), tuple(slot[a] for a in d.against))
+    largest = next(row for row in d.rows if row.name == d.largest)  # its share is above 0: d.delta is not
+    said_ = Drivers(slot[d.largest], r.slots.add(share_percent(largest.delta, d.delta)), tuple(slot[a] for a in d.against))
     against = f"; against {', '.join(said_.against)}" if said_.against else ""
     return replace(r, prompt=f"{r.prompt}drivers: largest {said_.largest} {said_.share} of the change{against}\n",
                    drivers=said_)

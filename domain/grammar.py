@@ -79,6 +79,8 @@ def number_text(x: str | int | float) -> str:
             like = sep[1] + re.sub(r"[^0-9]", "", sep[2]) + (f".{sep[4]}" if sep[4] else "")
             raise ValueError(f"{x!r} has a thousands separator: write it without one, with a point for decimals, "
                              f"like {like}")
+        if isinstance(x, str) and x != x.strip() and _NUMBER_TEXT.fullmatch(x.strip()):  # " 1240 "
+            raise ValueError(f"{x!r} has spaces around it: write the number alone, like {x.strip()}")
         if isinstance(x, str) and _NUMBER_TEXT.fullmatch(x.strip().replace(",", ".", 1)):  # "2,5": a decimal comma
             raise ValueError(f"{x!r} has a decimal comma: write the decimals after a point, like "
                              f"{x.strip().replace(',', '.', 1)}")

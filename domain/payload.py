@@ -116,8 +116,9 @@ def change(value: str, prev: str) -> str | None:
     pct = abs(v - p) / p * 100
     if pct >= Decimal("0.1"):
         return f"{pct.quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
-    if pct >= Decimal("0.01"):
-        return f"{float(pct):.2g}%"
+    if pct >= Decimal("0.01"):  # two significant digits, half up as above (a float's .2g said 0.011 of 0.0115)
+        q = pct.quantize(Decimal("0.001"), ROUND_HALF_UP)
+        return "0.1%" if q >= Decimal("0.1") else f"{format(q.normalize(), 'f')}%"
     return "under 0.01%"
 
 

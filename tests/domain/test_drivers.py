@@ -100,3 +100,12 @@ def test_any_payload_of_the_grammar() -> None:
             assert not r["share_of_delta"] or not r["share_of_delta"].startswith("-0.0000")
         if b["largest"] is not None:
             assert b["largest"] not in b["against"]
+
+
+def test_a_narratives_share_of_the_change_is_rounded_once_from_the_deltas() -> None:
+    """87645 of a change of 100000 is 87.645%: one decimal half up says 87.6% (rounded first to
+    the ratio's 4 decimals, 0.8765, it said 87.7%)."""
+    p = payload("300000", "200000", [("A", "187645", "100000"), ("B", "112355", "100000")])
+    r = drivers.rendered(p, said=True)
+    assert r.drivers is not None and r.slots.lexicalise(r.drivers.share) == "87.6%"
+    assert drivers.share_percent("108", "135") == "80.0%" and drivers.share_percent("1", "3") == "33.3%"

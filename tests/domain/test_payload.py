@@ -17,6 +17,7 @@ def test_facts_follow_the_payload() -> None:
 @pytest.mark.parametrize("value,prev,said", [
     ("1240", "1105", "12.2%"), ("1105", "1240", "10.9%"), ("5", "0", None), ("-5", "-10", None), ("3", "-2", None),
     ("2.4", "2.40", None), ("10001", "10000", "0.01%"), ("1000001", "1000000", "under 0.01%"), ("0.06", "0.05", "20.0%"),
+    ("10001.15", "10000", "0.012%"), ("10009.96", "10000", "0.1%"),  # half up under 0.1% too (a float said 0.011%)
 ])
 def test_the_runtime_computes_the_percent_change(value: str, prev: str, said: str | None) -> None:
     assert change(value, prev) == said

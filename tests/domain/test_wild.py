@@ -116,6 +116,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("a thousands separator", {"metrics": [_metric("1,240")]}, r"value: .*thousands separator.*like 1240"),
     ("a space separator", {"metrics": [_metric(target="1 240,5")]}, r"target: .*thousands separator.*like 1240\.5"),
     ("a decimal comma", {"metrics": [_metric("2,5")]}, r"decimal comma.*like 2\.5"),
+    ("spaces around a number", {"metrics": [_metric(" 1240 ")]}, r"spaces around it.*like 1240"),
     ("16 significant digits", {"metrics": [_metric("1234567890123456")]}, r"value: .*15 significant digits, got 16"),
     ("a JSON number of 16", {"metrics": [_metric(1e16)]}, r"value: .*15 significant digits"),
     ("7 decimals", {"metrics": [_metric("1.2345678")]}, r"value: .*6 decimals, got 7"),
