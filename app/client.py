@@ -25,16 +25,19 @@ import asyncio
 import concurrent.futures
 import inspect
 import json
+import re
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from contextlib import aclosing
+from decimal import Decimal
 from typing import Any, TypeVar, cast
 
 import httpx
 from asyncio_throttle import Throttler  # type: ignore[attr-defined]
 
-from domain.tools import error_result
+from domain.grammar import number_text
+from domain.tools import RESULT_RE, error_result
 
 T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -219,14 +222,27 @@ class AsyncClient:
                     raise LookupError(f"this client runs no tool {call['tool']!r}")
                 out = fn(**call["arguments"])
                 out = await out if inspect.isawaitable(out) else out
+                out = tool_output(out)
             except Exception as e:  # noqa: BLE001 - the tool's failure is the model's result, as a server tool's
                 out = error_result(str(e) or type(e).__name__)  # as the API takes it: no '<', cut at 200
-            outputs[call["id"]] = str(out)
+            outputs[call["id"]] = out
         try:
             await self.tool_outputs(job["id"], outputs)
         except ApiError as e:
             if e.code not in ("already_answered", "not_waiting"):  # another client answered first
                 raise
+
+
+def tool_output(out: object) -> str:
+    """What a client's tool returned, as the API takes an output (RESULT_RE), else ValueError
+    (the tool's failure: its job reads "error: ...", and goes on, rather than waits for an
+    output the API refused): a number (int, float, Decimal) as a payload's is read (0.1 + 0.2
+    is "0.3"; 1e-7, with its 7 decimals, is refused), a string as it is, stripped."""
+    if isinstance(out, (int, float, Decimal)) and not isinstance(out, bool):
+        return number_text(float(out) if isinstance(out, float) else str(out))
+    if not isinstance(out, str) or not re.fullmatch(RESULT_RE, out.strip()):
+        raise ValueError(f"the tool returned {str(out)[:60]!r}, which is no number as a result is written, like -1240.5")
+    return out.strip()
 
 
 class Client:

@@ -26,8 +26,20 @@ from domain import grammar
 from domain.agent import Task
 from domain.facts import SLOT
 from domain.payload import METRIC, METRICS, PERIODS
-from domain.tools import (ARG_RE, CALL, DIGITS, END_CALL, END_RESULT, FIELDS, METRIC_KEYS, NUMBER, ToolError, holds, metric_name,
-                          parse_call)
+from domain.tools import (
+    ARG_RE,
+    CALL,
+    DIGITS,
+    END_CALL,
+    END_RESULT,
+    FIELDS,
+    METRIC_KEYS,
+    NUMBER,
+    ToolError,
+    holds,
+    metric_name,
+    parse_call,
+)
 
 # ---- checking against a task -------------------------------------------------------------
 
@@ -237,7 +249,7 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
         pair = (m[1], m[2])
     elif m is not None and m[2] == m[3]:
         pair = (m[2], m[1])
-        if m[3].startswith("-") or not m[3].strip("0."):  # 0 or below, as a narrative gives none (domain/narrative.py): -80 -> -40 is "-50%"
+        if m[3].startswith("-") or not m[3].strip("0."):  # 0 or below: a narrative gives none; -80 -> -40 is "-50%"
             problems.append(f"calc({expr!r}) is a percent change from {m[3]}: from a value of 0 or below "
                             "a percent change is not given (its sign would mislead)")
     if len(reads) != 2 or pair is None or sorted(pair) != sorted(values):

@@ -6,6 +6,7 @@ the grammar is what a dashboard sends, not what a small model can copy."""
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
@@ -64,13 +65,21 @@ def number_text(x: str | int | float) -> str:
     """A payload number as the runtime writes it, from a JSON number or a string; ValueError that
     says how to write it.  Negative allowed; at most MAX_DIGITS significant digits and
     MAX_DECIMALS decimals; the decimals as given ("2.50" stays "2.50": the data's own rounding);
-    a JSON number as Python reads it (1020.5; 1e3 is 1000.0, written "1000.0")."""
+    a JSON number as Python reads it (1020.5; 1e3 is 1000.0, written "1000.0"), at most MAX_DIGITS
+    significant digits of it where it has more: a double holds 15 exactly, what lies past them is
+    binary noise where it lies within 4 units in the last place of such a number (0.1 + 0.2 is
+    0.30000000000000004, taken as 0.3, as JavaScript sends it; 123456789012345.67 is refused)."""
     if isinstance(x, bool) or not isinstance(x, (str, int, float)):
         raise ValueError(f"a number is a JSON number or a string like \"-1240.5\", got {x!r}")
     if isinstance(x, float):
         if x != x or x in (float("inf"), float("-inf")):
             raise ValueError(f"a number is finite, got {x!r}")
-        text = format(Decimal(repr(x)), "f")
+        exact = Decimal(repr(x))
+        if len(exact.as_tuple().digits) > MAX_DIGITS:
+            near = Decimal(f"{x:.{MAX_DIGITS}g}")
+            if abs(float(near) - x) <= 4 * math.ulp(x):  # a few units in the last place: noise, not data
+                exact = near.normalize()
+        text = format(exact, "f")
     else:
         text = str(x)
     if not _NUMBER_TEXT.fullmatch(text):

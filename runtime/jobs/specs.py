@@ -12,7 +12,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from domain.facts import SLOT  # plain Python: a fact slot's text, no torch
-from domain.grammar import clean_name
+from domain.grammar import clean_name, number_text
 from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token
 from domain.tools import MAX_REASON, RESULT_RE
 from model.params import TokenId  # plain data, no torch
@@ -376,14 +376,20 @@ def check_spec(kind: str, spec: Any, session: str | None) -> BaseModel:
 
 class ToolOutput(BaseModel):
     """The client's output of one call its job waits for: a number as the tools write it
-    (2.4, -12.5, 1240) or "error: <reason>", which the model reads as it read its tools' in
-    training."""
+    (2.4, -12.5, 1240: a string, or a JSON number read as a payload's is) or "error: <reason>",
+    which the model reads as it read its tools' in training."""
 
     model_config = ConfigDict(extra="forbid")
     call_id: str = Field(pattern=r"^call_[0-9]{1,3}$")
     output: str = Field(min_length=1, max_length=207, pattern=f"^(?:{RESULT_RE})$")
 
     _plain_output = field_validator("output")(classmethod(lambda cls, v: _plain(v)))
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        """A JSON number as a payload's is read (domain/grammar.py number_text: 0.1 + 0.2 is 0.3)."""
+        return number_text(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
 
 class ToolOutputs(BaseModel):

@@ -170,8 +170,11 @@ def test_the_api_takes_names_in_any_script_and_numbers_as_json_and_passes_them_o
     spec = check_spec("narrative", {"payload": nfd}, "s1")
     assert spec.payload.to_payload() == ANY_SCRIPT  # type: ignore[attr-defined]
     for x, want in ((980, "980"), (1020.5, "1020.5"), (-0.0, "0.0"), ("-0", "0"), (1e3, "1000.0"), ("2.50", "2.50"),
-                    (123456789012345, "123456789012345"), ("0.000001", "0.000001")):
+                    (123456789012345, "123456789012345"), ("0.000001", "0.000001"),
+                    (0.1 + 0.2, "0.3"), (2.4000000000000004, "2.4")):  # JavaScript's sums: the binary noise dropped
         assert PayloadSpec.model_validate({**nfd, "metrics": [_metric(x)], "breakdown": None}).metrics[0].value == want
+    with pytest.raises(ValueError, match="at most 15 significant digits"):  # 17 digits, the last ones data
+        PayloadSpec.model_validate({**nfd, "metrics": [_metric(123456789012345.67)], "breakdown": None})
 
 
 def test_section_and_report_titles_are_names() -> None:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis
 
-from app.client import ApiError, Client
+from app.client import ApiError, Client, tool_output
 from app.demo import REPORT, Stack
 from domain import narrative as corpus
 from domain.payload import Metric, Payload
@@ -215,6 +215,25 @@ def test_a_client_tool_that_raises_answers_with_its_message_as_the_api_takes_it(
     # the turn after the call: its input is the client's output, as the result the model read
     [_, resumed] = c.get_session(done["session"])["turns"]
     assert resumed["job"] == job["id"] and resumed["input"] == f"{RESULT}{result}{END_RESULT}\n"
+
+
+def test_a_client_tool_may_return_a_float_and_the_api_takes_a_json_number(c: Client) -> None:
+    """A tool computing its value in floating point returns 300.00000000000006 (0.1 * 3 * 1000):
+    the client once sent str() of it, the API refused it (422), `wait` raised and the job waited
+    for an hour.  It goes as the number it is (a payload's rule: binary noise dropped); a tool's
+    output of 7 decimals goes as the tool's failure, and the job goes on; a JSON number is taken."""
+    q = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+    values = {"2026-Q2": 0.1 * 3 * 1000, "2026-Q3": 500}
+    job = c.create_job("agent", {"question": q, "client_tools": ["metric"]})
+    r = _ok(c.wait(job["id"], 120, tools={"metric": lambda metric, region, period: values[period]}))
+    assert [(x["by"], x["result"]) for x in r["calls"][:2]] == [("client", "300"), ("client", "500")]
+    with pytest.raises(ValueError, match="at most 6 decimals"):
+        tool_output(1e-7)
+    job = c.create_job("agent", {"question": q, "client_tools": ["metric"]})
+    assert c.wait(job["id"], 120)["status"] == "requires_action"
+    c.request("POST", f"/v1/jobs/{job['id']}/tool_outputs", {"tool_outputs": [{"call_id": "call_1", "output": 2.5}]})
+    r = _ok(c.wait(job["id"], 120, tools={"metric": lambda metric, region, period: 3}))
+    assert [x["result"] for x in r["calls"]] == ["2.5", "3", "20"]
 
 
 def test_an_agent_reads_the_tenants_own_dataset(c: Client) -> None:
