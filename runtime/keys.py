@@ -127,6 +127,9 @@ class Keys:
     def affinity(self, session: str) -> str:
         return f"{self.prefix}:aff:{session}"
 
+    def going_on(self, session: str) -> str:  # a response being created from the session (routes/responses.py)
+        return f"{self.prefix}:goon:{session}"
+
     def alive(self, worker: str) -> str:
         return f"{self.prefix}:alive:{worker}"
 

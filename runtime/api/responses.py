@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.params import Policy, Seed, Tau, Window
 from runtime.errors import BadInput
@@ -135,7 +135,7 @@ class CreateResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
     #: a string (one user message) or items; none where a conversation's added items are the input
-    input: str | list[Item] = Field(default_factory=list, max_length=256)
+    input: Annotated[str, Field(max_length=65536)] | Annotated[list[Item], Field(max_length=256)] = Field(default_factory=list)
     instructions: str | None = Field(default=None, max_length=65536)
     previous_response_id: str | None = Field(default=None, max_length=64)
     conversation: str | dict[str, str] | None = None
@@ -162,6 +162,23 @@ class CreateResponse(BaseModel):
     top_p: float | None = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
+
+    @field_validator("store", "background", "stream", "tools", "tool_choice", mode="before")
+    @classmethod
+    def _null_is_default(cls, v: Any, info: ValidationInfo) -> Any:
+        """null, as OpenAI's reference lists these fields (and some frameworks send it): the default."""
+        return cls.model_fields[info.field_name].get_default(call_default_factory=True) if v is None else v
+
+    @model_validator(mode="after")
+    def _named_tools(self) -> CreateResponse:
+        """A function named twice, or a tool_choice naming none of the tools, is refused (as
+        OpenAI does): the model would call a tool the client did not mean."""
+        names = [t.name for t in self.tools if isinstance(t, FunctionTool)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tools name a function more than once: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        if isinstance(self.tool_choice, NamedChoice) and self.tool_choice.name not in names:
+            raise ValueError(f"tool_choice names the function {self.tool_choice.name!r}, which tools do not hold")
+        return self
 
     @field_validator("top_p")
     @classmethod

@@ -27,7 +27,7 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput
 from runtime.jobs.specs import HOLE as HOLE_MARK
-from runtime.jobs.specs import InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
+from runtime.jobs.specs import InfillSpec, NarrativeSpec, ReportSpec, ResponseSpec, TurnSpec
 
 assert HOLE == HOLE_MARK
 
@@ -124,8 +124,8 @@ def report_template(tok: Tokenizer, data: Payload, mask_id: int, profile: Profil
 
 def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
     """Positions the job appends to its session at most (inputs + tokens it may decode); 0 for
-    kinds whose length depends on what the model writes (an agent's tool results: an agent
-    whose session fills up before its answer fails with code "no_answer")."""
+    kinds whose length depends on what the model writes (an agent's tool results, a response
+    with tools: an agent whose session fills up before its answer fails with code "no_answer")."""
     if isinstance(spec, ReportSpec):
         return sum(report_parts(spec, tok, profile))
     if isinstance(spec, NarrativeSpec):
@@ -136,6 +136,10 @@ def positions(kind: str, spec: object, tok: Tokenizer, profile: Profile = DEFAUL
         return n + spec.params.max_new_tokens
     if isinstance(spec, InfillSpec):
         return len(tok.encode(spec.text))
+    if isinstance(spec, ResponseSpec) and spec.mode == "text":  # its input as setflow's own models read it
+        # (workflows/responses.py); an imported model's (maybe a chat template) is not counted: a bound below
+        n = len(turn_input(profile, tok, spec.text or "")) if profile.facts == "slots" else 0
+        return n + spec.params.max_new_tokens
     return 0
 
 

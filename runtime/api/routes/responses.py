@@ -18,7 +18,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import redis
@@ -44,6 +45,7 @@ router = APIRouter(prefix="/v1/responses", tags=["responses"])
 log = logging.getLogger("setflow.api")
 ResponseId = Annotated[str, Path(pattern=r"^resp_[0-9a-f]{24}$")]
 KEEPALIVE_S = 15.0
+GOING_ON_S = 30  # a request's hold on the session it goes on from (_going_on): past any submit
 
 
 @router.post("", responses=ERRORS)
@@ -106,35 +108,71 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
     conv, prev_id = req.conversation_id(), req.previous_response_id
     if conv is not None and prev_id is not None:
         raise BadInput("give a conversation or a previous_response_id, not both")
-    convs = Conversations(svc.sql)
-    items, pending, session, prev = req.items(), [], None, None
     if conv is not None:
         if not req.store:
             raise BadInput("a conversation keeps its responses: store false is for a response of its own")
         session = shapes.session_of(conv)
-        pending = convs.get(session, who).pending
-        items = [*[{k: v for k, v in x.items() if k != "id"} for x in pending], *items]
-        done = convs.responses(session)
-        prev = done[-1] if done else None
-        if prev is not None and prev.status not in TERMINAL:
-            raise BadInput(f"the conversation's last response ({shapes.response_id(prev.id)}) has not ended")
-    else:
-        if prev_id is None:  # a client that re-sends the history: its last call's response goes on
-            prev_id, items = _resent(svc, who, items)
-        if prev_id is not None:
-            prev = _response(svc, shapes.job_of(prev_id), who)
-            if prev.status != "succeeded":
-                raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
-            session = _at(svc, prev, who, fork=not req.store)
-    spec = shapes.plan(req, items, prev if prev is not None and prev.status == "succeeded" else None)
+        convs = Conversations(svc.sql)
+        convs.get(session, who)  # NotFound for another tenant's, before anything
+        with _going_on(svc, session, conv):
+            pending = convs.get(session, who).pending
+            items = [*[{k: v for k, v in x.items() if k != "id"} for x in pending], *req.items()]
+            done = convs.responses(session)
+            prev = done[-1] if done else None
+            if prev is not None and prev.status not in TERMINAL:
+                raise BadInput(f"the conversation's last response ({shapes.response_id(prev.id)}) has not ended")
+            job = _submit(svc, who, req, items, prev if prev is not None and prev.status == "succeeded" else None,
+                          session, conv)
+            if pending:
+                convs.take(session, who, pending)
+            return job
+    items, prev = req.items(), None
+    if prev_id is None:  # a client that re-sends the history: its last call's response goes on
+        prev_id, items = _resent(svc, who, items)
+    if prev_id is not None:
+        prev = _response(svc, shapes.job_of(prev_id), who)
+        if prev.status != "succeeded":
+            raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
+    if prev is None:
+        return _submit(svc, who, req, items, None, None, None)
+    shapes.plan(req, items, prev)  # every check of the request before a fork: a refusal forks nothing
+    with _going_on(svc, prev.session_id, None) as alone:
+        session, forked = _at(svc, prev, who, fork=not req.store or not alone)
+        try:
+            return _submit(svc, who, req, items, prev, session, None)
+        except Exception:
+            if forked:  # refused (a quota, the context, the rate): the fork made for it goes too
+                lifecycle.delete_session(svc.store, svc.records, session, who)
+            raise
+
+
+def _submit(svc: Services, who: str, req: CreateResponse, items: list[dict[str, Any]], prev: JobRecord | None,
+            session: str | None, conv: str | None) -> JobRecord:
+    """The job of the request on `session` (None: a new one), going on from `prev`."""
+    spec = shapes.plan(req, items, prev)
     spec["request"] = {**req.model_dump(mode="json", exclude={"input", "setflow", "stream"}, exclude_none=True),
                        "items": items, "conversation": conv, "store": req.store, "background": req.background}
-    job = svc.submit("response", who, spec, session, req.setflow.priority, open_session=session is None,
-                     model=req.model if session is None and req.model in _hosted(svc) else None)
-    if pending:
-        assert session is not None
-        convs.take(session, who, pending)
-    return job
+    return svc.submit("response", who, spec, session, req.setflow.priority, open_session=session is None,
+                      model=req.model if session is None and req.model in _hosted(svc) else None)
+
+
+@contextmanager
+def _going_on(svc: Services, session: str | None, conv: str | None) -> Iterator[bool]:
+    """Whether this request alone goes on from `session` now (every API process: a Redis key,
+    gone after GOING_ON_S should this one die).  Between _at's "nothing else runs on it" and the
+    submit that makes it so, a second request from the same previous response would go on in
+    the same session and read the first's turns: it forks instead (False); a second on a
+    conversation is refused, as one is while its last response runs."""
+    key = svc.keys.going_on(session) if session is not None else None
+    if key is None or not svc.client.set(key, "1", nx=True, ex=GOING_ON_S):
+        if key is not None and conv is not None:
+            raise BadInput(f"conversation {conv} has a response being created: send the next once it has ended")
+        yield key is None
+        return
+    try:
+        yield True
+    finally:
+        svc.client.delete(key)
 
 
 def _resent(svc: Services, who: str, items: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -167,10 +205,10 @@ def _hosted(svc: Services) -> set[str]:
     return {h.model for h in Hosts(svc.client, svc.settings).live()}
 
 
-def _at(svc: Services, prev: JobRecord, who: str, fork: bool) -> str:
-    """The session to go on from `prev` in: its own while `prev` is its latest turn and nothing
-    else runs on it (O(1): the next turn restores its K/V), else a fork at prev's last turn (copy
-    on write: the fork shares the K/V segments in Redis)."""
+def _at(svc: Services, prev: JobRecord, who: str, fork: bool) -> tuple[str, bool]:
+    """The session to go on from `prev` in, and whether it is a fork: its own while `prev` is its
+    latest turn and nothing else runs on it (O(1): the next turn restores its K/V), else a fork
+    at prev's last turn (copy on write: the fork shares the K/V segments in Redis)."""
     assert prev.session_id is not None
     turns = [t["turn"] for t in (prev.result or {}).get("turns", []) if t.get("turn", -1) >= 0]
     if not turns:
@@ -178,9 +216,9 @@ def _at(svc: Services, prev: JobRecord, who: str, fork: bool) -> str:
     last = max(turns)
     latest = svc.records.turn_count(prev.session_id, who) - 1
     if not fork and last == latest and not svc.jobs.unfinished_jobs(prev.session_id):
-        return prev.session_id
+        return prev.session_id, False
     svc.limiter.take(who)
-    return lifecycle.fork_session(svc.store, svc.records, prev.session_id, who, last).id
+    return lifecycle.fork_session(svc.store, svc.records, prev.session_id, who, last).id, True
 
 
 def _response(svc: Services, job_id: str, who: str) -> JobRecord:

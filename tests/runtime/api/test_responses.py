@@ -9,6 +9,7 @@ changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import signal
@@ -250,6 +251,9 @@ def test_store_false_keeps_nothing(stack: Stack) -> None:
     ({"input": "hi", "conversation": "conv_nope"}, 404),
     ({"input": "hi", "background": True, "store": False}, 400),
     ({"input": "hi", "extra_body": {"setflow": {"window": 0}}}, 400),
+    ({"input": "hi", "max_output_tokens": 4096}, 400),  # past the model's context: refused, not a job that fails
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}, 400),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, 400),
 ])
 def test_bad_input_gets_openai_errors_and_changes_nothing(stack: Stack, bad: dict[str, Any], code: int) -> None:
     c = sdk(stack)
@@ -260,6 +264,43 @@ def test_bad_input_gets_openai_errors_and_changes_nothing(stack: Stack, bad: dic
     err = e.value.body
     assert isinstance(err, dict) and err["type"] in ("invalid_request_error",) and err["message"]
     assert c.get("/jobs", cast_to=httpx.Response).json()["jobs"] == before
+
+
+def test_going_on_from_a_response_refused_makes_no_fork_and_two_at_once_do_not_share_a_session(stack: Stack) -> None:
+    """A request from an earlier response that is refused (an output for no call) once forked
+    the session first, and left the fork; two sent at once from the latest response both went on
+    in its session, each reading the other's turn.  Now the refusal makes nothing, and of two at
+    once one goes on in the session, the other in a fork of it."""
+    c = sdk(stack)
+    def sessions() -> list[str]:
+        return sorted(x["id"] for x in c.get("/sessions", cast_to=httpx.Response).json()["sessions"])
+    a = c.responses.create(model="small", input="Revenue rose", max_output_tokens=3)
+    b = c.responses.create(model="small", input="Churn fell", max_output_tokens=3, previous_response_id=a.id)
+    before = sessions()
+    for prev in (a, b):  # a is no longer its session's latest: it would fork
+        with pytest.raises(openai.BadRequestError):
+            c.responses.create(model="small", previous_response_id=prev.id,
+                               input=[{"type": "function_call_output", "call_id": "call_q", "output": "1"}])
+    assert sessions() == before
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        two = list(pool.map(lambda i: c.responses.create(model="small", input=f"branch {i}", max_output_tokens=3,
+                                                         previous_response_id=b.id), range(2)))
+    assert len({r.model_extra["setflow"]["session"] for r in two}) == 2, "two at once went on in one session"
+    for r in two:  # each read b's history and its own input only
+        texts = [t["input"] for t in c.get(f"/sessions/{r.model_extra['setflow']['session']}", cast_to=httpx.Response).json()["turns"]]
+        assert sum("branch" in t for t in texts) == 1, texts
+
+
+def test_a_long_string_input_and_nulls_are_taken_as_openai_takes_them(stack: Stack) -> None:
+    """A string input over 256 characters was refused by the items' bound (256 items); null
+    for store, background, stream, tools and tool_choice (nullable in OpenAI's reference) was
+    refused: each is its default."""
+    c = sdk(stack)
+    r = c.post("/responses", cast_to=httpx.Response, body={
+        "model": "small", "input": "Revenue rose in EMEA. " * 20, "max_output_tokens": 2,
+        "store": None, "background": None, "stream": None, "tools": None, "tool_choice": None})
+    body = r.json()
+    assert r.status_code == 200 and body["status"] in ("completed", "incomplete") and body["store"] is True, body
 
 
 def test_another_tenants_response_does_not_exist(stack: Stack) -> None:
