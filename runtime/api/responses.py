@@ -26,6 +26,7 @@ OPENAI_PATHS = ("/v1/responses", "/v1/conversations", "/v1/models")
 RESPONSE_ID = re.compile(r"resp_([0-9a-f]{24})")
 CONVERSATION_ID = re.compile(r"conv_([A-Za-z0-9_-]{1,64})")
 CALL_ID = re.compile(r"call_([0-9a-f]{24})_([0-9]{1,3})")
+MESSAGE_ID = re.compile(r"msg_([0-9a-f]{24})_([0-9]{1,3})")
 
 
 def response_id(job_id: str) -> str:
@@ -65,8 +66,9 @@ def _typed(v: Any) -> Any:
 
 
 class MessageItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # id, status: what a client re-sends of an output item
+    model_config = ConfigDict(extra="ignore")  # status, annotations: what a client re-sends of an output item
     type: Literal["message"] = "message"
+    id: str | None = Field(default=None, max_length=128)  # an output message re-sent: msg_<job>_<i> names its response
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[Part]
 
@@ -212,6 +214,8 @@ class CreateResponse(BaseModel):
             if isinstance(x, MessageItem):
                 kind = "output_text" if x.role == "assistant" else "input_text"
                 d["content"] = [{"type": kind, "text": x.text}]
+                if d["id"] is None:
+                    del d["id"]
             out.append(d)
         return out
 

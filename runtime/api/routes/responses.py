@@ -176,27 +176,38 @@ def _going_on(svc: Services, session: str | None, conv: str | None) -> Iterator[
 
 
 def _resent(svc: Services, who: str, items: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
-    """A stateless client (the agents SDK's default) sends the whole history again, the output of
-    the call it ran last: that call names the response it ended (call_<job>_<n>), whose session
-    holds the history already.  So it goes on from there, its K/V restored, as with
-    previous_response_id: (that response's id, the output alone).  The call as the history
-    re-sends it must be the one that response made (BadInput otherwise: an edited history is
-    not what the session holds); (None, items) where the last item is no output of such a call."""
-    if not items or items[-1]["type"] != "function_call_output":
-        return None, items
-    last = items[-1]
-    m = shapes.CALL_ID.fullmatch(last["call_id"])
-    if m is None:
-        return None, items
-    prev = _response(svc, m[1], who)
-    made = {x["call_id"]: x for x in response_view.output_items(prev) if x["type"] == "function_call"}
-    answered = [x for x in items if x["type"] == "function_call_output" and x["call_id"] in made]
-    sent = [x for x in items if x["type"] == "function_call" and x["call_id"] in made]
-    if last["call_id"] not in made or any((x["name"], x["arguments"]) != (made[x["call_id"]]["name"],
-                                                                          made[x["call_id"]]["arguments"]) for x in sent):
-        raise BadInput(f"{last['call_id']} is not a call response {shapes.response_id(prev.id)} made as the input "
-                       "says: give its previous_response_id, or the history as it was")
-    return shapes.response_id(prev.id), answered
+    """A stateless client (the agents SDK's default) sends the whole history again: its last item
+    that names one of our responses says where that history is held already, and it goes on from
+    there, its K/V restored, as with previous_response_id.  That item is
+    - the output of a call a response made (call_<job>_<n>), last: (that response, the outputs
+      of its calls); the call as the history re-sends it must be the one it made;
+    - a message a response wrote (msg_<job>_<i>), the items after it new (a question after an
+      answer): (that response, those items); the message must be the one it wrote.
+    BadInput where the history re-sent is not what the response made (an edited history is not
+    what the session holds); (None, items) where no item names one."""
+    for at in range(len(items) - 1, -1, -1):
+        x = items[at]
+        if x["type"] == "function_call_output" and (m := shapes.CALL_ID.fullmatch(x["call_id"])):
+            if at != len(items) - 1:
+                break  # outputs, then more: no response ended where this history goes on
+            prev = _response(svc, m[1], who)
+            made = {y["call_id"]: y for y in response_view.output_items(prev) if y["type"] == "function_call"}
+            answered = [y for y in items if y["type"] == "function_call_output" and y["call_id"] in made]
+            sent = [y for y in items if y["type"] == "function_call" and y["call_id"] in made]
+            if x["call_id"] not in made or any((y["name"], y["arguments"]) != (made[y["call_id"]]["name"],
+                                                                               made[y["call_id"]]["arguments"]) for y in sent):
+                raise BadInput(f"{x['call_id']} is not a call response {shapes.response_id(prev.id)} made as the input "
+                               "says: give its previous_response_id, or the history as it was")
+            return shapes.response_id(prev.id), answered
+        if x["type"] == "message" and (m := shapes.MESSAGE_ID.fullmatch(x.get("id") or "")):
+            prev = _response(svc, m[1], who)
+            wrote = {y["id"]: y for y in response_view.output_items(prev) if y["type"] == "message"}
+            if x["id"] not in wrote or wrote[x["id"]]["content"][0]["text"] != "".join(p["text"] for p in x["content"]):
+                raise BadInput(f"{x['id']} is not a message response {shapes.response_id(prev.id)} wrote as the input "
+                               "says: give its previous_response_id, or the history as it was")
+            rest = [{k: v for k, v in y.items() if k != "id"} for y in items[at + 1:]]
+            return (shapes.response_id(prev.id), rest) if rest else (None, items)
+    return None, items
 
 
 def _hosted(svc: Services) -> set[str]:

@@ -334,3 +334,18 @@ def test_the_openai_agents_sdk_runs_an_agent_with_a_function_tool(stack: Stack) 
     result = asyncio.run(run())
     assert asked == [("revenue", "EMEA", "2026-Q2"), ("revenue", "EMEA", "2026-Q3")]
     assert ANSWER in result.final_output
+    # a question after the answer, the history re-sent (to_input_list(): the answer's message
+    # names its response): it goes on from that response's session, its K/V restored (it was
+    # refused: "no call waits for an output here")
+    c = sdk(stack)
+    last = c.responses.retrieve(result.raw_responses[-1].response_id)
+    history = [*result.to_input_list(), {"role": "user", "content": "What was churn in APAC in 2026-Q3?"}]
+    follow = c.responses.create(model="small", tools=[LOOKUP], input=history,
+                                extra_body={"setflow": {"allow_unverified": True}})  # its check is not this test's
+    assert follow.status == "completed", follow
+    assert follow.model_extra["setflow"]["session"] == last.model_extra["setflow"]["session"]
+    assert [x.role for x in c.responses.input_items.list(follow.id).data] == ["user"]  # the new item alone
+    edited = [{**x, "content": [{"type": "output_text", "text": "It fell."}]} if x.get("role") == "assistant" else x
+              for x in history]
+    with pytest.raises(openai.BadRequestError):  # not what the response wrote: not what its session holds
+        c.responses.create(model="small", tools=[LOOKUP], input=edited)
