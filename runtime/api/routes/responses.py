@@ -46,6 +46,7 @@ log = logging.getLogger("setflow.api")
 ResponseId = Annotated[str, Path(pattern=r"^resp_[0-9a-f]{24}$")]
 KEEPALIVE_S = 15.0
 GOING_ON_S = 30  # a request's hold on the session it goes on from (_going_on): past any submit
+FORGET_WAIT_S = 3600.0  # a left store-false stream's response is waited for this long, then retention's
 
 
 @router.post("", responses=ERRORS)
@@ -372,6 +373,7 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
                         if ev["sequence_number"] > after:
                             yield _sse(ev)
                     if drop:
+                        drop = False
                         await run_sync(forget, svc, final)
                     return
             if now - quiet >= KEEPALIVE_S:
@@ -379,4 +381,23 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
                 yield ": keep-alive\n\n"
     finally:
         svc.streams[who] -= 1
+        if drop:  # the client left before the end (or this read failed): forgotten once it ends all the same
+            _forget_when_ended(svc, job)
         await r.aclose()
+
+
+_LATER: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to its tasks
+
+
+def _forget_when_ended(svc: Services, job: JobRecord) -> None:
+    """A store-false response whose stream was left before its end: deleted once it ends, as the
+    stream would have (waited for on this process's loop, holding no thread; should the process
+    stop first, session_retention_s deletes it)."""
+    async def later() -> None:
+        final = await _ended(svc, job, FORGET_WAIT_S)
+        if final.status in TERMINAL:
+            await run_sync(forget, svc, final)
+
+    task = asyncio.get_running_loop().create_task(later())
+    _LATER.add(task)
+    task.add_done_callback(_LATER.discard)

@@ -241,6 +241,17 @@ def test_store_false_keeps_nothing(stack: Stack) -> None:
         c.responses.retrieve(r.id)
     with pytest.raises(openai.NotFoundError):
         c.get(f"/sessions/{r.model_extra['setflow']['session']}", cast_to=httpx.Response)
+    # a stream left after its first event: kept nothing once the response ended (it kept all)
+    with c.responses.create(model="small", stream=True, store=False, **LONG) as events:
+        rid = next(iter(events)).response.id
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            c.responses.retrieve(rid)
+        except openai.NotFoundError:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{rid}: its stream was left, and it was kept past its end")
 
 
 @pytest.mark.parametrize("bad, code", [
