@@ -251,7 +251,7 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
             raise BadInput(f"the previous response waits for the outputs of {list(waiting)}: give one "
                            f"function_call_output for each; got {given}")
         assert parked is not None and parked.result is not None
-        by_call = {waiting[o["call_id"]]: o["output"] for o in outputs}
+        by_call = {waiting[o["call_id"]]: o["output"].strip() for o in outputs}  # "512\n" is 512 (as the answer says it)
         spec.update(mode="agent", parked=parked.result["parked"], outputs=by_call,
                     builtin=parked.spec.get("builtin", []), dataset=parked.spec.get("dataset"))
         if len(by_call) == 1:

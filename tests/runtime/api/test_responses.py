@@ -139,6 +139,19 @@ def test_a_function_calling_loop_resumes_after_its_worker_is_killed_token_identi
         session_tokens(stack, reference[-1].model_extra["setflow"]["session"])
 
 
+def test_a_functions_output_with_a_newline_is_the_number_it_holds(stack: Stack) -> None:
+    """A tool that prints its value ("8312\n") once failed unverified: the answer said 8312, the
+    check compared it with the output as sent."""
+    c = sdk(stack)
+    r = c.responses.create(model="small", input=QUESTION, tools=[LOOKUP])
+    while r.output and r.output[0].type == "function_call":
+        call = r.output[0]
+        out = OUTPUTS[json.loads(call.arguments)["quarter"]] + "\n"
+        r = c.responses.create(model="small", previous_response_id=r.id, tools=[LOOKUP],
+                               input=[{"type": "function_call_output", "call_id": call.call_id, "output": out}])
+    assert ANSWER in r.output_text and r.model_extra["setflow"]["verified"] is True, r
+
+
 def test_conversations_their_items_and_a_branch_from_an_earlier_response(stack: Stack) -> None:
     c = sdk(stack)
     conv = c.conversations.create(metadata={"topic": "kpis"})
