@@ -241,10 +241,10 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                             "functions": [t.model_dump() for t in tools],
                             # as a chat model reads them (workflows/chat.py): the instructions first
                             "messages": ([{"role": "system", "content": req.instructions}] if req.instructions else [])
-                            + [{"role": m["role"], "content": _text(m)} for m in messages]}
+                            + [{"role": m["role"], "content": message_text(m)} for m in messages]}
     if ext.max_calls is not None:
         spec["max_calls"] = ext.max_calls
-    waiting = _waiting(parked)
+    waiting = waiting_calls(parked)
     if waiting:
         given = [o["call_id"] for o in outputs]
         if sorted(given) != sorted(waiting):
@@ -262,18 +262,18 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     users = [m for m in messages if m["role"] == "user"]
     if not users:
         raise BadInput("the input holds no user message")
-    question = _text(users[-1])
+    question = message_text(users[-1])
     if builtin or any(t.skill() is not None for t in tools):
         spec.update(mode="agent", question=question,
                     builtin=[{"setflow_metric": "metric", "setflow_calc": "calc"}[t.type] for t in builtin],
                     dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
     else:  # the messages in order, each a line: what a text model continues
-        lines = ([req.instructions] if req.instructions else []) + [_text(m) for m in messages]
+        lines = ([req.instructions] if req.instructions else []) + [message_text(m) for m in messages]
         spec.update(mode="text", text="\n".join(lines) + "\n")
     return spec
 
 
-def _waiting(parked: JobRecord | None) -> dict[str, str]:
+def waiting_calls(parked: JobRecord | None) -> dict[str, str]:
     """The public ids of the calls the previous response waits for (it ended at function calls)
     -> the workflow's ids ("call_<n>"); {} where it waits for none."""
     if parked is None or parked.result is None or not parked.result.get("parked"):
@@ -283,5 +283,5 @@ def _waiting(parked: JobRecord | None) -> dict[str, str]:
     return {f"call_{parked.id}_{c['id'].removeprefix('call_')}": c["id"] for c in calls}
 
 
-def _text(message: dict[str, Any]) -> str:
+def message_text(message: dict[str, Any]) -> str:
     return "".join(p["text"] for p in message["content"])

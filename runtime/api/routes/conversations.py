@@ -25,7 +25,8 @@ from runtime.api.models import ERRORS
 from runtime.api.responses import Item
 from runtime.api.routes.responses import page
 from runtime.api.routes.sessions import delete_whole
-from runtime.errors import Busy
+from runtime.api.services import Services
+from runtime.errors import BadInput, Busy
 from runtime.jobs.conversations import Conversations
 from runtime.tables import ConversationRecord
 
@@ -60,10 +61,31 @@ def _view(rec: ConversationRecord) -> dict[str, Any]:
             "created_at": int(rec.created_at.timestamp()) if rec.created_at else 0, "metadata": rec.meta or {}}
 
 
+def _readable(svc: Services, who: str, session: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items`, once checked that the conversation's next response can read them with those it
+    holds unread: BadInput otherwise, rather than a conversation whose every next response is
+    refused (and no way to take an item back).  A function_call_output answers a call its last
+    response waits for, once; the messages' text fits one input (4 x max_input_tokens)."""
+    convs = Conversations(svc.sql)
+    pending = list(convs.get(session, who).pending) if session is not None else []
+    done = convs.responses(session) if session is not None else []
+    waiting = shapes.waiting_calls(done[-1] if done else None)
+    answered = [x["call_id"] for x in [*pending, *items] if x["type"] == "function_call_output"]
+    if bad := [c for c in answered if c not in waiting or answered.count(c) > 1]:
+        raise BadInput(f"no call of this conversation waits for an output, or it has one already: {sorted(set(bad))}")
+    text, most = sum(len(shapes.message_text(x)) for x in [*pending, *items] if x["type"] == "message"), \
+        4 * svc.settings.max_input_tokens
+    if text > most:
+        raise BadInput(f"the conversation's unread items would hold {text} characters of text; its next response "
+                       f"reads at most {most}")
+    return items
+
+
 @router.post("", responses=ERRORS)
 def create_conversation(body: CreateConversation, who: Tenant, svc: Svc) -> JSONResponse:
+    items = _readable(svc, who, None, _items(body.items))
     svc.limiter.take(who)
-    return JSONResponse(_view(Conversations(svc.sql, svc.settings).create(who, body.metadata or {}, _items(body.items))))
+    return JSONResponse(_view(Conversations(svc.sql, svc.settings).create(who, body.metadata or {}, items)))
 
 
 @router.get("/{conversation_id}", responses=ERRORS)
@@ -108,7 +130,9 @@ def list_items(conversation_id: ConversationId, who: Tenant, svc: Svc,
 @router.post("/{conversation_id}/items", responses=ERRORS)
 def add_items(conversation_id: ConversationId, body: AddItems, who: Tenant, svc: Svc) -> JSONResponse:
     """Add items; the conversation's next response reads them before its own input."""
+    session = shapes.session_of(conversation_id)
+    items = _readable(svc, who, session, _items(body.items))
     svc.limiter.take(who)
-    added = Conversations(svc.sql).add(shapes.session_of(conversation_id), who, _items(body.items))
+    added = Conversations(svc.sql).add(session, who, items)
     return JSONResponse({"object": "list", "data": added, "first_id": added[0]["id"], "last_id": added[-1]["id"],
                          "has_more": False})

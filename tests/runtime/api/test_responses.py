@@ -171,6 +171,16 @@ def test_conversations_their_items_and_a_branch_from_an_earlier_response(stack: 
     assert len(sessions) == 2, "the first continuation runs on its session, the second on a fork of it"
     assert [i.type for i in c.conversations.items.list(conv.id, order="asc").data][:2] == \
         ["message", "function_call"]
+    # items its next response could not read are refused when added (each made every next
+    # response refused, with no way to take the item back)
+    stray = {"type": "function_call_output", "call_id": "call_x", "output": "5"}
+    with pytest.raises(openai.BadRequestError):
+        c.conversations.create(items=[stray])
+    before = c.conversations.items.list(conv.id, order="asc").data
+    for bad in ([stray], [{"type": "message", "role": "user", "content": "x" * 20_000}]):
+        with pytest.raises(openai.BadRequestError):
+            c.conversations.items.create(conv.id, items=bad)  # type: ignore[arg-type]
+    assert c.conversations.items.list(conv.id, order="asc").data == before
     c.conversations.delete(conv.id)
     with pytest.raises(openai.NotFoundError):
         c.conversations.retrieve(conv.id)
