@@ -4,9 +4,9 @@ runtime/jobs/specs.py's, shared with the workers."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from runtime.jobs.params import ParamsSpec
 from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
@@ -14,6 +14,9 @@ from runtime.tables import JobRecord
 
 Priority = Literal["interactive", "batch"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"
+#: a time as the API writes it: in UTC, saying so ("...Z"); a time SQL gives without a zone is
+#: UTC (SQLite keeps none: a job's times read back had lost the zone its PUT answer showed)
+Utc = Annotated[datetime, AfterValidator(lambda t: t if t.tzinfo is not None else t.replace(tzinfo=UTC))]
 
 
 class ErrorBody(BaseModel):
@@ -73,7 +76,7 @@ class PendingCall(BaseModel):
 class RequiredAction(BaseModel):
     type: Literal["tool_outputs"] = "tool_outputs"
     calls: list[PendingCall]
-    deadline: datetime = Field(description="the job fails with tool_deadline if the outputs have not come by then")
+    deadline: Utc = Field(description="the job fails with tool_deadline if the outputs have not come by then")
 
 
 class JobView(BaseModel):
@@ -93,10 +96,10 @@ class JobView(BaseModel):
     error: dict[str, Any] | None
     required_action: RequiredAction | None = None
     schedule: str | None = Field(default=None, description="the schedule whose tick submitted it (GET /v1/schedules/{id})")
-    tick_at: datetime | None = Field(default=None, description="that tick: the run of its cron it is (not when it ran)")
-    created_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
+    tick_at: Utc | None = Field(default=None, description="that tick: the run of its cron it is (not when it ran)")
+    created_at: Utc | None
+    started_at: Utc | None
+    finished_at: Utc | None
 
     @classmethod
     def of(cls, j: JobRecord) -> JobView:
@@ -125,7 +128,7 @@ class TurnView(BaseModel):
     tokens: int
     path: str | None = Field(description="how the session was resumed for it: new, warm, restore, recompute")
     job: str | None
-    created_at: datetime | None
+    created_at: Utc | None
 
 
 class CacheView(BaseModel):
@@ -139,7 +142,7 @@ class CacheView(BaseModel):
 
 class SessionView(BaseModel):
     id: str
-    created_at: datetime | None
+    created_at: Utc | None
     turns: list[TurnView]
     kv: CacheView
     unfinished_jobs: int
@@ -147,7 +150,7 @@ class SessionView(BaseModel):
 
 class SessionCreated(BaseModel):
     id: str
-    created_at: datetime | None
+    created_at: Utc | None
 
 
 class SessionList(BaseModel):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import datetime
 from typing import Annotated, Any
 
 from anyio.to_thread import run_sync
@@ -14,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel
 
 from runtime.api.deps import Svc, Tenant
-from runtime.api.models import ERRORS
+from runtime.api.models import ERRORS, Utc
 from runtime.api.services import Services
 from runtime.errors import BadInput
 from runtime.jobs import datasets
@@ -36,7 +35,7 @@ _BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
 class DatasetView(BaseModel):
     name: str
     rows: int
-    updated_at: datetime | None
+    updated_at: Utc | None
 
 
 class DatasetRows(DatasetView):

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.api.deps import Limit, Svc, Tenant
-from runtime.api.models import ERRORS
+from runtime.api.models import ERRORS, Utc
 from runtime.jobs import cron
 from runtime.jobs.cron import MAX_LEN
 from runtime.jobs.schedules import MAX_CATCH_UP, SCHEDULE_ID, Schedules
@@ -49,7 +49,7 @@ class ScheduleCreate(BaseModel):
 
 
 class TickView(BaseModel):
-    tick: datetime
+    tick: Utc
     status: str  # claimed (being submitted), submitted, failed
     jobs: list[str]
     late_s: float  # how long after its time its last job was submitted
@@ -67,7 +67,7 @@ class ScheduleView(BaseModel):
     max_catch_up: int
     paused: bool
     next_runs: list[datetime] = Field(description=f"its next {NEXT_RUNS} runs, in its time zone (none while paused)")
-    created_at: datetime
+    created_at: Utc
 
 
 class ScheduleDetail(ScheduleView):

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal, get_args
 
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.api.deps import Limit, Svc, Tenant
-from runtime.api.models import ERRORS
+from runtime.api.models import ERRORS, Utc
 from runtime.jobs import webhooks
 from runtime.jobs.webhooks import Endpoints
 from runtime.tables import WebhookEndpointRecord
@@ -38,7 +37,7 @@ class WebhookView(BaseModel):
     url: str
     events: list[str]
     description: str
-    created_at: datetime
+    created_at: Utc
 
 
 class WebhookCreated(WebhookView):
