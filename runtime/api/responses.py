@@ -169,7 +169,7 @@ class CreateResponse(BaseModel):
     @classmethod
     def _null_is_default(cls, v: Any, info: ValidationInfo) -> Any:
         """null, as OpenAI's reference lists these fields (and some frameworks send it): the default."""
-        return cls.model_fields[info.field_name].get_default(call_default_factory=True) if v is None else v
+        return cls.model_fields[str(info.field_name)].get_default(call_default_factory=True) if v is None else v
 
     @model_validator(mode="after")
     def _named_tools(self) -> CreateResponse:
