@@ -80,7 +80,16 @@ def check(task: Task, text: str) -> Check:
         for p in sorted(names | set(PERIODS), key=len, reverse=True):  # a whole name, not a number's digits
             answer = re.sub(rf"(?<![\w.]){re.escape(p)}(?!\w)", " ", answer)
     nums = answer_numbers(answer) if answer is not None else []
-    return Check(calls == task.calls, nums == [task.answer], calls, answer)
+    said = _unit_after(answer, task.answer) if answer is not None else None
+    right_unit = said is None or said == _unit_after(task.final, task.answer)  # none said is no wrong one
+    return Check(calls == task.calls, nums == [task.answer] and right_unit, calls, answer)
+
+
+def _unit_after(text: str, number: str) -> str | None:
+    """The unit `text` writes right after the first `number` it states ("percent" is %); None: none."""
+    m = re.search(rf"(?<![\w.]){re.escape(number)}(?![\w.])", text)
+    u = _UNIT_AFTER.match(text, m.end()) if m else None
+    return None if u is None else "%" if u.group(1) == "percent" else u.group(1)
 
 
 # ---- verifying an answer ------------------------------------------------------------------

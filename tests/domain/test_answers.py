@@ -241,3 +241,16 @@ def test_a_percent_change_from_a_negative_value_says_why_it_is_not_given() -> No
         "calc('(40--40)/-40*100') is a percent change from -40")
     down = [(call_text("metric", "net income", "EMEA", p), v) for p, v in (("2026-Q2", "80"), ("2026-Q3", "-40"))]
     assert answers.verify(q, [*down, ('calc("(-40-80)/80*100")', "-150")], " It changed by -150%.") == []
+
+
+def test_the_independent_reading_holds_the_unit_too() -> None:
+    """bench/quality.py's reading of an answer compared its numbers only: "15412 %" for a revenue
+    total was counted fully correct (5 of 60 sample questions, 7 of 60 realistic ones, decoded in
+    sets).  A unit said must be the task's; none said is no wrong one."""
+    calls = [call_text("metric", "revenue", r, "2026-Q3") for r in ("EMEA", "APAC")] + ['calc("8412+7000")']
+    task = a.Task("What was the total revenue across EMEA and APAC in 2026-Q3?", calls, "15412",
+                  "Total revenue across EMEA and APAC in 2026-Q3 was 15412 k USD.")
+    done = "".join(f"{CALL}{c}{END_CALL}{RESULT}1{END_RESULT}\n" for c in calls)
+    assert answers.check(task, done + "A: Total revenue ... was 15412 k USD.").answer_ok
+    assert answers.check(task, done + "A: Total revenue ... was 15412.").answer_ok
+    assert not answers.check(task, done + "A: Total revenue ... was 15412 %.").answer_ok
