@@ -87,7 +87,7 @@ def check(task: Task, text: str) -> Check:
 
 def _unit_after(text: str, number: str) -> str | None:
     """The unit `text` writes right after the first `number` it states ("percent" is %); None: none."""
-    m = re.search(rf"(?<![\w.]){re.escape(number)}(?![\w.])", text)
+    m = re.search(rf"(?<![\w.]){re.escape(number)}(?!\w|\.\d)", text)  # "15412." ends a sentence
     u = _UNIT_AFTER.match(text, m.end()) if m else None
     return None if u is None else "%" if u.group(1) == "percent" else u.group(1)
 
