@@ -239,7 +239,7 @@ def tool_output(out: object) -> str:
     output the API refused): a number (int, float, Decimal) as a payload's is read (0.1 + 0.2
     is "0.3"; 1e-7, with its 7 decimals, is refused), a string as it is, stripped."""
     if isinstance(out, (int, float, Decimal)) and not isinstance(out, bool):
-        return number_text(float(out) if isinstance(out, float) else str(out))
+        return number_text(str(out) if isinstance(out, Decimal) else out)
     if not isinstance(out, str) or not re.fullmatch(RESULT_RE, out.strip()):
         raise ValueError(f"the tool returned {str(out)[:60]!r}, which is no number as a result is written, like -1240.5")
     return out.strip()

@@ -322,9 +322,9 @@ def unit_problems(made: Sequence[tuple[str, str]], answer: str, units: bool) -> 
     2026-Q3 was 15412 %." states a revenue in percent: its unit is k USD."""
     if not made:
         return []
-    last_call, result = made[-1]
-    percent = _is_calc(last_call) and _PERCENT_CHANGE.fullmatch(_calc_expr(last_call)) is not None
-    keys = {METRIC_KEYS.get(k, k) for k in _metric_keys(made)}
+    parsed, result = _parsed(made), made[-1][1]
+    percent = any(tool == "calc" and _PERCENT_CHANGE.fullmatch(args[0].replace(" ", "")) for tool, args, _ in _parsed(made[-1:]))
+    keys = {METRIC_KEYS.get(k, k) for k in (grammar.canonical(args[0]).lower() for tool, args, _ in parsed if tool == "metric")}
     unit = METRIC[next(iter(keys))][2] if units and len(keys) == 1 and keys <= METRIC.keys() else None
     results = {r for _, r in made if not r.startswith("error:")}
     text = answer
@@ -347,27 +347,13 @@ def unit_problems(made: Sequence[tuple[str, str]], answer: str, units: bool) -> 
     return problems
 
 
-def _is_calc(call: str) -> bool:
-    try:
-        return parse_call(call)[0] == "calc"
-    except ToolError:
-        return False
-
-
-def _calc_expr(call: str) -> str:
-    return parse_call(call)[1][0].replace(" ", "")
-
-
-def _metric_keys(made: Sequence[tuple[str, str]]) -> list[str]:
-    """The metrics the successful metric calls read, as written (canonical)."""
-    keys = []
+def _parsed(made: Sequence[tuple[str, str]]) -> list[tuple[str, list[str], str]]:
+    """The calls that gave a result, parsed: (tool, arguments, result)."""
+    out = []
     for call, result in made:
-        if result.startswith("error:"):
-            continue
-        try:
-            tool, args = parse_call(call)
-        except ToolError:
-            continue
-        if tool == "metric":
-            keys.append(grammar.canonical(args[0]).lower())
-    return keys
+        if not result.startswith("error:"):
+            try:
+                out.append((*parse_call(call), result))
+            except ToolError:
+                continue
+    return out

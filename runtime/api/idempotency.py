@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
+from runtime.api.models import aware
 from runtime.db import writer
 from runtime.tables import IdempotencyRecord
 
@@ -69,8 +70,8 @@ class Keys:
         try:
             with self._write.begin() as db:
                 old = db.get(IdempotencyRecord, (tenant, key))
-                if old is not None and (_aware(old.created_at) < cutoff or old.status is None
-                                        and _aware(old.created_at) < now - timedelta(seconds=self.abandoned_s)):
+                if old is not None and (aware(old.created_at) < cutoff or old.status is None
+                                        and aware(old.created_at) < now - timedelta(seconds=self.abandoned_s)):
                     # expired, or abandoned in flight: the key is free again.  Deleted only as it
                     # was read (its created_at): a duplicate that freed it first keeps the row it
                     # wrote since, and the insert below loses on the primary key (PostgreSQL ran
@@ -108,10 +109,6 @@ class Keys:
         with self._write.begin() as db:
             db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
                                                        IdempotencyRecord.key == key))
-
-
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 class Idempotent:

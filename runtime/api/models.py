@@ -14,9 +14,16 @@ from runtime.tables import JobRecord
 
 Priority = Literal["interactive", "batch"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"
-#: a time as the API writes it: in UTC, saying so ("...Z"); a time SQL gives without a zone is
-#: UTC (SQLite keeps none: a job's times read back had lost the zone its PUT answer showed)
-Utc = Annotated[datetime, AfterValidator(lambda t: t if t.tzinfo is not None else t.replace(tzinfo=UTC))]
+
+
+def aware(t: datetime) -> datetime:
+    """A time SQL gives, with its zone: one without is UTC (SQLite keeps none)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+#: a time as the API writes it: in UTC, saying so ("...Z"; a job's times read back had lost the
+#: zone its PUT answer showed)
+Utc = Annotated[datetime, AfterValidator(aware)]
 
 
 class ErrorBody(BaseModel):

@@ -114,16 +114,15 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
             raise BadInput("a conversation keeps its responses: store false is for a response of its own")
         session = shapes.session_of(conv)
         convs = Conversations(svc.sql)
-        convs.get(session, who)  # NotFound for another tenant's, before anything
         with _going_on(svc, session, conv):
-            pending = convs.get(session, who).pending
+            pending = convs.get(session, who).pending  # NotFound for another tenant's
             items = [*[{k: v for k, v in x.items() if k != "id"} for x in pending], *req.items()]
             done = convs.responses(session)
             prev = done[-1] if done else None
             if prev is not None and prev.status not in TERMINAL:
                 raise BadInput(f"the conversation's last response ({shapes.response_id(prev.id)}) has not ended")
-            job = _submit(svc, who, req, items, prev if prev is not None and prev.status == "succeeded" else None,
-                          session, conv)
+            job = _submit(svc, who, req, _spec(req, items, prev if prev is not None and prev.status == "succeeded"
+                                               else None, conv), session)
             if pending:
                 convs.take(session, who, pending)
             return job
@@ -134,25 +133,29 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         prev = _response(svc, shapes.job_of(prev_id), who)
         if prev.status != "succeeded":
             raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
+    spec = _spec(req, items, prev, None)  # every check of the request before a fork: a refusal forks nothing
     if prev is None:
-        return _submit(svc, who, req, items, None, None, None)
-    shapes.plan(req, items, prev)  # every check of the request before a fork: a refusal forks nothing
+        return _submit(svc, who, req, spec, None)
     with _going_on(svc, prev.session_id, None) as alone:
         session, forked = _at(svc, prev, who, fork=not req.store or not alone)
         try:
-            return _submit(svc, who, req, items, prev, session, None)
+            return _submit(svc, who, req, spec, session)
         except Exception:
             if forked:  # refused (a quota, the context, the rate): the fork made for it goes too
                 lifecycle.delete_session(svc.store, svc.records, session, who)
             raise
 
 
-def _submit(svc: Services, who: str, req: CreateResponse, items: list[dict[str, Any]], prev: JobRecord | None,
-            session: str | None, conv: str | None) -> JobRecord:
-    """The job of the request on `session` (None: a new one), going on from `prev`."""
+def _spec(req: CreateResponse, items: list[dict[str, Any]], prev: JobRecord | None, conv: str | None) -> dict[str, Any]:
+    """The job's spec (BadInput where the request does not fit), going on from `prev`."""
     spec = shapes.plan(req, items, prev)
     spec["request"] = {**req.model_dump(mode="json", exclude={"input", "setflow", "stream"}, exclude_none=True),
                        "items": items, "conversation": conv, "store": req.store, "background": req.background}
+    return spec
+
+
+def _submit(svc: Services, who: str, req: CreateResponse, spec: dict[str, Any], session: str | None) -> JobRecord:
+    """The job on `session` (None: a new one)."""
     return svc.submit("response", who, spec, session, req.setflow.priority, open_session=session is None,
                       model=req.model if session is None and req.model in _hosted(svc) else None)
 
