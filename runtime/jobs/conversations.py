@@ -71,6 +71,17 @@ class Conversations:
             if rec is not None and rec.tenant == tenant:
                 rec.pending = [x for x in rec.pending if x["id"] not in ids]
 
+    def remove(self, session: str, tenant: str, item: str) -> None:
+        """Take an item no response has read out of the conversation (NotFound: no such item
+        unread; the route says why where a response read it)."""
+        with self._write.begin() as db:
+            rec = db.get(ConversationRecord, session, with_for_update=True)
+            if rec is None or rec.tenant != tenant:
+                raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+            if item not in [x["id"] for x in rec.pending]:
+                raise NotFound(f"no unread item {item!r} in conversation conv_{session}")
+            rec.pending = [x for x in rec.pending if x["id"] != item]
+
     def set_meta(self, session: str, tenant: str, meta: dict[str, str]) -> None:
         with self._write.begin() as db:
             rec = db.get(ConversationRecord, session, with_for_update=True)

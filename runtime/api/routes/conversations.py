@@ -8,6 +8,8 @@ on the worker that ran the last).  Items added to it are read by its next respon
     DELETE /v1/conversations/{id}             delete (its session: turns, K/V, responses)
     GET    /v1/conversations/{id}/items       its items: each response's input and output, and those added
     POST   /v1/conversations/{id}/items       add items
+    GET    /v1/conversations/{id}/items/{item}   one item
+    DELETE /v1/conversations/{id}/items/{item}   take out an item no response has read yet
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from runtime.api.responses import Item
 from runtime.api.routes.responses import page
 from runtime.api.routes.sessions import delete_whole
 from runtime.api.services import Services
-from runtime.errors import BadInput, Busy
+from runtime.errors import BadInput, Busy, NotFound
 from runtime.jobs.conversations import Conversations
 from runtime.tables import ConversationRecord
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 ConversationId = Annotated[str, Path(pattern=r"^conv_[A-Za-z0-9_-]{1,64}$")]
+ItemId = Annotated[str, Path(min_length=1, max_length=128)]
 Metadata = dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]]
 
 
@@ -119,12 +122,42 @@ def list_items(conversation_id: ConversationId, who: Tenant, svc: Svc,
                limit: Annotated[int, Query(ge=1, le=100)] = 20, order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
                after: Annotated[str | None, Query(max_length=128)] = None) -> JSONResponse:
     """Each response's input items and output items, in order, then the items added since."""
-    convs, session = Conversations(svc.sql), shapes.session_of(conversation_id)
-    rec = convs.get(session, who)
-    items: list[dict[str, Any]] = []
+    read, unread = _all_items(svc, who, shapes.session_of(conversation_id))
+    return JSONResponse(page(read + unread, limit, order, after))
+
+
+def _all_items(svc: Services, who: str, session: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the items its responses read and wrote, in order; the items added that none has read)."""
+    convs = Conversations(svc.sql)
+    rec = convs.get(session, who)  # NotFound for another tenant's
+    read: list[dict[str, Any]] = []
     for job in convs.responses(session):
-        items += response_view.input_items(job) + response_view.output_items(job)
-    return JSONResponse(page(items + list(rec.pending), limit, order, after))
+        read += response_view.input_items(job) + response_view.output_items(job)
+    return read, list(rec.pending)
+
+
+@router.get("/{conversation_id}/items/{item_id}", responses=ERRORS)
+def get_item(conversation_id: ConversationId, item_id: ItemId, who: Tenant, svc: Svc) -> JSONResponse:
+    read, unread = _all_items(svc, who, shapes.session_of(conversation_id))
+    if (item := next((x for x in read + unread if x["id"] == item_id), None)) is None:
+        raise NotFound(f"no item {item_id!r} in conversation {conversation_id}")
+    return JSONResponse(item)
+
+
+@router.delete("/{conversation_id}/items/{item_id}", responses=ERRORS)
+def delete_item(conversation_id: ConversationId, item_id: ItemId, who: Tenant, svc: Svc) -> JSONResponse:
+    """Take out an item no response has read; the conversation, as OpenAI answers.  An item a
+    response read (or wrote) stays: its tokens are in the conversation's K/V and every later
+    response was decoded after them (400; branch with previous_response_id from an earlier one)."""
+    session = shapes.session_of(conversation_id)
+    read, _ = _all_items(svc, who, session)
+    if any(x["id"] == item_id for x in read):
+        raise BadInput(f"item {item_id!r} was read by a response of {conversation_id}: its tokens are in the "
+                       "conversation's cache; branch from an earlier response with previous_response_id instead")
+    svc.limiter.take(who)
+    convs = Conversations(svc.sql)
+    convs.remove(session, who, item_id)
+    return JSONResponse(_view(convs.get(session, who)))
 
 
 @router.post("/{conversation_id}/items", responses=ERRORS)

@@ -116,7 +116,7 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         convs = Conversations(svc.sql)
         with _going_on(svc, session, conv):
             pending = convs.get(session, who).pending  # NotFound for another tenant's
-            items = [*[{k: v for k, v in x.items() if k != "id"} for x in pending], *req.items()]
+            items = [*pending, *req.items()]  # the added items keep their ids: listed the same after
             done = convs.responses(session)
             prev = done[-1] if done else None
             if prev is not None and prev.status not in TERMINAL:

@@ -156,11 +156,25 @@ def test_conversations_their_items_and_a_branch_from_an_earlier_response(stack: 
     c = sdk(stack)
     conv = c.conversations.create(metadata={"topic": "kpis"})
     assert c.conversations.retrieve(conv.id).metadata == {"topic": "kpis"}
-    c.conversations.items.create(conv.id, items=[{"type": "message", "role": "user", "content": QUESTION}])
+    added = c.conversations.items.create(conv.id, items=[{"type": "message", "role": "user", "content": QUESTION}])
+    extra = c.conversations.items.create(conv.id, items=[{"type": "message", "role": "user", "content": "x"}])
+    # an item no response has read yet can be taken out (the conversation is answered); once gone, 404
+    assert c.conversations.items.delete(extra.data[0].id, conversation_id=conv.id).id == conv.id
+    with pytest.raises(openai.NotFoundError):
+        c.conversations.items.retrieve(extra.data[0].id, conversation_id=conv.id)
+    with pytest.raises(openai.NotFoundError):
+        c.conversations.items.delete(extra.data[0].id, conversation_id=conv.id)
     first = c.responses.create(model="small", conversation=conv.id, tools=[LOOKUP], input=[])  # reads the item added
     assert first.output[0].type == "function_call"
     items = c.conversations.items.list(conv.id, order="asc").data
     assert [i.type for i in items] == ["message", "function_call"]
+    # an item keeps its id once a response read it (a client paging with `after` finds it), and
+    # stays: its tokens are in the conversation's cache
+    assert items[0].id == added.data[0].id
+    assert c.conversations.items.retrieve(items[0].id, conversation_id=conv.id).id == items[0].id
+    assert [i.id for i in c.conversations.items.list(conv.id, order="asc", after=items[0].id).data] == [items[1].id]
+    with pytest.raises(openai.BadRequestError, match="cache"):
+        c.conversations.items.delete(items[0].id, conversation_id=conv.id)
     # a branch from the first response: a fork of its session, the conversation unchanged
     call = first.output[0]
     branch = c.responses.create(model="small", previous_response_id=first.id, tools=[LOOKUP], input=[
