@@ -115,30 +115,42 @@ def breakdown_table(d: dict[str, Any]) -> tuple[list[str], list[list[str]]] | No
 # ---- Markdown ---------------------------------------------------------------------------------
 
 
-def _cell(x: str) -> str:
-    return x.replace("\\", "\\\\").replace("|", "\\|")
+_INLINE = re.compile(r"([\\`*_\[\]<>|~&!])")  # emphasis, code, links, raw HTML, entities, a table's pipe
+_LINE_START = re.compile(r"^([ \t]*)(#|[-+=]|\d+(?=[.)]))", re.MULTILINE)  # a heading, a list, an underline
+
+
+def _md(x: str, block: bool = True) -> str:
+    """Text (a name, a title, the model's sentences) as Markdown that renders as the text itself:
+    a tenant's "net_revenue_usd" or "<b>Acme</b>" is no emphasis and no HTML.  The ASCII
+    punctuation Markdown reads is escaped with a backslash (CommonMark's escapes); a block's
+    lines also where they would start a heading or a list (not a table's cells: "+44" stays)."""
+    x = _INLINE.sub(r"\\\1", x)
+    if not block:
+        return x.replace("\n", " ")
+    return _LINE_START.sub(lambda m: m[1] + (m[2] + "\\" if m[2][0].isdigit() else "\\" + m[2]), x)
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(map(_cell, head)) + " |", "|" + " --- |" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(map(_cell, r)) + " |" for r in rows])
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(_md(c, block=False) for c in cells) + " |"
+    return "\n".join([line(head), "|" + " --- |" * len(head), *map(line, rows)])
 
 
 def markdown(doc: Document) -> str:
     """The document as Markdown: text and tables (a chart is a picture: the HTML and PDF have
     them, the JSON their specs)."""
-    out = [f"# {doc.title}", f"*{doc.subtitle}*", *(f"> {n}" for n in doc.notes)]
+    out = [f"# {_md(doc.title)}", f"*{_md(doc.subtitle)}*", *(f"> {_md(n)}" for n in doc.notes)]
     if doc.detail == "summary" and doc.figures is not None:
-        out += ["## Key figures", doc.figures]
+        out += ["## Key figures", _md(doc.figures)]
     for part in doc.parts:
         if doc.detail == "summary" and doc.figures is not None:
             break  # the key figures are the summary (the charts are pictures: HTML and PDF)
         if part.title is not None:
-            out.append(f"## {part.title}")
+            out.append(f"## {_md(part.title)}")
         if doc.detail == "summary":
-            out.append(first_sentence(part.payload, part.text))
+            out.append(_md(first_sentence(part.payload, part.text)))
             continue
-        out.append(part.text)
+        out.append(_md(part.text))
         main = main_drivers(part.drivers)
         if main:
             out.append(_md_table(["driver", ""], [list(x) for x in main]))
@@ -148,7 +160,7 @@ def markdown(doc: Document) -> str:
             if b is not None:
                 out.append(_md_table(*b))
     if doc.detail != "summary" and doc.figures is not None:
-        out += ["## Key figures", doc.figures]
+        out += ["## Key figures", _md(doc.figures)]
     return "\n\n".join(out) + "\n"
 
 

@@ -3,9 +3,12 @@ hold periods), what each detail level shows, tables that survive any name."""
 
 from __future__ import annotations
 
+import html
 import random
+import re
 
 import pytest
+from markdown_it import MarkdownIt
 
 from domain import charts, document, drivers
 from domain.draws import wild_payload
@@ -60,8 +63,10 @@ def test_what_each_level_shows() -> None:
     first = document.first_sentence(PAYLOAD, text)
     summary, standard, full = (document.markdown(doc(d)) for d in document.DETAILS)
     assert first in summary and text not in summary and "| driver |" not in summary
-    assert text in standard and "| driver |" in standard and "share of change" not in standard
-    assert text in full and "| region | value | prev | change | share of change | share of value |" in full
+    assert rendered_text(text) in rendered_text(standard) and "| driver |" in standard
+    assert "share of change" not in standard
+    assert rendered_text(text) in rendered_text(full)
+    assert "| region | value | prev | change | share of change | share of value |" in full
     assert "| N. America \\| West | 512 | 468 | +44 |" in full  # a name's pipe escaped in a table
     with_figures = document.markdown(doc("summary", figures="Revenue: 1240.5 k USD (up)."))
     assert "## Key figures" in with_figures and first not in with_figures  # a report's summary: its key figures
@@ -69,3 +74,29 @@ def test_what_each_level_shows() -> None:
     assert all("<svg><text>2 charts</text></svg>" in page for page in pages.values())  # the chart at every level
     assert "<table>" not in pages["summary"] and pages["full"].count("<table>") == 3
     assert "St. Mary&#x27;s Co." in pages["full"] and "N. America | West" in pages["full"]
+
+
+def rendered_text(md: str) -> str:
+    """Markdown as a CommonMark renderer shows it, as text (tags out, entities read)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", MarkdownIt("commonmark").enable("table").render(md)))
+
+
+TRICKY = ["net_revenue_usd", "*Acme* **Inc**", "<b>Globex</b>", "[Initech](http://x)", "Müller & Söhne",
+          "`ops`", "~~old~~", "#1 Team", "- EMEA", "1. Nordics", "a\\b", "Q3 | Q4", "!img"]
+
+
+@pytest.mark.parametrize("name", TRICKY)
+def test_markdown_shows_any_name_as_written_no_markup_from_it(name: str) -> None:
+    p = Payload(name, "2026-Q3", "formal", [Metric("revenue", "1240.5", "1105.25")],
+                Breakdown("region", "revenue", [(name, "512", "468"), ("APAC", "301", "318")]))
+    text = written(p)
+    part = document.Part(name, text, p, charts.chart(p, name), drivers.drivers(p))
+    md = document.markdown(document.Document(name, f"Report · {name}", "full", [part], f"{name}: 1240.5"))
+    page = MarkdownIt("commonmark").enable("table").render(md)
+    shown = rendered_text(md)
+    assert page.count("<h1>") == 1 and page.count("<h2>") == 2 and "<li>" not in page, page  # no heading or list of its own
+    assert page.count("<em>") == 1  # the subtitle's own
+    for tag in ("<strong>", "<a ", "<code>", "<b>", "<s>", "<del>", "<img"):
+        assert tag not in page, (tag, page)
+    assert text in shown and f"Report · {name}" in shown and f"{name}: 1240.5" in shown
+    assert f"{name} | 512 | 468" in re.sub(r"\s+", " ", shown) or name in shown  # the table's cell as written
