@@ -46,7 +46,9 @@ OPENAI_OPS = [("POST", "/v1/responses"), ("GET", "/v1/responses/{response_id}"),
               ("GET", "/v1/responses/{response_id}/input_items"), ("POST", "/v1/conversations"),
               ("GET", "/v1/conversations/{conversation_id}"), ("POST", "/v1/conversations/{conversation_id}"),
               ("DELETE", "/v1/conversations/{conversation_id}"), ("GET", "/v1/conversations/{conversation_id}/items"),
-              ("POST", "/v1/conversations/{conversation_id}/items"), ("GET", "/v1/models"),
+              ("POST", "/v1/conversations/{conversation_id}/items"),
+              ("GET", "/v1/conversations/{conversation_id}/items/{item_id}"),
+              ("DELETE", "/v1/conversations/{conversation_id}/items/{item_id}"), ("GET", "/v1/models"),
               ("GET", "/v1/models/{model}")]
 WEBHOOK_OPS = [("POST", "/v1/webhooks"), ("GET", "/v1/webhooks"), ("GET", "/v1/webhooks/{webhook_id}"),
                ("DELETE", "/v1/webhooks/{webhook_id}")]

@@ -156,8 +156,8 @@ def all_routes(api: Api, w: World) -> Iterator[tuple[str, str, dict[str, Any] | 
         for method in ops:
             m = method.upper()
             yield m, path.format(session_id=w.session, job_id=w.turn_job, name="sales", response_id=f"resp_{w.turn_job}",
-                                 conversation_id=f"conv_{w.session}", model="small", webhook_id="we_" + "0" * 24,
-                                 schedule_id="sch_" + "0" * 24, fmt="pdf"), bodies.get((m, path))
+                                 conversation_id=f"conv_{w.session}", item_id="msg_" + "0" * 24, model="small",
+                                 webhook_id="we_" + "0" * 24, schedule_id="sch_" + "0" * 24, fmt="pdf"), bodies.get((m, path))
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer key-wrong-0001"}, {"X-API-Key": "key-acme-0002"},
