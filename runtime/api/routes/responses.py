@@ -55,10 +55,18 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
     conversation or a previous response).  Without `background` or `stream` the call waits for it
     (up to response_wait_s, holding no thread: _ended; then it answers with the response as it
     is, in progress)."""
+    if req.stream and (full := svc.streams_full(who)) is not None:  # before the job: a refused stream runs nothing
+        raise RateLimited(full, retry_after_s=KEEPALIVE_S)
     job = await run_sync(submit, svc, who, req)
     limits = await run_sync(_limits, svc, who)
     if req.stream:
-        out = _streaming(svc, who, job, -1, drop=not req.store)
+        try:
+            out = _streaming(svc, who, job, -1, drop=not req.store)
+        except RateLimited:  # another request took the last place meanwhile: its 429 leaves nothing running
+            await run_sync(svc.dispatcher.cancel, job.id, who)
+            if not req.store:
+                _forget_when_ended(svc, job)
+            raise
         out.headers.update(limits)
         return out
     if not req.background:

@@ -90,3 +90,19 @@ def test_a_waiting_jobs_stream_says_so_from_sql_when_its_event_is_gone(server: A
     assert said["status"] == "requires_action" and said["calls"] == [call] and said["from"] == "sql"
     assert jobs.claim(job.id, "w2").reason == "waiting for tool outputs"  # a late message does not take it
     assert jobs.get(job.id).status == "requires_action"
+
+
+def test_a_response_stream_refused_at_the_cap_runs_nothing(redis_url: str, tmp_path: Path) -> None:
+    """A streamed response past the tenant's stream cap is refused before its job: a 429 the
+    client retries leaves no response running (nor kept, store false) behind it."""
+    with api_server(redis_url, tmp_path, max_streams_per_tenant=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        job = c.post("/v1/jobs", headers=ACME, json={"kind": "narrative", "spec": NARRATIVE}).json()
+        with c.stream("GET", f"/v1/jobs/{job['id']}/events", headers=ACME) as held:
+            assert held.status_code == 200
+            reader = held.iter_text()  # kept: a reader collected early closes its response
+            assert next(reader).startswith("retry:")
+            for store in (True, False):
+                r = c.post("/v1/responses", headers=ACME,
+                           json={"model": "small", "input": "Revenue rose", "stream": True, "store": store})
+                assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited", r.text
+            assert [j["id"] for j in c.get("/v1/jobs", headers=ACME).json()["jobs"]] == [job["id"]]
