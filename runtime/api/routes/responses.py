@@ -61,7 +61,7 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
     limits = await run_sync(_limits, svc, who)
     if req.stream:
         try:
-            out = _streaming(svc, who, job, -1, drop=not req.store)
+            out = _streaming(svc, who, job, -1, drop=not req.store, created=True)
         except RateLimited:  # another request took the last place meanwhile: its 429 leaves nothing running
             await run_sync(svc.dispatcher.cancel, job.id, who)
             if not req.store:
@@ -329,10 +329,10 @@ def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None)
 
 # ---- the stream --------------------------------------------------------------------------------
 
-def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool) -> Response:
+def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool, created: bool = False) -> Response:
     if (full := svc.streams_full(who)) is not None:
         raise RateLimited(full, retry_after_s=KEEPALIVE_S)
-    return StreamingResponse(_events(svc, who, job, after, drop), media_type="text/event-stream",
+    return StreamingResponse(_events(svc, who, job, after, drop, created), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
                                       STREAMED: shapes.response_id(job.id)})  # what an Idempotency-Key keeps of it
 
@@ -341,12 +341,21 @@ def _sse(ev: dict[str, Any]) -> str:
     return f"id: {ev['sequence_number']}\nevent: {ev['type']}\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
 
 
-async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: bool) -> AsyncIterator[str]:
+async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: bool,
+                  created: bool) -> AsyncIterator[str]:
     """The response's events with sequence_number > after: translated from the job's event
     stream from its start (response_stream.Translator: the same events and numbers on every read), the
     last ones from its row once it has ended (SQL is the truth: read every second too, so the
     stream ends with the job even if its final event was lost)."""
-    if svc.streams_full(who) is not None:
+    # checked and counted in one step (no await between them): of streams that passed the route's
+    # check together, the one over the cap says so (OpenAI's error event), and the response it
+    # created is cancelled, as a 429 before it would have left nothing running
+    if (full := svc.streams_full(who)) is not None:
+        yield _sse({"type": "error", "code": "rate_limited", "message": full, "param": None, "sequence_number": 0})
+        if created:
+            await run_sync(svc.dispatcher.cancel, job.id, who)
+            if drop:
+                _forget_when_ended(svc, job)
         return
     svc.streams[who] = svc.streams.get(who, 0) + 1
     r = svc.aclient()

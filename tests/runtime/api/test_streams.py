@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import redis
 
 from app.serve import ApiServer
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_server
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_server, running_api
 
 OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust
 
@@ -106,3 +107,31 @@ def test_a_response_stream_refused_at_the_cap_runs_nothing(redis_url: str, tmp_p
                            json={"model": "small", "input": "Revenue rose", "stream": True, "store": store})
                 assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited", r.text
             assert [j["id"] for j in c.get("/v1/jobs", headers=ACME).json()["jobs"]] == [job["id"]]
+
+
+def test_a_response_stream_that_loses_the_last_place_to_another_says_so_and_runs_nothing(
+        redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two streams that pass the route's check at once: the one over the cap when its stream
+    starts answers OpenAI's error event (not an empty 200), and the response it created is
+    cancelled (store false: not kept either)."""
+    with running_api(redis_url, tmp_path) as api:
+        checks: Iterator[None] = iter([])
+        monkeypatch.setattr(api.svc, "streams_full", lambda who: next(checks, f"tenant {who!r} holds 16 event streams"))
+        for store in (True, False):
+            checks = iter([None, None])  # the route's two checks pass; another stream takes the place before it starts
+            with api.http.stream("POST", "/v1/responses", headers=ACME,
+                                 json={"model": "small", "input": "Revenue rose", "stream": True, "store": store}) as r:
+                assert r.status_code == 200
+                text = "".join(r.iter_text())
+            events = [json.loads(line.removeprefix("data: ")) for line in text.splitlines() if line.startswith("data: ")]
+            assert [(e["type"], e["code"]) for e in events] == [("error", "rate_limited")], text
+            jobs = api.http.get("/v1/jobs", headers=ACME).json()["jobs"]
+            if store:
+                assert [j["status"] for j in jobs] == ["cancelled"], jobs
+                kept = jobs[0]["id"]
+            else:
+                deadline = time.monotonic() + 10
+                while [j["id"] for j in jobs] != [kept] and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    jobs = api.http.get("/v1/jobs", headers=ACME).json()["jobs"]
+                assert [j["id"] for j in jobs] == [kept], "the store-false response is forgotten once cancelled"
