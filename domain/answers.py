@@ -232,8 +232,9 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     read = {grammar.canonical(a) for args, _ in reads for a in args}
     problems = [f"the question names {n!r}, which no call reads" for n in (names or ()) if grammar.canonical(n) not in read]
     if not reads:
-        written = question.replace(" ", "")
-        return [*problems, *(f"calc({e!r}) is no expression the question writes" for e in calcs if e not in written)]
+        written = question.replace(" ", "").replace("×", "*").replace("÷", "/")
+        return [*problems, *(f"calc({e!r}) is no expression the question writes" for e in calcs if e not in written),
+                *_arithmetic_problems(question, calcs)]
     said = question
     for n in sorted({*(names or ()), *(a for args, _ in reads for a in args)} - {""}, key=len, reverse=True):
         said = _whole(n).sub(" ", said)
@@ -267,6 +268,32 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     if values.index(pair[0]) != _said_first(question, reads[0][0], reads[1][0]) and values[0] != values[1]:
         problems.append(f"calc({expr!r}) takes its rows in the other order than the question says them")
     return problems
+
+
+#: what a question writes as arithmetic: a run of numbers, operators and parentheses
+_WRITTEN = re.compile(r"[-+*/×÷().\d\s]*\d[-+*/×÷().\d\s]*")
+#: the words that only frame an expression ("What is ...?", "Compute ...", "How much is ...?")
+_FRAMING = frozenset("what what's whats is it compute calculate evaluate work out the result value of please "
+                     "how much equals equal to".split())
+
+
+def _arithmetic_problems(question: str, calcs: list[str]) -> list[str]:
+    """Arithmetic (no metric call): the last calc is the one expression the question writes,
+    whole, and the question's other words only frame it (_FRAMING), as far as they can be told:
+    "What is 45 + 55 + 12?" answered by calc("45+55") computed a part of it, and "What is half of
+    3 + 4?" or "What is 2 + 3 and 4 + 5?" ask more than one calc of what they write."""
+    spans = [m.strip().rstrip(".").strip() for m in _WRITTEN.findall(question)]
+    if len(spans) != 1:
+        return [f"the question writes {len(spans)} expressions or numbers apart ({', '.join(map(repr, spans))}): "
+                "what it asks of them cannot be told"]
+    whole = spans[0].replace(" ", "").replace("×", "*").replace("÷", "/")
+    if calcs and calcs[-1] != whole:
+        return [f"calc({calcs[-1]!r}) is not the whole expression the question writes, {whole!r}"]
+    words = set(re.findall(r"[^\W\d_]+(?:'[^\W\d_]+)?", _WRITTEN.sub(" ", question.replace("’", "'")).lower()))
+    if words - _FRAMING:
+        return [f"the question says {sorted(words - _FRAMING)} beside the expression it writes: what it asks of it "
+                "cannot be told"]
+    return []
 
 
 def _whole(name: str) -> re.Pattern[str]:

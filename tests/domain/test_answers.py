@@ -84,7 +84,8 @@ def test_a_calc_over_a_periods_digits_or_a_number_nobody_wrote_fails_verificatio
     assert answers.verify(Q1, made, " Churn in Western Europe in 2026-Q1 was 2126.") == [
         *(f'calc("2026+100") uses {n}, which no earlier result holds and the question does not write as a number'
           for n in ("2026", "100")),
-        "calc('2026+100') is no expression the question writes"]
+        "calc('2026+100') is no expression the question writes",
+        "the question writes 2 expressions or numbers apart ('2026-', '1'): what it asks of them cannot be told"]
     q = "What is 40 + 2?"
     assert answers.call_problems(q, [('calc("40+2")', "42")]) == []
     assert answers.call_problems(q, [('calc("40+3")', "43")]) == [
@@ -99,6 +100,34 @@ def test_a_calc_over_a_periods_digits_or_a_number_nobody_wrote_fails_verificatio
     m3 = [(call_text("metric", "dc", "Ab", "1993-H1"), "577"), (call_text("metric", "dc", "Xfers 32", "1993-H1"),
                                                                      "error: unknown region 'Xfers 32'")]
     assert answers.call_problems(q3, [*m3, ('calc("577-32")', "545")]) == ['calc("577-32") uses 32, which no earlier result holds']
+
+
+@pytest.mark.parametrize("question, calc, result, why", [
+    # wrong successes a probe found: a calc over a run of the question's text was verified
+    ("What is 45 + 55 + 12?", "45+55", "100", "not the whole expression the question writes, '45+55+12'"),
+    ("What is 4821 + 37 - 5?", "4821+37", "4858", "not the whole expression"),
+    ("What is 12 + 30 * 2?", "12+30", "42", "not the whole expression"),
+    ("Calculate 250 + 250 + 250.", "250+250", "500", "not the whole expression"),
+    ("What is 1000000 / 7 / 7?", "1000000", "1000000", "not the whole expression"),
+    ("What is 999999999999999 + 1?", "999999999999999", "999999999999999", "not the whole expression"),
+    # what the question asks of its expression beside it cannot be told
+    ("What is half of 3 + 4?", "3+4", "7", "says ['half'] beside the expression"),
+    ("Was ist 3 + 4, verdoppelt?", "3+4", "7", "beside the expression"),
+    ("What is 2 + 3 and 4 + 5?", "2+3", "5", "writes 2 expressions or numbers apart"),
+    ("What is 45 + 55 plus 12?", "45+55", "100", "writes 2 expressions or numbers apart"),
+])
+def test_arithmetic_is_verified_only_as_the_whole_expression_the_question_writes(question: str, calc: str, result: str,
+                                                                                  why: str) -> None:
+    problems = answers.verify(question, [(f'calc("{calc}")', result)], f" The result is {result}.")
+    assert any(why in p for p in problems), problems
+
+
+@pytest.mark.parametrize("question, calc, result", [
+    ("What is 45 + 55 + 12?", "45+55+12", "112"), ("Compute (4821 + 37) - 5.", "(4821+37)-5", "4853"),
+    ("What's 7 - -3?", "7--3", "10"), ("What’s 12 + 30 * 2?", "12+30*2", "72"), ("How much is 2 × 3?", "2*3", "6"),
+    ("Calculate 3.5 + 1.25.", "3.5+1.25", "4.75")])
+def test_arithmetic_as_the_question_writes_it_is_verified(question: str, calc: str, result: str) -> None:
+    assert answers.verify(question, [(f'calc("{calc}")', result)], f" The result is {result}.") == []
 
 
 def test_the_100_of_a_percent_change_of_two_results_only_where_the_question_asks_in_percent() -> None:

@@ -250,6 +250,8 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
                              "write as a number" for n in ("2026", "100")),
                            *(f"the question names {n!r}, which no call reads" for n in ("churn", "EMEA", "2026-Q1")),
                            "calc('2026+100') is no expression the question writes",
+                           "the question writes 2 expressions or numbers apart ('2026-', '1'): what it asks of them "
+                           "cannot be told",
                            "the answer writes 2126 %, and nothing it read gives a unit"]),
     "a unit it made up": ("What was the total revenue across EMEA and APAC in 2026-Q1?",
                           [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")],
@@ -257,7 +259,8 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
                           [f"the answer writes {calc(f'{R1}+{R2}')} %, and the metric's unit is k USD"]),
     "nobody's number": ("What is 40 + 2?", [call("calc", "40+3")], "A: The result is 43.",
                         ['calc("40+3") uses 3, which no earlier result holds and the question does not write as a number',
-                         "calc('40+3') is no expression the question writes"]),
+                         "calc('40+3') is no expression the question writes",
+                         "calc('40+3') is not the whole expression the question writes, '40+2'"]),
     "another region": (Q1, [call("metric", "churn", "APAC", "2026-Q1")],
                        f"A: Churn in EMEA in 2026-Q1 was {DATA.lookup('churn', 'APAC', '2026-Q1')}%.",
                        ['metric("churn", "APAC", "2026-Q1") reads region \'APAC\', which the question does not name',
