@@ -33,6 +33,12 @@ def output_items(job: JobRecord) -> list[dict[str, Any]]:
     return out
 
 
+def ran_on(job: JobRecord) -> str:
+    """The model the job runs on, from its pool ("small.cpu-float32"; hosts.pool): what a
+    response names, as OpenAI's do, whatever the request asked ("gpt-4o" runs on the default)."""
+    return job.pool.rsplit(".", 1)[0] if job.pool else ""
+
+
 def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
     """The response object of `job`.  snapshot: the status a stream event shows (a stream's
     events are the same on every read: none carries what the job became since)."""
@@ -43,7 +49,7 @@ def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
     usage = res.get("usage") if final else None
     return {
         "id": response_id(job.id), "object": "response", "created_at": _ts(job.created_at), "status": st,
-        "background": bool(req.get("background")), "model": req.get("model") or "", "store": req.get("store", True),
+        "background": bool(req.get("background")), "model": ran_on(job) or req.get("model") or "", "store": req.get("store", True),
         "output": output_items(job) if final else [],
         "error": ({"code": (job.error or {}).get("code", "server_error"), "message": (job.error or {}).get("message", "")}
                   if st == "failed" else None),

@@ -115,6 +115,9 @@ def test_models_and_a_text_response_created_polled_and_listed(stack: Stack) -> N
     assert c.responses.retrieve(r.id).output_text == r.output_text
     [item] = c.responses.input_items.list(r.id).data
     assert item.type == "message" and item.content[0].text == "Revenue rose in EMEA"  # type: ignore[union-attr]
+    # a model no worker hosts runs on the default, and the response names the one that ran (it echoed the request's)
+    other = c.responses.create(model="gpt-4o", input="Revenue rose", max_output_tokens=2)
+    assert other.model == c.responses.retrieve(other.id).model == "small"
 
 
 def test_a_function_calling_loop_resumes_after_its_worker_is_killed_token_identical(stack: Stack) -> None:
