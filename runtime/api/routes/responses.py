@@ -32,7 +32,7 @@ from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.idempotency import STREAMED
 from runtime.api.models import ERRORS
-from runtime.api.responses import CreateResponse
+from runtime.api.responses import BuiltinTool, CreateResponse
 from runtime.api.services import Services
 from runtime.errors import BadInput, Busy, NotFound, RateLimited
 from runtime.jobs.conversations import Conversations
@@ -111,7 +111,11 @@ def _limits(svc: Services, who: str) -> dict[str, str]:
 def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
     """The request as a job on the session it continues: refused, changing nothing, where it
     does not fit (a conversation and a previous response both; a previous response that has not
-    ended, or another tenant's: 404; an output for no waiting call)."""
+    ended, or another tenant's: 404; an output for no waiting call; a setflow_metric tool over a
+    dataset the tenant has not: 404, as the native agent's)."""
+    for t in req.tools:
+        if isinstance(t, BuiltinTool) and t.dataset is not None:
+            svc.datasets.exists(who, t.dataset)
     if req.background and not req.store:
         raise BadInput("a background response is kept until it is read: store false cannot be background")
     conv, prev_id = req.conversation_id(), req.previous_response_id

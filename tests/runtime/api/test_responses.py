@@ -305,6 +305,7 @@ def test_store_false_keeps_nothing(stack: Stack) -> None:
     ({"input": "hi", "max_output_tokens": 4096}, 400),  # past the model's context: refused, not a job that fails
     ({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}, 400),
     ({"input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, 400),
+    ({"input": "What was churn in EMEA in 2026-Q3?", "tools": [{"type": "setflow_metric", "dataset": "nope"}]}, 404),
 ])
 def test_bad_input_gets_openai_errors_and_changes_nothing(stack: Stack, bad: dict[str, Any], code: int) -> None:
     c = sdk(stack)
