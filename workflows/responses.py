@@ -2,8 +2,8 @@
 on its conversation's session.
 
     mode "text":  one turn; its input the messages' text (the profile's turn format), its output
-                  one message: what the model wrote, unchecked (it was given no fact, and writes
-                  no fact slot: NoSlots)
+                  one message: what the model wrote, unchecked (it was given no fact and no tool,
+                  and writes no fact slot and no call markup: PlainText)
     mode "agent": workflows/agent.py over the client's functions (each fitting a skill the model
                   has: ResponseSpec.callable) and the built-in tools (calc always: the runtime's
                   arithmetic; the metric lookup where it was asked for); its output the answer as a
@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from domain.facts import Slots
 from domain.markup import SLOT_TOKENS
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT
 from model.config import ModelConfig
 from model.params import DecodeParams
 from model.profiles import Profile
@@ -57,8 +58,8 @@ def _text(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
     if not ids:
         raise BadInput("the input text encodes to no tokens")
     params = with_stops(turns, decode_params(spec.params))
-    if turns.profile.facts == "slots":  # no fact was given: a slot would point at nothing
-        params = replace(params, guide=NoSlots(turns.tokenizer))
+    if turns.profile.facts == "slots":  # no fact and no tool was given: a slot or a call would point at nothing
+        params = replace(params, guide=PlainText(turns.tokenizer))
     turns.report(text_at=turns.cached + len(ids))  # where its text starts: a stream's deltas follow it from there
     r = turns.turn(ids, params, text=spec.text)
     cut = not ended(turns, r.tokens) and len(r.tokens) >= params.max_new_tokens
@@ -103,15 +104,18 @@ def _function_call(f: FunctionTool, call: dict[str, Any]) -> dict[str, Any]:
             "arguments": json.dumps(f.arguments(call["arguments"]), ensure_ascii=False)}
 
 
-class NoSlots:
-    """A text response's guide: it was given no facts, so the model's fact slots are no tokens
-    it may write (its most probable other token is taken).  Pure: the same on every worker."""
+class PlainText:
+    """A text response's guide: it was given no facts and no tools, so the model's fact slots and
+    its call markup (<call>, </call>, <result>, </result>: a question's text often starts a
+    lookup, which would reach the client as `<call>metric(...`) are no tokens it may write (its
+    most probable other token is taken).  Pure: the same on every worker."""
 
     def __init__(self, tok: Tokenizer) -> None:
-        self._slots = frozenset(tok.token_id(t) for t in SLOT_TOKENS if tok.has_token(t))
+        self._refused = frozenset(tok.token_id(t) for t in (*SLOT_TOKENS, CALL, END_CALL, RESULT, END_RESULT)
+                                  if tok.has_token(t))
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
-        return token not in self._slots  # every position guided: a refused slot's stand-in is any other token
+        return token not in self._refused  # every position guided: a refused token's stand-in is any other
 
 
 class Counted:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from domain.markup import SLOT_TOKENS
+from domain.tools import CALL, END_CALL, END_RESULT, RESULT
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import NoAnswer
@@ -84,6 +85,12 @@ def test_a_text_response_is_one_turn_and_says_when_its_limit_cut_it(loaded: tupl
         "no fact slot: none was given"
     assert out["usage"] == {"input": out["usage"]["prefill"], "cached": 0, "prefill": out["usage"]["prefill"],
                             "output": 3}
+    # a question, with no tool given: the model would start a lookup ("<call>metric(...", sent to the client)
+    asked = LocalTurns(*loaded)
+    out = responses.run(asked, ResponseSpec.model_validate(
+        {"mode": "text", "text": "What was revenue in EMEA in 2026-Q3?\n", "params": {"max_new_tokens": 16}}))
+    markup = {loaded[1].token_id(t) for t in (CALL, END_CALL, RESULT, END_RESULT, *SLOT_TOKENS)}
+    assert asked.state is not None and not set(asked.state.tokens) & markup, out["output"]
 
 
 @pytest.mark.parametrize("bad", [
