@@ -122,6 +122,8 @@ def check_url(url: str, allow_private: bool = False) -> str:
         raise BadInput(f"a webhook url is an http or https URL: {e}") from None
     if u.scheme not in ("http", "https") or not u.host:
         raise BadInput(f"a webhook url is an absolute http or https URL, not {url[:100]!r}")
+    if u.port is not None and not 0 < u.port < 65536:
+        raise BadInput(f"a webhook url's port is 1..65535, not {u.port}")
     if not allow_private and (u.host.lower().rstrip(".") == "localhost" or u.host.lower().endswith(".localhost")
                               or not _public(u.host, named=True)):
         raise BadInput(f"a webhook url reaches public addresses only, not {u.host!r} (a loopback, private or "
@@ -129,13 +131,22 @@ def check_url(url: str, allow_private: bool = False) -> str:
     return url
 
 
+def shown(url: str) -> str:
+    """A url as views list it: a password in it (https://user:pw@host/...) as "***"."""
+    u = httpx.URL(url)
+    return str(u.copy_with(username=u.username, password="***")) if u.password else url
+
+
 def _public(host: str, named: bool = False) -> bool:
     """Whether `host`, an IP address, is a public (globally routable) one; a name (not an
     address) counts as public where `named`."""
     try:
-        ip = ipaddress.ip_address(host.strip("[]"))
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return named
+        try:  # the short and numeric forms a resolver reads as an IPv4 address: 127.1, 2130706433, 0x7f000001
+            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return named
     return bool(ip.is_global) and not ip.is_multicast
 
 

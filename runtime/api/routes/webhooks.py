@@ -65,7 +65,7 @@ def _store(svc: Svc) -> Endpoints:
 
 
 def _view(r: WebhookEndpointRecord) -> WebhookView:
-    return WebhookView(id=r.id, url=r.url, events=r.events, description=r.description, created_at=r.created_at)
+    return WebhookView(id=r.id, url=webhooks.shown(r.url), events=r.events, description=r.description, created_at=r.created_at)
 
 
 @router.post("", status_code=201, response_model=WebhookCreated, responses=ERRORS)

@@ -390,7 +390,10 @@ def test_a_name_that_resolves_to_a_private_address_is_not_delivered_to(db_engine
 @pytest.mark.parametrize(("url", "ok"), [("https://example.com/h", True), ("http://8.8.8.8/h", True),
                                          ("http://127.0.0.1/h", False), ("http://[::ffff:127.0.0.1]/h", False),
                                          ("http://192.168.1.2/h", False), ("http://LOCALHOST./h", False),
-                                         ("http://[fe80::1]/h", False), ("http://224.0.0.1/h", False)])
+                                         ("http://[fe80::1]/h", False), ("http://224.0.0.1/h", False),
+                                         # the short and numeric forms of 127.0.0.1 a resolver reads (they were taken)
+                                         ("http://127.1/h", False), ("http://2130706433/h", False),
+                                         ("http://0x7f000001/h", False), ("http://1.1/h", True)])
 def test_check_url_refuses_non_public_hosts(url: str, ok: bool) -> None:
     try:
         webhooks.check_url(url)
@@ -398,3 +401,10 @@ def test_check_url_refuses_non_public_hosts(url: str, ok: bool) -> None:
     except BadInput:
         assert not ok, url
     assert webhooks.check_url(url, allow_private=True) == url
+
+
+def test_a_url_with_a_port_out_of_range_is_refused_and_a_password_is_never_listed() -> None:
+    with pytest.raises(BadInput, match="port is 1..65535"):
+        webhooks.check_url("http://example.com:99999/h")
+    assert webhooks.shown("https://bob:s3cret@example.com/h?x=1") == "https://bob:***@example.com/h?x=1"
+    assert webhooks.shown("https://example.com/h") == "https://example.com/h"
