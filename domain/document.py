@@ -115,8 +115,10 @@ def breakdown_table(d: dict[str, Any]) -> tuple[list[str], list[list[str]]] | No
 # ---- Markdown ---------------------------------------------------------------------------------
 
 
-_INLINE = re.compile(r"([\\`*_\[\]<>|~&!])")  # emphasis, code, links, raw HTML, entities, a table's pipe
-_LINE_START = re.compile(r"^([ \t]*)(#|[-+=]|\d+(?=[.)]))", re.MULTILINE)  # a heading, a list, an underline
+#: emphasis, code, links, raw HTML, entities, a table's pipe, a heading's marks (at a line's start,
+#: and a heading's closing ones: "Team #" in a title would lose its "#")
+_INLINE = re.compile(r"([\\`*_\[\]<>|~&!#])")
+_LINE_START = re.compile(r"^([ \t]*)([-+=]|\d+(?=[.)]))", re.MULTILINE)  # a list, an underline
 
 
 def _md(x: str, block: bool = True) -> str:

@@ -82,7 +82,7 @@ def rendered_text(md: str) -> str:
 
 
 TRICKY = ["net_revenue_usd", "*Acme* **Inc**", "<b>Globex</b>", "[Initech](http://x)", "Müller & Söhne",
-          "`ops`", "~~old~~", "#1 Team", "- EMEA", "1. Nordics", "a\\b", "Q3 | Q4", "!img"]
+          "`ops`", "~~old~~", "#1 Team", "Team #", "Rang # 2", "- EMEA", "1. Nordics", "a\\b", "Q3 | Q4", "!img"]
 
 
 @pytest.mark.parametrize("name", TRICKY)
@@ -99,4 +99,5 @@ def test_markdown_shows_any_name_as_written_no_markup_from_it(name: str) -> None
     for tag in ("<strong>", "<a ", "<code>", "<b>", "<s>", "<del>", "<img"):
         assert tag not in page, (tag, page)
     assert text in shown and f"Report · {name}" in shown and f"{name}: 1240.5" in shown
+    assert f"<h1>{html.escape(name, quote=False)}</h1>" in page and f"<h2>{html.escape(name, quote=False)}</h2>" in page
     assert f"<td>{html.escape(name, quote=False)}</td>\n<td>512</td>" in page  # the breakdown's cell as written
