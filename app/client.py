@@ -70,10 +70,21 @@ class AsyncClient:
     async def close(self) -> None:
         await self.http.aclose()
 
-    async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+                      idempotency_key: str | None = None) -> Any:
+        """The answer's JSON (ApiError for a 4xx or 5xx); a 429 retried after its Retry-After.  With
+        an idempotency_key, a request whose answer was lost (a timeout, a dropped connection) is
+        sent again too: the API answers a retry with the first answer, so it makes nothing twice."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         for attempt in range(self.retries + 1):
-            async with self.throttle:
-                r = await self.http.request(method, path, json=body, params=params)
+            try:
+                async with self.throttle:
+                    r = await self.http.request(method, path, json=body, params=params, headers=headers)
+            except httpx.TransportError:
+                if idempotency_key is None or attempt == self.retries:
+                    raise
+                await asyncio.sleep(min(2.0 ** attempt, 10.0))
+                continue
             if r.status_code == 429 and attempt < self.retries:
                 await asyncio.sleep(float(r.headers.get("retry-after", "1")))
                 continue
@@ -129,9 +140,11 @@ class AsyncClient:
     # ---- jobs -------------------------------------------------------------------------------
 
     async def create_job(self, kind: str, spec: dict[str, Any], session: str | None = None,
-                         priority: str = "interactive") -> dict[str, Any]:
+                         priority: str = "interactive", idempotency_key: str | None = None) -> dict[str, Any]:
+        """idempotency_key: a retry-safe submit (docs/api.md "Idempotent submits"): the same key
+        and spec give the one job, however often it is sent."""
         body = {"kind": kind, "spec": spec, "priority": priority, **({"session": session} if session else {})}
-        return await self.request("POST", "/v1/jobs", body)  # type: ignore[no-any-return]
+        return await self.request("POST", "/v1/jobs", body, idempotency_key=idempotency_key)  # type: ignore[no-any-return]
 
     async def get_job(self, job: str) -> dict[str, Any]:
         return await self.request("GET", f"/v1/jobs/{job}")  # type: ignore[no-any-return]

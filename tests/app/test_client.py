@@ -79,3 +79,32 @@ def test_event_streams_work_from_several_event_loops(api: Api) -> None:
 async def _events(api: Api, job: str) -> list[str]:
     async with AsyncClient("http://api", "key-acme-0001", transport=httpx.ASGITransport(app=api.app)) as c:
         return [e["event"] async for e in c.events(job)]
+
+
+class _AnswerLost(httpx.AsyncBaseTransport):
+    """The API's transport, whose first answer to a POST is lost after the API made it (a
+    timeout on the way back): what a retry-safe submit is for."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner, self.lost = inner, 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        r = await self.inner.handle_async_request(request)
+        if request.method == "POST" and not self.lost:
+            self.lost += 1
+            await r.aread()
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return r
+
+
+def test_a_submit_with_an_idempotency_key_is_retried_when_its_answer_is_lost_and_makes_one_job(api: Api) -> None:
+    async def go(key: str | None) -> list[str]:
+        async with AsyncClient("http://api", "key-acme-0001", transport=_AnswerLost(httpx.ASGITransport(app=api.app))) as c:
+            try:
+                await c.create_job("narrative", NARRATIVE, idempotency_key=key)
+            finally:
+                jobs = [j["id"] for j in await c.list_jobs()]
+            return jobs
+    assert len(asyncio.run(go("submit-0001"))) == 1  # sent twice, one job: the retry got the first answer
+    with pytest.raises(httpx.ReadTimeout):  # no key: not retried (a retry could make a second job)
+        asyncio.run(go(None))
