@@ -20,7 +20,7 @@ from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
 from runtime.api.services import Services
 from runtime.errors import BadInput, RateLimited
 from runtime.jobs.events import entries
-from runtime.jobs.specs import Detail, ToolOutputs
+from runtime.jobs.specs import SPECS, Detail, ToolOutputs
 from runtime.tables import STATUSES, TERMINAL
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -42,7 +42,7 @@ def create_job(req: JobRequest, who: Tenant, svc: Svc) -> JobView:
 @router.get("", response_model=JobList, responses=ERRORS)
 def list_jobs(who: Tenant, svc: Svc,
               status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
-              kind: Annotated[str | None, Query(pattern="^[a-z]{1,32}$")] = None,
+              kind: Annotated[str | None, Query(pattern="^(" + "|".join(SPECS) + ")$")] = None,
               session: Annotated[str | None, Query(pattern=ID)] = None,
               limit: Limit = 50) -> JobList:
     """The tenant's jobs, newest first."""
