@@ -29,7 +29,7 @@ from domain.answers import answer_of, slot_problems, verify
 from domain.facts import SLOT, Slots
 from domain.guide import CallNames
 from domain.tools import CALL, END_CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, ToolError, error_result, held_names, parse_call
-from model.params import DecodeError, DecodeParams
+from model.params import DecodeError, DecodeParams, Guide
 from model.profiles import Profile
 from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
 from runtime.jobs.plans import agent_input
@@ -127,6 +127,11 @@ class _Agent:
     def slots(self) -> Slots | None:
         return self.facts.slots if self.facts is not None else None
 
+    @property
+    def units(self) -> bool:
+        """The rows read have units: the sample dataset's (a tenant's table or a client's tool: none)."""
+        return self.spec.dataset is None and "metric" not in self.spec.client_tools
+
     def written(self, text: str) -> str:
         """What the model wrote, its facts written out."""
         return self.facts.written(text) if self.facts is not None else text
@@ -163,9 +168,13 @@ class _Agent:
         while True:
             # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
             #    guided to copy the question's names and the numbers of the results so far
-            guide = None if self.names is None else tools.CallGuide(
+            guide: Guide | None = None if self.names is None else tools.CallGuide(
                 tok, self.names.after(x for c, x in zip(self.calls, self.read_results) if c["ok"]),
                 unguided=spec.client_tools)
+            if self.facts is not None and self.calls:  # the answer's units, after its results' slots
+                guide = tools.UnitGuide(tok, guide, [(c["call"], c["result"]) for c in self.calls],
+                                        {tok.token_id(x): c["result"] for c, x in zip(self.calls, self.read_results)
+                                         if SLOT.fullmatch(x) and tok.has_token(x)}, self.units)
             try:
                 r = turns.turn(ids, replace(self.seg, guide=guide), text=text_in, facts=self.slots)
             except DecodeError as e:
@@ -208,7 +217,7 @@ class _Agent:
                 return text, [f"no answer: the last segment {why}"]
             pointed = slot_problems(answer_of(text) or "") if self.facts is not None else []  # its slots, before written out
             return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held,
-                                     units=spec.dataset is None and "metric" not in spec.client_tools)
+                                     units=self.units)
 
         retry = Retry(self.doc, self.seg, corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)
         try:

@@ -20,9 +20,11 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from domain.answers import UNITS, unit_problems
 from domain.grammar import canonical
 from domain.guide import CallNames, guided_call
 from domain.tools import CALL, END_CALL, MAX_EXPR, ToolError, calc, error_result, held_names, no_row, parse_call
+from model.params import Guide
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 
@@ -191,3 +193,39 @@ class CallGuide:
             at += len(CALL)
             text = full[at:]
         return None if END_CALL in text else (ids, at, text)
+
+
+class UnitGuide:
+    """The answer's guide for units: after a result's slot (and a space or two), no token that
+    starts a unit the checker would refuse after that number (answers.unit_problems: a total of a
+    tenant's table, of a client's tool or plain arithmetic has none; a sample metric its own; a
+    percent change is in %), so the model's most probable other token is taken and the answer
+    states the number as its rows give it (it wrote "Total revenue ... was 980 %." and failed
+    `unverified`).  `inner` (the calls' guide) decides inside a call.  `results`: each result's
+    slot id -> its value; `made`: the calls so far.  A pure function of the segment's tokens:
+    the same on every worker."""
+
+    def __init__(self, tok: Tokenizer, inner: Guide | None, made: Sequence[tuple[str, str]],
+                 results: dict[int, str], units: bool) -> None:
+        self._tok, self._inner = tok, inner
+        self._units: dict[int, tuple[list[str], list[str]]] = {}  # slot id -> (units refused, units allowed)
+        for i, v in results.items():
+            ok = [u for u in UNITS if not unit_problems(made, f" {v} {u}", units)]
+            if len(ok) < len(UNITS):
+                self._units[i] = ([u for u in UNITS if u not in ok], ok)
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        verdict = self._inner.allows(before, token) if self._inner is not None else None
+        if verdict is not None or not self._units:
+            return verdict
+        i = len(before) - 1
+        while i >= max(0, len(before) - 3) and before[i] not in self._units and not self._tok.decode([before[i]]).strip():
+            i -= 1  # a space or two between the number and its unit
+        if i < 0 or before[i] not in self._units:
+            return None
+        refused, ok = self._units[before[i]]
+        said = self._tok.decode([token]).lstrip()
+
+        def starts(u: str) -> bool:  # the token begins the unit, or writes it whole (and more)
+            return bool(said) and (u.startswith(said) or said.startswith(u))
+        return not any(map(starts, refused)) or any(map(starts, ok))  # guided here: a stand-in is any other token

@@ -298,3 +298,19 @@ def test_the_forms_training_writes_are_verified_first(loaded: tuple[SetDLM, Toke
         r = agent.run(Scripted(tok, model.cfg, [*calls, answer]), AgentSpec(question=question, dataset_seed=DATA.seed))
         assert r["verified"] is True and r["attempt"] == "first" and r["problems"] == [], (question, r["text"])
         assert all(c["ok"] for c in r["calls"]) and r["answer"] == answer.removeprefix("A: ")
+
+
+@pytest.mark.parametrize("question, total", [
+    ("What was the total revenue across EMEA and APAC in 2026-Q3?", "812.25"),
+    ("What was the total Umsatz across Berlin and München in 2026-Q3?", "200.5")])
+def test_a_total_of_a_tenants_table_is_stated_with_no_unit_its_rows_do_not_give(
+        loaded: tuple[SetDLM, Tokenizer], question: str, total: str) -> None:
+    """The model wrote "... was 812.25 %." after a tenant's total (its training's totals carry
+    units) and the job failed `unverified`, the retry too: the answer's guide (tools.UnitGuide)
+    refuses a unit the checker would refuse after a result, so the first decode states the total
+    as the rows give it, verified."""
+    table = {"world": [["revenue", "EMEA", "2026-Q3", "512.25"], ["revenue", "APAC", "2026-Q3", "300"],
+                       ["Umsatz", "Berlin", "2026-Q3", "123.5"], ["Umsatz", "München", "2026-Q3", "77"]]}
+    r = agent.run(LocalTurns(*loaded, datasets=table), AgentSpec(question=question, dataset="world"))
+    assert r["verified"] and r["attempt"] == "first", r
+    assert r["answer"].endswith(f" {total}."), r["answer"]
