@@ -6,6 +6,7 @@ API process imports this."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import jsonschema
@@ -217,6 +218,11 @@ class FunctionTool(BaseModel):
         props = (self.parameters or {}).get("properties") or {}
         return [str(n) for x in props.values() for n in x.get("enum", []) if isinstance(n, str)]
 
+    def listed(self) -> list[bool]:
+        """Whether each parameter lists its values (an `enum`), in the schema's order."""
+        props = (self.parameters or {}).get("properties") or {}
+        return [bool(isinstance(x, dict) and x.get("enum")) for x in props.values()]
+
     def arguments(self, args: dict[str, str]) -> dict[str, str]:
         """A call's arguments (by the skill's fields, in order) under this function's names."""
         return dict(zip(self.fields(), args.values(), strict=True))
@@ -225,6 +231,9 @@ class FunctionTool(BaseModel):
         """Why arguments (under its names) do not fit its schema; None: they do."""
         errors = sorted(jsonschema.Draft202012Validator(self.parameters or {}).iter_errors(args), key=str)
         return None if not errors else f"{self.name}: {errors[0].message}"[:MAX_REASON]
+
+
+_PERIOD = re.compile(r"(?<![\w-])\d{4}-(?:Q[1-4]|H[12]|0[1-9]|1[0-2])(?![\w-])")  # a period in a common form
 
 
 class ResponseSpec(Tuned):
@@ -280,12 +289,20 @@ class ResponseSpec(Tuned):
 
     def agent(self, question: str) -> AgentSpec:
         """The agent job this response runs: its client tools the skills its functions fit, the
-        names their schemas list (those its question holds enter the model as slots)."""
+        names their schemas list (those its question holds enter the model as slots), and, where
+        the lookup's function lists its what and where but not its when (the README's `quarter`),
+        the periods the question writes in a common form (2026-Q3, 2026-03, 2026-H1): with no
+        slot to copy, the model miscopied them in a second call ("[F17]026-Q3") and ended with
+        no answer.  (Where it lists none, the periods stay text too: periods alone as slots
+        misled the model more than none.)"""
         functions = self.callable()
+        names = [n for f in functions.values() for n in f.names()]
+        if "metric" in functions and functions["metric"].listed() == [True, True, False]:
+            names += _PERIOD.findall(question)
         return AgentSpec.model_validate({
             "question": question, "max_calls": self.max_calls, "params": self.params.model_dump(),
             "dataset": self.dataset, "allow_unverified": self.allow_unverified, "client_tools": list(functions),
-            "names": list(dict.fromkeys(n for f in functions.values() for n in f.names()))})
+            "names": list(dict.fromkeys(names))})
 
     def callable(self) -> dict[str, FunctionTool]:
         """skill -> the client's function called for it (the first that fits it)."""

@@ -53,7 +53,9 @@ def test_a_function_call_parks_the_response_and_the_next_goes_on_token_identical
     assert [c["by"] for c in third["calls"]] == ["client", "client", "server"]  # calc: a built-in skill
     # the native agent, its client running the metric tool with the same names and outputs
     native = LocalTurns(*loaded, tool_outputs={"call_1": V1, "call_2": V2})
-    done = agent.run(native, AgentSpec(question=QUESTION, client_tools=["metric"], names=["revenue", "churn", "EMEA", "APAC"]))
+    # (the periods too: get_kpi lists none for `quarter`, so the Responses path takes the question's)
+    done = agent.run(native, AgentSpec(question=QUESTION, client_tools=["metric"],
+                                       names=["revenue", "churn", "EMEA", "APAC", "2026-Q2", "2026-Q3"]))
     assert done["answer"] == message["text"]
     assert conv.state is not None and native.state is not None
     assert conv.state.tokens == native.state.tokens, "the same conversation, token for token"
@@ -135,3 +137,25 @@ def test_a_lookup_nobody_offered_is_answered_with_an_error_never_from_the_sample
         return  # it kept asking for the lookup: no answer, and none from data nobody gave
     lookups = [c for c in out["calls"] if c["tool"] == "metric"]
     assert lookups and all(not c["ok"] and c["result"].startswith("error: no tool 'metric' here") for c in lookups)
+
+
+@pytest.mark.parametrize("question, outputs, answer", [
+    ("How much higher was revenue in EMEA than in APAC in 2026-Q3?", {"EMEA": "512", "APAC": "468"},
+     "revenue in EMEA was 44 higher than in APAC."),
+    ("What was the total revenue across EMEA and APAC in 2026-Q3?", {"EMEA": "512", "APAC": "468"},
+     "Total revenue across EMEA and APAC in 2026-Q3 was 980.")])
+def test_a_lookup_with_no_enum_for_its_period_answers_two_row_questions(loaded: tuple[SetDLM, Tokenizer], question: str,
+                                                                       outputs: dict[str, str], answer: str) -> None:
+    """The README's get_kpi lists no `quarter` values: the question's period was no slot, the
+    model miscopied it in its second call ("[F17]026-Q3") and the response failed no_answer.
+    A period in a common form is now a name the calls copy."""
+    conv = LocalTurns(*loaded)
+    out = respond(conv, question=question)
+    for _ in range(3):
+        [item] = out["output"]
+        if item["type"] != "function_call":
+            break
+        args = json.loads(item["arguments"])
+        assert args["quarter"] == "2026-Q3", args
+        out = respond(conv, parked=out["parked"], output=outputs[args["market"]])
+    assert out["verified"] is True and out["output"][0]["text"].endswith(answer), out["output"]
