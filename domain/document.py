@@ -176,7 +176,7 @@ body { font-family: "DejaVu Sans", "Noto Sans", "Noto Sans CJK JP", sans-serif; 
        color: #1d232b; max-width: 760px; margin: 0 auto; padding: 12px; }
 h1 { font-size: 18pt; margin: 0 0 2px; } h2 { font-size: 13pt; margin: 18px 0 6px; border-bottom: 1px solid #dde1e6; }
 .sub { color: #5b6674; margin: 0 0 10px; } .note { color: #b42318; }
-figure { margin: 8px 0; break-inside: avoid; } figure svg { max-width: 100%; height: auto; }
+figure { margin: 8px 0; break-inside: avoid; } figure svg, figure img { max-width: 100%; height: auto; }
 table { border-collapse: collapse; margin: 6px 0 10px; font-size: 9.5pt; break-inside: avoid; }
 th, td { text-align: left; padding: 2px 8px; border-bottom: 1px solid #eef0f3; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }

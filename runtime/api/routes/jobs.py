@@ -181,7 +181,5 @@ def job_report(job_id: JobId, fmt: Literal["md", "html", "pdf", "json"], who: Te
     elif fmt == "md":
         body = exports.markdown(job, detail)
     else:
-        body = exports.html(job, detail)
-        if fmt == "pdf":
-            body = exports.pdf(body)
+        body = exports.html(job, detail) if fmt == "html" else exports.pdf(exports.html(job, detail, exports.pdf_chart))
     return Response(body, media_type=media, headers={"Content-Disposition": exports.filename(job, fmt)})
