@@ -232,7 +232,7 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     read = {grammar.canonical(a) for args, _ in reads for a in args}
     problems = [f"the question names {n!r}, which no call reads" for n in (names or ()) if grammar.canonical(n) not in read]
     if not reads:
-        written = question.replace(" ", "").replace("×", "*").replace("÷", "/")
+        written = _as_calc(question)
         return [*problems, *(f"calc({e!r}) is no expression the question writes" for e in calcs if e not in written),
                 *_arithmetic_problems(question, calcs)]
     said = question
@@ -277,6 +277,11 @@ _FRAMING = frozenset("what what's whats is it compute calculate evaluate work ou
                      "how much equals equal to".split())
 
 
+def _as_calc(text: str) -> str:
+    """Arithmetic as a calc writes it: no spaces, × and ÷ as * and /."""
+    return text.replace(" ", "").replace("×", "*").replace("÷", "/")
+
+
 def _arithmetic_problems(question: str, calcs: list[str]) -> list[str]:
     """Arithmetic (no metric call): the last calc is the one expression the question writes,
     whole, and the question's other words only frame it (_FRAMING), as far as they can be told:
@@ -286,7 +291,7 @@ def _arithmetic_problems(question: str, calcs: list[str]) -> list[str]:
     if len(spans) != 1:
         return [f"the question writes {len(spans)} expressions or numbers apart ({', '.join(map(repr, spans))}): "
                 "what it asks of them cannot be told"]
-    whole = spans[0].replace(" ", "").replace("×", "*").replace("÷", "/")
+    whole = _as_calc(spans[0])
     if calcs and calcs[-1] != whole:
         return [f"calc({calcs[-1]!r}) is not the whole expression the question writes, {whole!r}"]
     words = set(re.findall(r"[^\W\d_]+(?:'[^\W\d_]+)?", _WRITTEN.sub(" ", question.replace("’", "'")).lower()))

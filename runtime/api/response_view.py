@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from runtime.api.responses import response_id
+from runtime.jobs.hosts import pool_model
 from runtime.tables import JobRecord
 
 
@@ -33,12 +34,6 @@ def output_items(job: JobRecord) -> list[dict[str, Any]]:
     return out
 
 
-def ran_on(job: JobRecord) -> str:
-    """The model the job runs on, from its pool ("small.cpu-float32"; hosts.pool): what a
-    response names, as OpenAI's do, whatever the request asked ("gpt-4o" runs on the default)."""
-    return job.pool.rsplit(".", 1)[0] if job.pool else ""
-
-
 def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
     """The response object of `job`.  snapshot: the status a stream event shows (a stream's
     events are the same on every read: none carries what the job became since)."""
@@ -47,9 +42,11 @@ def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
     st = snapshot or status(job)
     final = snapshot is None or snapshot in ("completed", "incomplete", "failed", "cancelled")
     usage = res.get("usage") if final else None
+    # the model that ran it, as OpenAI's name theirs, whatever the request asked ("gpt-4o" runs on the default)
     return {
         "id": response_id(job.id), "object": "response", "created_at": _ts(job.created_at), "status": st,
-        "background": bool(req.get("background")), "model": ran_on(job) or req.get("model") or "", "store": req.get("store", True),
+        "background": bool(req.get("background")), "model": pool_model(job.pool) or req.get("model") or "",
+        "store": req.get("store", True),
         "output": output_items(job) if final else [],
         "error": ({"code": (job.error or {}).get("code", "server_error"), "message": (job.error or {}).get("message", "")}
                   if st == "failed" else None),

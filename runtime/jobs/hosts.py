@@ -27,7 +27,7 @@ from runtime.errors import ModelNotHosted
 from runtime.keys import Keys, model_name
 from runtime.settings import Settings
 
-__all__ = ["Host", "Hosts", "model_name", "pool"]
+__all__ = ["Host", "Hosts", "model_name", "pool", "pool_model"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ class Host:
 def pool(model: str, numerics: str) -> str:
     """The queue-name part of a model and its numerics: "small.cpu-float32"."""
     return f"{model}.{numerics.replace('/', '-')}"
+
+
+def pool_model(pool_name: str) -> str:
+    """The model of a pool ("small.cpu-float32" -> "small"; a model's name may hold dots, its
+    numerics none); "" for none."""
+    return pool_name.rsplit(".", 1)[0] if pool_name else ""
 
 
 class Hosts:
