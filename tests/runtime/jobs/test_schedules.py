@@ -109,6 +109,44 @@ def test_a_dataset_makes_one_payload_per_region_or_one_of_a_region() -> None:
         templates.job_id("sch_x", 60.0, "APAC")
 
 
+class Counted(list[list[str]]):
+    """A dataset's rows that count the passes made over them."""
+
+    passes = 0
+
+    def __iter__(self) -> Iterator[list[str]]:
+        self.passes += 1
+        return super().__iter__()
+
+
+def regions(n: int) -> list[list[str]]:
+    """A dataset of n regions (revenue in two quarters each): 2n rows."""
+    return [["revenue", f"R{i:04d}", p, v] for i in range(n) for p, v in (("2026-Q2", "1"), ("2026-Q3", "2"))]
+
+
+def test_a_template_is_counted_before_any_job_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue #48: `per: region` over 5000 regions built 5000 payloads (its rows scanned once per
+    # region) before the cap refused it: 17.6 s a POST, 5-7.7 s a tick
+    built: list[str] = []
+    payload = templates.payload
+
+    def counted(rows: list[list[str]], source: DataSource, tenant: str) -> dict[str, Any]:
+        built.append(tenant)
+        return payload(rows, source, tenant)
+
+    monkeypatch.setattr(templates, "payload", counted)
+    big = Counted(regions(5000))
+    with pytest.raises(BadInput, match="5000 regions, at most 50 jobs a tick"):
+        templates.check("narrative", NARRATIVE, DataSource(dataset="sales", per="region"), "acme", lambda _: big)
+    assert built == [] and big.passes == 1  # refused before any payload, its rows read once
+    per = {"kind": "narrative", "spec": NARRATIVE, "data": {"dataset": "sales", "per": "region"}}
+    jobs, problems = templates.plan("sch_x", T0, per, "acme", lambda _: big)  # a tick: the first MAX_JOBS only
+    assert [p.group for p in jobs] == built == [f"R{i:04d}" for i in range(templates.MAX_JOBS)]
+    assert problems == ["sales: 5000 regions, at most 50 jobs a tick (the first 50 go)"] and big.passes == 2
+    exactly = Counted(regions(templates.MAX_JOBS))
+    assert templates.check("narrative", NARRATIVE, DataSource(dataset="sales", per="region"), "acme", lambda _: exactly)
+
+
 # ---- the ticker in one process, on a fake clock ---------------------------------------------------
 
 
