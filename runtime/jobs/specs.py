@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from domain import schemas  # a tenant's JSON Schema as data: no fetch, RE2 patterns, size caps
 from domain.facts import SLOT  # plain Python: a fact slot's text, no torch
 from domain.grammar import clean_name, number_text
 from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token
@@ -190,11 +190,8 @@ class FunctionTool(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(v)
-            except jsonschema.SchemaError as e:
-                raise ValueError(f"parameters is not a JSON Schema: {e.message}") from None
+        if v is not None and (why := schemas.problems(v)):
+            raise ValueError(f"parameters: {why}")
         return v
 
     def fields(self) -> list[str]:
@@ -229,7 +226,7 @@ class FunctionTool(BaseModel):
 
     def problem(self, args: dict[str, str]) -> str | None:
         """Why arguments (under its names) do not fit its schema; None: they do."""
-        errors = sorted(jsonschema.Draft202012Validator(self.parameters or {}).iter_errors(args), key=str)
+        errors = sorted(schemas.validator(self.parameters or {}).iter_errors(args), key=str)
         return None if not errors else f"{self.name}: {errors[0].message}"[:MAX_REASON]
 
 
