@@ -101,7 +101,10 @@ def create_schedule(req: ScheduleCreate, who: Tenant, svc: Svc) -> ScheduleView:
     """A schedule: at each run of `cron` in `timezone` the workers submit the template's job (a
     batch job on a new session), or with `data` {"dataset", "per": "region"} one per region of
     the dataset.  Checked whole, the dataset read as it is now: a bad cron, time zone, spec or
-    dataset is a 422 naming it; past tenant_max_schedules a 409 over_budget; nothing written."""
+    dataset is a 422 naming it; past tenant_max_schedules a 409 over_budget; nothing written.
+    Takes a rate-limit token first, as a submission does: a refused schedule has cost a check
+    too (its dataset read), so a flood of them is a 429 at the tenant's rate."""
+    svc.limiter.take(who)
     rec = _store(svc).create(who, cron_expr=req.cron, timezone=req.timezone, kind=req.template.kind,
                              spec=req.template.spec, data=req.data, name=req.name, missed=req.missed,
                              max_catch_up=req.max_catch_up)

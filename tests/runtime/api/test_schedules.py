@@ -8,6 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import pytest
+
+from runtime.jobs import templates
+from runtime.jobs.datasets import parse_json
 from runtime.jobs.schedules import Ticker
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, REPORT, Api
 
@@ -90,6 +94,28 @@ def test_the_cap_is_a_409(make_api: Any) -> None:
     assert r.status_code == 409 and r.json()["error"]["code"] == "over_budget"
     assert api.snapshot() == before
     _create(api, body, GLOBEX)  # another tenant's count
+
+
+def test_create_takes_a_token_and_refuses_a_template_past_the_cap_before_building_it(
+        make_api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue #48: each such POST built every region's payload (17.6 s over 5000 regions) and took
+    # no token, so a tenant could send them back to back
+    api = make_api(tenant_burst=3, tenant_rate_per_s=0.01)
+    many = [{"metric": "revenue", "region": f"R{i:03d}", "period": p, "value": "1"}
+            for i in range(templates.MAX_JOBS + 10) for p in ("2026-Q2", "2026-Q3")]
+    api.svc.datasets.put("acme", "many", parse_json({"rows": many}))  # behind the API: no token
+    built: list[str] = []
+    monkeypatch.setattr(templates, "payload", lambda rows, source, tenant: built.append(tenant))
+    before = api.snapshot()
+    body = {**PER_REGION, "data": {"dataset": "many", "per": "region"}}
+    for _ in range(3):
+        r = api.http.post("/v1/schedules", json=body, headers=ACME)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "bad_input", r.text
+        assert "60 regions, at most 50 jobs a tick" in r.json()["error"]["message"]
+    assert built == []  # refused before any payload was built
+    r = api.http.post("/v1/schedules", json={"cron": "@daily", "template": {"kind": "report", "spec": REPORT}}, headers=ACME)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"  # the refused ones took their tokens
+    assert api.snapshot() == before
 
 
 def test_a_tick_submits_one_report_per_region_and_the_schedule_shows_it(api: Api) -> None:
