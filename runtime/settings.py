@@ -85,6 +85,7 @@ class Settings(BaseSettings):
     gc_interval_s: float = 60.0
     affinity_ttl_s: int = 3600  #: a session's last worker is remembered this long
     idempotency_ttl_s: float = Field(default=24 * 3600.0, gt=0)  #: a POST's Idempotency-Key replays its first answer this long
+    idempotency_max_keys: int = Field(default=10_000, ge=1)  #: Idempotency-Keys one tenant holds within their TTL
     response_wait_s: float = Field(default=600.0, gt=0)  #: POST /v1/responses waits this long for a response (not background)
     events_maxlen: int = 10_000  #: step events kept per job (the stream is trimmed beyond)
     events_ttl_s: int = 24 * 3600  #: a job's event stream expires this long after its last event

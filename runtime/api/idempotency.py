@@ -17,7 +17,14 @@ in a header); its replay streams that response's events again from the start.  K
 (runtime/tables.py IdempotencyRecord) and survive restarts; rows past their TTL are pruned a
 batch at a time as new keys come.  A row still in flight long after any request could have
 answered (ABANDONED_S past response_wait_s: its process died mid-request) is taken over by the
-next request with its key, rather than holding the key for the whole TTL."""
+next request with its key, rather than holding the key for the whole TTL.
+
+A duplicate pays at the door like any request: it takes a rate-limit token; at most
+MAX_WAITING of a tenant's duplicates wait at once in a process (429 beyond); a waiting one wakes
+on the first request's answer (an event in this process; a check of SQL each POLL_S for a first
+request in another process) and stops when its client leaves.  A tenant holds at most
+idempotency_max_keys keys within their TTL (a new key past it: 429 rate_limited), and a kept
+answer is at most MAX_ANSWER bytes (a larger one is not kept: a retry runs again)."""
 
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from anyio.to_thread import run_sync
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,15 +44,25 @@ from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
 from runtime.api.models import aware
 from runtime.db import writer
+from runtime.errors import RateLimited
 from runtime.tables import IdempotencyRecord
 
 HEADER = "idempotency-key"
 STREAMED = "setflow-response-id"  # the header a streaming route names its response by
 WAIT_S = 60.0  # a duplicate waits this long for the first request's answer (then 409 in_flight)
+POLL_S = 1.0  # a waiting duplicate checks SQL this often (a first request in another process)
+MAX_WAITING = 8  # a tenant's duplicates waiting at once in one process
+MAX_ANSWER = 256 * 1024  # bytes of an answer kept for replay
 PRUNE = 500  # expired rows deleted per new key, at most
 #: an in-flight row older than response_wait_s (the longest a POST runs: one that waits for its
 #: response) plus this was left by a process that died mid-request: the next request takes it over
 ABANDONED_S = 60.0
+
+
+_LEFT = object()  # a wait that answered its client itself, or lost it
+#: (tenant, key) -> the event its first request, running in this process, sets when it has
+#: answered or released the key (an entry lives as long as that request)
+_FLIGHTS: dict[tuple[str, str], asyncio.Event] = {}
 
 
 def _key_problem(key: str) -> str | None:
@@ -57,11 +74,12 @@ def _key_problem(key: str) -> str | None:
 class Keys:
     """The idempotency_keys rows (sync: the middleware runs them on a worker thread)."""
 
-    def __init__(self, engine: Any, ttl_s: float, abandoned_s: float) -> None:
+    def __init__(self, engine: Any, ttl_s: float, abandoned_s: float, most: int | None = None) -> None:
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.ttl_s = ttl_s
         self.abandoned_s = abandoned_s  # an in-flight row this old is nobody's any more
+        self.most = most  # keys a tenant holds within the TTL, at most (None: no ceiling)
 
     def claim(self, tenant: str, key: str, route: str, digest: str) -> IdempotencyRecord | None:
         """None: this request holds the key now (run it); else the row another holds or held."""
@@ -83,6 +101,11 @@ class Keys:
                     old = None
                 if old is not None:
                     return old
+                if self.most is not None and (db.scalar(select(func.count()).select_from(IdempotencyRecord).where(
+                        IdempotencyRecord.tenant == tenant, IdempotencyRecord.created_at >= cutoff)) or 0) >= self.most:
+                    raise RateLimited(f"tenant {tenant!r} holds {self.most} Idempotency-Keys, the most it may "
+                                      "(idempotency_max_keys): send this request without one, or wait for keys to "
+                                      "expire (idempotency_ttl_s)", retry_after_s=60.0)
                 db.add(IdempotencyRecord(tenant=tenant, key=key, route=route, body_hash=digest))
                 stale = select(IdempotencyRecord.tenant, IdempotencyRecord.key).where(
                     IdempotencyRecord.created_at < cutoff).limit(PRUNE)
@@ -145,11 +168,16 @@ class Idempotent:
                 return
             body += message.get("body", b"")
             more = bool(message.get("more_body", False))
-        keys = Keys(svc.sql, svc.settings.idempotency_ttl_s, svc.settings.response_wait_s + ABANDONED_S)
+        keys = Keys(svc.sql, svc.settings.idempotency_ttl_s, svc.settings.response_wait_s + ABANDONED_S,
+                    svc.settings.idempotency_max_keys)
         route, digest = f"POST {path}", hashlib.sha256(body).hexdigest()
         deadline = time.monotonic() + WAIT_S
         while True:
-            held = await run_sync(keys.claim, tenant, key, route, digest)
+            try:
+                held = await run_sync(keys.claim, tenant, key, route, digest)
+            except RateLimited as e:
+                await errors.body(e.code, e.message, 429, path, retry_after_s=e.retry_after_s)(scope, receive, send)
+                return
             if held is None:
                 break  # ours: run it
             if held.route != route or held.body_hash != digest:
@@ -157,9 +185,15 @@ class Idempotent:
                                   f"({held.route}, another body): use a new key for a new request", 422,
                                   path)(scope, receive, send)
                 return
-            while held is not None and held.status is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)  # the first request runs: its answer comes
-                held = await run_sync(keys.get, tenant, key)
+            try:
+                await run_sync(svc.limiter.take, tenant)  # a duplicate pays at the door as any request
+            except RateLimited as e:
+                await errors.body(e.code, e.message, 429, path, retry_after_s=e.retry_after_s)(scope, receive, send)
+                return
+            if held.status is None:
+                held = await self._wait(scope, receive, send, keys, tenant, key, deadline)
+                if held is _LEFT:
+                    return  # its client left, or it was refused: nothing more to do
             if held is None:
                 continue  # the first failed (its row released): this one runs it
             if held.status is None:
@@ -168,7 +202,47 @@ class Idempotent:
                 return
             await self._replay(scope, receive, send, held)
             return
-        await self._run(scope, receive, send, body, keys, tenant, key)
+        done = _FLIGHTS[(tenant, key)] = asyncio.Event()
+        try:
+            await self._run(scope, receive, send, body, keys, tenant, key)
+        finally:
+            done.set()  # its duplicates in this process read the answer now
+            if _FLIGHTS.get((tenant, key)) is done:
+                del _FLIGHTS[(tenant, key)]
+
+    #: a tenant's duplicates waiting in this process
+    _waiting: dict[str, int] = {}
+
+    async def _wait(self, scope: Scope, receive: Receive, send: Send, keys: Keys, tenant: str, key: str,
+                    deadline: float) -> Any:
+        """The row of the first request once it answered or released its key (None), or still in
+        flight at the deadline; _LEFT when the client left or the tenant has MAX_WAITING waiting."""
+        if self._waiting.get(tenant, 0) >= MAX_WAITING:
+            await errors.body("rate_limited", f"tenant {tenant!r} has {MAX_WAITING} requests waiting on "
+                              "Idempotency-Keys in flight: retry later", 429, scope["path"],
+                              retry_after_s=1.0)(scope, receive, send)
+            return _LEFT
+        self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
+        left = asyncio.ensure_future(receive())  # the body is read: what comes next is the client leaving
+        try:
+            while True:
+                first = _FLIGHTS.get((tenant, key))  # None: the first request runs in another process
+                woke = asyncio.ensure_future(first.wait()) if first is not None else None
+                await asyncio.wait({left} | ({woke} if woke else set()),
+                                   timeout=max(0.0, min(POLL_S, deadline - time.monotonic())),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if woke is not None:
+                    woke.cancel()
+                if left.done() and left.result().get("type") == "http.disconnect":
+                    return _LEFT
+                held = await run_sync(keys.get, tenant, key)
+                if held is None or held.status is not None or time.monotonic() >= deadline:
+                    return held
+        finally:
+            left.cancel()
+            self._waiting[tenant] -= 1
+            if not self._waiting[tenant]:
+                del self._waiting[tenant]
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, body: bytes, keys: Keys, tenant: str,
                    key: str) -> None:
@@ -200,7 +274,10 @@ class Idempotent:
                     kept = True
             elif message["type"] == "http.response.body" and not kept:
                 chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
+                if sum(map(len, chunks)) > MAX_ANSWER:  # too large to keep: a retry runs it again
+                    await run_sync(keys.release, tenant, key)
+                    kept = True
+                elif not message.get("more_body", False):
                     hs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
                     await run_sync(keys.answer, tenant, key, int(start["status"]),
                                    {"body": b"".join(chunks).decode("utf-8", "replace"),

@@ -7,11 +7,13 @@ the Responses route replays its response (and its stream)."""
 from __future__ import annotations
 
 import hashlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +25,7 @@ from runtime.api import idempotency
 from runtime.jobs import models
 from runtime.tables import IdempotencyRecord
 from tests.conftest import pg_schema
-from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, api_settings, delete_keys, shipped_card
+from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, api_server, api_settings, delete_keys, shipped_card
 
 
 def keyed(key: str) -> dict[str, str]:
@@ -180,3 +182,71 @@ def test_eight_concurrent_duplicates_make_one_job_and_a_key_survives_a_restart(
         server.stop()
         delete_keys(redis_url, f"{s.key_prefix}*")
         mine.close()
+
+
+def _until(cond: Callable[[], bool], what: str) -> None:
+    """Wait for a state (not a moment): up to 30 s, however busy the machine."""
+    end = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < end, f"never: {what}"
+        time.sleep(0.02)
+
+
+def test_duplicates_pay_at_the_door(make_api: Callable[..., Api], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each duplicate takes a rate-limit token: past the bucket it is a 429, not one more wait."""
+    monkeypatch.setattr(idempotency, "WAIT_S", 0.2)
+    api = make_api(tenant_burst=2, tenant_rate_per_s=0.01)
+    _in_flight(api, "k-held", 1.0)
+    codes = [api.http.post("/v1/sessions", headers=keyed("k-held")).status_code for _ in range(3)]
+    assert codes == [409, 409, 429]
+
+
+def test_a_tenant_holds_at_most_its_keys(make_api: Callable[..., Api]) -> None:
+    api = make_api(idempotency_max_keys=2)
+    assert [api.http.post("/v1/sessions", headers=keyed(f"k-q{i}")).status_code for i in range(2)] == [201, 201]
+    before = api.snapshot()
+    r = api.http.post("/v1/sessions", headers=keyed("k-q2"))
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited" and "idempotency_max_keys" in r.text
+    assert api.snapshot() == before, "a refused key writes nothing"
+    assert api.http.post("/v1/sessions", headers=keyed("k-q0")).headers["idempotent-replayed"] == "true"
+    assert api.http.post("/v1/sessions", headers=ACME).status_code == 201  # without a key: as ever
+
+
+def test_waiting_duplicates_are_capped_wake_on_the_answer_and_stop_with_their_client(
+        redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(idempotency, "MAX_WAITING", 2)
+    monkeypatch.setattr(idempotency, "POLL_S", 0.05)
+    waiting = idempotency.Idempotent._waiting
+    with api_server(redis_url, tmp_path) as server:
+        sql = server.app.state.services.sql
+        keys = idempotency.Keys(sql, 3600, 60)
+        _hold(sql, "k-wait")
+        answers: list[httpx.Response] = []
+
+        def post() -> None:
+            answers.append(httpx.post(f"{server.url}/v1/sessions", headers=keyed("k-wait"), timeout=60))
+        threads = [threading.Thread(target=post) for _ in range(2)]
+        for t in threads:
+            t.start()
+        _until(lambda: waiting.get("acme") == 2, "two duplicates wait")
+        third = httpx.post(f"{server.url}/v1/sessions", headers=keyed("k-wait"), timeout=60)
+        assert third.status_code == 429 and third.json()["error"]["code"] == "rate_limited"
+        keys.answer("acme", "k-wait", 201, {"body": '{"id": "s-1"}', "type": "application/json"})  # the first answers
+        for t in threads:
+            t.join(30)
+        assert [(r.status_code, r.json(), r.headers["idempotent-replayed"]) for r in answers] == [(201, {"id": "s-1"}, "true")] * 2
+        assert "acme" not in waiting
+        # a duplicate whose client leaves stops waiting (WAIT_S is a minute)
+        _hold(sql, "k-gone")
+        host, port = server.url.split("//")[1].split(":")
+        s = socket.create_connection((host, int(port)))
+        s.sendall(f"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: {ACME['Authorization']}\r\n"
+                  "Idempotency-Key: k-gone\r\nContent-Length: 0\r\n\r\n".encode())
+        _until(lambda: waiting.get("acme") == 1, "the duplicate waits")
+        s.close()
+        _until(lambda: "acme" not in waiting, "the duplicate stops waiting once its client left")
+
+
+def _hold(sql: Any, key: str) -> None:
+    with Session(sql) as db, db.begin():
+        db.add(IdempotencyRecord(tenant="acme", key=key, route="POST /v1/sessions", body_hash=hashlib.sha256(b"").hexdigest()))
