@@ -5,6 +5,7 @@ and writes them lives with its owner: runtime/sessions/records.py, runtime/jobs/
 from __future__ import annotations
 
 import math
+import os
 import threading
 from pathlib import Path
 
@@ -24,17 +25,29 @@ def database_url(settings: Settings) -> str:
     return f"sqlite:///{(settings.data_dir / 'setflow.db').resolve()}"
 
 
+def private(file: Path) -> None:
+    """A data file's folder is created 0700 and the file 0600 when they are new (a folder that
+    exists already is the operator's: left as it is)."""
+    if file.name == ":memory:" or not file.name:
+        return
+    if not file.parent.exists():
+        file.parent.mkdir(parents=True, mode=0o700)
+    if not file.exists():
+        os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
 def make_engine(settings: Settings, migrate: bool = True) -> Engine:
     url = database_url(settings)
     if url.startswith("sqlite"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        private(Path(url.removeprefix("sqlite:///")))
     timeout = settings.database_timeout_s
     # a connection is pinged before the pool hands it out (one dropped by the server, a restart or
     # a proxy is replaced, not given to a request), and connecting waits at most `timeout`
     connect_args: dict[str, object] = ({"timeout": timeout} if url.startswith("sqlite")
                                        else {"connect_timeout": max(2, math.ceil(timeout))}
                                        if url.startswith("postgresql") else {})  # libpq: whole seconds, >= 2
-    engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args)
+    # hide_parameters: an error's log line names its statement, never its values (a webhook's secret)
+    engine = create_engine(url, future=True, pool_pre_ping=True, connect_args=connect_args, hide_parameters=True)
     if engine.dialect.name == "sqlite":
         @event.listens_for(engine, "connect")
         def _fk_on(conn, _record):  # type: ignore[no-untyped-def]  # SQLite enforces FKs only when asked

@@ -57,7 +57,7 @@ class EmbeddedRedis:
         """Start the server (or join the one already on the socket); returns its URL."""
         if self.alive():
             return self.url
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.socket.unlink(missing_ok=True)  # a stale socket of a server that died
         conf = self.folder / "redis.conf"
         conf.write_text("\n".join([

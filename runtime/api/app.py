@@ -65,6 +65,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     app.add_middleware(gate.Bounded, limit=settings.max_body_bytes)
     app.add_middleware(gate.Authorized)
     app.add_middleware(gate.Paced, shares=shares, inflight=settings.tenant_max_inflight)
+    app.add_middleware(errors.Caught)  # outermost: whatever escapes is a JSON 500 and one log line
 
     for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,
               webhooks.router, schedules.router, ops.router, page.router, docs.router):

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api.auth import Unauthorized
 from runtime.api.responses import OPENAI_PATHS
@@ -53,6 +54,33 @@ def body(code: str, message: str, status: int, path: str = "", **extra: Any) -> 
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers)
+
+
+class Caught:
+    """The outermost middleware: an exception no handler took is a JSON 500 (code "internal",
+    the shape of every error) and one log line naming its type and route, never a traceback of
+    the tenant's input; a response already started is closed as it is."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as e:
+            if scope["type"] != "http":
+                raise
+            log.error("internal error on %s %s: %s", scope.get("method"), scope.get("path"), type(e).__name__)
+            if not started:
+                await body("internal", "the server failed on this request; it was logged", 500,
+                           scope.get("path", ""))(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:

@@ -10,7 +10,9 @@ import base64
 import json
 import re
 import struct
+import threading
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +31,38 @@ KINDS = ("narrative", "report")
 FORMATS = {"md": ("text/markdown; charset=utf-8", "attachment"), "html": ("text/html; charset=utf-8", "inline"),
            "pdf": ("application/pdf", "inline"), "json": ("application/json", "attachment")}
 VEGA_LITE = "6.4"  # vl-convert's bundled Vega-Lite that renders domain/charts.py's specs (v6)
+#: every export is served as data: no script runs, nothing is fetched, the type is not sniffed
+HEADERS = {"Content-Security-Policy": "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+           "X-Content-Type-Options": "nosniff"}
+
+
+class Rendered:
+    """Renderings kept in the process, the most recent first out of MAX_BYTES: a finished job's
+    export does not change, so it is rendered once per (job, format, detail)."""
+
+    MAX_BYTES = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[str, str, str | None], str | bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str | None], render: Callable[[], str | bytes]) -> str | bytes:
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        out = render()
+        with self._lock:
+            if key not in self._kept and len(out) <= self.MAX_BYTES:
+                self._kept[key] = out
+                self._bytes += len(out)
+                while self._bytes > self.MAX_BYTES:
+                    self._bytes -= len(self._kept.popitem(last=False)[1])
+        return out
+
+
+RENDERED = Rendered()
 
 
 def exportable(job: JobRecord) -> None:

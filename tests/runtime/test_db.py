@@ -227,3 +227,16 @@ def test_sqlite_waits_for_a_lock_as_long_as_the_setting_says(tmp_path: Path) -> 
         assert c.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 2500
     assert engine.pool._pre_ping  # type: ignore[attr-defined]
     engine.dispose()
+
+
+def test_a_new_data_dir_and_database_are_private_and_errors_hide_their_values(tmp_path: Path) -> None:
+    import stat
+
+    from sqlalchemy.exc import DBAPIError
+    e = make_engine(Settings(data_dir=tmp_path / "new"))
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "new" / "setflow.db").stat().st_mode) & 0o077 == 0
+    with pytest.raises(DBAPIError) as err, e.connect() as c:
+        c.execute(text("SELECT :secret + no_such_column"), {"secret": "whsec_s3cr3t"})
+    assert "whsec_s3cr3t" not in str(err.value)
+    e.dispose()

@@ -172,14 +172,20 @@ def job_report(job_id: JobId, fmt: Literal["md", "html", "pdf", "json"], who: Te
     drivers).  `detail` (summary, standard, full; default the job's) chooses what it shows, not
     what the model wrote.  404 for another kind of job, one that failed or was cancelled, or
     another tenant's; 409 not_finished while it is queued, running or waiting.  A sync route:
-    rendering is CPU work, done on a worker thread, never on the event loop."""
+    rendering is CPU work, done on a worker thread, never on the event loop.  Each takes a
+    rate-limit token; a rendering is kept (a finished job's export does not change) and served
+    with a sandbox CSP and nosniff: a page from the API's origin runs nothing."""
+    svc.limiter.take(who)
     job = svc.jobs.get(job_id, who)
     exports.exportable(job)
     media, _ = exports.FORMATS[fmt]
-    if fmt == "json":
-        body: str | bytes = json.dumps(exports.result(job), ensure_ascii=False)
-    elif fmt == "md":
-        body = exports.markdown(job, detail)
-    else:
-        body = exports.html(job, detail) if fmt == "html" else exports.pdf(exports.html(job, detail, exports.pdf_chart))
-    return Response(body, media_type=media, headers={"Content-Disposition": exports.filename(job, fmt)})
+
+    def render() -> str | bytes:
+        if fmt == "json":
+            return json.dumps(exports.result(job), ensure_ascii=False)
+        if fmt == "md":
+            return exports.markdown(job, detail)
+        return exports.html(job, detail) if fmt == "html" else exports.pdf(exports.html(job, detail, exports.pdf_chart))
+
+    body = exports.RENDERED.get((job.id, fmt, detail), render)
+    return Response(body, media_type=media, headers={"Content-Disposition": exports.filename(job, fmt), **exports.HEADERS})

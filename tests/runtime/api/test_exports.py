@@ -242,3 +242,19 @@ def test_a_pdfs_charts_in_a_right_to_left_script_are_drawn_by_vl_convert(api: Ap
     assert _images(get(api, rtl, "pdf").content) >= 1
     assert _images(get(api, latin, "pdf").content) == 0
     assert get(api, rtl, "html").text.count("<svg") >= 1  # the HTML keeps its SVG: browsers order the text
+
+
+def test_exports_are_served_as_data_take_a_token_and_render_once(make_api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.api import exports
+    api = make_api(tenant_burst=3, tenant_rate_per_s=0.01)
+    job = seed(api, "report", REPORT6, result=report_result(REPORT6))
+    calls: list[str] = []
+    real = exports.markdown
+    monkeypatch.setattr(exports, "markdown", lambda j, d=None: calls.append(j.id) or real(j, d))
+    first, again = get(api, job, "md"), get(api, job, "md")
+    assert first.status_code == again.status_code == 200 and first.text == again.text and calls == [job]
+    for r in (first, get(api, job, "html")):
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert "sandbox" in r.headers["content-security-policy"] and "default-src 'none'" in r.headers["content-security-policy"]
+    refused = get(api, job, "md")
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"

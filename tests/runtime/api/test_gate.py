@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -171,3 +172,23 @@ def test_a_body_of_bytes_that_are_not_utf8_is_refused_with_415(api: Api) -> None
     (b'{"a": 1}', None), (b'"\\u00e9\\n\\\\"', None)])
 def test_lone_surrogate(body: bytes, at: int | None) -> None:
     assert lone_surrogate(body) == at
+
+
+def test_an_unhandled_error_is_a_json_500_and_one_log_line(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    def boom() -> None:
+        raise RuntimeError("a tenant's input, never logged")
+    api.app.add_api_route("/v1/boom", boom, methods=["GET"])
+    with caplog.at_level(logging.INFO):
+        r = api.http.get("/v1/boom", headers=ACME)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal"
+    lines = [x for x in caplog.records if x.levelno >= logging.ERROR]
+    assert len(lines) == 1 and lines[0].exc_info is None and "never logged" not in lines[0].getMessage()
+
+
+def test_a_deeply_nested_tool_schema_is_a_clear_400(api: Api) -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(300):
+        deep = {"type": "object", "properties": {"a": deep}}
+    r = api.http.post("/v1/responses", headers=ACME, json={"model": "small", "input": "hi",
+                                                          "tools": [{"type": "function", "name": "f", "parameters": deep}]})
+    assert r.status_code == 400 and "deeper than 32" in r.json()["error"]["message"], r.text
