@@ -11,6 +11,8 @@ the ticker that submits their ticks (`Ticker`), which every worker runs and one 
          transaction) -> submit their jobs, a batch per tenant (one transaction each) -> record
          the ticks submitted (one transaction): a few commits per BATCH ticks, not five a tick
       3) now and then, forget the ticks past job_retention_s
+      each tenant: at most SHARE_S of planning a pass (timer); past it, its other due schedules
+      and claims are carried to the next pass (right after: they are due), not planned now
 
 Exactly one job set per tick, whoever runs it (two leaders in a split brain, a leader that died
 mid-tick):
@@ -25,6 +27,15 @@ mid-tick):
 A submission refused for a while (the tenant's rate or quota, Redis or the database away) leaves
 the claim to be completed later, for up to GIVE_UP_S; one refused for good (its rows no longer
 make a payload, a dataset deleted) is kept in the tick's `error`.
+
+A tenant's share of a pass: planning its ticks (its templates over its datasets) is timed, and
+a tenant that has spent SHARE_S in a pass plans nothing more in it: its other due schedules
+keep their next_at, and its claims left behind stay claimed, for the next pass, which comes at
+once (they are due).  Its first schedule of a pass always goes (it is bounded: MAX_TICKS ticks,
+templates.MAX_JOBS jobs each), so every tenant gets on; one tenant's costly schedules make its
+own ticks late, not another's.  A carried tick is late as any slow pass's, no more: submitted
+as usual within schedule_grace_s, its schedule's missed policy past it (never dropped unsaid:
+the pass counts it `carried`, and `skipped` where its policy skips).
 
 Missed ticks: a tick found up to schedule_grace_s late is submitted as usual (a failover, a slow
 pass).  Older ones were missed (the service was down): `skip` jumps to the next tick and records
@@ -42,7 +53,7 @@ import secrets
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -69,6 +80,7 @@ MAX_CATCH_UP = 100  # a schedule's max_catch_up, at most
 RETRY_S = 10.0  # a claim not submitted this long after it was made is completed by the next pass
 GIVE_UP_S = 3600.0  # ... for this long; then its jobs not yet submitted fail (the tick's error)
 MIN_PAUSE_S = 0.01  # the leader's shortest wait between two passes
+SHARE_S = 0.25  # a tenant's planning time in one pass, at most (then: the next pass; its first schedule always goes)
 PRUNE_S = 60.0  # how often the leader deletes ticks past their retention (at most 1000 a time)
 TickPlan = tuple[float, list[Planned], list[str]]  # a tick, its jobs planned, the problems of those it could not plan
 Won = tuple[ScheduleRecord, TickRecord, list[Planned], list[str]]  # a claim this process made, with its plan
@@ -166,11 +178,16 @@ class Schedules:
 class Ticker:
     """One worker's ticker; `step` is one pass (nothing unless it leads)."""
 
-    def __init__(self, dispatcher: Dispatcher, clock: Callable[[], float] = time.time, name: str = "") -> None:
+    def __init__(self, dispatcher: Dispatcher, clock: Callable[[], float] = time.time, name: str = "",
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        """clock: the schedules' time (epoch seconds); timer: what a tenant's share of a pass is
+        measured in (seconds; tests drive both)."""
         self.d = dispatcher
         self.s = dispatcher.s
         self.r = dispatcher.r
         self.clock = clock
+        self.timer = timer
+        self._spent: defaultdict[str, float] = defaultdict(float)  # tenant -> its planning time in this pass (timer seconds)
         self.key = Keys(self.s.key_prefix).ticker
         self.token = f"{name or socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.schedules = Schedules(dispatcher.jobs.engine, self.s, clock)
@@ -209,7 +226,7 @@ class Ticker:
             while not stop.wait(wait):
                 try:
                     done = self.step()
-                    if done.get("failed") or done.get("pending") or done.get("skipped"):
+                    if done.get("failed") or done.get("pending") or done.get("skipped") or done.get("carried"):
                         log.warning("schedules: %s", done)
                     wait = self.pause()
                 except Exception:  # noqa: BLE001 - Redis or the database away: keep trying, never die
@@ -237,10 +254,12 @@ class Ticker:
         """One pass if this ticker leads: the claims left behind, then the due schedules.
         Returns what it did: ticks submitted, failed (a refusal for good), pending (to be
         completed later), taken (another process claimed them), skipped (schedules whose
-        missed ticks were skipped); {} where it does not lead."""
+        missed ticks were skipped), carried (schedules and claims of a tenant past its share of
+        the pass: the next pass's); {} where it does not lead."""
         if not self.lead():
             return {}
         now, out = self.clock(), Counter[str]()
+        self._spent = defaultdict(float)
         for claim in self._left_behind(now):
             if not self._leads():
                 return dict(out)
@@ -272,14 +291,17 @@ class Ticker:
         their claims and next_at moves in one transaction, their jobs in one batch per tenant
         (Dispatcher.submit_batch), the ticks' outcomes in one more transaction."""
         out, plans = Counter[str](), []
-        if not due:
-            return out
         for sch in due:
+            if self._spent[sch.tenant] >= SHARE_S:  # its share of this pass spent: next_at unmoved, the next pass's
+                out["carried"] += 1
+                continue
             on_time, missed = self.due_ticks(sch, now)
             out["skipped"] += int(sch.missed == "skip" and sch.next_at < self._edge(now))
             ticks = (missed if sch.missed == "catch_up" else []) + on_time
             nxt = cron.after(sch.cron, sch.timezone, ticks[-1] if len(on_time) == MAX_TICKS else max([now, *ticks]))
             plans.append((sch, [(t, *self._plan(sch, t)) for t in ticks], nxt))
+        if not plans:
+            return out
         won = self._claim_all(plans)
         out["taken"] += sum(len(ticks) for _, ticks, _ in plans) - len(won)  # claimed by another process: its to submit
         out.update(self._submit_all(won))
@@ -399,10 +421,14 @@ class Ticker:
         return out
 
     def _plan(self, sch: ScheduleRecord, t: float) -> tuple[list[Planned], list[str]]:
+        """The tick's jobs, its time charged to its tenant's share of the pass."""
+        start = self.timer()
         try:
             return templates.plan(sch.id, t, sch.template, sch.tenant, self.schedules._reader(sch.tenant))
         except (BadInput, NotFound) as e:  # its dataset deleted, or none of its rows fits now
             return [], [e.message]
+        finally:
+            self._spent[sch.tenant] += self.timer() - start
 
     def _submit(self, sch: ScheduleRecord, claim: TickRecord, planned: list[Planned], problems: list[str],
                 fresh: bool = False) -> str:
@@ -454,6 +480,8 @@ class Ticker:
             sch = db.get(ScheduleRecord, claim.schedule_id)
         if sch is None:
             return "taken"  # deleted meanwhile (its ticks with it)
+        if self._spent[sch.tenant] >= SHARE_S:  # its share of this pass spent: still claimed, the next pass's
+            return "carried"
         planned, problems = self._plan(sch, claim.tick_at)
         return self._submit(sch, claim, [p for p in planned if p.job_id in claim.jobs], problems)
 
