@@ -19,7 +19,8 @@ on the others, the layout of a deployment whose workers have machines of their o
 2. abuse: the same, while the abuser runs at its full rate in a process of its own (at nice N:
    10 models a client on a machine of its own, whose CPU the service does not pay), each in a
    loop: submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened
-   and dropped; bodies past max_body_bytes (--loops: some of them only, to tell what each costs).
+   and dropped; bodies past max_body_bytes; per-region schedules over a dataset of 5000
+   regions, each refused (--loops: some of them only, to tell what each costs).
 3. drain: every job either tenant got accepted must end (none lost).
 
 --neighbour puts a well-behaved second tenant in the abuser's place (the normal tenant's mix,
@@ -76,9 +77,9 @@ MiB = 2**20
 #: bounded by the same count, tests/runtime/api/test_quotas.py shows the refusal itself)
 CEILINGS: dict[str, Any] = {"tenant_budget_bytes": 48 * MiB, "tenant_max_event_bytes": 8 * MiB,
                             "tenant_max_sessions": 5000, "tenant_max_turn_bytes": 64 * MiB,
-                            "tenant_max_datasets": 3, "tenant_max_unfinished": 200}
+                            "tenant_max_datasets": 4, "tenant_max_unfinished": 200}  # datasets: 3 + the regions one
 MAXMEMORY = 256 * MiB
-LOOPS = ("submit", "fork", "dataset", "stream", "oversized")  #: the abuser's kinds of loop (--loops)
+LOOPS = ("submit", "fork", "dataset", "stream", "oversized", "schedule")  #: the abuser's kinds of loop (--loops)
 SUBMITTERS = 6  # the abuser's submit + cancel loops at once: past its rate (50/s) when the API answers fast
 NORMAL_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("narrative", {"payload": DATA}),
@@ -480,8 +481,20 @@ async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: s
             tally.add("abuser", "oversized", await c.post("/v1/jobs", content=b"x" * (max_body + 1),
                                                           headers={"Content-Type": "application/json"}))
 
+        # issue #48: `per: region` over 5000 regions built each region's job before the 50-job
+        # cap (17.6 s a POST, no token taken); refused now before any is built, at the tenant's rate
+        per_region = {"cron": "@hourly", "template": {"kind": "narrative", "spec": {"params": {"max_new_tokens": 8}}},
+                      "data": {"dataset": "regions", "per": "region"}}
+        if loops is None or "schedule" in loops:  # its dataset first, before the upload loop fills the datasets
+            tally.add("abuser", "schedule-seed", await c.put("/v1/datasets/regions", json={"rows": [
+                {"metric": "revenue", "region": f"r{i:04d}", "period": p, "value": 1}
+                for i in range(5000) for p in ("2026-Q2", "2026-Q3")]}))
+
+        async def schedule() -> None:
+            tally.add("abuser", "schedule", await c.post("/v1/schedules", json=per_region))
+
         every = [*[("submit", submit_cancel)] * SUBMITTERS, ("fork", fork), ("dataset", upload),
-                 ("stream", streams), ("stream", streams), ("oversized", oversized)]
+                 ("stream", streams), ("stream", streams), ("oversized", oversized), ("schedule", schedule)]
         await asyncio.gather(*(loop(w, a) for w, a in every if loops is None or w in loops))
 
 
