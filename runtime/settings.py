@@ -124,13 +124,17 @@ class Settings(BaseSettings):
     #: bytes of turns one tenant stores in SQL (text, token ids, ledger, meta; a fork's copies
     #: count), at most: 409 over_budget beyond (a job's turn past it fails over_budget)
     tenant_max_turn_bytes: int = Field(default=1024 * MiB, ge=1)
+    #: bytes one tenant stores in SQL beside its turns: job specs and results, idempotency answers
+    #: and conversation items no response has read (a submission past it: 409 over_budget)
+    tenant_max_stored_bytes: int = Field(default=1024 * MiB, ge=1)
     #: a connection to the database is given up after this (PostgreSQL's connect_timeout, SQLite's
     #: wait for another writer's lock); the pool pings a connection before handing it out
     database_timeout_s: float = Field(default=10.0, gt=0, le=600)
 
     # ---- webhooks (runtime/jobs/webhooks.py; each worker's sender, workers/watch.py) -----------
     tenant_max_webhooks: int = Field(default=10, ge=1)  #: a tenant's webhook endpoints, at most (409 beyond)
-    #: one delivery's HTTP request: each of connect, write and read waits at most this long
+    #: one delivery's HTTP request, whole (connect to the answer's last header byte), ends within
+    #: this; a sender's pass starts no request after it (runtime/jobs/webhook_http.py)
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=60)
     webhook_retry_base_s: float = Field(default=5.0, gt=0)  #: the first retry's delay, doubled after each failure
     webhook_retry_max_s: float = Field(default=3600.0, gt=0)  #: the longest delay between two attempts

@@ -3,27 +3,24 @@ the outbox messages the transaction that ends a job writes (`enqueue`), a tenant
 (`Endpoints`), and the sender that delivers the messages due (`WebhookSender`): signed, retried
 with backoff for up to webhook_retry_for_s, each with one id on every attempt (receivers
 deduplicate by it: delivery is at least once).  A URL reaches public addresses only, unless
-webhook_allow_private (PublicOnly: no request from inside the deployment's network on a tenant's
-behalf).  Knows nothing of workers or routes."""
+webhook_allow_private (runtime/jobs/webhook_http.py: no request from inside the deployment's
+network on a tenant's behalf; each delivery bounded by its deadline).  Knows nothing of workers or routes."""
 
 from __future__ import annotations
 
 import base64
-import ipaddress
 import json
 import random
 import re
 import secrets
-import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import httpcore
 import httpx
 from sqlalchemy import Engine, case, delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,6 +28,7 @@ from standardwebhooks import Webhook
 
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
+from runtime.jobs.webhook_http import bounded, client, public
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMessageRecord
 
@@ -42,9 +40,10 @@ READY = "report.ready"  #: a schedule's job succeeded: its links, beside its job
 EXPORTS = ("json", "md", "html", "pdf")  #: GET /v1/jobs/{id}/report.{fmt}
 ENDPOINT_ID = re.compile(r"we_[0-9a-f]{24}")
 MAX_URL = 2048
-LEASE_MARGIN_S = 30.0  # a claim outlasts its request's timeout by this much before another sender may take it
-POOL = 8  # endpoints one pass delivers to at once (each endpoint's messages go one after the other)
-USER_AGENT = "setflow-webhooks/0.1"
+LEASE_MARGIN_S = 30.0  # a claim outlasts the latest end of its request by this much before another sender may take it
+POOL = 16  # deliveries one pass makes at once (each endpoint's messages go one after the other)
+PER_TENANT = 4  # of those, to one tenant's endpoints at most: a tenant's slow receivers leave the rest to others
+PER_ENDPOINT = 10  # messages of one endpoint a pass takes, at most (the others stay due, for the next pass)
 M = WebhookMessageRecord
 
 
@@ -113,7 +112,7 @@ def new_secret() -> str:
 def check_url(url: str, allow_private: bool = False) -> str:
     """An absolute http(s) URL of at most MAX_URL characters whose host is not a non-public
     address (unless allow_private), or BadInput.  A name is resolved at each delivery instead
-    (PublicOnly): what it resolves to may change."""
+    (webhook_http.Guarded): what it resolves to may change."""
     if not isinstance(url, str) or not 0 < len(url) <= MAX_URL:
         raise BadInput(f"a webhook url is 1..{MAX_URL} characters")
     try:
@@ -125,7 +124,7 @@ def check_url(url: str, allow_private: bool = False) -> str:
     if u.port is not None and not 0 < u.port < 65536:
         raise BadInput(f"a webhook url's port is 1..65535, not {u.port}")
     if not allow_private and (u.host.lower().rstrip(".") == "localhost" or u.host.lower().endswith(".localhost")
-                              or not _public(u.host, named=True)):
+                              or not public(u.host, named=True)):
         raise BadInput(f"a webhook url reaches public addresses only, not {u.host!r} (a loopback, private or "
                        "link-local address: the deployment allows these with webhook_allow_private)")
     return url
@@ -135,50 +134,6 @@ def shown(url: str) -> str:
     """A url as views list it: a password in it (https://user:pw@host/...) as "***"."""
     u = httpx.URL(url)
     return str(u.copy_with(username=u.username, password="***")) if u.password else url
-
-
-def _public(host: str, named: bool = False) -> bool:
-    """Whether `host`, an IP address, is a public (globally routable) one; a name (not an
-    address) counts as public where `named`."""
-    try:
-        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        try:  # the short and numeric forms a resolver reads as an IPv4 address: 127.1, 2130706433, 0x7f000001
-            ip = ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return named
-    return bool(ip.is_global) and not ip.is_multicast
-
-
-class PublicOnly(httpcore.SyncBackend):
-    """httpcore's network backend, connecting to public addresses only: the host is resolved
-    here and the connection made to an address this checked, so a name that resolves to a
-    private address now, or is rebound to one between a check and the connect, reaches nothing.
-    TLS still names the URL's host (httpcore takes it from the request, not from here)."""
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        try:
-            addresses = [str(a[4][0]) for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
-        except OSError as e:
-            raise httpcore.ConnectError(f"{host}: {e}") from e
-        private = [a for a in addresses if not _public(a)]
-        if private or not addresses:
-            raise httpcore.ConnectError(f"{host} resolves to {', '.join(private) or 'nothing'}: not a public address "
-                                        "(webhook_allow_private allows it)")
-        return super().connect_tcp(addresses[0], port, timeout, local_address, socket_options)
-
-
-def client(settings: Settings) -> httpx.Client:
-    """The sender's HTTP client: no redirects followed (a 3xx is an answer, not a hop to an
-    address nobody checked); public addresses only unless webhook_allow_private."""
-    http = httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False, headers={"user-agent": USER_AGENT})
-    if not settings.webhook_allow_private:
-        # httpx builds its httpcore pool itself and takes no network backend: this one is put in
-        # its place (tests/runtime/jobs/test_webhooks.py shows it refusing a private address)
-        pool = http._transport._pool  # type: ignore[attr-defined]
-        pool._network_backend = PublicOnly()
-    return http
 
 
 def check_events(events: Iterable[str]) -> list[str]:
@@ -265,6 +220,7 @@ class Due:
     """A message read for sending."""
 
     id: str
+    tenant: str
     endpoint_id: str
     payload: dict[str, Any]
     attempts: int
@@ -273,46 +229,89 @@ class Due:
 
 class WebhookSender:
     """Delivers the outbox: any number of senders (one per worker) share it; each message is
-    claimed by an UPDATE that pushes its next_attempt_at past the request's timeout (a lease), so
-    two senders do not send it at the same time, and a sender that died holding it only delays
-    it.  Time is `now` where a caller gives it (tests drive the backoff with it); the signature's
-    timestamp is always the clock's (receivers check it against theirs)."""
+    claimed by an UPDATE that pushes its next_attempt_at past the latest end of its request (a
+    lease), so two senders do not send it at the same time, and a sender that died holding it
+    only delays it.  Time is `now` where a caller gives it (tests drive the backoff with it);
+    the signature's timestamp is always the clock's (receivers check it against theirs), and
+    the deadlines are the clock's too."""
 
     def __init__(self, engine: Engine, settings: Settings, http: httpx.Client | None = None,
                  rand: Callable[[], float] = random.random) -> None:
         self.s = settings
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
-        self.http = http or client(settings)
+        self.http = http or client(settings.webhook_timeout_s, settings.webhook_allow_private)
         self.rand = rand
 
     def close(self) -> None:
         self.http.close()
 
     def deliver_due(self, limit: int = 100, now: float | None = None) -> dict[str, int]:
-        """One pass over at most `limit` messages due, oldest due first; up to POOL endpoints at
-        once, each endpoint's messages in order.  At an endpoint's first failure its other
-        messages of the pass wait as long as that one (`deferred`, not counted as attempts): a
-        receiver that is down or slow costs a pass one request, not one per message.  Returns
-        how many were delivered, retried (failed, to be sent again), failed (retries ran out),
-        deferred and dropped (their endpoint was deleted)."""
+        """One pass over at most `limit` messages due, in fair shares: the tenants in turn (each
+        one's oldest due first), at most PER_ENDPOINT of one endpoint.  Its endpoints are sent
+        to at once, up to POOL, at most PER_TENANT of one tenant's, each endpoint's messages in
+        order.  Every request ends by its deadline (webhook_timeout_s, connect to last byte,
+        whatever the receiver does), and no request starts once the pass has run
+        webhook_timeout_s (the messages left stay due, for the next pass): a pass lasts at most
+        twice webhook_timeout_s, and a slow receiver costs the others no more than a slot.  At
+        an endpoint's first failure its other messages of the pass wait as long as that one
+        (`deferred`, not counted as attempts): a receiver that is down or slow costs a pass one
+        request, not one per message.  Returns how many were delivered, retried (failed, to be
+        sent again), failed (retries ran out), deferred and dropped (their endpoint was
+        deleted)."""
         now = time.time() if now is None else now
-        counts: Counter[str] = Counter()
+        due = self._due(limit, now)
+        by_endpoint: dict[str, list[Due]] = defaultdict(list)
+        for m in due:  # in the fair order: the endpoints' first messages come in the tenants' turns
+            by_endpoint[m.endpoint_id].append(m)
         with self._db() as db:
-            due = [Due(r.id, r.endpoint_id, r.payload, r.attempts, _epoch(r.created_at)) for r in db.execute(
-                select(M.id, M.endpoint_id, M.payload, M.attempts, M.created_at)
-                .where(*_pending(), M.next_attempt_at <= now).order_by(M.next_attempt_at).limit(limit))]
-            by_endpoint: dict[str, list[Due]] = defaultdict(list)
-            for m in due:
-                by_endpoint[m.endpoint_id].append(m)
             endpoints = {e.id: e for e in db.scalars(select(WebhookEndpointRecord)
                                                      .where(WebhookEndpointRecord.id.in_(list(by_endpoint))))}
-        if by_endpoint:
-            with ThreadPoolExecutor(min(POOL, len(by_endpoint)), thread_name_prefix="setflow-webhook") as pool:
-                for done in pool.map(lambda item: self._deliver_to(endpoints.get(item[0]), item[1], now),
-                                     by_endpoint.items()):
-                    counts.update(done)
+        counts = self._run([(ms[0].tenant, endpoints.get(e), ms) for e, ms in by_endpoint.items()], now)
         return {k: counts[k] for k in ("delivered", "retried", "failed", "deferred", "dropped")}
+
+    def _due(self, limit: int, now: float) -> list[Due]:
+        """At most `limit` messages due, at most PER_ENDPOINT of an endpoint, the tenants in turn:
+        every tenant's oldest due, then every tenant's second, ... (a tenant with thousands due
+        does not fill a pass another's one message waits behind)."""
+        ranked = select(M.id, M.tenant, M.endpoint_id, M.payload, M.attempts, M.created_at, M.next_attempt_at,
+                        func.row_number().over(partition_by=M.endpoint_id, order_by=(M.next_attempt_at, M.id))
+                        .label("of_endpoint"),
+                        func.row_number().over(partition_by=M.tenant, order_by=(M.next_attempt_at, M.id))
+                        .label("of_tenant")).where(*_pending(), M.next_attempt_at <= now).subquery()
+        with self._db() as db:
+            return [Due(r.id, r.tenant, r.endpoint_id, r.payload, r.attempts, _epoch(r.created_at)) for r in db.execute(
+                select(ranked).where(ranked.c.of_endpoint <= PER_ENDPOINT)
+                .order_by(ranked.c.of_tenant, ranked.c.next_attempt_at, ranked.c.id).limit(limit))]
+
+    def _run(self, batches: list[tuple[str, WebhookEndpointRecord | None, list[Due]]], now: float) -> Counter[str]:
+        """Each endpoint's batch on a thread of its own, up to POOL at once and PER_TENANT of one
+        tenant's, in the order given; none started once the pass's time (webhook_timeout_s) is
+        up."""
+        counts: Counter[str] = Counter()
+        stop = time.monotonic() + self.s.webhook_timeout_s
+        waiting, busy = list(batches), Counter[str]()
+        running: dict[Future[Counter[str]], str] = {}  # each batch's future -> its tenant
+        with ThreadPoolExecutor(POOL, thread_name_prefix="setflow-webhook") as pool:
+            while waiting or running:
+                for batch in list(waiting):
+                    if len(running) >= POOL:
+                        break
+                    tenant, endpoint, messages = batch
+                    if busy[tenant] < PER_TENANT:
+                        waiting.remove(batch)
+                        busy[tenant] += 1
+                        running[pool.submit(self._deliver_to, endpoint, messages, now, stop)] = tenant
+                left = stop - time.monotonic()
+                if left <= 0:
+                    waiting.clear()  # the pass's time is up: the rest stay due
+                if not running:
+                    break
+                done, _ = wait(running, timeout=left if waiting else None, return_when=FIRST_COMPLETED)
+                for f in done:
+                    busy[running.pop(f)] -= 1
+                    counts.update(f.result())
+        return counts
 
     def prune(self, now: float | None = None, limit: int = 1000) -> int:
         """Delete up to `limit` delivered or failed messages created more than job_retention_s
@@ -323,13 +322,16 @@ class WebhookSender:
                 .order_by(M.created_at).limit(limit)
             return _rows(db.execute(delete(M).where(M.id.in_(old.scalar_subquery()))))
 
-    def _deliver_to(self, endpoint: WebhookEndpointRecord | None, messages: list[Due], now: float) -> Counter[str]:
+    def _deliver_to(self, endpoint: WebhookEndpointRecord | None, messages: list[Due], now: float,
+                    stop: float) -> Counter[str]:
         out: Counter[str] = Counter()
         if endpoint is None:  # deleted after its job's ending wrote the messages
             with self._write.begin() as db:
                 out["dropped"] += _rows(db.execute(delete(M).where(M.id.in_([m.id for m in messages]))))
             return out
         for i, m in enumerate(messages):
+            if time.monotonic() >= stop:
+                break  # the pass's time is up: the rest stay due, unclaimed
             if not self._claim(m, now):
                 continue  # another sender took it
             error = self._send(endpoint, m)
@@ -343,19 +345,22 @@ class WebhookSender:
     def _claim(self, m: Due, now: float) -> bool:
         with self._write.begin() as db:
             return _rows(db.execute(update(M).where(M.id == m.id, *_pending(), M.next_attempt_at <= now)
-                                    .values(next_attempt_at=now + self.s.webhook_timeout_s + LEASE_MARGIN_S))) == 1
+                                    .values(next_attempt_at=now + 2 * self.s.webhook_timeout_s + LEASE_MARGIN_S))) == 1
+            # a request starts within webhook_timeout_s of its pass and ends within as much again
 
     def _send(self, endpoint: WebhookEndpointRecord, m: Due) -> str | None:
-        """POST the message, signed; None when the receiver answered 2xx, else why not."""
+        """POST the message, signed, within its deadline (webhook_http.bounded); None when the
+        receiver answered 2xx, else why not."""
         body = json.dumps(m.payload, separators=(",", ":"))
         at = datetime.now(UTC)
         headers = {"content-type": "application/json", "webhook-id": m.id,
                    "webhook-timestamp": str(int(at.timestamp())),
                    "webhook-signature": Webhook(endpoint.secret).sign(m.id, at, body)}
         try:
-            with self.http.stream("POST", endpoint.url, content=body.encode(), headers=headers) as r:
+            with bounded(self.s.webhook_timeout_s), \
+                    self.http.stream("POST", endpoint.url, content=body.encode(), headers=headers) as r:
                 status = r.status_code  # its body is not read: a receiver's answer is its status
-        except Exception as e:  # noqa: BLE001 - connection refused, a timeout, a bad answer: retried alike
+        except Exception as e:  # noqa: BLE001 - refused, past the deadline, a bad answer: retried alike
             return f"{type(e).__name__}: {e}"[:500]
         return None if 200 <= status < 300 else f"HTTP {status}"
 

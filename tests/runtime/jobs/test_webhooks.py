@@ -7,6 +7,7 @@ delivers what an old one left.  Time is driven by `now`: nothing sleeps through 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
@@ -25,7 +26,7 @@ from runtime.jobs.rows import Jobs
 from runtime.jobs.webhooks import Endpoints, WebhookSender, backoff, event_type
 from runtime.settings import Settings
 from runtime.tables import Base, WebhookMessageRecord
-from tests.receiver import Received, closed_port_url, receiver
+from tests.receiver import Received, closed_port_url, raw_receiver, receiver
 
 S = Settings(webhook_retry_base_s=5.0, webhook_retry_max_s=3600.0, webhook_retry_for_s=26 * 3600.0,
              webhook_timeout_s=5.0, webhook_allow_private=True)  # the receivers listen on 127.0.0.1
@@ -408,3 +409,122 @@ def test_a_url_with_a_port_out_of_range_is_refused_and_a_password_is_never_liste
         webhooks.check_url("http://example.com:99999/h")
     assert webhooks.shown("https://bob:s3cret@example.com/h?x=1") == "https://bob:***@example.com/h?x=1"
     assert webhooks.shown("https://example.com/h") == "https://example.com/h"
+
+
+# ---- what a receiver may cost: a deadline per delivery, a capped head, fair passes ----------------
+
+PROCESSING = b"HTTP/1.1 102 Processing\r\n\r\n"
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+FAST = S.model_copy(update={"webhook_timeout_s": 1.0})  # a delivery's deadline, against receivers holding 30 s
+
+
+def _error(engine: Engine, endpoint_id: str) -> str:
+    (m,) = _messages(engine, endpoint_id)
+    return m.last_error or ""
+
+
+def test_a_receiver_answering_102_forever_fails_by_the_deadline_and_another_endpoint_is_delivered(
+        db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
+    """The audit's receiver: `102 Processing` every 0.2 s for 30 s (httpx's per-read timeout never
+    fires, and httpcore reads past every interim answer): the attempt fails within the deadline
+    (1 s here), is retried as any failure, and another endpoint's message of the same pass is
+    delivered."""
+    with raw_receiver(lambda: [*[PROCESSING] * 150, OK], every_s=0.2) as slow, receiver() as rx:
+        stuck = endpoints.create("acme", slow.url)
+        fine = endpoints.create("globex", rx.url)
+        _end(jobs, tenant="acme"), _end(jobs, tenant="globex")
+        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0), time.monotonic()
+        got = sender.deliver_due()
+        took = time.monotonic() - t0
+        sender.close()
+    assert took < 10, f"the pass took {took:.1f} s: it waited for the receiver"
+    assert (got["delivered"], got["retried"]) == (1, 1) and len(rx.got) == 1
+    assert _messages(db_engine, fine.id)[0].delivered_at is not None
+    assert "deadline" in _error(db_engine, stuck.id) or "interim" in _error(db_engine, stuck.id)
+
+
+def test_a_receiver_dripping_its_headers_fails_by_the_deadline(db_engine: Engine, jobs: Jobs,
+                                                                 endpoints: Endpoints) -> None:
+    """No interim answer, a header line every 0.2 s (each read comes well within any timeout):
+    only a deadline on the whole request ends it."""
+    lines = [b"HTTP/1.1 200 OK\r\n", *[b"x-wait: 1\r\n"] * 150, b"content-length: 0\r\n\r\n"]
+    with raw_receiver(lambda: lines, every_s=0.2) as slow:
+        ep = endpoints.create("acme", slow.url)
+        _end(jobs)
+        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0), time.monotonic()
+        assert sender.deliver_due()["retried"] == 1
+        took = time.monotonic() - t0
+        sender.close()
+    assert took < 10 and "deadline" in _error(db_engine, ep.id), (took, _error(db_engine, ep.id))
+
+
+def test_too_many_interim_answers_or_too_long_a_head_fail_the_attempt(db_engine: Engine, jobs: Jobs,
+                                                                       endpoints: Endpoints) -> None:
+    """Within the deadline (30 s here), a receiver that sends 50 interim answers at once, or a
+    head of 12 KB (h11 itself takes up to 16 KB), has its attempt failed and retried; one
+    interim answer before a 200 is a delivery."""
+    slow = S.model_copy(update={"webhook_timeout_s": 30.0})
+    pad = b"".join(b"x-pad-%d: %s\r\n" % (i, b"a" * 100) for i in range(110))
+    cases = [([PROCESSING] * 50 + [OK], "interim"), ([b"HTTP/1.1 200 OK\r\n" + pad + b"content-length: 0\r\n\r\n"], "head"),
+             ([PROCESSING, OK], None)]
+    for chunks, why in cases:
+        with raw_receiver(functools.partial(list, chunks)) as rx:
+            ep = endpoints.create("acme", rx.url)
+            _end(jobs)
+            sender = WebhookSender(db_engine, slow, rand=lambda: 0.0)
+            got = sender.deliver_due()
+            sender.close()
+        if why is None:
+            assert got["delivered"] == 1, _error(db_engine, ep.id)
+        else:
+            assert got["retried"] == 1 and why in _error(db_engine, ep.id), _error(db_engine, ep.id)
+        endpoints.delete("acme", ep.id)
+
+
+def test_a_pass_takes_the_tenants_in_turn_and_caps_an_endpoint(db_engine: Engine, jobs: Jobs,
+                                                               endpoints: Endpoints) -> None:
+    """A tenant with many messages due does not fill a pass: another tenant's one message, newer
+    than all of them, is in the first pass; one endpoint gets at most PER_ENDPOINT a pass."""
+    with receiver() as rx:
+        busy = endpoints.create("acme", rx.url)
+        for _ in range(webhooks.PER_ENDPOINT + 5):
+            _end(jobs, tenant="acme")
+        other = endpoints.create("globex", rx.url)
+        _end(jobs, tenant="globex")
+        sender = _sender(db_engine)
+        assert sender.deliver_due(limit=3)["delivered"] == 3
+        assert _messages(db_engine, other.id)[0].delivered_at is not None, "its turn came in the first pass"
+        assert sender.deliver_due()["delivered"] == webhooks.PER_ENDPOINT  # of the 13 left
+        assert sender.deliver_due()["delivered"] == 3
+        sender.close()
+    assert endpoints.deliveries("acme", busy.id) == {"pending": 0, "delivered": webhooks.PER_ENDPOINT + 5, "failed": 0}
+
+
+def test_a_tenants_slow_endpoints_take_its_share_of_a_pass_not_the_pass(db_engine: Engine, jobs: Jobs) -> None:
+    """Ten endpoints of one tenant hold every request to their deadline (2 s): another tenant's
+    message of the same pass reaches its receiver at once (a free slot: at most PER_TENANT of
+    a tenant's run together), and the pass ends within its own time plus one deadline."""
+    many = Endpoints(db_engine, max_per_tenant=10, allow_private=True)
+    settings = S.model_copy(update={"webhook_timeout_s": 2.0})
+    with raw_receiver(lambda: [PROCESSING] * 150, every_s=0.2) as slow, receiver() as rx:
+        for _ in range(10):
+            many.create("acme", slow.url)
+        _end(jobs, tenant="acme")
+        many.create("globex", rx.url)
+        _end(jobs, tenant="globex")
+        arrived: list[float] = []
+        sender, t0 = WebhookSender(db_engine, settings, rand=lambda: 0.0), time.monotonic()
+        real = sender._send
+
+        def timed(endpoint: Any, m: Any) -> str | None:
+            error = real(endpoint, m)
+            if endpoint.tenant == "globex":
+                arrived.append(time.monotonic() - t0)
+            return error
+
+        sender._send = timed  # type: ignore[method-assign]
+        got = sender.deliver_due()
+        took = time.monotonic() - t0
+        sender.close()
+    assert got["delivered"] == 1 and len(rx.got) == 1 and arrived and arrived[0] < 1.5, (got, arrived)
+    assert slow.connections <= 10 and took < 2 * settings.webhook_timeout_s + 3, took

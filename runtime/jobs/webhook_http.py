@@ -1,0 +1,191 @@
+"""The webhook sender's HTTP client (runtime/jobs/webhooks.py sends with it): what a receiver may
+cost one delivery, and where a tenant's URL may lead.
+
+- A delivery ends by its deadline, whatever the receiver does: `bounded(deadline_s)` around a
+  request gives it one wall-clock budget, connect to the last byte read, that every socket
+  operation's timeout is cut to (httpx's timeouts are per read: a receiver answering
+  `102 Processing` every second held a request 25 s against a 10 s timeout, as httpcore reads
+  past interim answers).
+- The answer's head is capped: at most MAX_INTERIM interim (1xx) answers and MAX_HEAD_BYTES read
+  before the final answer's headers end; past either the attempt fails (a RemoteProtocolError),
+  and is retried as any failure.
+- Public addresses only, unless allow_private: the host is resolved here, within the deadline,
+  every address it resolves to is checked, and the connection goes to an address checked (a
+  name rebound between a check and the connect reaches nothing).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from typing import Any
+
+import httpcore
+import httpx
+
+USER_AGENT = "setflow-webhooks/0.1"
+MAX_INTERIM = 5  # interim (1xx) answers a delivery reads, at most, before its final one
+MAX_HEAD_BYTES = 8 * 1024  # read before the final answer's headers end (1xx included), at most (h11: 16 KiB a block)
+_resolver = ThreadPoolExecutor(4, thread_name_prefix="setflow-webhook-dns")  # getaddrinfo has no timeout of its own
+_local = threading.local()
+
+
+class Budget:
+    """One delivery's budget: its wall-clock deadline (monotonic) and what it has read of the
+    answer's head so far."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline = time.monotonic() + deadline_s
+        self.deadline_s = deadline_s
+        self.head_bytes = 0
+        self.status_lines = 0
+        self._tail = b"\n"  # the last byte read: a status line starts a line
+
+    def timeout(self, timeout: float | None, exc: type[Exception] = httpcore.ReadTimeout) -> float:
+        """`timeout` cut to the time left; `exc` once none is left."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise exc(f"the delivery's deadline ({self.deadline_s:g} s, webhook_timeout_s) passed")
+        return left if timeout is None else min(timeout, left)
+
+    @contextmanager
+    def named(self, exc: type[Exception] = httpcore.ReadTimeout) -> Iterator[None]:
+        """A timeout inside the block that came at the deadline says so."""
+        try:
+            yield
+        except httpcore.TimeoutException:
+            if time.monotonic() < self.deadline:
+                raise
+            raise exc(f"the delivery's deadline ({self.deadline_s:g} s, webhook_timeout_s) passed") from None
+
+    def took(self, data: bytes) -> None:
+        """Count what a read gave; RemoteProtocolError past MAX_HEAD_BYTES or MAX_INTERIM.  Only
+        the head is read (the sender never reads a body), so every line starting "HTTP/1." is a
+        status line: a header's name has no "/"."""
+        self.head_bytes += len(data)
+        seen = self._tail + data
+        self.status_lines += seen.count(b"\nHTTP/1.")
+        self._tail = seen[-7:]  # shorter than a match: none is counted twice
+        if self.status_lines > MAX_INTERIM + 1:
+            raise httpcore.RemoteProtocolError(f"more than {MAX_INTERIM} interim (1xx) answers")
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise httpcore.RemoteProtocolError(f"an answer's head past {MAX_HEAD_BYTES} bytes")
+
+
+@contextmanager
+def bounded(deadline_s: float) -> Iterator[Budget]:
+    """The requests this thread makes inside the block share one Budget of `deadline_s`."""
+    _local.budget = budget = Budget(deadline_s)
+    try:
+        yield budget
+    finally:
+        _local.budget = None
+
+
+def _budget() -> Budget | None:
+    return getattr(_local, "budget", None)
+
+
+class BoundedStream(httpcore.NetworkStream):
+    """A connection whose every operation waits no longer than its delivery's deadline allows,
+    and whose reads count against its head's caps.  Outside `bounded`, only httpx's own
+    timeouts apply."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        budget = _budget()
+        if budget is None:
+            return self._inner.read(max_bytes, timeout)
+        with budget.named():
+            data = self._inner.read(max_bytes, budget.timeout(timeout))
+        budget.took(data)
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        budget = _budget()
+        if budget is None:
+            self._inner.write(buffer, timeout)
+            return
+        with budget.named(httpcore.WriteTimeout):
+            self._inner.write(buffer, budget.timeout(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        budget = _budget()
+        if budget is None:
+            return BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        with budget.named(httpcore.ConnectTimeout):  # the handshake waits no longer than the deadline
+            timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
+            return BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class Guarded(httpcore.SyncBackend):
+    """httpcore's network backend for webhooks: the host resolved here within the deadline, every
+    address it gives checked (public ones only, unless allow_private), the connection made to
+    the first of them (the address checked is the address connected to), and the stream
+    bounded (BoundedStream).  TLS still names the URL's host (httpcore takes it from the
+    request, not from here)."""
+
+    def __init__(self, allow_private: bool = False) -> None:
+        self.allow_private = allow_private
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        budget = _budget()
+        if budget is not None:
+            timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
+        try:
+            found = _resolver.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM).result(timeout)
+        except FutureTimeout:
+            raise httpcore.ConnectTimeout(f"{host}: no address within {timeout:g} s") from None
+        except OSError as e:
+            raise httpcore.ConnectError(f"{host}: {e}") from e
+        addresses = [str(a[4][0]) for a in found]
+        private = [] if self.allow_private else [a for a in addresses if not public(a)]
+        if private or not addresses:
+            raise httpcore.ConnectError(f"{host} resolves to {', '.join(private) or 'nothing'}: not a public address "
+                                        "(webhook_allow_private allows it)")
+        if budget is None:
+            return BoundedStream(super().connect_tcp(addresses[0], port, timeout, local_address, socket_options))
+        with budget.named(httpcore.ConnectTimeout):
+            timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
+            return BoundedStream(super().connect_tcp(addresses[0], port, timeout, local_address, socket_options))
+
+
+def public(host: str, named: bool = False) -> bool:
+    """Whether `host`, an IP address, is a public (globally routable) one; a name (not an
+    address) counts as public where `named`."""
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        try:  # the short and numeric forms a resolver reads as an IPv4 address: 127.1, 2130706433, 0x7f000001
+            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return named
+    return bool(ip.is_global) and not ip.is_multicast
+
+
+def client(timeout_s: float, allow_private: bool = False) -> httpx.Client:
+    """The sender's HTTP client: no redirects followed (a 3xx is an answer, not a hop to an
+    address nobody checked), its connections made by Guarded.  A request is bounded by its
+    deadline only inside `bounded`."""
+    http = httpx.Client(timeout=timeout_s, follow_redirects=False, headers={"user-agent": USER_AGENT})
+    # httpx builds its httpcore pool itself and takes no network backend: this one is put in its
+    # place (tests/runtime/jobs/test_webhooks.py shows it refusing a private address)
+    http._transport._pool._network_backend = Guarded(allow_private)  # type: ignore[attr-defined]
+    return http
