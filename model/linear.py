@@ -1,24 +1,20 @@
 """Linear layers whose every row gets the same bits in a product of any number of rows.
 
 A batched forward (model/batch.py) runs the linear layers on all its sequences' tokens packed
-into one product; the same sequence alone runs them on its own few rows.  A CPU BLAS takes
-another kernel for a product of very few rows (here, fp32 with one thread: fewer than 4; with
-two threads also 5-7 and 9-11), so a short step's rows round differently alone than in a batch,
-and a near-tie between two tokens, or a confidence right at tau, could then decode differently.
-So a product of fewer rows than this machine's invariant minimum is padded to it with zero rows
-(the kernel is chosen by shapes, never by values), and a row's bits are then those it gets in
-any larger product.  The minimum is probed once per (dtype, threads, shape) on the CPU; a model
-pads a short forward once to its layers' largest minimum (model/transformer.py), and a Linear
-pads what is still short (the vocabulary projection of a step's few masks).  Other devices are
-not padded (their kernels are not batch-invariant anyway: the GPU path agrees to
-float tolerance, model/batch.py).
-
-What it buys, measured with the padding off (this Linear a plain F.linear, SetDLM.forward
-unpadded): 16 of the 41 batch-vs-alone tests (tests/model/test_batch*.py, test_pool.py) then
-see a step's logits differ in their last bits, the shipped model's narratives and agent calls
-among them; their tokens stayed the same, but only as long as no near-tie comes.  What it
-costs: a batch-1 AR turn of the shipped model (fp32, one thread, 98 forwards) took 0.86-0.93 s
-padded, 0.80-0.82 s not, on a busy machine: about 5-10%.
+into one product; the same sequence alone runs them on its own few rows; a restored session's
+next step and a recomputed one differ in their products' row counts too.  Each row must round
+alike in all of them, or a near-tie between two tokens (a confidence right at tau) could decode
+differently.  On a CPU with AVX2 and FMA the product is model/rowdot.c: every output element is
+reduced in one fixed order whatever the rows, the tiles or the threads (split over output
+columns, never over the reduction), so a row's bits are the same alone, in a batch and at any
+thread count, by construction; weights are read in place (nn.Linear's layout), fp32 or bf16,
+accumulated in fp32, and a bf16 output rounded to nearest even.  Where it is not available (no
+compiler, another CPU) a BLAS product of fewer rows than this machine's invariant minimum is
+padded with zero rows to it (the kernel is chosen by shapes, never by values): the minimum is
+probed once per (dtype, threads, shape), a model pads a short forward once to its layers'
+largest minimum (model/transformer.py), and a Linear pads what is still short.  Autograd
+(training) takes the padded path.  Other devices run F.linear as it is (their kernels are not
+batch-invariant: the GPU path agrees to float tolerance, model/batch.py).
 """
 
 from __future__ import annotations
@@ -29,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model import rowdot
+
 #: the probe: row counts checked, where the rows sit inside a larger product, the minimums tried,
 #: and the widest output it probes in full (a vocabulary of 150k columns would take seconds: the
 #: kernel for few rows is taken by the row count, and a wider product by its first columns' kernel)
@@ -38,11 +36,24 @@ _CANDIDATES = (1, 2, 4, 8, 12, 16, 24, 32, 48)
 _WIDEST = 4096
 
 
-@lru_cache(maxsize=None)
+def served(dtype: torch.dtype) -> bool:
+    """Does the row-invariant kernel (model/rowdot.c) run this dtype's CPU products here?"""
+    return dtype in rowdot.DTYPES and rowdot.lib() is not None
+
+
 def min_rows(dtype: torch.dtype, threads: int, k: int, n: int) -> int | None:
-    """The fewest rows from which a (rows, k) x (k, n) product on this CPU gives each row the
-    bits it gets inside any larger product, a product of fewer padded to it with zero rows doing
-    the same; None if no candidate up to 48 does (then rows agree only to float tolerance)."""
+    """The fewest rows from which a (rows, k) x (k, n) CPU product, as Linear runs it without
+    autograd, gives each row the bits it gets inside any larger product: 1 where the kernel
+    serves the dtype, else the BLAS's padding minimum (blas_rows)."""
+    return 1 if served(dtype) else blas_rows(dtype, threads, k, n)
+
+
+@lru_cache(maxsize=None)
+def blas_rows(dtype: torch.dtype, threads: int, k: int, n: int) -> int | None:
+    """The fewest rows from which a (rows, k) x (k, n) BLAS product (F.linear) on this CPU gives
+    each row the bits it gets inside any larger product, a product of fewer padded to it with
+    zero rows doing the same; None if no candidate up to 48 does (then rows agree only to float
+    tolerance)."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(min(n, _WIDEST), k, generator=g).to(dtype)
     x = torch.randn(max(_COUNTS) + max(_OFFSETS) + 64, k, generator=g).to(dtype)
@@ -75,10 +86,8 @@ def least_rows(shapes: tuple[tuple[int, int], ...], dtype: torch.dtype, threads:
 def invariant_threads(shapes: tuple[tuple[int, int], ...], dtype: torch.dtype, most: int) -> int | None:
     """The most torch threads, up to `most`, at which products of every (k, n) of `shapes` are
     row-invariant (least_rows), torch left set to it; None (torch left at `most`) where no count
-    is.  Why a worker asks: with two threads this CPU's BLAS takes a few-row kernel for every
-    shape of a Qwen3-size model (1024 wide) at any row count up to 48, so no padding makes a
-    row's bits the same alone and in a batch, restored and recomputed; with one thread 16 rows
-    do (bench/resume.py's qwen3-0.6b preset, 2026-12-03)."""
+    is.  Where the kernel serves the dtype every count is (`most`); a padded BLAS may need
+    fewer, or have none."""
     for threads in range(most, 0, -1):
         torch.set_num_threads(threads)
         if least_rows(shapes, dtype, threads) is not None:
@@ -89,13 +98,22 @@ def invariant_threads(shapes: tuple[tuple[int, int], ...], dtype: torch.dtype, m
 
 class Linear(nn.Linear):
     """nn.Linear (the same parameters and state_dict) whose rows round alike in products of any
-    number of rows on a CPU: a product of fewer than min_rows rows is padded to it."""
+    number of rows on a CPU: the row-invariant kernel where it serves, else a product of fewer
+    than blas_rows rows padded to it (and always so under autograd)."""
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.numel() // self.in_features
         if x.device.type != "cpu" or rows == 0:
             return F.linear(x, self.weight, self.bias)
-        r = min_rows(x.dtype, torch.get_num_threads(), self.in_features, self.out_features)
+        w = self.weight
+        grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+        if not grad and x.dtype == w.dtype and served(x.dtype):
+            flat = x.reshape(rows, self.in_features).to(torch.float32).contiguous()  # (rows, in), exact
+            y = rowdot.product(flat, w.contiguous(), torch.get_num_threads())  # (rows, out) fp32
+            if self.bias is not None:
+                y += self.bias.to(torch.float32)
+            return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)  # bf16: nearest even
+        r = blas_rows(x.dtype, torch.get_num_threads(), self.in_features, self.out_features)
         if r is None or rows >= r:
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(rows, self.in_features)

@@ -7,7 +7,8 @@ the cache's scratch slots past its valid length (no copy of the cached slots) an
 commits the first m of them with `cache.commit`; without one it can return them.  Parameter
 names follow the Qwen3 layout so Qwen3-backbone checkpoints load by stripping prefixes.  Its
 linear layers give a token's row the same bits whatever the number of rows beside it
-(model/linear.py), so a sequence alone and in a batch round alike.
+(model/linear.py: a kernel that reduces in one order; where it is absent, a short forward is
+padded once to its layers' largest minimum), so a sequence alone and in a batch round alike.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class SetDLM(nn.Module):
         if cache is not None:
             cache.reserve(T)
         x = self.embed_tokens(ids)  # (B, T, d_model)
-        if B == 1 and x.device.type == "cpu":  # every product row-invariant (model/linear.py)
+        if B == 1 and x.device.type == "cpu":  # every product row-invariant (model/linear.py): 1 with the kernel
             least = least_rows(self.shapes, x.dtype, torch.get_num_threads())
             if least is not None and T < least:
                 x = F.pad(x, (0, 0, 0, least - T))  # (1, P, d_model): zero rows after the tokens

@@ -1,4 +1,5 @@
-"""model/linear.py: a row's bits do not depend on the rows beside it in the product."""
+"""model/linear.py, model/rowdot.py: a row's bits do not depend on the rows beside it in the
+product, nor on the threads that run it."""
 
 from __future__ import annotations
 
@@ -6,39 +7,135 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from model.linear import Linear, invariant_threads, least_rows, min_rows
+from model import rowdot, shipped
+from model.config import ModelConfig
+from model.linear import Linear, blas_rows, invariant_threads, least_rows, min_rows, served
+
+KERNEL = pytest.mark.skipif(rowdot.lib() is None, reason="no row-invariant kernel here (no AVX2+FMA or no gcc)")
 
 
 @pytest.fixture(params=[1, 2])
 def threads(request: pytest.FixtureRequest) -> Iterator[int]:
-    """One torch thread (a worker's default) and two (torch_threads = 2: other kernels for few rows)."""
+    """One torch thread (a worker's default) and two."""
     before = torch.get_num_threads()
     torch.set_num_threads(request.param)
     yield request.param
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("k, n", [(128, 128), (128, 64), (512, 128), (128, 896)])
-def test_rows_round_alike_in_products_of_any_size(threads: int, dtype: torch.dtype, k: int, n: int) -> None:
-    if min_rows(dtype, threads, k, n) is None:
-        pytest.skip(f"this machine's {dtype} GEMM ({threads} threads) gives rows other bits whatever the padding")
-    g = torch.Generator().manual_seed(k + n)
-    layer = Linear(k, n, bias=False).to(dtype)
-    x = torch.randn(1, 300, k, generator=g).to(dtype)
+@pytest.fixture(params=["kernel", "padded"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a Linear makes a CPU product row-invariant: the kernel, and (where it is absent)
+    the BLAS padded to its minimum."""
+    if request.param == "kernel" and rowdot.lib() is None:
+        pytest.skip("no row-invariant kernel here")
+    if request.param == "padded":
+        monkeypatch.setattr("model.linear.served", lambda dtype: False)
+    return str(request.param)
+
+
+def shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """A model's linear layers as (in, out): q, k and v, o, gate and up, down, the vocabulary."""
+    d, q, kv = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    return sorted({(d, q), (d, kv), (q, d), (d, cfg.d_ff), (cfg.d_ff, d), (d, cfg.vocab_size)})
+
+
+QWEN_06B = ModelConfig(name="qwen3-0.6b", vocab_size=151936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
+                       head_dim=128, d_ff=3072)
+QWEN_17B = ModelConfig(name="qwen3-1.7b", vocab_size=151936, d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8,
+                       head_dim=128, d_ff=6144)
+#: every linear shape of the shipped model and of both Qwen3 models.  The vocabulary's 151936
+#: columns are cut to their first 4103 (a tile's tail included): an output column's reduction
+#: reads only its own weight row and the input row (model/rowdot.c), whatever the columns beside it
+#: or where the threads split them, so a slice of the columns holds each column's bits;
+#: test_the_whole_vocabulary_is_row_invariant checks the full width at a few row counts.
+WIDEST = 4103
+SHAPES = sorted({(k, min(n, WIDEST)) for cfg in (ModelConfig.from_json((shipped.SHIPPED / "config.json").read_text()),
+                                                QWEN_06B, QWEN_17B) for k, n in shapes(cfg)})
+
+
+def layer(k: int, n: int, dtype: torch.dtype, seed: int, bias: bool = False) -> Linear:
+    lin = nn.utils.skip_init(Linear, k, n, bias=bias)
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        full = layer(x)  # (1, 300, n)
+        lin.weight.copy_(torch.randn(n, k, generator=g) * k ** -0.5)
+        if bias:
+            lin.bias.copy_(torch.randn(n, generator=g))
+    return lin.to(dtype).requires_grad_(False)
+
+
+@KERNEL
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k, n", SHAPES)
+def test_every_row_has_its_bits_at_any_row_count_offset_and_thread_count(dtype: torch.dtype, k: int, n: int) -> None:
+    """Rows 1..64, at the start and the end of a 64-row product, at 1 and 2 threads: each
+    row's bits are those it has in the 64-row product at 1 thread; and close to F.linear."""
+    lin = layer(k, n, dtype, seed=k * 7 + n)
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(n)).to(dtype)
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            torch.set_num_threads(1)
+            full = lin(x)  # (64, n)
+            torch.set_num_threads(2)
+            assert torch.equal(lin(x), full), "two threads give the 64-row product other bits"
+            for m in range(1, 65):
+                for t in (1, 2):
+                    torch.set_num_threads(t)
+                    for a in {0, 64 - m}:
+                        assert torch.equal(lin(x[a:a + m]), full[a:a + m]), f"{m} rows at {a}, {t} thread(s)"
+            ref = F.linear(x.float(), lin.weight.float())
+    finally:
+        torch.set_num_threads(before)
+    assert full.dtype == dtype
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(full.float(), ref, **tol)  # type: ignore[arg-type]
+
+
+@KERNEL
+def test_the_whole_vocabulary_is_row_invariant() -> None:
+    """The Qwen3 vocabulary projection at its full 151936 columns, bf16 (its weights' dtype in
+    the released models): 1, 3 and 8 rows at 1 and 2 threads against the 16-row product."""
+    lin = layer(1024, 151936, torch.bfloat16, seed=1)
+    x = torch.randn(16, 1024, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            torch.set_num_threads(2)
+            full = lin(x)  # (16, 151936)
+            for t in (1, 2):
+                torch.set_num_threads(t)
+                for m, a in ((1, 0), (1, 15), (3, 6), (8, 8)):
+                    assert torch.equal(lin(x[a:a + m]), full[a:a + m]), f"{m} rows at {a}, {t} thread(s)"
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(full[:, :4096].float(), F.linear(x.float(), lin.weight[:4096].float()),
+                               rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k, n", [(128, 128), (128, 64), (512, 128), (128, 896), (100, 37)])
+def test_rows_round_alike_in_products_of_any_size(path: str, threads: int, dtype: torch.dtype, k: int, n: int) -> None:
+    """Both paths, 3-d and 2-d inputs, a bias, a width that is no multiple of a tile or of 8."""
+    if path == "padded" and blas_rows(dtype, threads, k, n) is None:
+        pytest.skip(f"this machine's {dtype} GEMM ({threads} threads) gives rows other bits whatever the padding")
+    lin = layer(k, n, dtype, seed=k + n, bias=True)
+    x = torch.randn(1, 300, k, generator=torch.Generator().manual_seed(k + n)).to(dtype)
+    with torch.no_grad():
+        full = lin(x)  # (1, 300, n)
         for m in (*range(1, 20), 33, 100):
             for a in (0, 2, 150):
-                assert torch.equal(layer(x[:, a:a + m]), full[:, a:a + m]), f"{m} rows at {a}"
-                assert torch.equal(layer(x[0, a:a + m]), full[0, a:a + m]), f"{m} rows at {a}, 2-d"
+                assert torch.equal(lin(x[:, a:a + m]), full[:, a:a + m]), f"{m} rows at {a}"
+                assert torch.equal(lin(x[0, a:a + m]), full[0, a:a + m]), f"{m} rows at {a}, 2-d"
+        torch.testing.assert_close(full, F.linear(x, lin.weight, lin.bias), rtol=2e-2, atol=2e-2)
 
 
 def test_a_linear_is_an_nn_linear_to_checkpoints_and_autograd() -> None:
     """The same parameter names as nn.Linear (checkpoints load unchanged), a bias kept, and a
-    padded product differentiable: the padding takes no gradient."""
+    product under autograd differentiable (the padded path: the padding takes no gradient)."""
     plain, ours = nn.Linear(8, 3), Linear(8, 3)
     ours.load_state_dict(plain.state_dict())
     assert list(ours.state_dict()) == list(plain.state_dict())
@@ -46,19 +143,32 @@ def test_a_linear_is_an_nn_linear_to_checkpoints_and_autograd() -> None:
     ours(x).sum().backward()
     assert x.grad is not None and x.grad.shape == (2, 8)
     torch.testing.assert_close(ours(x), plain(x))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), plain(x))
     assert ours(torch.randn(0, 8)).shape == (0, 3)
 
 
-#: the linear layers of a Qwen3-0.6B-shaped model (bench/resume.py's qwen3-0.6b preset), the
-#: vocabulary projection's width cut (the probe reads its first 4096 columns only)
-QWEN_SHAPES = ((1024, 1024), (1024, 2048), (1024, 3072), (2048, 1024), (3072, 1024), (1024, 151936))
+def test_the_kernel_serves_fp32_and_bf16_from_one_row() -> None:
+    """Where the kernel is built every shape is row-invariant from one row, at any thread
+    count; its identity names its source and flags."""
+    if rowdot.lib() is None:
+        assert rowdot.name() == "" and not served(torch.float32)
+        pytest.skip("no row-invariant kernel here")
+    assert rowdot.name().startswith("rowdot-")
+    for dtype in (torch.float32, torch.bfloat16):
+        assert served(dtype) and min_rows(dtype, 2, 1024, 151936) == 1
+    assert not served(torch.float16)
+
+
+#: the linear layers of a Qwen3-0.6B-shaped model (bench/resume.py's qwen3-0.6b preset)
+QWEN_SHAPES = tuple(shapes(QWEN_06B))
 
 
 @pytest.mark.parametrize("most", [1, 2, 4])
 def test_a_worker_runs_the_most_threads_that_keep_its_products_row_invariant(most: int) -> None:
-    """invariant_threads: a count up to `most` at which every shape has a padding minimum, torch
-    left set to it, and no larger count up to `most` has one (on this machine, two threads have
-    none for 1024-wide products: the worker then runs one, workers/process.py)."""
+    """invariant_threads: a count up to `most` at which every shape is row-invariant, torch left
+    set to it, and no larger count up to `most` is (with the kernel: `most` itself; a padded
+    BLAS may need fewer, workers/process.py)."""
     before = torch.get_num_threads()
     try:
         got = invariant_threads(QWEN_SHAPES, torch.float32, most)
@@ -68,5 +178,7 @@ def test_a_worker_runs_the_most_threads_that_keep_its_products_row_invariant(mos
         assert 1 <= got <= most and torch.get_num_threads() == got
         assert least_rows(QWEN_SHAPES, torch.float32, got) is not None
         assert all(least_rows(QWEN_SHAPES, torch.float32, t) is None for t in range(got + 1, most + 1))
+        if served(torch.float32):
+            assert got == most and least_rows(QWEN_SHAPES, torch.float32, got) == 1
     finally:
         torch.set_num_threads(before)

@@ -1,0 +1,104 @@
+"""The row-invariant CPU product of model/rowdot.c: built with the machine's C compiler on first
+use, kept in a folder keyed by the hash of its source and flags, loaded with ctypes.  Knows
+nothing of models or layers; `lib()` is None where there is no x86-64 CPU with AVX2 and FMA, no
+compiler, or no writable folder (model/linear.py then falls back to padding)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("rowdot.c")
+#: no fast-math and no contraction: the only fused operations are the source's explicit FMAs
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
+#: the dtypes it reads (weights and activations alike); it accumulates and writes fp32
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _key() -> str:
+    return hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+
+
+def _folders() -> list[Path]:
+    """Where a build may be kept, the first writable one taken: beside the package (gitignored
+    .cache/), the user's cache, the temporary folder."""
+    return [Path(__file__).resolve().parents[1] / ".cache" / "kernels", Path.home() / ".cache" / "setflow" / "kernels",
+            Path(tempfile.gettempdir()) / "setflow-kernels"]
+
+
+def _cpu_has_avx2_fma() -> bool:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+        return "avx2" in flags and "fma" in flags
+    except OSError:  # no /proc: what torch dispatches to says as much
+        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+def _build(cc: str, folder: Path, so: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{so.name}.{os.getpid()}"
+    subprocess.run([cc, *FLAGS, "-o", str(tmp), str(SOURCE)], check=True, capture_output=True, timeout=120)
+    os.replace(tmp, so)  # atomic: another process building the same source finds a whole file
+
+
+@lru_cache(maxsize=1)
+def lib() -> ctypes.CDLL | None:
+    """The loaded kernel, built once per source and flags; None where it cannot be (logged)."""
+    if not _cpu_has_avx2_fma():
+        log.info("rowdot: this CPU has no AVX2+FMA: linear layers pad their products instead")
+        return None
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        log.warning("rowdot: no C compiler (gcc): linear layers pad their products instead (slower)")
+        return None
+    so_name = f"rowdot-{_key()}.so"
+    for folder in _folders():
+        so = folder / so_name
+        try:
+            if not so.exists():
+                _build(cc, folder, so)
+            dll = ctypes.CDLL(str(so))
+        except (OSError, subprocess.SubprocessError) as e:
+            log.warning("rowdot: cannot build or load %s (%s)", so, e)
+            continue
+        dll.rowdot.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                               ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
+        dll.rowdot.restype = ctypes.c_int
+        return dll
+    return None
+
+
+def name() -> str:
+    """The kernel's identity, part of what a row's bits depend on: "rowdot-<hash of source and
+    flags>", or "" where it is not available (products then pad, model/linear.py)."""
+    return f"rowdot-{_key()[:8]}" if lib() is not None else ""
+
+
+def product(x: Tensor, w: Tensor, threads: int) -> Tensor:
+    """x (M, K) float32, w (N, K) float32 or bfloat16, both contiguous on the CPU -> x w^T
+    (M, N) float32, each element reduced in rowdot.c's one order over `threads` threads (split
+    over N).  The caller checks lib() first."""
+    dll = lib()
+    assert dll is not None, "rowdot is not available here"
+    assert x.dtype == torch.float32 and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
+    (m, k), n = x.shape, w.shape[0]
+    assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
+    y = torch.empty(m, n, dtype=torch.float32)
+    dll.rowdot(x.data_ptr(), w.data_ptr(), int(w.dtype == torch.bfloat16), y.data_ptr(), m, k, n, threads)
+    return y
