@@ -11,7 +11,11 @@ cost one delivery, and where a tenant's URL may lead.
   and is retried as any failure.
 - Public addresses only, unless allow_private: the host is resolved here, within the deadline,
   every address it resolves to is checked, and the connection goes to an address checked (a
-  name rebound between a check and the connect reaches nothing).
+  name rebound between a check and the connect reaches nothing).  An IPv6 address that embeds an
+  IPv4 one (mapped, compatible, NAT64, 6to4, Teredo) is judged by the IPv4 address.
+- No proxy, whatever the environment (trust_env off: HTTP(S)_PROXY or ALL_PROXY in a worker's
+  environment would send every delivery through a host nobody checked, to the URL's host
+  unchecked).
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ import httpx
 USER_AGENT = "setflow-webhooks/0.1"
 MAX_INTERIM = 5  # interim (1xx) answers a delivery reads, at most, before its final one
 MAX_HEAD_BYTES = 8 * 1024  # read before the final answer's headers end (1xx included), at most (h11: 16 KiB a block)
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: the IPv4 address is the last 32 bits
+#: RFC 8215's local-use NAT64 prefix: where the IPv4 address sits depends on the prefix length an
+#: operator chose (RFC 6052, /48 to /96), so no one reading tells it: never public
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, still routed by some stacks)
 _resolver = ThreadPoolExecutor(4, thread_name_prefix="setflow-webhook-dns")  # getaddrinfo has no timeout of its own
 _local = threading.local()
 
@@ -167,24 +176,47 @@ class Guarded(httpcore.SyncBackend):
             return BoundedStream(super().connect_tcp(addresses[0], port, timeout, local_address, socket_options))
 
 
+def embedded(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address] | None:
+    """The IPv4 addresses an IPv6 address carries, where it carries some: IPv4-mapped
+    (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::a.b.c.d), 6to4 (2002:AABB:CCDD::,
+    bits 16-48), Teredo (2001::/32: its server and its client); None where it carries none."""
+    if ip.ipv4_mapped is not None:
+        return [ip.ipv4_mapped]
+    if ip.sixtofour is not None:
+        return [ip.sixtofour]
+    if ip.teredo is not None:
+        return list(ip.teredo)
+    if ip in NAT64 or ip in IPV4_COMPATIBLE:
+        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    return None
+
+
 def public(host: str, named: bool = False) -> bool:
-    """Whether `host`, an IP address, is a public (globally routable) one; a name (not an
-    address) counts as public where `named`."""
+    """Whether `host`, an IP address, is a public (globally routable, not multicast) one; an IPv6
+    address that embeds an IPv4 one is as public as each address it embeds (a NAT64 gateway, a
+    6to4 or Teredo relay delivers to that one); a name (not an address) counts as public where
+    `named`."""
     try:
-        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host.strip("[]"))
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host.strip("[]").split("%")[0])
     except ValueError:
         try:  # the short and numeric forms a resolver reads as an IPv4 address: 127.1, 2130706433, 0x7f000001
             ip = ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return named
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in NAT64_LOCAL:
+            return False
+        inner = embedded(ip)
+        if inner is not None:
+            return all(public(str(v4)) for v4 in inner)
     return bool(ip.is_global) and not ip.is_multicast
 
 
 def client(timeout_s: float, allow_private: bool = False) -> httpx.Client:
     """The sender's HTTP client: no redirects followed (a 3xx is an answer, not a hop to an
-    address nobody checked), its connections made by Guarded.  A request is bounded by its
-    deadline only inside `bounded`."""
-    http = httpx.Client(timeout=timeout_s, follow_redirects=False, headers={"user-agent": USER_AGENT})
+    address nobody checked), no proxy from the environment (trust_env off), its connections
+    made by Guarded.  A request is bounded by its deadline only inside `bounded`."""
+    http = httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False, headers={"user-agent": USER_AGENT})
     # httpx builds its httpcore pool itself and takes no network backend: this one is put in its
     # place (tests/runtime/jobs/test_webhooks.py shows it refusing a private address)
     http._transport._pool._network_backend = Guarded(allow_private)  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from sqlalchemy import Engine, select, update
 from standardwebhooks import Webhook
 
 from runtime.errors import BadInput, NotFound, OverBudget
-from runtime.jobs import webhooks
+from runtime.jobs import webhook_http, webhooks
 from runtime.jobs.rows import Jobs
 from runtime.jobs.webhooks import Endpoints, WebhookSender, backoff, event_type
 from runtime.settings import Settings
@@ -528,3 +529,65 @@ def test_a_tenants_slow_endpoints_take_its_share_of_a_pass_not_the_pass(db_engin
         sender.close()
     assert got["delivered"] == 1 and len(rx.got) == 1 and arrived and arrived[0] < 1.5, (got, arrived)
     assert slow.connections <= 10 and took < 2 * settings.webhook_timeout_s + 3, took
+
+
+# ---- the SSRF guard, whatever the environment and however an address is written -----------------
+
+#: IPv6 addresses that carry an IPv4 one, judged by it: a NAT64 gateway, a 6to4 or Teredo relay,
+#: a stack that routes IPv4-compatible or mapped addresses delivers to the IPv4 address
+EMBEDDED = [("64:ff9b::7f00:1", False), ("64:ff9b::a00:5", False), ("64:ff9b::808:808", True),  # NAT64
+            ("64:ff9b:1::808:808", False),  # local-use NAT64: where its IPv4 sits is the operator's choice
+            ("2002:7f00:1::", False), ("2002:a9fe:a9fe::1", False), ("2002:808:808::1", True),  # 6to4
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", False),  # Teredo, client 127.0.0.1 (stored inverted)
+            ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", True),  # Teredo, client 8.8.8.8
+            ("::127.0.0.1", False), ("::10.0.0.5", False), ("::8.8.8.8", True),  # IPv4-compatible
+            ("::ffff:169.254.169.254", False), ("::ffff:8.8.8.8", True)]  # IPv4-mapped
+
+
+@pytest.mark.parametrize(("address", "ok"), EMBEDDED)
+def test_an_ipv6_address_that_embeds_an_ipv4_one_is_judged_by_it(address: str, ok: bool) -> None:
+    assert webhook_http.public(address) is ok
+    url = f"http://[{address}]/h"
+    if ok:
+        assert webhooks.check_url(url) == url
+    else:
+        with pytest.raises(BadInput, match="public addresses only"):
+            webhooks.check_url(url)
+
+
+def test_a_name_that_resolves_to_a_nat64_address_of_a_private_one_is_not_connected_to(
+        db_engine: Engine, jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At delivery, every address a name resolves to is judged as at creation (an embedded
+    IPv4 address included): the attempt fails saying why, before any connect."""
+    real = socket.getaddrinfo
+
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> Any:
+        if host == "hooks.example.com":
+            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("64:ff9b::a9fe:a9fe", port, 0, 0))]
+        return real(host, port, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    ep = Endpoints(db_engine).create("acme", "http://hooks.example.com/h")
+    _end(jobs)
+    sender = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0)
+    assert sender.deliver_due()["retried"] == 1
+    sender.close()
+    assert "64:ff9b::a9fe:a9fe: not a public address" in _error(db_engine, ep.id), _error(db_engine, ep.id)
+
+
+def test_a_proxy_in_the_workers_environment_is_not_used(db_engine: Engine, jobs: Jobs,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP(S)_PROXY or ALL_PROXY in a worker's environment would send each delivery to the proxy
+    (a host nobody checked, that reaches the URL's host unchecked): the sender takes none."""
+    with receiver() as proxy:
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+            monkeypatch.setenv(name, proxy.url.removesuffix("/hooks"))
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        ep = Endpoints(db_engine).create("acme", "http://webhooks.invalid/h")  # resolves nowhere
+        _end(jobs)
+        sender = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0)
+        assert sender.deliver_due()["retried"] == 1
+        sender.close()
+    assert proxy.got == [], "sent through the proxy"
+    assert "webhooks.invalid" in _error(db_engine, ep.id), _error(db_engine, ep.id)
