@@ -31,8 +31,8 @@ make a payload, a dataset deleted) is kept in the tick's `error`.
 A tenant's share of a pass: planning its ticks (its templates over its datasets) is timed, and
 a tenant that has spent SHARE_S in a pass plans nothing more in it: its other due schedules
 keep their next_at, and its claims left behind stay claimed, for the next pass, which comes at
-once (they are due).  Its first schedule of a pass always goes (it is bounded: MAX_TICKS ticks,
-templates.MAX_JOBS jobs each), so every tenant gets on; one tenant's costly schedules make its
+once (they are due).  Its first schedule of a pass always goes (it is bounded: its template
+built once for all its ticks due, templates.MAX_JOBS jobs), so every tenant gets on; one tenant's costly schedules make its
 own ticks late, not another's.  A carried tick is late as any slow pass's, no more: submitted
 as usual within schedule_grace_s, its schedule's missed policy past it (never dropped unsaid:
 the pass counts it `carried`, and `skipped` where its policy skips).
@@ -299,7 +299,7 @@ class Ticker:
             out["skipped"] += int(sch.missed == "skip" and sch.next_at < self._edge(now))
             ticks = (missed if sch.missed == "catch_up" else []) + on_time
             nxt = cron.after(sch.cron, sch.timezone, ticks[-1] if len(on_time) == MAX_TICKS else max([now, *ticks]))
-            plans.append((sch, [(t, *self._plan(sch, t)) for t in ticks], nxt))
+            plans.append((sch, [(t, *p) for t, p in zip(ticks, self._plan(sch, ticks), strict=True)], nxt))
         if not plans:
             return out
         won = self._claim_all(plans)
@@ -420,13 +420,14 @@ class Ticker:
             self.d.admit_quietly(tenant)
         return out
 
-    def _plan(self, sch: ScheduleRecord, t: float) -> tuple[list[Planned], list[str]]:
-        """The tick's jobs, its time charged to its tenant's share of the pass."""
+    def _plan(self, sch: ScheduleRecord, ticks: list[float]) -> list[tuple[list[Planned], list[str]]]:
+        """Each tick's jobs (its template built once for them all: templates.plan_ticks), the
+        time charged to its tenant's share of the pass."""
         start = self.timer()
         try:
-            return templates.plan(sch.id, t, sch.template, sch.tenant, self.schedules._reader(sch.tenant))
+            return templates.plan_ticks(sch.id, ticks, sch.template, sch.tenant, self.schedules._reader(sch.tenant))
         except (BadInput, NotFound) as e:  # its dataset deleted, or none of its rows fits now
-            return [], [e.message]
+            return [([], [e.message]) for _ in ticks]
         finally:
             self._spent[sch.tenant] += self.timer() - start
 
@@ -482,7 +483,7 @@ class Ticker:
             return "taken"  # deleted meanwhile (its ticks with it)
         if self._spent[sch.tenant] >= SHARE_S:  # its share of this pass spent: still claimed, the next pass's
             return "carried"
-        planned, problems = self._plan(sch, claim.tick_at)
+        [(planned, problems)] = self._plan(sch, [claim.tick_at])
         return self._submit(sch, claim, [p for p in planned if p.job_id in claim.jobs], problems)
 
     def _prune(self, now: float, limit: int = 1000) -> int:

@@ -99,8 +99,17 @@ def check(kind: str, spec: Any, data: DataSource | None, tenant: str, read: Read
 def plan(schedule_id: str, tick_at: float, template: dict[str, Any], tenant: str,
          read: ReadRows) -> tuple[list[Planned], list[str]]:
     """The tick's jobs (ids and specs) and why any group gave none."""
+    [(planned, problems)] = plan_ticks(schedule_id, [tick_at], template, tenant, read)
+    return planned, problems
+
+
+def plan_ticks(schedule_id: str, ticks: list[float], template: dict[str, Any], tenant: str,
+               read: ReadRows) -> list[tuple[list[Planned], list[str]]]:
+    """plan for each of a schedule's ticks due together (a pass's, a catch-up's): the template
+    read and built once for all of them (its dataset as it is now), each tick's jobs with ids
+    of their own."""
     jobs, problems = specs(template, tenant, read)
-    return [Planned(job_id(schedule_id, tick_at, g), g, s) for g, s in jobs], problems
+    return [([Planned(job_id(schedule_id, t, g), g, s) for g, s in jobs], problems) for t in ticks]
 
 
 def specs(template: dict[str, Any], tenant: str, read: ReadRows,

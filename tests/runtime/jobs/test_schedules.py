@@ -345,13 +345,13 @@ def test_a_tenant_past_its_share_of_a_pass_is_carried_to_the_next_without_delayi
     acme = [env.create() for _ in range(3)]
     globex = env.schedules.create("globex", cron_expr="0 7 * * *", timezone=BERLIN, kind="narrative",
                                   spec={"payload": PAYLOAD})
-    timer, plan = Clock(0.0), templates.plan
+    timer, specs = Clock(0.0), templates.specs
 
-    def costly(schedule_id: str, tick_at: float, template: dict[str, Any], tenant: str, read: Any) -> Any:
+    def costly(template: dict[str, Any], tenant: str, read: Any, strict: bool = False) -> Any:
         timer.t += 0.3 if tenant == "acme" else 0.0
-        return plan(schedule_id, tick_at, template, tenant, read)
+        return specs(template, tenant, read, strict)
 
-    monkeypatch.setattr(templates, "plan", costly)
+    monkeypatch.setattr(templates, "specs", costly)
     ticker = Ticker(Dispatcher(env.r, env.jobs, lambda *_: None), env.clock, name="t", timer=timer)
     env.clock.t = day(0) + 1
     assert +Counter(ticker.step()) == {"submitted": 2, "carried": 2}  # acme's first, and globex's
@@ -364,6 +364,24 @@ def test_a_tenant_past_its_share_of_a_pass_is_carried_to_the_next_without_delayi
     for s in acme:  # each tick submitted once, late but none dropped
         assert env.ticks(s.id) == [(day(0), "submitted")] and env.jobs_of(s.id) == Counter({(day(0), r): 1 for r in REGIONS})
     assert +Counter(ticker.step()) == {}  # nothing due: nothing carried
+
+
+def test_a_schedules_ticks_due_together_build_its_template_once(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue #48: a pass built a schedule's template anew for each of its ticks (up to MAX_TICKS
+    # and MAX_CATCH_UP of them), its dataset read each time
+    sch = env.create(missed="catch_up", max_catch_up=5)
+    built: list[str] = []
+    payload = templates.payload
+
+    def counted(rows: list[list[str]], source: DataSource, tenant: str) -> dict[str, Any]:
+        built.append(tenant)
+        return payload(rows, source, tenant)
+
+    monkeypatch.setattr(templates, "payload", counted)
+    env.clock.t = day(5) + 30  # five ticks missed, caught up, and the one due
+    assert env.ticker().step()["submitted"] == 6
+    assert sorted(built) == sorted(REGIONS)  # once for the six ticks
+    assert env.jobs_of(sch.id) == Counter({(day(n), r): 1 for n in range(6) for r in REGIONS})
 
 
 def test_create_refuses_a_bad_schedule_and_writes_nothing(env: Env) -> None:
