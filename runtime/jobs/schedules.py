@@ -32,10 +32,11 @@ A tenant's share of a pass: planning its ticks (its templates over its datasets)
 a tenant that has spent SHARE_S in a pass plans nothing more in it: its other due schedules
 keep their next_at, and its claims left behind stay claimed, for the next pass, which comes at
 once (they are due).  Its first schedule of a pass always goes (it is bounded: its template
-built once for all its ticks due, templates.MAX_JOBS jobs), so every tenant gets on; one tenant's costly schedules make its
-own ticks late, not another's.  A carried tick is late as any slow pass's, no more: submitted
-as usual within schedule_grace_s, its schedule's missed policy past it (never dropped unsaid:
-the pass counts it `carried`, and `skipped` where its policy skips).
+built once for all its ticks due, templates.MAX_JOBS jobs), so every tenant gets on; one
+tenant's costly schedules make its own ticks late, not another's.  A carried tick is late as
+any slow pass's, no more: submitted as usual within schedule_grace_s, its schedule's missed
+policy past it (never dropped unsaid: the pass counts it `carried`, and `skipped` where its
+policy skips).
 
 Missed ticks: a tick found up to schedule_grace_s late is submitted as usual (a failover, a slow
 pass).  Older ones were missed (the service was down): `skip` jumps to the next tick and records
