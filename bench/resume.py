@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root (bench/ too), as a script
+
 import torch
 
 from model.config import ModelConfig

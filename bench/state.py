@@ -43,6 +43,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root (bench/ too), as a script
+
 import redis
 
 from runtime.embedded import EmbeddedCluster, EmbeddedRedis, from_url
