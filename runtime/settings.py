@@ -148,6 +148,11 @@ class Settings(BaseSettings):
     #: a cloud's metadata service): refused at creation where its host is such an address, and at
     #: each delivery where its name resolves to one
     webhook_allow_private: bool = False
+    #: the deployment's key (SETFLOW_SECRET_KEY, 16 characters at least, the same on every process):
+    #: webhook signing secrets are kept sealed under it (runtime/jobs/webhook_secrets.py).  None:
+    #: they are kept in the clear, as before it was set (the workers seal those once it is);
+    #: changed or lost, the sealed ones no longer open (their deliveries fail saying so)
+    secret_key: str | None = Field(default=None, min_length=16, repr=False)
 
     # ---- schedules (runtime/jobs/schedules.py; each worker's ticker, workers/watch.py) --------
     tenant_max_schedules: int = Field(default=100, ge=1)  #: a tenant's schedules, at most (409 beyond)

@@ -166,8 +166,9 @@ class DatasetRecord(Base):
 
 
 class WebhookEndpointRecord(Base):
-    """A tenant's receiver of job endings (runtime/jobs/webhooks.py).  Its secret is kept as
-    issued: the sender signs with it."""
+    """A tenant's receiver of job endings (runtime/jobs/webhooks.py).  Its secret is kept sealed
+    under the deployment's secret_key (runtime/jobs/webhook_secrets.py; in the clear where none
+    is set): the sender opens it to sign."""
 
     __tablename__ = "webhook_endpoints"
     __table_args__ = (Index("ix_webhook_endpoint_tenant_created", "tenant", "created_at"),)  # the listing, the cap

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -49,6 +50,9 @@ from runtime.tables import IdempotencyRecord
 
 HEADER = "idempotency-key"
 STREAMED = "setflow-response-id"  # the header a streaming route names its response by
+#: the header a route names, comma-separated, the fields of its JSON answer that are never kept
+#: (a webhook's secret, shown once): its replay answers without them; the header is not sent
+UNKEPT = "setflow-unkept"
 WAIT_S = 60.0  # a duplicate waits this long for the first request's answer (then 409 in_flight)
 POLL_S = 1.0  # a waiting duplicate checks SQL this often (a first request in another process)
 MAX_WAITING = 8  # a tenant's duplicates waiting at once in one process
@@ -265,6 +269,9 @@ class Idempotent:
             if message["type"] == "http.response.start":
                 start.update(message)
                 hs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message.get("headers", [])}
+                if UNKEPT in hs:
+                    message = {**message, "headers": [(k, v) for k, v in message.get("headers", [])
+                                                      if k.decode("latin-1").lower() != UNKEPT]}
                 status = int(message["status"])
                 if status >= 500 or status == 429 or "retry-after" in hs:  # "retry later": a retry must run
                     await run_sync(keys.release, tenant, key)
@@ -280,7 +287,7 @@ class Idempotent:
                 elif not message.get("more_body", False):
                     hs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
                     await run_sync(keys.answer, tenant, key, int(start["status"]),
-                                   {"body": b"".join(chunks).decode("utf-8", "replace"),
+                                   {"body": _without(b"".join(chunks), hs.get(UNKEPT, "")).decode("utf-8", "replace"),
                                     "type": hs.get("content-type", "application/json")})
                     kept = True
             await send(message)
@@ -323,3 +330,18 @@ class Idempotent:
                     "headers": [(b"content-type", str(answer.get("type", "application/json")).encode()),
                                 (b"content-length", str(len(body)).encode()), (b"idempotent-replayed", b"true")]})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _without(body: bytes, unkept: str) -> bytes:
+    """A JSON answer without the top-level fields `unkept` names (comma-separated); an answer
+    that is not a JSON object keeps nothing ({})."""
+    names = {n.strip() for n in unkept.split(",") if n.strip()}
+    if not names:
+        return body
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return b"{}"
+    if not isinstance(answer, dict):
+        return b"{}"
+    return json.dumps({k: v for k, v in answer.items() if k not in names}, separators=(",", ":")).encode()

@@ -29,6 +29,7 @@ from standardwebhooks import Webhook
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.jobs.webhook_http import bounded, client, public
+from runtime.jobs.webhook_secrets import CLEAR, Unsealable, key_of, seal, unseal
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMessageRecord
 
@@ -146,16 +147,20 @@ def check_events(events: Iterable[str]) -> list[str]:
 
 
 class Endpoints:
-    """A tenant's webhook endpoints: another tenant's look unknown (NotFound)."""
+    """A tenant's webhook endpoints: another tenant's look unknown (NotFound).  Their secrets are
+    kept sealed under secret_key where one is given (runtime/jobs/webhook_secrets.py)."""
 
-    def __init__(self, engine: Engine, max_per_tenant: int = 10, allow_private: bool = False) -> None:
+    def __init__(self, engine: Engine, max_per_tenant: int = 10, allow_private: bool = False,
+                 secret_key: str | None = None) -> None:
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.max_per_tenant = max_per_tenant
         self.allow_private = allow_private
+        self.key = key_of(secret_key)
 
     def create(self, tenant: str, url: str, events: Sequence[str] = (), description: str = "") -> WebhookEndpointRecord:
-        """A new endpoint with a new secret (returned here only); BadInput for a bad url or
+        """A new endpoint with a new secret, returned here in the clear and only here (the row
+        keeps it sealed, where there is a key); BadInput for a bad url or
         event type, OverBudget past max_per_tenant (concurrent creations may pass it by one
         each: the count and the insert are one transaction): nothing written then."""
         url, events = check_url(url, self.allow_private), check_events(events)
@@ -167,9 +172,11 @@ class Endpoints:
             if have >= self.max_per_tenant:
                 raise OverBudget(f"tenant {tenant!r} has {have} webhook endpoints, the most it may have "
                                  "(tenant_max_webhooks): delete one first")
-            rec = WebhookEndpointRecord(id=f"we_{secrets.token_hex(12)}", tenant=tenant, url=url, secret=new_secret(),
-                                        events=events, description=description, created_at=datetime.now(UTC))
+            endpoint_id, secret = f"we_{secrets.token_hex(12)}", new_secret()
+            rec = WebhookEndpointRecord(id=endpoint_id, tenant=tenant, url=url, events=events, description=description,
+                                        secret=seal(secret, tenant, endpoint_id, self.key), created_at=datetime.now(UTC))
             db.add(rec)
+        rec.secret = secret  # the caller's copy only: the session is closed, nothing writes it
         return rec
 
     def get(self, tenant: str, endpoint_id: str) -> WebhookEndpointRecord:
@@ -242,6 +249,7 @@ class WebhookSender:
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.http = http or client(settings.webhook_timeout_s, settings.webhook_allow_private)
         self.rand = rand
+        self.key = key_of(settings.secret_key)
 
     def close(self) -> None:
         self.http.close()
@@ -315,12 +323,30 @@ class WebhookSender:
 
     def prune(self, now: float | None = None, limit: int = 1000) -> int:
         """Delete up to `limit` delivered or failed messages created more than job_retention_s
-        ago (their jobs' retention); returns how many."""
+        ago (their jobs' retention); returns how many.  Then seals up to `limit` secrets still
+        kept in the clear (seal_clear)."""
+        self.seal_clear(limit)
         cutoff = datetime.fromtimestamp((time.time() if now is None else now) - self.s.job_retention_s, UTC)
         with self._write.begin() as db:
             old = select(M.id).where(M.created_at < cutoff, or_(M.delivered_at.is_not(None), M.failed_at.is_not(None))) \
                 .order_by(M.created_at).limit(limit)
             return _rows(db.execute(delete(M).where(M.id.in_(old.scalar_subquery()))))
+
+    def seal_clear(self, limit: int = 1000) -> int:
+        """Seal up to `limit` endpoints' secrets kept in the clear (written before secret_key was
+        set), where there is a key; returns how many.  Each only as it was read: a row changed
+        meanwhile is left for the next call."""
+        if self.key is None:
+            return 0
+        n = 0
+        with self._write.begin() as db:
+            clear = db.execute(select(WebhookEndpointRecord.id, WebhookEndpointRecord.tenant, WebhookEndpointRecord.secret)
+                               .where(WebhookEndpointRecord.secret.startswith(CLEAR)).limit(limit)).all()
+            for endpoint_id, tenant, secret in clear:
+                n += _rows(db.execute(update(WebhookEndpointRecord)
+                                      .where(WebhookEndpointRecord.id == endpoint_id, WebhookEndpointRecord.secret == secret)
+                                      .values(secret=seal(secret, tenant, endpoint_id, self.key))))
+        return n
 
     def _deliver_to(self, endpoint: WebhookEndpointRecord | None, messages: list[Due], now: float,
                     stop: float) -> Counter[str]:
@@ -351,11 +377,15 @@ class WebhookSender:
     def _send(self, endpoint: WebhookEndpointRecord, m: Due) -> str | None:
         """POST the message, signed, within its deadline (webhook_http.bounded); None when the
         receiver answered 2xx, else why not."""
+        try:
+            secret = unseal(endpoint.secret, endpoint.tenant, endpoint.id, self.key)
+        except Unsealable as e:  # secret_key missing or changed: failed and retried, as any attempt
+            return f"Unsealable: {e}"
         body = json.dumps(m.payload, separators=(",", ":"))
         at = datetime.now(UTC)
         headers = {"content-type": "application/json", "webhook-id": m.id,
                    "webhook-timestamp": str(int(at.timestamp())),
-                   "webhook-signature": Webhook(endpoint.secret).sign(m.id, at, body)}
+                   "webhook-signature": Webhook(secret).sign(m.id, at, body)}
         try:
             with bounded(self.s.webhook_timeout_s), \
                     self.http.stream("POST", endpoint.url, content=body.encode(), headers=headers) as r:

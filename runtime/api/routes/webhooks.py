@@ -1,5 +1,6 @@
 """/v1/webhooks: a tenant's endpoints for its jobs' endings (runtime/jobs/webhooks.py): create
-(its signing secret shown then, once), list, read (with its deliveries' counts), delete."""
+(its signing secret shown then, once: never kept with an Idempotency-Key's answer, so a replay
+answers without it), list, read (with its deliveries' counts), delete."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.api.deps import Limit, Svc, Tenant
+from runtime.api.idempotency import UNKEPT
 from runtime.api.models import ERRORS, Utc
 from runtime.jobs import webhooks
 from runtime.jobs.webhooks import Endpoints
@@ -61,7 +63,8 @@ class WebhookList(BaseModel):
 
 
 def _store(svc: Svc) -> Endpoints:
-    return Endpoints(svc.sql, svc.settings.tenant_max_webhooks, svc.settings.webhook_allow_private)
+    return Endpoints(svc.sql, svc.settings.tenant_max_webhooks, svc.settings.webhook_allow_private,
+                     svc.settings.secret_key)
 
 
 def _view(r: WebhookEndpointRecord) -> WebhookView:
@@ -69,10 +72,12 @@ def _view(r: WebhookEndpointRecord) -> WebhookView:
 
 
 @router.post("", status_code=201, response_model=WebhookCreated, responses=ERRORS)
-def create_webhook(req: WebhookCreate, who: Tenant, svc: Svc) -> WebhookCreated:
+def create_webhook(req: WebhookCreate, who: Tenant, svc: Svc, response: Response) -> WebhookCreated:
     """Register an endpoint.  Its `secret` (whsec_...) signs every message in the Standard
-    Webhooks format; it is in this answer only.  A url that is not http(s), an unknown event
-    type: 422; past tenant_max_webhooks endpoints: 409 over_budget.  Nothing written then."""
+    Webhooks format; it is in this answer only: an Idempotency-Key keeps this answer without it,
+    and its replay has no `secret`.  A url that is not http(s), an unknown event type: 422; past
+    tenant_max_webhooks endpoints: 409 over_budget.  Nothing written then."""
+    response.headers[UNKEPT] = "secret"
     rec = _store(svc).create(who, req.url, req.events, req.description)
     return WebhookCreated(**_view(rec).model_dump(), secret=rec.secret)
 

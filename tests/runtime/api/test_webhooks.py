@@ -14,7 +14,7 @@ from standardwebhooks import Webhook
 
 from runtime.api.routes import webhooks as routes
 from runtime.jobs.webhooks import WebhookSender
-from runtime.tables import WebhookEndpointRecord, WebhookMessageRecord
+from runtime.tables import IdempotencyRecord, WebhookEndpointRecord, WebhookMessageRecord
 from tests.receiver import receiver
 from tests.runtime.api.conftest import ACME, GLOBEX, Api
 
@@ -136,3 +136,35 @@ def test_a_url_into_the_deployments_own_network_is_refused_by_default(make_api: 
     assert r.status_code == 422 and "public addresses only" in r.json()["error"]["message"], r.text
     assert (api.snapshot(), _counts(api)) == before
     assert api.http.post("/v1/webhooks", json={"url": "https://example.com/hooks"}, headers=ACME).status_code == 201
+
+
+def test_an_idempotent_creation_keeps_and_replays_no_secret(make_api: Any) -> None:
+    """POST /v1/webhooks with an Idempotency-Key: the first answer has the secret; what the key
+    keeps (24 h, in SQL) does not, and the replay answers the same endpoint without it."""
+    api = _with_routes(make_api(secret_key="k" * 32))
+    headers = {**ACME, "Idempotency-Key": "hook-1"}
+    first = api.http.post("/v1/webhooks", json={"url": "https://example.com/hooks"}, headers=headers)
+    assert first.status_code == 201 and first.json()["secret"].startswith("whsec_"), first.text
+    assert "setflow-unkept" not in first.headers
+    secret = first.json()["secret"]
+    with api.svc.sql.connect() as c:
+        kept = [str(a) for a in c.scalars(select(IdempotencyRecord.answer))]
+        stored = c.scalar(select(WebhookEndpointRecord.secret))
+    assert kept and not any(secret in a or secret.removeprefix("whsec_") in a for a in kept), kept
+    assert stored is not None and stored.startswith("sealed1:") and secret.removeprefix("whsec_") not in stored
+    again = api.http.post("/v1/webhooks", json={"url": "https://example.com/hooks"}, headers=headers)
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert "secret" not in again.json() and again.json() == {k: v for k, v in first.json().items() if k != "secret"}
+    assert _counts(api) == (1, 0), "created once"
+
+
+def test_a_sealed_secret_signs_what_the_receiver_verifies_with_the_secret_the_api_gave(make_api: Any) -> None:
+    api = _with_routes(make_api(secret_key="k" * 32))
+    with receiver() as rx:
+        made = api.http.post("/v1/webhooks", json={"url": rx.url}, headers=ACME).json()
+        _end_job(api)
+        sender = WebhookSender(api.svc.sql, api.s)
+        assert sender.deliver_due()["delivered"] == 1
+        sender.close()
+    (got,) = rx.got
+    assert Webhook(made["secret"]).verify(got.body, got.headers)["type"] == "job.succeeded"

@@ -22,11 +22,11 @@ from sqlalchemy import Engine, select, update
 from standardwebhooks import Webhook
 
 from runtime.errors import BadInput, NotFound, OverBudget
-from runtime.jobs import webhook_http, webhooks
+from runtime.jobs import webhook_http, webhook_secrets, webhooks
 from runtime.jobs.rows import Jobs
 from runtime.jobs.webhooks import Endpoints, WebhookSender, backoff, event_type
 from runtime.settings import Settings
-from runtime.tables import Base, WebhookMessageRecord
+from runtime.tables import Base, WebhookEndpointRecord, WebhookMessageRecord
 from tests.receiver import Received, closed_port_url, raw_receiver, receiver
 
 S = Settings(webhook_retry_base_s=5.0, webhook_retry_max_s=3600.0, webhook_retry_for_s=26 * 3600.0,
@@ -591,3 +591,58 @@ def test_a_proxy_in_the_workers_environment_is_not_used(db_engine: Engine, jobs:
         sender.close()
     assert proxy.got == [], "sent through the proxy"
     assert "webhooks.invalid" in _error(db_engine, ep.id), _error(db_engine, ep.id)
+
+
+# ---- secrets at rest ----------------------------------------------------------------------------
+
+KEY = "k" * 32  # a deployment's secret_key (SETFLOW_SECRET_KEY)
+
+
+def _stored_secret(engine: Engine, endpoint_id: str) -> str:
+    with engine.connect() as c:
+        return str(c.scalar(select(WebhookEndpointRecord.secret).where(WebhookEndpointRecord.id == endpoint_id)))
+
+
+def test_a_secret_is_kept_sealed_and_signs_only_under_its_key(db_engine: Engine, jobs: Jobs) -> None:
+    """Under a secret_key the row keeps the secret sealed (a copy of the database cannot sign);
+    the sender opens it to sign; without the key, or under another, the attempt fails saying
+    so; a sealed secret copied to another endpoint's row opens nowhere."""
+    with receiver() as rx:
+        ep = Endpoints(db_engine, allow_private=True, secret_key=KEY).create("acme", rx.url)
+        assert ep.secret.startswith("whsec_"), "the creator gets it in the clear"
+        stored = _stored_secret(db_engine, ep.id)
+        assert stored.startswith("sealed1:") and len(stored) <= 64
+        assert ep.secret.removeprefix("whsec_") not in stored
+        _end(jobs, "response", "succeeded", {"status": "completed"})
+        t0 = time.time()
+        for hours, wrong in enumerate((None, "another key, 16+ chars"), 1):
+            sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": wrong}), rand=lambda: 0.0)
+            assert sender.deliver_due(now=t0 + 3600 * hours)["retried"] == 1
+            sender.close()
+            assert _error(db_engine, ep.id).startswith("Unsealable"), _error(db_engine, ep.id)
+        sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": KEY}), rand=lambda: 0.0)
+        assert sender.deliver_due(now=t0 + 3 * 3600)["delivered"] == 1
+        sender.close()
+    assert len(rx.got) == 1 and _verified(rx.got[0], ep.secret)["type"] == "response.completed"
+    other = Endpoints(db_engine, secret_key=KEY).create("acme", "https://example.com/other")
+    with pytest.raises(webhook_secrets.Unsealable):
+        webhook_secrets.unseal(stored, "acme", other.id, webhook_secrets.key_of(KEY))
+    with pytest.raises(webhook_secrets.Unsealable):
+        webhook_secrets.unseal(stored, "globex", ep.id, webhook_secrets.key_of(KEY))
+
+
+def test_a_secret_kept_in_the_clear_still_signs_and_is_sealed_once_a_key_is_set(db_engine: Engine,
+                                                                                 jobs: Jobs) -> None:
+    with receiver() as rx:
+        ep = Endpoints(db_engine, allow_private=True).create("acme", rx.url)  # before secret_key was set
+        assert _stored_secret(db_engine, ep.id) == ep.secret
+        _end(jobs)
+        sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": KEY}), rand=lambda: 0.0)
+        assert sender.deliver_due()["delivered"] == 1, "read as it is"
+        sender.prune()  # seals what is still in the clear
+        assert _stored_secret(db_engine, ep.id).startswith("sealed1:")
+        assert sender.seal_clear() == 0
+        _end(jobs)
+        assert sender.deliver_due()["delivered"] == 1
+        sender.close()
+    assert [_verified(g, ep.secret)["type"] for g in rx.got] == ["job.succeeded"] * 2
