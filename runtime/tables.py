@@ -87,7 +87,8 @@ class TurnRecord(Base):
 
 class TenantUsageRecord(Base):
     """What a tenant holds in SQL, counted in the transactions that change it (a session's
-    creation, fork and delete; a turn's insert): its sessions and its turns' bytes, checked
+    creation, fork and delete; a turn's insert; a job's, an idempotency answer's, a conversation
+    item's): its sessions, its turns' bytes and the other bytes it stores, checked
     against its quota there (runtime/sessions/quota.py).  One row per tenant."""
 
     __tablename__ = "tenant_usage"
@@ -95,6 +96,8 @@ class TenantUsageRecord(Base):
     tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
     sessions: Mapped[int] = mapped_column(Integer, default=0)
     turn_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: job specs and results, idempotency answers, conversation items no response has read
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 #: requires_action: the job stopped at a call of a tool its client runs (an agent's client_tools)
@@ -119,6 +122,7 @@ class JobRecord(Base):
     seq: Mapped[int] = mapped_column(Integer, default=0)  # submission order within the session (1, 2, ...)
     priority: Mapped[str] = mapped_column(String(16))  # "interactive" or "batch"
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the workflow's input, as submitted
+    nbytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # its spec and result (quota.size)
     status: Mapped[str] = mapped_column(String(16), default="queued")
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (deliveries that started it)
     owner: Mapped[str | None] = mapped_column(String(64), default=None)  # the current claim's token

@@ -45,7 +45,11 @@ from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
 from runtime.api.models import aware
 from runtime.db import writer
-from runtime.errors import RateLimited
+from runtime.errors import OverBudget, RateLimited
+from runtime.jobs.table import matched
+from runtime.sessions import quota
+from runtime.sessions.quota import Quota
+from runtime.settings import Settings
 from runtime.tables import IdempotencyRecord
 
 HEADER = "idempotency-key"
@@ -78,12 +82,14 @@ def _key_problem(key: str) -> str | None:
 class Keys:
     """The idempotency_keys rows (sync: the middleware runs them on a worker thread)."""
 
-    def __init__(self, engine: Any, ttl_s: float, abandoned_s: float, most: int | None = None) -> None:
+    def __init__(self, engine: Any, ttl_s: float, abandoned_s: float, most: int | None = None,
+                 settings: Settings | None = None) -> None:
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.ttl_s = ttl_s
         self.abandoned_s = abandoned_s  # an in-flight row this old is nobody's any more
         self.most = most  # keys a tenant holds within the TTL, at most (None: no ceiling)
+        self.quota = Quota.of(settings)
 
     def claim(self, tenant: str, key: str, route: str, digest: str) -> IdempotencyRecord | None:
         """None: this request holds the key now (run it); else the row another holds or held."""
@@ -99,9 +105,10 @@ class Keys:
                     # wrote since, and the insert below loses on the primary key (PostgreSQL ran
                     # both when the delete named the key alone)
                     db.expunge(old)
-                    db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
-                                                               IdempotencyRecord.key == key,
-                                                               IdempotencyRecord.created_at == old.created_at))
+                    if matched(db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
+                                                                          IdempotencyRecord.key == key,
+                                                                          IdempotencyRecord.created_at == old.created_at))):
+                        quota.release(db, tenant, stored=quota.size(old.answer))
                     old = None
                 if old is not None:
                     return old
@@ -111,11 +118,12 @@ class Keys:
                                       "(idempotency_max_keys): send this request without one, or wait for keys to "
                                       "expire (idempotency_ttl_s)", retry_after_s=60.0)
                 db.add(IdempotencyRecord(tenant=tenant, key=key, route=route, body_hash=digest))
-                stale = select(IdempotencyRecord.tenant, IdempotencyRecord.key).where(
-                    IdempotencyRecord.created_at < cutoff).limit(PRUNE)
-                for t, k in db.execute(stale).all():
-                    db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == t,
-                                                                IdempotencyRecord.key == k))
+                stale = select(IdempotencyRecord.tenant, IdempotencyRecord.key, IdempotencyRecord.answer).where(
+                    IdempotencyRecord.created_at < cutoff).order_by(IdempotencyRecord.tenant).limit(PRUNE)
+                for t, k, answer in db.execute(stale).all():
+                    if matched(db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == t,
+                                                                          IdempotencyRecord.key == k))):
+                        quota.release(db, t, stored=quota.size(answer))
             return None
         except IntegrityError:  # another request inserted it between our read and our insert
             with self._db() as db:
@@ -127,10 +135,16 @@ class Keys:
             return db.get(IdempotencyRecord, (tenant, key))
 
     def answer(self, tenant: str, key: str, status: int, answer: dict[str, Any]) -> None:
-        with self._write.begin() as db:
-            row = db.get(IdempotencyRecord, (tenant, key))
-            if row is not None:
-                row.status, row.answer = status, answer
+        """Keep the answer, its bytes counted to the tenant; one past its tenant_max_stored_bytes
+        is not kept (the key is released: a retry runs the request again)."""
+        try:
+            with self._write.begin() as db:
+                row = db.get(IdempotencyRecord, (tenant, key))
+                if row is not None:
+                    quota.charge(db, tenant, self.quota, stored=quota.size(answer))
+                    row.status, row.answer = status, answer
+        except OverBudget:
+            self.release(tenant, key)
 
     def release(self, tenant: str, key: str) -> None:
         with self._write.begin() as db:
@@ -173,7 +187,7 @@ class Idempotent:
             body += message.get("body", b"")
             more = bool(message.get("more_body", False))
         keys = Keys(svc.sql, svc.settings.idempotency_ttl_s, svc.settings.response_wait_s + ABANDONED_S,
-                    svc.settings.idempotency_max_keys)
+                    svc.settings.idempotency_max_keys, svc.settings)
         route, digest = f"POST {path}", hashlib.sha256(body).hexdigest()
         deadline = time.monotonic() + WAIT_S
         while True:

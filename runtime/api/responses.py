@@ -238,10 +238,7 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                                 "ignore_eos": ext.ignore_eos, "max_new_tokens": req.max_output_tokens,
                                 "temperature": req.temperature}.items() if v is not None}
     spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified,
-                            "functions": [t.model_dump() for t in tools],
-                            # as a chat model reads them (workflows/chat.py): the instructions first
-                            "messages": ([{"role": "system", "content": req.instructions}] if req.instructions else [])
-                            + [{"role": m["role"], "content": message_text(m)} for m in messages]}
+                            "functions": [t.model_dump() for t in tools]}  # the input: the request's items (stored once)
     if ext.max_calls is not None:
         spec["max_calls"] = ext.max_calls
     waiting = waiting_calls(parked)
@@ -262,14 +259,12 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     users = [m for m in messages if m["role"] == "user"]
     if not users:
         raise BadInput("the input holds no user message")
-    question = message_text(users[-1])
     if builtin or any(t.skill() is not None for t in tools):
-        spec.update(mode="agent", question=question,
+        spec.update(mode="agent",  # its question: the last user message, read from `messages` (stored once)
                     builtin=[{"setflow_metric": "metric", "setflow_calc": "calc"}[t.type] for t in builtin],
                     dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
-    else:  # the messages in order, each a line: what a text model continues
-        lines = ([req.instructions] if req.instructions else []) + [message_text(m) for m in messages]
-        spec.update(mode="text", text="\n".join(lines) + "\n")
+    else:  # the messages in order, each a line, read from `messages` (ResponseSpec): what a text model continues
+        spec.update(mode="text")
     return spec
 
 

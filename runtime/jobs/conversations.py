@@ -8,7 +8,7 @@ import secrets
 from typing import Any
 
 from sqlalchemy import Engine, select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound
@@ -35,8 +35,8 @@ class Conversations:
             db.add(SessionRecord(id=session, tenant=tenant, model_fingerprint=""))
             db.flush()
             quota.charge(db, tenant, self.quota, sessions=1)
-            rec = ConversationRecord(session_id=session, tenant=tenant, meta=meta,
-                                     pending=_named(session, 0, items), added=len(items))
+            rec = ConversationRecord(session_id=session, tenant=tenant, meta=meta, pending=None, added=len(items))
+            self._pend(db, rec, _named(session, 0, items))
             db.add(rec)
         return self.get(session, tenant)
 
@@ -58,7 +58,7 @@ class Conversations:
             if len(rec.pending) + len(items) > MAX_PENDING:
                 raise BadInput(f"a conversation holds at most {MAX_PENDING} items no response has read")
             named = _named(session, rec.added, items)
-            rec.pending = [*rec.pending, *named]
+            self._pend(db, rec, [*rec.pending, *named])
             rec.added += len(items)
         return named
 
@@ -69,7 +69,7 @@ class Conversations:
         with self._write.begin() as db:
             rec = db.get(ConversationRecord, session, with_for_update=True)
             if rec is not None and rec.tenant == tenant:
-                rec.pending = [x for x in rec.pending if x["id"] not in ids]
+                self._pend(db, rec, [x for x in rec.pending if x["id"] not in ids])
 
     def remove(self, session: str, tenant: str, item: str) -> None:
         """Take an item no response has read out of the conversation (NotFound: no such item
@@ -80,7 +80,17 @@ class Conversations:
                 raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
             if item not in [x["id"] for x in rec.pending]:
                 raise NotFound(f"no unread item {item!r} in conversation conv_{session}")
-            rec.pending = [x for x in rec.pending if x["id"] != item]
+            self._pend(db, rec, [x for x in rec.pending if x["id"] != item])
+
+    def _pend(self, db: Session, rec: ConversationRecord, pending: list[dict[str, Any]]) -> None:
+        """The unread items become `pending`, the change in their bytes counted to the tenant
+        (OverBudget past tenant_max_stored_bytes: nothing changed)."""
+        grow = quota.size(pending) - (quota.size(rec.pending) if rec.pending is not None else 0)
+        if grow > 0:
+            quota.charge(db, rec.tenant, self.quota, stored=grow)
+        elif grow < 0:
+            quota.release(db, rec.tenant, stored=-grow)
+        rec.pending = pending
 
     def set_meta(self, session: str, tenant: str, meta: dict[str, str]) -> None:
         with self._write.begin() as db:

@@ -60,10 +60,11 @@ ADMIT_LOCK_S = 10  #: an admission of a tenant held to its share holds its lock 
 ADMIT_WAIT_S = 2.0  #: and another waits at most this long for it
 
 
-def check_size(spec: dict[str, Any], max_tokens: int) -> None:
+def check_size(spec: BaseModel, max_tokens: int) -> None:
     """Bounded input: at most max_input_tokens ids, or a text that cannot encode to more
-    (a token covers at least one character... or one byte of it)."""
-    ids, text = spec.get("input_ids"), spec.get("text")
+    (a token covers at least one character... or one byte of it); `spec` as parsed (a text its
+    spec derives, a response's from its messages, counts as sent)."""
+    ids, text = getattr(spec, "input_ids", None), getattr(spec, "text", None)
     if isinstance(ids, list) and len(ids) > max_tokens:
         raise BadInput(f"input is {len(ids)} tokens; at most {max_tokens}")
     if isinstance(text, str) and len(text) > 4 * max_tokens:
@@ -98,7 +99,7 @@ class Dispatcher:
         opens = session is None and open_session
         parsed = check_spec(kind, spec, "new" if opens else session)
         self.jobs.check(tenant, priority)
-        check_size(spec, self.s.max_input_tokens)
+        check_size(parsed, self.s.max_input_tokens)
         if session is not None:
             self.jobs.check_session(session, tenant)  # a look-up by key: a 404 takes no token
         self.limiter.take(tenant)
@@ -126,7 +127,7 @@ class Dispatcher:
         for kind, spec, job_id, tick in batch:
             try:
                 parsed = check_spec(kind, spec, "new")
-                check_size(spec, self.s.max_input_tokens)
+                check_size(parsed, self.s.max_input_tokens)
                 ok.append((kind, resolved(parsed, spec), job_id, tick))
             except (BadInput, NotFound) as e:
                 refused[job_id] = e.message
@@ -272,6 +273,11 @@ class Dispatcher:
             self.events.request_cancel(job.tenant, job.id)  # the holder stops at its next step
         elif ended:  # it was queued: nobody runs it now; the session's next job, or its tenant's, may go
             self._event(job, {"type": "status", "status": "cancelled", "error": job.error})
+            if job.attempts == 0:
+                try:
+                    self.events.never_ran(job.tenant, job.id, job.kind)
+                except redis.RedisError:
+                    log.warning("job %s: its stream keeps its TTL (%s)", job.id, "Redis away")
             self.admit_quietly(job.tenant)
         return job
 

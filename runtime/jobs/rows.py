@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import and_, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from runtime.errors import BadInput, Busy, Duplicate, NotFound, RateLimited
 from runtime.jobs import hosts, webhooks
@@ -100,8 +100,10 @@ class Jobs(JobWaits, JobSweeps):
                     blocked = session is not None and db.scalar(select(JobRecord.id).where(
                         JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).limit(1)) is not None
                     sent = bool(queue) and not blocked
-                    job = JobRecord(**_queued(kind, tenant, spec, session, seq, priority, pool, job_id, tick,
-                                              positions=positions, queue=queue if sent else ""))
+                    row = _queued(kind, tenant, spec, session, seq, priority, pool, job_id, tick, positions=positions,
+                                  queue=queue if sent else "")
+                    quota.charge(db, tenant, self.quota, stored=row["nbytes"])
+                    job = JobRecord(**row)
                     db.add(job)
                 return job, blocked
             except IntegrityError:
@@ -124,10 +126,11 @@ class Jobs(JobWaits, JobSweeps):
                 self._check_unfinished(db, tenant, more=len(batch))
                 sessions = [secrets.token_hex(16) for _ in batch]
                 db.execute(insert(SessionRecord), [{"id": s, "tenant": tenant, "model_fingerprint": ""} for s in sessions])
-                quota.charge(db, tenant, self.quota, sessions=len(batch))
                 # a new session's first job: seq 1, bound to no model yet (its pool ""), as create() places it
-                db.execute(insert(JobRecord), [_queued(kind, tenant, spec, s, 1, priority, "", job_id, tick)
-                                               for (kind, spec, job_id, tick), s in zip(batch, sessions, strict=True)])
+                rows = [_queued(kind, tenant, spec, s, 1, priority, "", job_id, tick)
+                        for (kind, spec, job_id, tick), s in zip(batch, sessions, strict=True)]
+                quota.charge(db, tenant, self.quota, sessions=len(batch), stored=sum(r["nbytes"] for r in rows))
+                db.execute(insert(JobRecord), rows)
         except IntegrityError:
             raise Duplicate(f"a job of the batch exists already: {[j for _, _, j, _ in batch][:3]}...") from None
 
@@ -178,8 +181,8 @@ class Jobs(JobWaits, JobSweeps):
 
     def listing(self, tenant: str, status: str | None = None, kind: str | None = None, session: str | None = None,
              limit: int = 50) -> list[JobRecord]:
-        """The tenant's jobs, newest first."""
-        q = select(JobRecord).where(JobRecord.tenant == tenant)
+        """The tenant's jobs, newest first, without their specs (a listing shows none)."""
+        q = select(JobRecord).options(defer(JobRecord.spec, raiseload=True)).where(JobRecord.tenant == tenant)
         if status is not None:
             q = q.where(JobRecord.status == status)
         if kind is not None:
@@ -328,7 +331,7 @@ class Jobs(JobWaits, JobSweeps):
         if status not in TERMINAL:
             raise ValueError(f"finish with a terminal status, not {status!r}")
         self._own(job_id, owner, status=status, result=result, error=error, owner=None, lease_until=0.0,
-                  finished_at=datetime.now(UTC))
+                  finished_at=datetime.now(UTC), stored=quota.size(result, error))
 
     # ---- cancellation -----------------------------------------------------------------------
 
@@ -359,9 +362,11 @@ class Jobs(JobWaits, JobSweeps):
         """Delete a job that has ended (its turns stay: they are its session's); NotFound for an
         unknown or another tenant's, Busy for one that has not ended."""
         with self._write.begin() as db:
-            n = matched(db.execute(delete(JobRecord).where(JobRecord.id == job_id, JobRecord.tenant == tenant,
-                                                           JobRecord.status.in_(TERMINAL))))
-        if not n:
+            gone = db.execute(delete(JobRecord).where(JobRecord.id == job_id, JobRecord.tenant == tenant,
+                                                      JobRecord.status.in_(TERMINAL)).returning(JobRecord.nbytes)).all()
+            if gone:
+                quota.release(db, tenant, stored=gone[0][0])
+        if not gone:
             self.get(job_id, tenant)  # NotFound
             raise Busy(f"job {job_id} has not ended: cancel it first")
 
@@ -374,5 +379,5 @@ def _queued(kind: str, tenant: str, spec: dict[str, Any], session: str | None, s
     return {"id": job_id or secrets.token_hex(12), "kind": kind, "tenant": tenant, "session_id": session, "seq": seq,
             "priority": priority, "pool": pool, "spec": spec, "status": "queued", "attempts": 0, "lease_until": 0.0,
             "queue": queue, "dispatched_at": time.time() if queue else 0.0, "step": 0, "positions": positions,
-            "progress": {}, "cancel_requested": False,
+            "progress": {}, "cancel_requested": False, "nbytes": quota.size(spec),
             "schedule_id": tick[0] if tick else None, "tick_at": tick[1] if tick else None}

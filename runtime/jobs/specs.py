@@ -266,6 +266,31 @@ class ResponseSpec(Tuned):
     def _text(cls, v: str | None) -> str | None:
         return None if v is None else _plain(v)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_messages(cls, v: Any) -> Any:
+        """The input is stored once, as the request's items: `messages` are its instructions (as
+        "system") and its messages' texts, in order; a text response's text is their contents,
+        each a line; an agent's question (not going on from a parked call) is the last user
+        message's."""
+        if not isinstance(v, dict):
+            return v
+        req = v.get("request")
+        if "messages" not in v and isinstance(req, dict) and isinstance(req.get("items"), list):
+            said = [x for x in req["items"] if isinstance(x, dict) and x.get("type") == "message"]
+            v = {**v, "messages": ([{"role": "system", "content": req["instructions"]}] if req.get("instructions") else [])
+                 + [{"role": x.get("role"), "content": "".join(p.get("text", "") for p in x.get("content") or [])}
+                    for x in said]}
+        if not isinstance(v.get("messages"), list):
+            return v
+        contents = [m.get("content") for m in v["messages"] if isinstance(m, dict)]
+        if v.get("mode") == "text" and v.get("text") is None and contents:
+            return {**v, "text": "\n".join(str(c) for c in contents) + "\n"}
+        users = [m.get("content") for m in v["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+        if v.get("mode") == "agent" and v.get("question") is None and v.get("parked") is None and users:
+            return {**v, "question": users[-1]}
+        return v
+
     @model_validator(mode="after")
     def _one_input(self) -> ResponseSpec:
         if self.mode == "text" and self.text is None:

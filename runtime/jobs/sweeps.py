@@ -11,6 +11,7 @@ from sqlalchemy import and_, delete, or_, select, update
 
 from runtime.jobs import webhooks
 from runtime.jobs.table import JobTable, matched, waits_for_an_earlier_job
+from runtime.sessions import quota
 from runtime.tables import TERMINAL, JobRecord
 
 
@@ -62,7 +63,14 @@ class JobSweeps(JobTable):
         with self._write.begin() as db:
             old = select(JobRecord.id).where(JobRecord.status.in_(TERMINAL), JobRecord.finished_at < cutoff) \
                 .order_by(JobRecord.finished_at).limit(limit)
-            return matched(db.execute(delete(JobRecord).where(JobRecord.id.in_(old.scalar_subquery()))))
+            gone = db.execute(delete(JobRecord).where(JobRecord.id.in_(old.scalar_subquery()))
+                              .returning(JobRecord.tenant, JobRecord.nbytes)).all()
+            freed: dict[str, int] = {}
+            for tenant, n in gone:
+                freed[tenant] = freed.get(tenant, 0) + n
+            for tenant, n in sorted(freed.items()):  # the tenants' usage rows in one order: no deadlock
+                quota.release(db, tenant, stored=n)
+            return len(gone)
 
     def queued_queues(self) -> list[str]:
         with self._db() as db:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import aliased, sessionmaker
 from runtime.db import writer
 from runtime.errors import ClaimLost, NotFound
 from runtime.jobs import webhooks
+from runtime.sessions import quota
 from runtime.sessions.quota import Quota
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord
@@ -41,12 +42,19 @@ class JobTable:
             raise NotFound(f"no job {job_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
         return job
 
-    def _own(self, job_id: str, holder: str, **values: Any) -> None:
+    def _own(self, job_id: str, holder: str, stored: int = 0, **values: Any) -> None:
         """Write `values` to the job while `holder` holds it (running under its claim); ClaimLost
-        where it does not.  An ending's webhook messages go in the same transaction."""
+        where it does not.  An ending's webhook messages go in the same transaction, and so do
+        the `stored` bytes it adds (its result), counted to its tenant (never refused: the work
+        is done; the tenant's next submission is)."""
+        if stored:
+            values["nbytes"] = JobRecord.nbytes + stored
         with self._write.begin() as db:
             n = matched(db.execute(update(JobRecord).where(JobRecord.id == job_id, JobRecord.owner == holder,
                                                      JobRecord.status == "running").values(**values)))
+            if n == 1 and stored:
+                quota.charge(db, db.scalar(select(JobRecord.tenant).where(JobRecord.id == job_id)) or "", quota.COUNTED,
+                             stored=stored)
             if n == 1 and values.get("status") in TERMINAL:  # finish: the ending's webhooks, in its transaction
                 webhooks.enqueue(db, job_id)
         if n != 1:

@@ -19,7 +19,7 @@ from runtime.errors import BadInput, Busy, ClaimLost, NotFound, StaleWrite
 from runtime.sessions import quota
 from runtime.sessions.quota import Quota
 from runtime.settings import Settings
-from runtime.tables import TERMINAL, JobRecord, SessionRecord, TurnRecord
+from runtime.tables import TERMINAL, ConversationRecord, JobRecord, SessionRecord, TurnRecord
 
 ROLES = ("user", "assistant", "tool")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -109,7 +109,8 @@ class Records:
         locked against a submission at the same moment (Jobs.create locks it too; SQLite's
         writers are serialised anyway).  before: Busy when it was updated since (a turn, a job
         submitted), checked the same way (the retention's).  Its Redis state is
-        SessionStore.drop's.  Its tenant's usage gives back the session and its turns' bytes."""
+        SessionStore.drop's.  Its tenant's usage gives back the session, its turns' bytes, its jobs'
+        and its conversation's unread items'."""
         with self._write.begin() as db:
             owner = db.get(SessionRecord, session_id, with_for_update=True)
             if owner is None or owner.tenant != tenant:
@@ -121,7 +122,10 @@ class Records:
                 raise Busy(f"session {session_id} has unfinished jobs; cancel them first")
             stored = int(db.scalar(select(func.coalesce(func.sum(TurnRecord.bytes), 0))
                                    .where(TurnRecord.session_id == session_id)) or 0)
-            quota.release(db, tenant, sessions=1, nbytes=stored)
+            kept = int(db.scalar(select(func.coalesce(func.sum(JobRecord.nbytes), 0))
+                                 .where(JobRecord.session_id == session_id)) or 0)
+            unread = db.scalar(select(ConversationRecord.pending).where(ConversationRecord.session_id == session_id))
+            quota.release(db, tenant, sessions=1, nbytes=stored, stored=kept + (quota.size(unread) if unread else 0))
             # a bulk DELETE, not db.delete(): the ORM would first set the turns' session_id to
             # NULL (the relationship has no delete cascade), which the schema refuses
             db.execute(delete(SessionRecord).where(SessionRecord.id == session_id))

@@ -69,7 +69,7 @@ def _readable(svc: Services, who: str, session: str | None, items: list[dict[str
     holds unread: BadInput otherwise, rather than a conversation whose every next response is
     refused (and no way to take an item back).  A function_call_output answers a call its last
     response waits for, once; the messages' text fits one input (4 x max_input_tokens)."""
-    convs = Conversations(svc.sql)
+    convs = Conversations(svc.sql, svc.settings)
     pending = list(convs.get(session, who).pending) if session is not None else []
     done = convs.responses(session) if session is not None else []
     waiting = shapes.waiting_calls(done[-1] if done else None)
@@ -93,13 +93,13 @@ def create_conversation(body: CreateConversation, who: Tenant, svc: Svc) -> JSON
 
 @router.get("/{conversation_id}", responses=ERRORS)
 def get_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) -> JSONResponse:
-    return JSONResponse(_view(Conversations(svc.sql).get(shapes.session_of(conversation_id), who)))
+    return JSONResponse(_view(Conversations(svc.sql, svc.settings).get(shapes.session_of(conversation_id), who)))
 
 
 @router.post("/{conversation_id}", responses=ERRORS)
 def update_conversation(conversation_id: ConversationId, body: UpdateConversation, who: Tenant, svc: Svc
                         ) -> JSONResponse:
-    convs, session = Conversations(svc.sql), shapes.session_of(conversation_id)
+    convs, session = Conversations(svc.sql, svc.settings), shapes.session_of(conversation_id)
     convs.set_meta(session, who, body.metadata)
     return JSONResponse(_view(convs.get(session, who)))
 
@@ -109,7 +109,7 @@ def delete_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) 
     """Delete the conversation with its session (turns, K/V) and its responses; 409 busy while a
     response of it runs (cancel it first)."""
     session = shapes.session_of(conversation_id)
-    Conversations(svc.sql).get(session, who)  # NotFound first
+    Conversations(svc.sql, svc.settings).get(session, who)  # NotFound first
     if svc.records.unfinished_jobs(session):
         raise Busy(f"conversation {conversation_id} has a response in progress; cancel it first")
     svc.limiter.take(who)
@@ -128,7 +128,7 @@ def list_items(conversation_id: ConversationId, who: Tenant, svc: Svc,
 
 def _all_items(svc: Services, who: str, session: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the items its responses read and wrote, in order; the items added that none has read)."""
-    convs = Conversations(svc.sql)
+    convs = Conversations(svc.sql, svc.settings)
     rec = convs.get(session, who)  # NotFound for another tenant's
     read: list[dict[str, Any]] = []
     for job in convs.responses(session):
@@ -155,7 +155,7 @@ def delete_item(conversation_id: ConversationId, item_id: ItemId, who: Tenant, s
         raise BadInput(f"item {item_id!r} was read by a response of {conversation_id}: its tokens are in the "
                        "conversation's cache; branch from an earlier response with previous_response_id instead")
     svc.limiter.take(who)
-    convs = Conversations(svc.sql)
+    convs = Conversations(svc.sql, svc.settings)
     convs.remove(session, who, item_id)
     return JSONResponse(_view(convs.get(session, who)))
 
@@ -166,6 +166,6 @@ def add_items(conversation_id: ConversationId, body: AddItems, who: Tenant, svc:
     session = shapes.session_of(conversation_id)
     items = _readable(svc, who, session, _items(body.items))
     svc.limiter.take(who)
-    added = Conversations(svc.sql).add(session, who, items)
+    added = Conversations(svc.sql, svc.settings).add(session, who, items)
     return JSONResponse({"object": "list", "data": added, "first_id": added[0]["id"], "last_id": added[-1]["id"],
                          "has_more": False})

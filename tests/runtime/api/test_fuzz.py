@@ -218,10 +218,11 @@ def test_fuzz_report_export(fuzz_api: Api, schema: Any, variant: str, mode: Gene
     fuzz(fuzz_api, schema, method, path, mode, f"{variant} {mode}", fixed)
     seen = statuses(f"{method} {path}", f"{variant} {mode}")
     assert seen and max(seen) < 500
+    # an export takes a rate-limit token: past the small bucket, a 429
     if mode is GenerationMode.POSITIVE and variant == "queued":
-        assert seen == {409}, seen
+        assert seen - {429} == {409}, seen
     if mode is GenerationMode.POSITIVE and variant == "succeeded":
-        assert seen == {200}, seen
+        assert seen - {429} == {200}, seen
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
