@@ -4,6 +4,8 @@ and the model cards workers publish (vocabulary, context, tokenizer: no model fi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,15 @@ class Services:
     async def aclose(self) -> None:
         """At the app's shutdown."""
         self.close()
+
+    @contextmanager
+    def stream_slot(self, tenant: str) -> Iterator[None]:
+        """One of the tenant's event streams (or waits, which hold as much) while inside."""
+        self.streams[tenant] = self.streams.get(tenant, 0) + 1
+        try:
+            yield
+        finally:
+            self.streams[tenant] -= 1
 
     def streams_full(self, tenant: str) -> str | None:
         """Why one more event stream cannot open in this process for the tenant: it holds

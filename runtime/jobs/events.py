@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from typing import Any
 
@@ -251,6 +252,23 @@ class JobEvents:
             return
         due = int((time.time() + self.s.events_compact_after_s) * 1000)
         self.r.zadd(self.k.events_done, {json.dumps([tenant, job]): due})
+
+    def never_ran(self, tenant: str, job: str, kind: str) -> None:
+        """A job that ended before it ever ran (cancelled while queued): its stream holds status
+        events only, and its row holds its end, so the stream expires events_compact_after_s
+        from now (a watcher reads the end first) and is due for the sweep then, not kept a day.
+        A response's is kept whole, as ended() keeps it."""
+        if kind == RESPONSE:
+            return
+        after = max(1.0, self.s.events_compact_after_s)
+        member = json.dumps([tenant, job])
+        with self.r.pipeline(transaction=False) as p:
+            p.expire(self.k.events(job), int(math.ceil(after)))
+            p.expire(self.k.cancel(job), int(math.ceil(after)))
+            p.zadd(self.k.events_due, {member: int((time.time() + after) * 1000)})
+            p.zrem(self.k.events_done, member)
+            p.execute()
+        self._seen.pop(job, None)
 
     def compact(self, tenant: str, job: str) -> int:
         """The ended job's stream keeps its final events: its status events, cancel_requested and

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -46,7 +46,9 @@ log = logging.getLogger("setflow.api")
 ResponseId = Annotated[str, Path(pattern=r"^resp_[0-9a-f]{24}$")]
 KEEPALIVE_S = 15.0
 GOING_ON_S = 30  # a request's hold on the session it goes on from (_going_on): past any submit
-FORGET_WAIT_S = 3600.0  # a left store-false stream's response is waited for this long, then retention's
+FORGET_WAIT_S = 120.0  # a left store-false response, cancelled, is waited for this long, then retention's
+FORGET_POLL_S = 2.0  # and its row read this often
+MAX_FORGETTING = 256  # such waits in the process at once
 
 
 @router.post("", responses=ERRORS)
@@ -55,7 +57,7 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
     conversation or a previous response).  Without `background` or `stream` the call waits for it
     (up to response_wait_s, holding no thread: _ended; then it answers with the response as it
     is, in progress)."""
-    if req.stream and (full := svc.streams_full(who)) is not None:  # before the job: a refused stream runs nothing
+    if not req.background and (full := svc.streams_full(who)) is not None:  # a stream or a wait: refused before its job
         raise RateLimited(full, retry_after_s=KEEPALIVE_S)
     job = await run_sync(submit, svc, who, req)
     limits = await run_sync(_limits, svc, who)
@@ -65,29 +67,35 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
         except RateLimited:  # another request took the last place meanwhile: its 429 leaves nothing running
             await run_sync(svc.dispatcher.cancel, job.id, who)
             if not req.store:
-                _forget_when_ended(svc, job)
+                _abandon(svc, job)
             raise
         out.headers.update(limits)
         return out
     if not req.background:
         gate.release_turn(request.scope)  # the wait holds no thread: nor the tenant's turn (gate.Turns)
-        job = await _ended(svc, job, svc.settings.response_wait_s)
+        with svc.stream_slot(who):  # a wait holds what a stream holds (a Redis read): counted as one
+            job = await _ended(svc, job, svc.settings.response_wait_s, gone=request.is_disconnected)
+        if await request.is_disconnected():  # its client left: nobody reads it now
+            if not req.store:
+                _abandon(svc, job)
+            return Response(status_code=499)
     body = response_view.view(job)
     if not req.store and job.status in TERMINAL:
         await run_sync(forget, svc, job)
     return JSONResponse(body, headers=limits)
 
 
-async def _ended(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
-    """The job once it has ended, or as it is at the timeout: woken by its status events (an
-    async read: no thread held while it waits); its row read at a status event and every second
-    (events are best effort; SQL is the truth)."""
+async def _ended(svc: Services, job: JobRecord, timeout_s: float,
+                 gone: Callable[[], Awaitable[bool]] | None = None) -> JobRecord:
+    """The job once it has ended, or as it is at the timeout or when `gone` says its client
+    left: woken by its status events (an async read: no thread held while it waits); its row
+    read at a status event and every second (events are best effort; SQL is the truth)."""
     r, key, at = svc.aclient(), svc.keys.events(job.id), "0"
     deadline = time.monotonic() + timeout_s
     try:
         while True:
             job, checked = await run_sync(svc.jobs.get, job.id), time.monotonic()
-            if job.status in TERMINAL or checked >= deadline:
+            if job.status in TERMINAL or checked >= deadline or (gone is not None and await gone()):
                 return job
             said = False  # a status event: the row may have moved
             while not said and time.monotonic() - checked < 1.0:
@@ -125,7 +133,7 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         if not req.store:
             raise BadInput("a conversation keeps its responses: store false is for a response of its own")
         session = shapes.session_of(conv)
-        convs = Conversations(svc.sql)
+        convs = Conversations(svc.sql, svc.settings)
         with _going_on(svc, session, conv):
             pending = convs.get(session, who).pending  # NotFound for another tenant's
             items = [*pending, *req.items()]  # the added items keep their ids: listed the same after
@@ -301,7 +309,7 @@ def delete_response(response_id: ResponseId, who: Tenant, svc: Svc) -> JSONRespo
     if job.status not in TERMINAL:
         raise Busy(f"response {response_id} has not ended: cancel it first")
     assert job.session_id is not None
-    convs = Conversations(svc.sql)
+    convs = Conversations(svc.sql, svc.settings)
     others = svc.jobs.unfinished_jobs(job.session_id) or [j for j in convs.responses(job.session_id) if j.id != job.id]
     if others or convs.is_conversation(job.session_id):
         svc.jobs.delete(job.id, who)
@@ -359,9 +367,10 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
         if created:
             await run_sync(svc.dispatcher.cancel, job.id, who)
             if drop:
-                _forget_when_ended(svc, job)
+                _abandon(svc, job)
         return
-    svc.streams[who] = svc.streams.get(who, 0) + 1
+    slot = svc.stream_slot(who)
+    slot.__enter__()
     r = svc.aclient()
     key, at = svc.keys.events(job.id), "0"
     tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""))
@@ -404,24 +413,34 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
                 quiet = now
                 yield ": keep-alive\n\n"
     finally:
-        svc.streams[who] -= 1
-        if drop:  # the client left before the end (or this read failed): forgotten once it ends all the same
-            _forget_when_ended(svc, job)
+        slot.__exit__(None, None, None)
+        if drop:  # the client left before the end (or this read failed): nobody can read it now
+            _abandon(svc, job)
         await r.aclose()
 
 
 _LATER: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to its tasks
 
 
-def _forget_when_ended(svc: Services, job: JobRecord) -> None:
-    """A store-false response whose stream was left before its end: deleted once it ends, as the
-    stream would have (waited for on this process's loop, holding no thread; should the process
-    stop first, session_retention_s deletes it)."""
+def _abandon(svc: Services, job: JobRecord) -> None:
+    """A store-false response whose client left before its end: nobody can read it any more, so
+    it is cancelled, and deleted once it has ended (a cancelled job stops at its next step).  The
+    wait for that end reads SQL every FORGET_POLL_S for at most FORGET_WAIT_S, at most
+    MAX_FORGETTING of them in the process; past either, session_retention_s deletes it."""
     async def later() -> None:
-        final = await _ended(svc, job, FORGET_WAIT_S)
-        if final.status in TERMINAL:
-            await run_sync(forget, svc, final)
+        try:
+            final = await run_sync(svc.dispatcher.cancel, job.id, job.tenant)
+            deadline = time.monotonic() + FORGET_WAIT_S
+            while final.status not in TERMINAL and time.monotonic() < deadline:
+                await asyncio.sleep(FORGET_POLL_S)
+                final = await run_sync(svc.jobs.get, job.id)
+            if final.status in TERMINAL:
+                await run_sync(forget, svc, final)
+        except Exception:  # noqa: BLE001 - the retention deletes it later
+            log.warning("response %s (store false, left): not forgotten now", job.id, exc_info=True)
 
+    if len(_LATER) >= MAX_FORGETTING:
+        return
     task = asyncio.get_running_loop().create_task(later())
     _LATER.add(task)
     task.add_done_callback(_LATER.discard)

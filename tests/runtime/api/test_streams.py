@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -135,3 +136,40 @@ def test_a_response_stream_that_loses_the_last_place_to_another_says_so_and_runs
                     time.sleep(0.1)
                     jobs = api.http.get("/v1/jobs", headers=ACME).json()["jobs"]
                 assert [j["id"] for j in jobs] == [kept], "the store-false response is forgotten once cancelled"
+
+
+def test_a_waiting_response_counts_as_a_stream_and_ends_with_its_client(redis_url: str, tmp_path: Path) -> None:
+    """A response the call waits for (neither background nor stream) holds what a stream holds:
+    it is refused past the stream cap before its job, and its wait ends when its client leaves
+    (no worker runs here: the job stays queued, and the wait would last response_wait_s); a
+    store-false one is then cancelled and forgotten, as nobody can read it."""
+    with api_server(redis_url, tmp_path, max_streams_per_tenant=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        svc = srv.app.state.services
+        job = c.post("/v1/jobs", headers=ACME, json={"kind": "narrative", "spec": NARRATIVE}).json()
+        with c.stream("GET", f"/v1/jobs/{job['id']}/events", headers=ACME) as held:
+            reader = held.iter_text()  # kept: a reader collected early closes its response
+            assert next(reader).startswith("retry:")
+            r = c.post("/v1/responses", headers=ACME, json={"model": "small", "input": "Revenue rose"})
+            assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited", r.text
+        _until(lambda: svc.streams.get("acme", 0) == 0, "the event stream closed")
+        for store in (True, False):
+            host, port = srv.url.split("//")[1].split(":")
+            body = json.dumps({"model": "small", "input": "Revenue rose", "store": store}).encode()
+            s = socket.create_connection((host, int(port)))
+            s.sendall(f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: {ACME['Authorization']}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            _until(lambda: svc.streams.get("acme", 0) == 1, "the response is waited for")
+            s.close()
+            _until(lambda: svc.streams.get("acme", 0) == 0, "the wait ended with its client")
+        _until(lambda: len(c.get("/v1/jobs", headers=ACME).json()["jobs"]) == 2,
+               "the store-false response is cancelled and forgotten; the stored one stays")
+        kinds = {j["kind"]: j["status"] for j in c.get("/v1/jobs", headers=ACME).json()["jobs"]}
+        assert kinds == {"narrative": "queued", "response": "queued"}, kinds
+
+
+def _until(cond: Callable[[], bool], what: str) -> None:
+    """Wait for a state, not a moment: up to 60 s, however busy the machine."""
+    end = time.monotonic() + 60
+    while not cond():
+        assert time.monotonic() < end, f"never: {what}"
+        time.sleep(0.05)

@@ -256,3 +256,28 @@ def test_many_new_streams_are_written_and_counted_as_one_at_a_time(client: redis
     for ev in (one, many):
         for key in client.scan_iter(f"{ev.s.key_prefix}:*"):
             client.delete(key)
+
+
+def test_a_job_that_never_ran_leaves_its_stream_soon_not_in_a_day(client: redis.Redis, settings: Settings) -> None:
+    """Cancelled while queued: its stream holds status events only (its end is in SQL), so it
+    expires events_compact_after_s on, and the sweep then takes it out of the account."""
+    ev = JobEvents(client, settings.model_copy(update={"events_compact_after_s": 1.0}))
+    job = "e" * 24
+    ev.publish("acme", job, {"type": "status", "status": "queued"})
+    ev.publish("acme", job, {"type": "status", "status": "cancelled"})
+    assert client.ttl(ev.k.events(job)) > 3600
+    ev.never_ran("acme", job, "narrative")
+    assert 0 < client.ttl(ev.k.events(job)) <= 1
+    end = time.monotonic() + 30
+    while client.exists(ev.k.events(job)):  # a state, not a moment
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while ev.sweep() == {"event_streams_gone": 0}:
+        assert time.monotonic() < deadline, "never due"
+        time.sleep(0.2)
+    assert ev.tenant_bytes("acme") == 0
+    kept = "f" * 24  # a response's stream is kept whole (replayed from its start)
+    ev.publish("acme", kept, {"type": "status", "status": "cancelled"})
+    ev.never_ran("acme", kept, "response")
+    assert client.ttl(ev.k.events(kept)) > 3600
