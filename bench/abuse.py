@@ -20,19 +20,26 @@ on the others, the layout of a deployment whose workers have machines of their o
    10 models a client on a machine of its own, whose CPU the service does not pay), each in a
    loop: submit + cancel; forks of one session; 10k-row dataset uploads; event streams opened
    and dropped; bodies past max_body_bytes; per-region schedules over a dataset of 5000
-   regions, each refused (--loops: some of them only, to tell what each costs).
+   regions, each refused; webhooks to receivers that answer `102 Processing` every 0.2 s for a
+   minute (issue #48: one such receiver held every tenant's deliveries), as many endpoints as it
+   may have, fed by its submit + cancel; responses whose tool schema points at a trap on loopback
+   ($ref) or holds a backtracking pattern (the trap's connections: target 0); twelve copies of a
+   waited-for response under one Idempotency-Key (--loops: some of them only, to tell what each
+   costs).
 3. drain: every job either tenant got accepted must end (none lost).
 
 --neighbour puts a well-behaved second tenant in the abuser's place (the normal tenant's mix,
 clients and pauses, under the abuser's key): what any neighbour as busy costs the normal tenant
 on these cores, against which the abuser's cost reads.
 
-Reported: the normal tenant's success rate, p50/p99 latency, and its jobs' queue wait and run
-on a worker, in both phases (p99 ratio: target <= 1.5); each part's CPU in both phases (API,
-workers, Redis, PostgreSQL, the bench, the abuser's client: where the cores went); each
-tenant's jobs started and worker-seconds held; the abuser's answers by status, every 5xx
-(target 0), Redis used memory's peak against its maxmemory, the database's size and the
-abuser's SQL usage against its quotas, and lost jobs (target 0).  Ends with one JSON line.
+Reported: the normal tenant's success rate, p50/p99 latency, its jobs' queue wait and run on a
+worker, and its webhooks' delay (a receiver of its own in the bench: job finished -> the
+job.succeeded delivery received; target: no worse beside the abuser), in both phases (p99
+ratio: target <= 1.5); each part's CPU in both phases (API, workers, Redis, PostgreSQL, the
+bench, the abuser's client: where the cores went); each tenant's jobs started and
+worker-seconds held; the abuser's answers by status, every 5xx (target 0), Redis used memory's
+peak against its maxmemory, the database's size and the abuser's SQL usage against its quotas,
+and lost jobs (target 0). Ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +87,11 @@ CEILINGS: dict[str, Any] = {"tenant_budget_bytes": 48 * MiB, "tenant_max_event_b
                             "tenant_max_sessions": 5000, "tenant_max_turn_bytes": 64 * MiB,
                             "tenant_max_datasets": 4, "tenant_max_unfinished": 200}  # datasets: 3 + the regions one
 MAXMEMORY = 256 * MiB
-LOOPS = ("submit", "fork", "dataset", "stream", "oversized", "schedule")  #: the abuser's kinds of loop (--loops)
+#: the abuser's kinds of loop (--loops)
+LOOPS = ("submit", "fork", "dataset", "stream", "oversized", "schedule", "webhook", "schema", "duplicate")
 SUBMITTERS = 6  # the abuser's submit + cancel loops at once: past its rate (50/s) when the API answers fast
+PROCESSING = b"HTTP/1.1 102 Processing\r\n\r\n"  # the abuser's webhook receivers write it every 0.2 s for HOLD_S
+HOLD_S = 60.0
 NORMAL_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("narrative", {"payload": DATA}),
     ("agent", {"question": QUESTIONS[0], "max_calls": 3}),
@@ -422,7 +433,8 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
             "_ran": ran}  # run() takes it out
 
 
-async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: set[str] | None = None) -> None:
+async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: set[str] | None = None,
+                 max_webhooks: int = 10) -> None:
     """The abuser's loops (those named in `loops`; None: all), at its full rate, until `seconds` have passed."""
     stop = time.monotonic() + seconds
     h = {"Authorization": f"Bearer {ABUSER}"}
@@ -493,9 +505,108 @@ async def abuser(url: str, seconds: float, max_body: int, tally: Tally, loops: s
         async def schedule() -> None:
             tally.add("abuser", "schedule", await c.post("/v1/schedules", json=per_region))
 
-        every = [*[("submit", submit_cancel)] * SUBMITTERS, ("fork", fork), ("dataset", upload),
-                 ("stream", streams), ("stream", streams), ("oversized", oversized), ("schedule", schedule)]
+        slow = None
+        if loops is None or "webhook" in loops:  # its endpoints, all at a receiver that never answers
+            slow = await asyncio.start_server(processing, "127.0.0.1", 0)
+            port = slow.sockets[0].getsockname()[1]
+            for i in range(max_webhooks):
+                tally.add("abuser", "webhook-seed", await c.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{port}/{i}"}))
+
+        # issue #48: a tool's schema made a worker fetch any URL ($ref) and froze it (a pattern
+        # that backtracks); refused at the door now: a trap on loopback counts what reaches it
+        # (target 0 connections)
+        async def trapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with tally.lock:
+                tally.codes["abuser schema fetched"] += 1
+            writer.close()
+
+        trap = await asyncio.start_server(trapped, "127.0.0.1", 0) if loops is None or "schema" in loops else None
+        evil = {"type": "object", "properties": {
+            "a": {"$ref": f"http://127.0.0.1:{trap.sockets[0].getsockname()[1] if trap else 9}/x.json"},
+            "b": {"type": "string", "pattern": "^(.?){24}(.?){24}Z$"}}}
+
+        async def schema() -> None:
+            tally.add("abuser", "schema", await c.post("/v1/responses", json={
+                "model": "small", "input": "What was churn in APAC in 2026-Q3?", "background": True,
+                "tools": [{"type": "function", "name": "get", "parameters": evil}]}))
+            tally.add("abuser", "schema", await c.post("/v1/responses", json={
+                "model": "small", "input": "What was churn in APAC in 2026-Q3?", "background": True,
+                "tools": [{"type": "function", "name": "get", "parameters": evil["properties"]["b"] | {"type": "object"}}]}))
+
+        # issue #48: Idempotency-Key duplicates polled SQL every 50 ms for 60 s outside every limit
+        dup = {"model": "small", "input": "Revenue rose in EMEA.", "max_output_tokens": 8}
+
+        async def duplicate() -> None:
+            key = f"dup-{uuid.uuid4().hex[:8]}"
+            answers = await asyncio.gather(*(c.post("/v1/responses", json=dup, headers={"Idempotency-Key": key})
+                                             for _ in range(12)))
+            for r in answers:
+                tally.add("abuser", "duplicate", r)
+
+        every = [*[("submit", submit_cancel)] * SUBMITTERS, ("schema", schema), ("duplicate", duplicate),
+                 ("fork", fork), ("dataset", upload),
+                 ("stream", streams), ("stream", streams), ("oversized", oversized), ("schedule", schedule),
+                 ("webhook", submit_cancel)]  # each cancel ends a job: a message to each of its endpoints
         await asyncio.gather(*(loop(w, a) for w, a in every if loops is None or w in loops))
+        if slow is not None:
+            slow.close()
+        if trap is not None:
+            trap.close()
+
+
+async def processing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The abuser's webhook receiver: reads the request's head, then `102 Processing` every 0.2 s
+    for HOLD_S, never a final answer."""
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        for _ in range(int(HOLD_S / 0.2)):
+            writer.write(PROCESSING)
+            await writer.drain()
+            await asyncio.sleep(0.2)
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        pass  # the sender gave up
+    finally:
+        writer.close()
+
+
+class Hooks:
+    """The normal tenant's webhook receiver, in the bench: when each job's job.succeeded came."""
+
+    def __init__(self) -> None:
+        self.got: dict[str, float] = {}  # job id -> when its delivery came (epoch seconds)
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                hooks.got.setdefault(body["data"]["id"], time.time())
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def delays(self, url: str, jobs: list[str]) -> dict[str, Any]:
+        """Each job's finished -> its delivery received, in seconds; `missing`: none came (yet)."""
+        took, missing = [], 0
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {NORMAL}"}, timeout=30) as c:
+            for job in jobs:
+                finished = c.get(f"/v1/jobs/{job}").json().get("finished_at")
+                if job not in self.got or not finished:
+                    missing += 1
+                    continue
+                took.append(self.got[job] - datetime.fromisoformat(finished).timestamp())
+        return {"n": len(took), "missing": missing, "p50_s": round(pct(took, 0.5), 2), "p99_s": round(pct(took, 0.99), 2),
+                "max_s": round(max(took), 2) if took else float("nan")}
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def drain(url: str, jobs: list[str], timeout_s: float) -> int:
@@ -534,6 +645,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                     help="tenant_fair_window_s (0: no fair shares of the workers); default: the product's")
     ap.add_argument("--abuser", metavar="URL", help=argparse.SUPPRESS)  # the abuser's own process (run())
     ap.add_argument("--max-body", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--max-webhooks", type=int, default=10, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.loops is not None and not set(args.loops.split(",")) <= set(LOOPS):
         ap.error(f"--loops: each of {', '.join(LOOPS)}")
@@ -544,7 +656,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             mine.pop("_ran")
         else:
             asyncio.run(abuser(args.abuser, args.seconds, args.max_body, tally,
-                               None if args.loops is None else set(args.loops.split(","))))
+                               None if args.loops is None else set(args.loops.split(",")), args.max_webhooks))
         print(json.dumps({"codes": tally.codes, "errors": tally.errors, "server_errors": tally.server_errors,
                           "jobs": tally.jobs, "neighbour": mine}))
         return {}
@@ -555,7 +667,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         if args.pin and len(everywhere) <= workers:
             ap.error(f"--pin: {workers} worker(s) need more than {len(everywhere)} cores (one left for the rest)")
         fair = {} if args.fair_window is None else {"tenant_fair_window_s": args.fair_window}
-        stack = Stack(Path(d), db_url, workers, pin=args.pin, **ceilings(seconds), **rate, **fair)
+        # the webhook receivers, the normal tenant's and the abuser's, listen on 127.0.0.1
+        stack = Stack(Path(d), db_url, workers, pin=args.pin, webhook_allow_private=True, **ceilings(seconds), **rate,
+                      **fair)
         postgres = pinned_postgres(stack.other_cores) if args.pin and admin is not None else []
         try:
             result = run(stack, seconds, clients, admin, db_url, args)
@@ -585,6 +699,9 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
 
     threading.Thread(target=sample, daemon=True).start()
     tally = Tally()
+    hooks = Hooks()
+    httpx.post(f"{stack.url}/v1/webhooks", json={"url": hooks.url, "events": ["job.succeeded"]},
+               headers={"Authorization": f"Bearer {NORMAL}"}, timeout=30).raise_for_status()
     with Client(stack.url, NORMAL) as c:  # warm every worker's engine once
         for kind, spec in NORMAL_JOBS:
             c.wait(c.create_job(kind, spec)["id"], 300)
@@ -603,6 +720,7 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     nice = args.abuser_nice
     abuse = subprocess.Popen([sys.executable, __file__, "--abuser", stack.url, "--seconds", str(seconds),
                               "--max-body", str(stack.s.max_body_bytes),
+                              "--max-webhooks", str(stack.s.tenant_max_webhooks),
                               *(["--loops", args.loops] if args.loops else []),
                               *(["--neighbour", "--normal-clients", str(clients), "--think-s", str(args.think_s)]
                                 if args.neighbour else [])], stdout=subprocess.PIPE,
@@ -618,6 +736,10 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     tally.server_errors += told["server_errors"]
     tally.jobs += told["jobs"]
     lost = drain(stack.url, tally.jobs, 300)
+    time.sleep(2 * stack.s.webhook_timeout_s)  # the last endings' webhooks: a pass at most
+    webhooks = {phase: hooks.delays(stack.url, [job for job, _ in p["_ran"]]) for phase, p in
+                (("alone", alone), ("with_abuser", beside))}
+    hooks.stop()
     sampling.set()
     usage = abuser_usage(admin, db_url, stack.s.data_dir)
     for phase in (alone, beside):
@@ -627,7 +749,7 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     r.close()
     ratio = beside["p99_s"] / alone["p99_s"] if alone["p99_s"] else float("nan")
     out = {"bench": "abuse", "database": "postgresql" if admin else "sqlite", "alone": alone, "with_abuser": beside,
-           "p99_ratio": round(ratio, 3), "abuser": dict(sorted(tally.codes.items())),
+           "p99_ratio": round(ratio, 3), "webhooks": webhooks, "abuser": dict(sorted(tally.codes.items())),
            "abuser_jobs": len(tally.jobs), "lost_jobs": lost, "errors_5xx": tally.server_errors,
            "errors": tally.errors[:20], "redis_peak_bytes": peak[0], "redis_used_end_bytes": used,
            "redis_maxmemory": MAXMEMORY, "db_bytes_before": db_before,
@@ -639,7 +761,9 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     beside_whom = "the neighbour" if args.neighbour else "the abuser"
     print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with {beside_whom}: "
           f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); "
-          f"5xx {out['errors_5xx']}, lost {lost}; Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",
+          f"webhooks p99 {webhooks['alone']['p99_s']} s -> {webhooks['with_abuser']['p99_s']} s "
+          f"({webhooks['with_abuser']['missing']} missing); 5xx {out['errors_5xx']}, lost {lost}; "
+          f"Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",
           file=sys.stderr)
     return out
 
