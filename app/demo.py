@@ -38,6 +38,11 @@ DATA = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
 REPORT = {"title": "Northwind quarterly review", "data": DATA,
           "outline": [{"title": "Revenue", "metrics": ["revenue"]}, {"title": "Customer health", "metrics": ["churn"]},
                       {"title": "Platform performance", "metrics": ["latency"]}]}
+#: the same company's figures as the agent's dataset (PUT /v1/datasets/northwind): its revenue by
+#: region in the report's two quarters, so that the report and the agent agree on every number
+DATASET = [{"metric": "revenue", "region": region, "period": period, "value": value}
+           for region, now, before in DATA["breakdown"]["rows"]  # type: ignore[index]
+           for period, value in (("2026-Q2", before), ("2026-Q3", now))]
 #: the client's own warehouse, which its metric tool reads (the second question's)
 CLIENT_DATA = {("churn", "APAC", "2026-Q3"): "2.7", ("churn", "APAC", "2026-Q2"): "3.1"}
 #: asked as the agent's questions are phrased ("What was churn in ...": the shipped model, asked
@@ -223,16 +228,17 @@ def _demo(serve: bool, port: int | None) -> int:
 
             print("2) An agent session: two questions on one session.  The model writes tool calls; the runtime\n"
                   "   runs each tool and appends its result, and decoding resumes from the cached state.  The first\n"
-                  "   question's tools read the sample metric store (domain/tools.py Dataset, seed 2026); the\n"
-                  "   second's metric tool runs on this client, which answers from its own data.\n",
+                  "   question's tools read Northwind's own dataset (the report's revenue by region, uploaded as\n"
+                  "   `northwind`); the second's metric tool runs on this client, which answers from its own data.\n",
                   flush=True)
+            c.put_dataset("northwind", DATASET)
             session = None
             for i, q in enumerate(QUESTIONS):
                 # the second question's metric tool runs here, on this client's own data: the job
                 # waits for its answer holding no worker, and its worker is replaced meanwhile
                 # (it declares the names its data knows: those of the question enter the model as slots)
                 spec: dict[str, Any] = {"question": q, **({"client_tools": ["metric"], "names": sorted(
-                    {n for key in CLIENT_DATA for n in key})} if i else {})}
+                    {n for key in CLIENT_DATA for n in key})} if i else {"dataset": "northwind"})}
                 job = c.create_job("agent", spec, session=session)
                 session = job["session"]
                 print(f"   Q: {q}", flush=True)

@@ -36,6 +36,9 @@ def test_the_demo_runs_the_product_end_to_end_and_stops_cleanly(
     # the second question waited for the client's metric, holding no worker, across the replacement
     assert "status requires_action, no worker holds it" in q1 and "the client answers {'call_1': '2.7'}" in q2
     assert 'tool metric("churn", "APAC", "2026-Q3") -> 2.7 (client)' in q2
+    # one company: the agent reads the report's own figures (EMEA revenue 468 -> 512)
+    assert 'metric("revenue", "EMEA", "2026-Q3") -> 512' in q1 and 'metric("revenue", "EMEA", "2026-Q2") -> 468' in q1
+    assert "9.4" in q1.split("   A: ")[1].splitlines()[0]
     assert re.search(r"turn \d+: warm +decoded before the wait", q2)
     assert len({q for q in re.findall(r"   Q: (.*)", out)}) == 2 and out.count("   A: ") == 2
     assert re.search(r"web page .*: http://127\.0\.0\.1:\d+/#key=setflow-demo-key", out)
