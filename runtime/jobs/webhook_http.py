@@ -26,8 +26,6 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,7 +40,6 @@ NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: t
 #: operator chose (RFC 6052, /48 to /96), so no one reading tells it: never public
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, still routed by some stacks)
-_resolver = ThreadPoolExecutor(4, thread_name_prefix="setflow-webhook-dns")  # getaddrinfo has no timeout of its own
 _local = threading.local()
 
 
@@ -74,18 +71,25 @@ class Budget:
                 raise
             raise exc(f"the delivery's deadline ({self.deadline_s:g} s, webhook_timeout_s) passed") from None
 
+    def more(self, max_bytes: int) -> int:
+        """How much the next read of the head may take: what is left of MAX_HEAD_BYTES (a read
+        never takes a body's bytes past it); RemoteProtocolError where nothing is, or where more
+        than MAX_INTERIM interim answers have come (the head is still being read: the final
+        answer's headers have not ended)."""
+        if self.status_lines > MAX_INTERIM + 1:  # at least MAX_INTERIM + 1 interims ended, and more to read
+            raise httpcore.RemoteProtocolError(f"more than {MAX_INTERIM} interim (1xx) answers")
+        if self.head_bytes >= MAX_HEAD_BYTES:
+            raise httpcore.RemoteProtocolError(f"an answer's head past {MAX_HEAD_BYTES} bytes")
+        return min(max_bytes, MAX_HEAD_BYTES - self.head_bytes)
+
     def took(self, data: bytes) -> None:
-        """Count what a read gave; RemoteProtocolError past MAX_HEAD_BYTES or MAX_INTERIM.  Only
-        the head is read (the sender never reads a body), so every line starting "HTTP/1." is a
-        status line: a header's name has no "/"."""
+        """Count what a read gave.  Only the head is read (the sender never reads a body; the
+        bytes of one that came with the head's last read are never read past), so every line
+        starting "HTTP/1." is a status line: a header's name has no "/"."""
         self.head_bytes += len(data)
         seen = self._tail + data
         self.status_lines += seen.count(b"\nHTTP/1.")
         self._tail = seen[-7:]  # shorter than a match: none is counted twice
-        if self.status_lines > MAX_INTERIM + 1:
-            raise httpcore.RemoteProtocolError(f"more than {MAX_INTERIM} interim (1xx) answers")
-        if self.head_bytes > MAX_HEAD_BYTES:
-            raise httpcore.RemoteProtocolError(f"an answer's head past {MAX_HEAD_BYTES} bytes")
 
 
 @contextmanager
@@ -115,7 +119,7 @@ class BoundedStream(httpcore.NetworkStream):
         if budget is None:
             return self._inner.read(max_bytes, timeout)
         with budget.named():
-            data = self._inner.read(max_bytes, budget.timeout(timeout))
+            data = self._inner.read(budget.more(max_bytes), budget.timeout(timeout))
         budget.took(data)
         return data
 
@@ -158,13 +162,7 @@ class Guarded(httpcore.SyncBackend):
         budget = _budget()
         if budget is not None:
             timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
-        try:
-            found = _resolver.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM).result(timeout)
-        except FutureTimeout:
-            raise httpcore.ConnectTimeout(f"{host}: no address within {timeout:g} s") from None
-        except OSError as e:
-            raise httpcore.ConnectError(f"{host}: {e}") from e
-        addresses = [str(a[4][0]) for a in found]
+        addresses = [str(a[4][0]) for a in _resolve(host, port, timeout)]
         private = [] if self.allow_private else [a for a in addresses if not public(a)]
         if private or not addresses:
             raise httpcore.ConnectError(f"{host} resolves to {', '.join(private) or 'nothing'}: not a public address "
@@ -174,6 +172,28 @@ class Guarded(httpcore.SyncBackend):
         with budget.named(httpcore.ConnectTimeout):
             timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
             return BoundedStream(super().connect_tcp(addresses[0], port, timeout, local_address, socket_options))
+
+
+def _resolve(host: str, port: int, timeout: float | None) -> list[Any]:
+    """getaddrinfo within `timeout` (it has no timeout of its own): on a thread of its own, so
+    that a name whose DNS answers slowly holds up no other lookup; one given up on ends when
+    the system's resolver gives up."""
+    got: list[Any] = []
+
+    def look() -> None:
+        try:
+            got.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as e:
+            got.append(e)
+
+    thread = threading.Thread(target=look, name="setflow-webhook-dns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not got:
+        raise httpcore.ConnectTimeout(f"{host}: no address within {timeout:g} s")
+    if isinstance(got[0], OSError):
+        raise httpcore.ConnectError(f"{host}: {got[0]}") from got[0]
+    return list(got[0])
 
 
 def embedded(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address] | None:

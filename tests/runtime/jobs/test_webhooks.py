@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -463,11 +464,12 @@ def test_too_many_interim_answers_or_too_long_a_head_fail_the_attempt(db_engine:
                                                                        endpoints: Endpoints) -> None:
     """Within the deadline (30 s here), a receiver that sends 50 interim answers at once, or a
     head of 12 KB (h11 itself takes up to 16 KB), has its attempt failed and retried; one
-    interim answer before a 200 is a delivery."""
+    interim answer before a 200 is a delivery, and so is a 200 whose 20 KB body comes with its
+    head (a body is not the head: never read)."""
     slow = S.model_copy(update={"webhook_timeout_s": 30.0})
     pad = b"".join(b"x-pad-%d: %s\r\n" % (i, b"a" * 100) for i in range(110))
     cases = [([PROCESSING] * 50 + [OK], "interim"), ([b"HTTP/1.1 200 OK\r\n" + pad + b"content-length: 0\r\n\r\n"], "head"),
-             ([PROCESSING, OK], None)]
+             ([PROCESSING, OK], None), ([b"HTTP/1.1 200 OK\r\ncontent-length: 20000\r\n\r\n" + b"x" * 20000], None)]
     for chunks, why in cases:
         with raw_receiver(functools.partial(list, chunks)) as rx:
             ep = endpoints.create("acme", rx.url)
@@ -646,3 +648,28 @@ def test_a_secret_kept_in_the_clear_still_signs_and_is_sealed_once_a_key_is_set(
         assert sender.deliver_due()["delivered"] == 1
         sender.close()
     assert [_verified(g, ep.secret)["type"] for g in rx.got] == ["job.succeeded"] * 2
+
+
+def test_a_name_whose_dns_does_not_answer_fails_by_the_deadline(db_engine: Engine, jobs: Jobs,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """getaddrinfo has no timeout of its own: a lookup that hangs ends the attempt at the
+    deadline (1 s here), and another endpoint's lookup is not held up behind it."""
+    released, real = threading.Event(), socket.getaddrinfo
+
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> Any:
+        if host == "slow.example.com":
+            released.wait(30)
+        return real(host, port, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    with receiver() as rx:
+        hung = Endpoints(db_engine, allow_private=True).create("acme", "http://slow.example.com/h")
+        Endpoints(db_engine, allow_private=True).create("globex", rx.url.replace("127.0.0.1", "localhost"))
+        _end(jobs, tenant="acme"), _end(jobs, tenant="globex")
+        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0), time.monotonic()
+        got = sender.deliver_due()
+        took = time.monotonic() - t0
+        sender.close()
+        released.set()
+    assert (got["delivered"], got["retried"]) == (1, 1) and len(rx.got) == 1, got
+    assert took < 10 and "no address within" in _error(db_engine, hung.id), (took, _error(db_engine, hung.id))
