@@ -7,8 +7,9 @@ alike in all of them, or a near-tie between two tokens (a confidence right at ta
 differently.  On a CPU with AVX2 and FMA the product is model/rowdot.c: every output element is
 reduced in one fixed order whatever the rows, the tiles or the threads (split over output
 columns, never over the reduction), so a row's bits are the same alone, in a batch and at any
-thread count, by construction; weights are read in place (nn.Linear's layout), fp32 or bf16,
-accumulated in fp32, and a bf16 output rounded to nearest even.  Where it is not available (no
+thread count, by construction; weights are read in place (nn.Linear's layout), fp32 or bf16
+(with AVX-512 BF16, bf16 dot products of bf16 activations), accumulated in fp32, and a bf16
+output rounded to nearest even.  Where it is not available (no
 compiler, another CPU) a BLAS product of fewer rows than this machine's invariant minimum is
 padded with zero rows to it (the kernel is chosen by shapes, never by values): the minimum is
 probed once per (dtype, threads, shape), a model pads a short forward once to its layers'
@@ -108,7 +109,7 @@ class Linear(nn.Linear):
         w = self.weight
         grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
         if not grad and x.dtype == w.dtype and served(x.dtype):
-            flat = x.reshape(rows, self.in_features).to(torch.float32).contiguous()  # (rows, in), exact
+            flat = x.reshape(rows, self.in_features).contiguous()  # (rows, in)
             y = rowdot.product(flat, w.contiguous(), torch.get_num_threads())  # (rows, out) fp32
             if self.bias is not None:
                 y += self.bias.to(torch.float32)

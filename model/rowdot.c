@@ -1,43 +1,43 @@
-/* rowdot: y = x w^T on the CPU (AVX2 + FMA), every output element reduced in ONE fixed order.
+/* rowdot: y = x w^T on the CPU, every output element reduced in ONE fixed order.
 
-   y[i][j] for x (m, k) fp32 row-major and w (n, k) fp32 or bf16 row-major (nn.Linear's own
-   layout, read in place: nothing is packed) is, for every i and j and whatever m, the tile, the
-   thread count or the split:
-       acc  = 8 fp32 lanes of 0;  for p = 0, 8, 16, .. while p + 8 <= k:
-              acc = fma(x[i][p:p+8], w[j][p:p+8], acc)        (lane l holds k = l mod 8)
-       s    = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))  (one fixed tree)
-       for p in the k mod 8 tail, in order: s = fma(x[i][p], w[j][p], s)
-   A bf16 weight is widened exactly (its 16 bits shifted up).  Tiles differ only in how many
-   (i, j) pairs they carry at once; each pair's arithmetic is the sequence above, so a row's
-   bits do not depend on the rows or threads beside it.  Threads split the outputs' columns
-   (n), never k.  Compile without fast-math and with -ffp-contract=off. */
+   y[i][j] for x (m, k) row-major and w (n, k) row-major (nn.Linear's own layout, read in
+   place: nothing is packed) is, for every i and j and whatever m, the tile, the thread count or
+   the split, one of these sequences (the caller picks one `kind` for the process: a kind is
+   part of what a row's bits are):
+     kind 0 (AVX2+FMA; x fp32, w fp32 or bf16 widened exactly):
+       acc = 8 fp32 lanes of 0;  for p = 0, 8, .. while p + 8 <= k:
+             acc = fma(x[i][p:p+8], w[j][p:p+8], acc)        (lane l holds k = l mod 8)
+     kind 1 (AVX-512F; x and w fp32): the same over 16 lanes (k = l mod 16), p += 16
+     kind 2 (AVX-512 BF16; x and w bf16): 16 lanes, p += 32, acc = dpbf16(acc, x[i][p:p+32],
+             w[j][p:p+32]) (lane l adds the products of k = 2l + 1, then 2l, mod 32)
+   then s = the lanes summed by one fixed tree (16 lanes: l + l+8 first; then 8: l + l+4, then
+   + 2, then + 1), then for each p of the tail, in order: s = fma(x[i][p], w[j][p], s) in fp32.
+   Tiles differ only in how many (i, j) pairs they carry at once; each pair's arithmetic is the
+   sequence above, so a row's bits do not depend on the rows or threads beside it.  Threads
+   split the outputs' columns (n), never k.  Compile without fast-math and with
+   -ffp-contract=off. */
 
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAX_THREADS 64
 #define SPIN 20000  /* pause loops a helper waits for the next call before it sleeps */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define INLINE static inline __attribute__((always_inline))
 
-static inline __attribute__((always_inline)) __m256 load_w(const void *w, int bf16, long off) {
-    if (bf16) {
-        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + off));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    return _mm256_loadu_ps((const float *)w + off);
+static inline float bf16_at(const void *p, long off) {
+    uint32_t u = (uint32_t)((const uint16_t *)p)[off] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
-static inline __attribute__((always_inline)) float w_at(const void *w, int bf16, long off) {
-    if (bf16) {
-        uint32_t u = (uint32_t)((const uint16_t *)w)[off] << 16;
-        float f;
-        __builtin_memcpy(&f, &u, 4);
-        return f;
-    }
-    return ((const float *)w)[off];
-}
+/* an element of x or w as fp32 (the tail's scalar FMAs) */
+INLINE float at(const void *p, int bf16, long off) { return bf16 ? bf16_at(p, off) : ((const float *)p)[off]; }
 
 static inline float hsum8(__m256 v) {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l, l+4 */
@@ -45,77 +45,137 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));                        /* +1 */
 }
 
-/* mr rows of x (stride ldx) times nr rows of w (stride k): y[i][j] at y + i * ldy + j */
-static inline __attribute__((always_inline)) void tile(const float *x, long ldx, const void *w, int bf16,
-                                                       long k, float *y, long ldy, int mr, int nr) {
+/* ---- kind 0: AVX2 + FMA, 8 lanes.  mr rows of x (fp32) times nr rows of w; y[i][j] at
+   y + i * ldy + j; pf: the next tile's weights, fetched ahead ---- */
+INLINE __m256 load_w8(const void *w, int bf16, long off) {
+    if (bf16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + off));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)w + off);
+}
+
+INLINE void tile8(const float *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
     __m256 acc[3][8];
+    long esz = bf16 ? 2 : 4;
+    const char *pf = (const char *)w + nr * k * esz;
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
     long k8 = k & ~7L;
     for (long p = 0; p < k8; p += 8) {
         __m256 xv[3];
-        for (int i = 0; i < mr; i++) xv[i] = _mm256_loadu_ps(x + i * ldx + p);
+        for (int i = 0; i < mr; i++) xv[i] = _mm256_loadu_ps(x + i * k + p);
         for (int j = 0; j < nr; j++) {
-            __m256 wv = load_w(w, bf16, j * k + p);
+            if ((p * esz & 63) == 0) _mm_prefetch(pf + (j * k + p) * esz, _MM_HINT_T0);
+            __m256 wv = load_w8(w, bf16, j * k + p);
             for (int i = 0; i < mr; i++) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
         }
     }
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             float s = hsum8(acc[i][j]);
-            for (long p = k8; p < k; p++) s = fmaf(x[i * ldx + p], w_at(w, bf16, j * k + p), s);
+            for (long p = k8; p < k; p++) s = fmaf(x[i * k + p], at(w, bf16, j * k + p), s);
             y[i * ldy + j] = s;
         }
 }
 
-/* the widest tile for mr rows: mr * nr accumulators + mr + 1 registers within 16 */
-#define NR1 8
-#define NR2 6
-#define NR3 4
-
-#define CASES(MR, BF)                                                            \
+#define NR_CASES(T, MR, ...)                                                     \
     switch (nr) {                                                                \
-    case 1: tile(x, k, w, BF, k, y, ldy, MR, 1); break;                          \
-    case 2: tile(x, k, w, BF, k, y, ldy, MR, 2); break;                          \
-    case 3: tile(x, k, w, BF, k, y, ldy, MR, 3); break;                          \
-    case 4: tile(x, k, w, BF, k, y, ldy, MR, 4); break;                          \
-    case 5: tile(x, k, w, BF, k, y, ldy, MR, 5); break;                          \
-    case 6: tile(x, k, w, BF, k, y, ldy, MR, 6); break;                          \
-    case 7: tile(x, k, w, BF, k, y, ldy, MR, 7); break;                          \
-    default: tile(x, k, w, BF, k, y, ldy, MR, 8); break;                         \
+    case 1: T(__VA_ARGS__, MR, 1); break;                                        \
+    case 2: T(__VA_ARGS__, MR, 2); break;                                        \
+    case 3: T(__VA_ARGS__, MR, 3); break;                                        \
+    case 4: T(__VA_ARGS__, MR, 4); break;                                        \
+    case 5: T(__VA_ARGS__, MR, 5); break;                                        \
+    case 6: T(__VA_ARGS__, MR, 6); break;                                        \
+    case 7: T(__VA_ARGS__, MR, 7); break;                                        \
+    default: T(__VA_ARGS__, MR, 8); break;                                       \
     }
 
-static void tile_any(const float *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+static void tile_k0(const void *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+    const float *xf = (const float *)x;
     if (bf16) {
-        if (mr == 1) { CASES(1, 1) } else if (mr == 2) { CASES(2, 1) } else { CASES(3, 1) }
+        if (mr == 1) { NR_CASES(tile8, 1, xf, w, 1, k, y, ldy) } else if (mr == 2) { NR_CASES(tile8, 2, xf, w, 1, k, y, ldy) }
+        else { NR_CASES(tile8, 3, xf, w, 1, k, y, ldy) }
     } else {
-        if (mr == 1) { CASES(1, 0) } else if (mr == 2) { CASES(2, 0) } else { CASES(3, 0) }
+        if (mr == 1) { NR_CASES(tile8, 1, xf, w, 0, k, y, ldy) } else if (mr == 2) { NR_CASES(tile8, 2, xf, w, 0, k, y, ldy) }
+        else { NR_CASES(tile8, 3, xf, w, 0, k, y, ldy) }
+    }
+}
+
+/* ---- kinds 1 and 2: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32) ---- */
+AVX512 static inline float hsum16(__m512 v) {
+    __m256 lo = _mm512_castps512_ps256(v);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return hsum8(_mm256_add_ps(lo, hi)); /* l + l+8, then the 8-lane tree */
+}
+
+AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+    __m512 acc[4][8];
+    long esz = bf16 ? 2 : 4, step = bf16 ? 32 : 16; /* elements a step: one 64-byte line */
+    const char *xb = (const char *)x, *wb = (const char *)w, *pf = wb + nr * k * esz;
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
+    long kk = k - k % step;
+    for (long p = 0; p < kk; p += step) {
+        __m512i xv[4];
+        for (int i = 0; i < mr; i++) xv[i] = _mm512_loadu_si512(xb + (i * k + p) * esz);
+        for (int j = 0; j < nr; j++) {
+            _mm_prefetch(pf + (j * k + p) * esz, _MM_HINT_T0);
+            __m512i wv = _mm512_loadu_si512(wb + (j * k + p) * esz);
+            for (int i = 0; i < mr; i++)
+                acc[i][j] = bf16 ? _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv[i], (__m512bh)wv)
+                                 : _mm512_fmadd_ps(_mm512_castsi512_ps(xv[i]), _mm512_castsi512_ps(wv), acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float s = hsum16(acc[i][j]);
+            for (long p = kk; p < k; p++) s = fmaf(at(x, bf16, i * k + p), at(w, bf16, j * k + p), s);
+            y[i * ldy + j] = s;
+        }
+}
+
+AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+    if (bf16) {
+        if (mr == 1) { NR_CASES(tile16, 1, x, w, 1, k, y, ldy) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 1, k, y, ldy) }
+        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 1, k, y, ldy) } else { NR_CASES(tile16, 4, x, w, 1, k, y, ldy) }
+    } else {
+        if (mr == 1) { NR_CASES(tile16, 1, x, w, 0, k, y, ldy) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 0, k, y, ldy) }
+        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 0, k, y, ldy) } else { NR_CASES(tile16, 4, x, w, 0, k, y, ldy) }
     }
 }
 
 typedef struct {
-    const float *x;
+    const void *x;
     const void *w;
     float *y;
     long m, k, n;
-    int bf16;
+    int kind; /* 0, 1 or 2 (above) */
+    int wbf16; /* kind 0: the weights are bf16 */
 } job_t;
 
+/* the widest tile (columns) for mr rows of each kind: accumulators and operands in the registers */
+static const int NR0[4] = {0, 8, 6, 4}, NR12[5] = {0, 8, 8, 6, 6};
+
 /* columns [n0, n1) of every row: weight rows in blocks that stay in L2 while every row tile
-   passes over them; a block of 3 rows of x stays in L1 across the block */
+   passes over them; a row tile's x stays in L1 across the block */
 static void run_cols(const job_t *jb, long n0, long n1) {
-    long k = jb->k, esz = jb->bf16 ? 2 : 4;
-    long block = (256L * 1024) / (k * esz);
+    int wb = jb->kind == 2 || (jb->kind == 0 && jb->wbf16);
+    long k = jb->k, wsz = wb ? 2 : 4, xsz = jb->kind == 2 ? 2 : 4;
+    int most = jb->kind == 0 ? 3 : 4;
+    long block = (256L * 1024) / (k * wsz);
     block = block < 24 ? 24 : block - block % 24;
     for (long b0 = n0; b0 < n1; b0 += block) {
         long b1 = b0 + block < n1 ? b0 + block : n1;
         for (long i = 0; i < jb->m;) {
-            int mr = jb->m - i >= 3 ? 3 : (int)(jb->m - i);
-            int nr = mr == 3 ? NR3 : mr == 2 ? NR2 : NR1;
+            int mr = jb->m - i >= most ? most : (int)(jb->m - i);
+            int nr = jb->kind == 0 ? NR0[mr] : NR12[mr];
             for (long j = b0; j < b1; j += nr) {
                 int cols = b1 - j < nr ? (int)(b1 - j) : nr;
-                tile_any(jb->x + i * k, (const char *)jb->w + j * k * esz, jb->bf16, k, jb->y + i * jb->n + j,
-                         jb->n, mr, cols);
+                const void *x = (const char *)jb->x + i * k * xsz, *w = (const char *)jb->w + j * k * wsz;
+                float *y = jb->y + i * jb->n + j;
+                if (jb->kind == 0) tile_k0(x, w, wb, k, y, jb->n, mr, cols);
+                else tile_k12(x, w, jb->kind == 2, k, y, jb->n, mr, cols);
             }
             i += mr;
         }
@@ -195,10 +255,12 @@ static void grow(int want) {
     }
 }
 
-/* y (m, n) fp32 = x (m, k) fp32 times w (n, k) (fp32, or bf16 when bf16 != 0) transposed, over
-   `threads` threads (the caller and threads - 1 helpers).  Returns 0. */
-int rowdot(const float *x, const void *w, int bf16, float *y, long m, long k, long n, int threads) {
-    job_t jb = {x, w, y, m, k, n, bf16};
+/* y (m, n) fp32 = x (m, k) times w (n, k) transposed, in `kind` (above; kind 0 reads bf16
+   weights when wbf16), over `threads` threads (the caller and threads - 1 helpers).  Returns 0,
+   or -1 for a kind this build has not. */
+int rowdot(const void *x, const void *w, int kind, int wbf16, float *y, long m, long k, long n, int threads) {
+    job_t jb = {x, w, y, m, k, n, kind, wbf16};
+    if (kind < 0 || kind > 2) return -1;
     long units = (n + 23) / 24, parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     if (parts <= 1 || units < 2) {
         run_part(&jb, 0, 1);

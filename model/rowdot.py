@@ -1,7 +1,9 @@
 """The row-invariant CPU product of model/rowdot.c: built with the machine's C compiler on first
-use, kept in a folder keyed by the hash of its source and flags, loaded with ctypes.  Knows
-nothing of models or layers; `lib()` is None where there is no x86-64 CPU with AVX2 and FMA, no
-compiler, or no writable folder (model/linear.py then falls back to padding)."""
+use, kept in a folder keyed by the hash of its source and flags, loaded with ctypes.  Which of
+its kinds runs a dtype is fixed per process by the CPU's flags (AVX-512 where it has it, with
+bf16 dot products where it has those; else AVX2), and named by `name()`.  Knows nothing of
+models or layers; `lib()` is None where there is no x86-64 CPU with AVX2 and FMA, no compiler,
+or no writable folder (model/linear.py then falls back to padding)."""
 
 from __future__ import annotations
 
@@ -39,15 +41,26 @@ def _folders() -> list[Path]:
             Path(tempfile.gettempdir()) / "setflow-kernels"]
 
 
-def _cpu_has_avx2_fma() -> bool:
+@lru_cache(maxsize=1)
+def _flags() -> frozenset[str]:
+    """The CPU's instruction-set flags that matter here (none off x86-64)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return frozenset()
     try:
-        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), [])
-        return "avx2" in flags and "fma" in flags
+        flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                          if line.startswith("flags")), []))
     except OSError:  # no /proc: what torch dispatches to says as much
-        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+        cap = torch.backends.cpu.get_cpu_capability()
+        flags = {"avx2", "fma"} if cap in ("AVX2", "AVX512") else set()
+    return frozenset(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"})
+
+
+def kinds() -> dict[torch.dtype, int]:
+    """rowdot.c's kind for each dtype on this CPU: fp32 by AVX-512 FMAs (1) or AVX2 ones (0);
+    bf16 by AVX-512 bf16 dot products (2) or AVX2 FMAs over widened bf16 (0)."""
+    f = _flags()
+    wide = {"avx512f", "avx512bw", "avx512vl"} <= f
+    return {torch.float32: 1 if wide else 0, torch.bfloat16: 2 if wide and "avx512_bf16" in f else 0}
 
 
 def _build(cc: str, folder: Path, so: Path) -> None:
@@ -60,7 +73,7 @@ def _build(cc: str, folder: Path, so: Path) -> None:
 @lru_cache(maxsize=1)
 def lib() -> ctypes.CDLL | None:
     """The loaded kernel, built once per source and flags; None where it cannot be (logged)."""
-    if not _cpu_has_avx2_fma():
+    if not {"avx2", "fma"} <= _flags():
         log.info("rowdot: this CPU has no AVX2+FMA: linear layers pad their products instead")
         return None
     cc = shutil.which("gcc") or shutil.which("cc")
@@ -77,7 +90,7 @@ def lib() -> ctypes.CDLL | None:
         except (OSError, subprocess.SubprocessError) as e:
             log.warning("rowdot: cannot build or load %s (%s)", so, e)
             continue
-        dll.rowdot.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+        dll.rowdot.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.rowdot.restype = ctypes.c_int
         return dll
@@ -86,19 +99,25 @@ def lib() -> ctypes.CDLL | None:
 
 def name() -> str:
     """The kernel's identity, part of what a row's bits depend on: "rowdot-<hash of source and
-    flags>", or "" where it is not available (products then pad, model/linear.py)."""
-    return f"rowdot-{_key()[:8]}" if lib() is not None else ""
+    flags>-<fp32's kind><bf16's kind>", or "" where it is not available (products then pad,
+    model/linear.py)."""
+    k = kinds()
+    return f"rowdot-{_key()[:8]}-{k[torch.float32]}{k[torch.bfloat16]}" if lib() is not None else ""
 
 
 def product(x: Tensor, w: Tensor, threads: int) -> Tensor:
-    """x (M, K) float32, w (N, K) float32 or bfloat16, both contiguous on the CPU -> x w^T
-    (M, N) float32, each element reduced in rowdot.c's one order over `threads` threads (split
-    over N).  The caller checks lib() first."""
+    """x (M, K) and w (N, K), float32 or bfloat16, contiguous on the CPU -> x w^T (M, N) float32,
+    each element reduced in one order of rowdot.c (this CPU's kind for x's dtype) over `threads`
+    threads (split over N).  The caller checks lib() first."""
     dll = lib()
     assert dll is not None, "rowdot is not available here"
-    assert x.dtype == torch.float32 and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
+    assert x.dtype in DTYPES and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
     (m, k), n = x.shape, w.shape[0]
     assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
+    kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
+    if kind != 2 and x.dtype != torch.float32:
+        x = x.float()  # exact: kinds 0 and 1 read fp32 activations
     y = torch.empty(m, n, dtype=torch.float32)
-    dll.rowdot(x.data_ptr(), w.data_ptr(), int(w.dtype == torch.bfloat16), y.data_ptr(), m, k, n, threads)
+    bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(), m, k, n, threads)
+    assert bad == 0, f"rowdot refused kind {kind}"
     return y

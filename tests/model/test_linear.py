@@ -26,12 +26,15 @@ def threads(request: pytest.FixtureRequest) -> Iterator[int]:
     torch.set_num_threads(before)
 
 
-@pytest.fixture(params=["kernel", "padded"])
+@pytest.fixture(params=["kernel", "avx2", "padded"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways a Linear makes a CPU product row-invariant: the kernel, and (where it is absent)
-    the BLAS padded to its minimum."""
-    if request.param == "kernel" and rowdot.lib() is None:
+    """Every way a Linear makes a CPU product row-invariant: the kernel in this CPU's kinds, its
+    AVX2 kind (what a CPU without AVX-512 runs), and (where it is absent) the BLAS padded to its
+    minimum."""
+    if request.param != "padded" and rowdot.lib() is None:
         pytest.skip("no row-invariant kernel here")
+    if request.param == "avx2":
+        monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 0, torch.bfloat16: 0})
     if request.param == "padded":
         monkeypatch.setattr("model.linear.served", lambda dtype: False)
     return str(request.param)
@@ -72,7 +75,8 @@ def layer(k: int, n: int, dtype: torch.dtype, seed: int, bias: bool = False) -> 
 @pytest.mark.parametrize("k, n", SHAPES)
 def test_every_row_has_its_bits_at_any_row_count_offset_and_thread_count(dtype: torch.dtype, k: int, n: int) -> None:
     """Rows 1..64, at the start and the end of a 64-row product, at 1 and 2 threads: each
-    row's bits are those it has in the 64-row product at 1 thread; and close to F.linear."""
+    row's bits are those it has in the 64-row product at 1 thread; and close to F.linear.  In
+    this CPU's kinds (the AVX2 kind: test_rows_round_alike_in_products_of_any_size)."""
     lin = layer(k, n, dtype, seed=k * 7 + n)
     x = torch.randn(64, k, generator=torch.Generator().manual_seed(n)).to(dtype)
     before = torch.get_num_threads()
@@ -154,7 +158,7 @@ def test_the_kernel_serves_fp32_and_bf16_from_one_row() -> None:
     if rowdot.lib() is None:
         assert rowdot.name() == "" and not served(torch.float32)
         pytest.skip("no row-invariant kernel here")
-    assert rowdot.name().startswith("rowdot-")
+    assert rowdot.name().startswith("rowdot-") and rowdot.name().endswith("".join(map(str, rowdot.kinds().values())))
     for dtype in (torch.float32, torch.bfloat16):
         assert served(dtype) and min_rows(dtype, 2, 1024, 151936) == 1
     assert not served(torch.float16)
