@@ -102,14 +102,16 @@ static void tile_k0(const void *x, const void *w, int bf16, long k, float *y, lo
     }
 }
 
-/* ---- kinds 1 and 2: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32) ---- */
+/* ---- kinds 1 and 2: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32);
+   pfon: fetch the next tile's weights ahead (the first row tile of a block: later ones find
+   them in L2) ---- */
 AVX512 static inline float hsum16(__m512 v) {
     __m256 lo = _mm512_castps512_ps256(v);
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
     return hsum8(_mm256_add_ps(lo, hi)); /* l + l+8, then the 8-lane tree */
 }
 
-AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float *y, long ldy, int pfon, int mr, int nr) {
     __m512 acc[4][8];
     long esz = bf16 ? 2 : 4, step = bf16 ? 32 : 16; /* elements a step: one 64-byte line */
     const char *xb = (const char *)x, *wb = (const char *)w, *pf = wb + nr * k * esz;
@@ -120,7 +122,7 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float 
         __m512i xv[4];
         for (int i = 0; i < mr; i++) xv[i] = _mm512_loadu_si512(xb + (i * k + p) * esz);
         for (int j = 0; j < nr; j++) {
-            _mm_prefetch(pf + (j * k + p) * esz, _MM_HINT_T0);
+            if (pfon) _mm_prefetch(pf + (j * k + p) * esz, _MM_HINT_T0);
             __m512i wv = _mm512_loadu_si512(wb + (j * k + p) * esz);
             for (int i = 0; i < mr; i++)
                 acc[i][j] = bf16 ? _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv[i], (__m512bh)wv)
@@ -135,13 +137,13 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float 
         }
 }
 
-AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, float *y, long ldy, int pfon, int mr, int nr) {
     if (bf16) {
-        if (mr == 1) { NR_CASES(tile16, 1, x, w, 1, k, y, ldy) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 1, k, y, ldy) }
-        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 1, k, y, ldy) } else { NR_CASES(tile16, 4, x, w, 1, k, y, ldy) }
+        if (mr == 1) { NR_CASES(tile16, 1, x, w, 1, k, y, ldy, pfon) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 1, k, y, ldy, pfon) }
+        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 1, k, y, ldy, pfon) } else { NR_CASES(tile16, 4, x, w, 1, k, y, ldy, pfon) }
     } else {
-        if (mr == 1) { NR_CASES(tile16, 1, x, w, 0, k, y, ldy) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 0, k, y, ldy) }
-        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 0, k, y, ldy) } else { NR_CASES(tile16, 4, x, w, 0, k, y, ldy) }
+        if (mr == 1) { NR_CASES(tile16, 1, x, w, 0, k, y, ldy, pfon) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 0, k, y, ldy, pfon) }
+        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 0, k, y, ldy, pfon) } else { NR_CASES(tile16, 4, x, w, 0, k, y, ldy, pfon) }
     }
 }
 
@@ -175,7 +177,7 @@ static void run_cols(const job_t *jb, long n0, long n1) {
                 const void *x = (const char *)jb->x + i * k * xsz, *w = (const char *)jb->w + j * k * wsz;
                 float *y = jb->y + i * jb->n + j;
                 if (jb->kind == 0) tile_k0(x, w, wb, k, y, jb->n, mr, cols);
-                else tile_k12(x, w, jb->kind == 2, k, y, jb->n, mr, cols);
+                else tile_k12(x, w, jb->kind == 2, k, y, jb->n, i == 0, mr, cols);
             }
             i += mr;
         }
