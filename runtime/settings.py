@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     # ---- webhooks (runtime/jobs/webhooks.py; each worker's sender, workers/watch.py) -----------
     tenant_max_webhooks: int = Field(default=10, ge=1)  #: a tenant's webhook endpoints, at most (409 beyond)
     #: one delivery's HTTP request, whole (connect to the answer's last header byte), ends within
-    #: this; a sender's pass starts no request after it (runtime/jobs/webhook_http.py)
+    #: this (runtime/jobs/webhook_http.py); an endpoint's batch starts no request after it
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=60)
     webhook_retry_base_s: float = Field(default=5.0, gt=0)  #: the first retry's delay, doubled after each failure
     webhook_retry_max_s: float = Field(default=3600.0, gt=0)  #: the longest delay between two attempts

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import re
 import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -238,9 +239,10 @@ class WebhookSender:
     """Delivers the outbox: any number of senders (one per worker) share it; each message is
     claimed by an UPDATE that pushes its next_attempt_at past the latest end of its request (a
     lease), so two senders do not send it at the same time, and a sender that died holding it
-    only delays it.  Time is `now` where a caller gives it (tests drive the backoff with it);
-    the signature's timestamp is always the clock's (receivers check it against theirs), and
-    the deadlines are the clock's too."""
+    only delays it.  Its deliveries run on its own threads, past the pass that started them (a
+    pass does not wait for its slowest endpoint).  Time is `now` where a caller gives it (tests
+    drive the backoff with it); the signature's timestamp is always the clock's (receivers check
+    it against theirs), and the deadlines are the clock's too."""
 
     def __init__(self, engine: Engine, settings: Settings, http: httpx.Client | None = None,
                  rand: Callable[[], float] = random.random) -> None:
@@ -250,76 +252,73 @@ class WebhookSender:
         self.http = http or client(settings.webhook_timeout_s, settings.webhook_allow_private)
         self.rand = rand
         self.key = key_of(settings.secret_key)
+        self._pool = ThreadPoolExecutor(POOL, thread_name_prefix="setflow-webhook")
+        self._running: dict[Future[Counter[str]], tuple[str, str]] = {}  # a batch in flight -> (tenant, endpoint id)
 
     def close(self) -> None:
+        """Waits for the deliveries in flight (each ends by its deadline)."""
+        self._pool.shutdown(wait=True)
         self.http.close()
 
-    def deliver_due(self, limit: int = 100, now: float | None = None) -> dict[str, int]:
+    def deliver_due(self, limit: int = 100, now: float | None = None, wait_s: float | None = None) -> dict[str, int]:
         """One pass over at most `limit` messages due, in fair shares: the tenants in turn (each
-        one's oldest due first), at most PER_ENDPOINT of one endpoint.  Its endpoints are sent
-        to at once, up to POOL, at most PER_TENANT of one tenant's, each endpoint's messages in
-        order.  Every request ends by its deadline (webhook_timeout_s, connect to last byte,
-        whatever the receiver does), and no request starts once the pass has run
-        webhook_timeout_s (the messages left stay due, for the next pass): a pass lasts at most
-        twice webhook_timeout_s, and a slow receiver costs the others no more than a slot.  At
-        an endpoint's first failure its other messages of the pass wait as long as that one
-        (`deferred`, not counted as attempts): a receiver that is down or slow costs a pass one
-        request, not one per message.  Returns how many were delivered, retried (failed, to be
-        sent again), failed (retries ran out), deferred and dropped (their endpoint was
-        deleted)."""
+        one's oldest due first), at most PER_ENDPOINT of one endpoint.  Each endpoint's batch
+        goes on a thread of its own, its messages in order, at most POOL batches in flight and
+        PER_TENANT of one tenant's (those past either, and the endpoints already in flight, stay
+        due for a later pass).  Every request ends by its deadline (webhook_timeout_s, connect to
+        last byte, whatever the receiver does), and a batch starts no request after
+        webhook_timeout_s.  The pass waits wait_s (None: webhook_interval_s; math.inf: until
+        every batch has ended) and returns: a batch still in flight goes on, and what it did is
+        counted by a later pass, so a slow receiver holds a slot, never the sender.  At an
+        endpoint's first failure its other messages of the batch wait as long as that one
+        (`deferred`, not counted as attempts): a receiver that is down or slow costs a batch one
+        request, not one per message.  Returns how many batches ended since the last pass
+        delivered, retried (failed, to be sent again), failed (retries ran out), deferred and
+        dropped (their endpoint was deleted)."""
         now = time.time() if now is None else now
-        due = self._due(limit, now)
+        counts = self._collect(0.0)  # the batches that ended since the last pass free their slots
+        busy = {endpoint_id for _, endpoint_id in self._running.values()}
         by_endpoint: dict[str, list[Due]] = defaultdict(list)
-        for m in due:  # in the fair order: the endpoints' first messages come in the tenants' turns
+        for m in self._due(limit, now, busy):  # in the fair order: each endpoint's first message in its tenant's turn
             by_endpoint[m.endpoint_id].append(m)
         with self._db() as db:
             endpoints = {e.id: e for e in db.scalars(select(WebhookEndpointRecord)
                                                      .where(WebhookEndpointRecord.id.in_(list(by_endpoint))))}
-        counts = self._run([(ms[0].tenant, endpoints.get(e), ms) for e, ms in by_endpoint.items()], now)
+        tenants = Counter(tenant for tenant, _ in self._running.values())
+        for endpoint_id, messages in by_endpoint.items():
+            tenant = messages[0].tenant
+            if len(self._running) < POOL and tenants[tenant] < PER_TENANT:
+                tenants[tenant] += 1
+                batch = self._pool.submit(self._deliver_to, endpoints.get(endpoint_id), messages, now)
+                self._running[batch] = (tenant, endpoint_id)
+        counts.update(self._collect(self.s.webhook_interval_s if wait_s is None else wait_s))
         return {k: counts[k] for k in ("delivered", "retried", "failed", "deferred", "dropped")}
 
-    def _due(self, limit: int, now: float) -> list[Due]:
-        """At most `limit` messages due, at most PER_ENDPOINT of an endpoint, the tenants in turn:
-        every tenant's oldest due, then every tenant's second, ... (a tenant with thousands due
-        does not fill a pass another's one message waits behind)."""
+    def _collect(self, wait_s: float) -> Counter[str]:
+        """What the batches that end within wait_s (math.inf: all of them) did."""
+        counts: Counter[str] = Counter()
+        if self._running:
+            done, _ = wait(list(self._running), timeout=None if math.isinf(wait_s) else wait_s)
+            for f in done:
+                del self._running[f]
+            for f in done:
+                counts.update(f.result())  # a batch's exception (BaseException too) is the caller's
+        return counts
+
+    def _due(self, limit: int, now: float, busy: set[str]) -> list[Due]:
+        """At most `limit` messages due, at most PER_ENDPOINT of an endpoint, none of an endpoint
+        in `busy`, the tenants in turn: every tenant's oldest due, then every tenant's second, ...
+        (a tenant with thousands due does not fill a pass another's one message waits behind)."""
         ranked = select(M.id, M.tenant, M.endpoint_id, M.payload, M.attempts, M.created_at, M.next_attempt_at,
                         func.row_number().over(partition_by=M.endpoint_id, order_by=(M.next_attempt_at, M.id))
                         .label("of_endpoint"),
                         func.row_number().over(partition_by=M.tenant, order_by=(M.next_attempt_at, M.id))
-                        .label("of_tenant")).where(*_pending(), M.next_attempt_at <= now).subquery()
+                        .label("of_tenant")).where(*_pending(), M.next_attempt_at <= now,
+                                                   M.endpoint_id.not_in(busy)).subquery()
         with self._db() as db:
             return [Due(r.id, r.tenant, r.endpoint_id, r.payload, r.attempts, _epoch(r.created_at)) for r in db.execute(
                 select(ranked).where(ranked.c.of_endpoint <= PER_ENDPOINT)
                 .order_by(ranked.c.of_tenant, ranked.c.next_attempt_at, ranked.c.id).limit(limit))]
-
-    def _run(self, batches: list[tuple[str, WebhookEndpointRecord | None, list[Due]]], now: float) -> Counter[str]:
-        """Each endpoint's batch on a thread of its own, up to POOL at once and PER_TENANT of one
-        tenant's, in the order given; none started once the pass's time (webhook_timeout_s) is
-        up."""
-        counts: Counter[str] = Counter()
-        stop = time.monotonic() + self.s.webhook_timeout_s
-        waiting, busy = list(batches), Counter[str]()
-        running: dict[Future[Counter[str]], str] = {}  # each batch's future -> its tenant
-        with ThreadPoolExecutor(POOL, thread_name_prefix="setflow-webhook") as pool:
-            while waiting or running:
-                for batch in list(waiting):
-                    if len(running) >= POOL:
-                        break
-                    tenant, endpoint, messages = batch
-                    if busy[tenant] < PER_TENANT:
-                        waiting.remove(batch)
-                        busy[tenant] += 1
-                        running[pool.submit(self._deliver_to, endpoint, messages, now, stop)] = tenant
-                left = stop - time.monotonic()
-                if left <= 0:
-                    waiting.clear()  # the pass's time is up: the rest stay due
-                if not running:
-                    break
-                done, _ = wait(running, timeout=left if waiting else None, return_when=FIRST_COMPLETED)
-                for f in done:
-                    busy[running.pop(f)] -= 1
-                    counts.update(f.result())
-        return counts
 
     def prune(self, now: float | None = None, limit: int = 1000) -> int:
         """Delete up to `limit` delivered or failed messages created more than job_retention_s
@@ -348,8 +347,9 @@ class WebhookSender:
                                       .values(secret=seal(secret, tenant, endpoint_id, self.key))))
         return n
 
-    def _deliver_to(self, endpoint: WebhookEndpointRecord | None, messages: list[Due], now: float,
-                    stop: float) -> Counter[str]:
+    def _deliver_to(self, endpoint: WebhookEndpointRecord | None, messages: list[Due], now: float) -> Counter[str]:
+        """One endpoint's batch, its messages in order; none started after webhook_timeout_s."""
+        stop = time.monotonic() + self.s.webhook_timeout_s
         out: Counter[str] = Counter()
         if endpoint is None:  # deleted after its job's ending wrote the messages
             with self._write.begin() as db:
@@ -357,7 +357,7 @@ class WebhookSender:
             return out
         for i, m in enumerate(messages):
             if time.monotonic() >= stop:
-                break  # the pass's time is up: the rest stay due, unclaimed
+                break  # the batch's time is up: the rest stay due, unclaimed
             if not self._claim(m, now):
                 continue  # another sender took it
             error = self._send(endpoint, m)
@@ -372,7 +372,7 @@ class WebhookSender:
         with self._write.begin() as db:
             return _rows(db.execute(update(M).where(M.id == m.id, *_pending(), M.next_attempt_at <= now)
                                     .values(next_attempt_at=now + 2 * self.s.webhook_timeout_s + LEASE_MARGIN_S))) == 1
-            # a request starts within webhook_timeout_s of its pass and ends within as much again
+            # a request starts within webhook_timeout_s of its batch and ends within as much again
 
     def _send(self, endpoint: WebhookEndpointRecord, m: Due) -> str | None:
         """POST the message, signed, within its deadline (webhook_http.bounded); None when the

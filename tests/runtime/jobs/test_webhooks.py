@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import socket
 import threading
 import time
@@ -31,7 +32,8 @@ from runtime.tables import Base, WebhookEndpointRecord, WebhookMessageRecord
 from tests.receiver import Received, closed_port_url, raw_receiver, receiver
 
 S = Settings(webhook_retry_base_s=5.0, webhook_retry_max_s=3600.0, webhook_retry_for_s=26 * 3600.0,
-             webhook_timeout_s=5.0, webhook_allow_private=True)  # the receivers listen on 127.0.0.1
+             webhook_timeout_s=5.0, webhook_allow_private=True,  # the receivers listen on 127.0.0.1
+             webhook_interval_s=60.0)  # a pass waits this long for its batches: here, for all of them
 
 
 @pytest.fixture
@@ -673,3 +675,27 @@ def test_a_name_whose_dns_does_not_answer_fails_by_the_deadline(db_engine: Engin
         released.set()
     assert (got["delivered"], got["retried"]) == (1, 1) and len(rx.got) == 1, got
     assert took < 10 and "no address within" in _error(db_engine, hung.id), (took, _error(db_engine, hung.id))
+
+
+def test_a_pass_does_not_wait_for_a_slow_receiver(db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
+    """A pass returns after its wait (0.2 s here) while a receiver holds its delivery (to the
+    deadline, 5 s here): the next pass delivers another tenant's message, written meanwhile, at
+    once, and leaves the endpoint in flight alone; a later pass counts the slow one's failure."""
+    settings = S.model_copy(update={"webhook_timeout_s": 5.0})
+    dripping = [b"HTTP/1.1 200 OK\r\n", *[b"x-wait: 1\r\n"] * 150, b"content-length: 0\r\n\r\n"]
+    with raw_receiver(lambda: dripping, every_s=0.2) as slow, receiver() as rx:
+        stuck = endpoints.create("acme", slow.url)
+        _end(jobs, tenant="acme")
+        sender, t0 = WebhookSender(db_engine, settings, rand=lambda: 0.0), time.monotonic()
+        assert sender.deliver_due(wait_s=0.2) == {"delivered": 0, "retried": 0, "failed": 0, "deferred": 0,
+                                                  "dropped": 0}
+        assert time.monotonic() - t0 < 4, "the pass waited for the receiver"
+        endpoints.create("globex", rx.url)
+        _end(jobs, tenant="acme"), _end(jobs, tenant="globex")  # acme's second waits for its endpoint's first
+        second = sender.deliver_due(wait_s=1.0)
+        in_flight = time.monotonic() - t0 < settings.webhook_timeout_s
+        assert second["delivered"] == 1 and len(rx.got) == 1 and (second["retried"] == 0 or not in_flight), second
+        assert slow.connections == 1, "one delivery at a time to an endpoint"
+        assert sender.deliver_due(wait_s=math.inf)["retried"] + second["retried"] == 1
+        sender.close()
+    assert any("deadline" in (m.last_error or "") for m in _messages(db_engine, stuck.id))
