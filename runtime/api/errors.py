@@ -39,8 +39,10 @@ HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 
 #: on the routes of OpenAI's APIs (runtime/api/responses.OPENAI_PATHS) an error is OpenAI's: its
 #: `type` beside the code, `param`, and a bad request is a 400 (what OpenAI's SDKs raise BadRequestError for)
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error",
-                429: "rate_limit_error"}
+                404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
+                413: "invalid_request_error", 415: "invalid_request_error", 429: "rate_limit_error"}
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "message", "function_call", "function_call_output",
+              "item_reference"}  # a union's branches (its types, an item's tag), as pydantic names them in a loc
 
 
 def body(code: str, message: str, status: int, path: str = "", **extra: Any) -> JSONResponse:
@@ -54,6 +56,43 @@ def body(code: str, message: str, status: int, path: str = "", **extra: Any) -> 
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status, headers=headers)
+
+
+def openai_invalid(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """A request's validation errors as OpenAI words one: a message naming one field and what is
+    wrong with it, and that field as `param` (`input[0].content[1]`).  Of the errors, a rule's
+    own (a ValueError's message) comes first, then the most specific (the deepest field): the
+    branches pydantic tried and refused for a union (`input` is not a string) are not the error."""
+    if not errors:
+        return "invalid request", None
+    def depth(err: dict[str, Any]) -> tuple[bool, int]:
+        return err.get("type") == "value_error", len(_param_path(err["loc"]))
+    err = max(errors, key=depth)
+    param = _param(err["loc"])
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if err.get("type") == "missing":
+        msg = "is required"
+    elif err.get("type") in ("extra_forbidden",):
+        msg = "is not a field setflow reads here"
+    return (f"{param}: {msg}" if param else msg), param
+
+
+def _param_path(loc: tuple[Any, ...] | list[Any]) -> list[Any]:
+    """A loc without pydantic's union branches and the body's name."""
+    out: list[Any] = []
+    for x in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
+        if isinstance(x, str) and (x in _TYPE_TAGS or "[" in x or x[:1].isupper()):
+            continue
+        out.append(x)
+    return out
+
+
+def _param(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    """`input[0].content[1]`: a loc as OpenAI's `param` writes a field."""
+    out = ""
+    for x in _param_path(loc):
+        out += f"[{x}]" if isinstance(x, int) else (f".{x}" if out else str(x))
+    return out or None
 
 
 class Caught:
@@ -95,6 +134,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(r: Request, e: RequestValidationError) -> JSONResponse:
+        if r.url.path.startswith(OPENAI_PATHS):
+            message, param = openai_invalid(list(e.errors()))
+            return body("bad_input", message, 422, r.url.path, param=param)
         reasons = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         return body("bad_input", reasons or "invalid request", 422, r.url.path)
 

@@ -9,6 +9,7 @@ from model.tokenizer import Tokenizer
 from runtime.api.response_view import output_items, status, view
 from runtime.tables import JobRecord
 
+STEP_EVENT = "setflow:step"  # an extension event: the implementor's slug, a colon, the event's name
 TERMINAL_EVENT = {"completed": "response.completed", "incomplete": "response.incomplete",
                   "failed": "response.failed", "cancelled": "response.cancelled"}
 
@@ -22,12 +23,15 @@ class Translator:
     Text deltas follow the committed prefix of a text response (its positions from `text_at`,
     the progress event the workflow sends before its turn): set diffusion commits out of order,
     and a token is final once committed, so a delta is never taken back.  An agent's answer is
-    known once it is checked: its text comes whole at the end.  Each set the model commits is
-    also one `setflow.step` event (positions and their text), for clients that show sets where
-    they land; a rerun's steps that say nothing new (the same positions) are not said again."""
+    known once it is checked: its text comes whole at the end.  Where the request asked for them
+    (`steps`: setflow.step_events), each set the model commits is also one `setflow:step` event
+    (positions and their text; an extension event, named with setflow's prefix as the Open
+    Responses spec names them), for clients that show sets where they land; a rerun's steps that
+    say nothing new (the same positions) are not said again.  Not asked for, none is sent: a
+    client that validates events refuses one it does not know."""
 
-    def __init__(self, job: JobRecord, tok: Tokenizer | None) -> None:
-        self.job, self.tok = job, tok
+    def __init__(self, job: JobRecord, tok: Tokenizer | None, steps: bool = False) -> None:
+        self.job, self.tok, self.steps = job, tok, steps
         self.seq = 0
         self.text_at: int | None = None
         self.tokens: dict[int, int] = {}  # position -> token, committed (a text response's)
@@ -56,9 +60,9 @@ class Translator:
         new = [(p, t, x) for p, t, x in zip(positions, tokens, ev.get("pieces") or [""] * len(tokens))
                if (turn, p) not in self.seen]
         out = []
-        if new or cut is not None:
-            self.seen.update((turn, p) for p, _, _ in new)
-            out.append(self._ev("setflow.step", turn=turn, positions=[p for p, _, _ in new],
+        self.seen.update((turn, p) for p, _, _ in new)
+        if self.steps and (new or cut is not None):
+            out.append(self._ev(STEP_EVENT, turn=turn, positions=[p for p, _, _ in new],
                                 pieces=[x for _, _, x in new], cut=cut))
         if self.text_at is not None:
             for p, t, _ in new:
@@ -97,7 +101,7 @@ class Translator:
         return [self._ev("response.output_item.added", output_index=0,
                          item={"type": "message", "id": iid, "status": "in_progress", "role": "assistant", "content": []}),
                 self._ev("response.content_part.added", item_id=iid, output_index=0, content_index=0,
-                         part={"type": "output_text", "text": "", "annotations": []})]
+                         part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})]
 
     def finish(self, job: JobRecord) -> list[dict[str, Any]]:
         """The job has ended: its output items, done, and the terminal event."""
@@ -105,7 +109,7 @@ class Translator:
         out: list[dict[str, Any]] = []
         items = output_items(job)
         if self.opened and not items:  # a text said in part, and no message came of it (failed, cancelled)
-            iid, part = f"msg_{job.id}_0", {"type": "output_text", "text": self.said, "annotations": []}
+            iid, part = f"msg_{job.id}_0", {"type": "output_text", "text": self.said, "annotations": [], "logprobs": []}
             out += [self._ev("response.output_text.done", item_id=iid, output_index=0, content_index=0,
                              text=self.said, logprobs=[]),
                     self._ev("response.content_part.done", item_id=iid, output_index=0, content_index=0, part=part),
@@ -121,7 +125,7 @@ class Translator:
                     out.append(self._ev("response.output_item.added", output_index=i,
                                         item={**item, "status": "in_progress", "content": []}))
                     out.append(self._ev("response.content_part.added", item_id=item["id"], output_index=i,
-                                        content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+                                        content_index=0, part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))
                     rest = text
                 if rest:
                     out.append(self._ev("response.output_text.delta", item_id=item["id"], output_index=i,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from model.params import DecodeParams
 from runtime.api.responses import response_id
 from runtime.jobs.hosts import pool_model
 from runtime.tables import JobRecord
@@ -26,7 +27,7 @@ def output_items(job: JobRecord) -> list[dict[str, Any]]:
     for i, x in enumerate((job.result or {}).get("output", [])):
         if x["type"] == "message":
             out.append({"type": "message", "id": f"msg_{job.id}_{i}", "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": x["text"], "annotations": []}]})
+                        "content": [{"type": "output_text", "text": x["text"], "annotations": [], "logprobs": []}]})
         else:
             out.append({"type": "function_call", "id": f"fc_{job.id}_{i}", "status": "completed",
                         "call_id": f"call_{job.id}_{x['call'].removeprefix('call_')}", "name": x["name"],
@@ -34,9 +35,17 @@ def output_items(job: JobRecord) -> list[dict[str, Any]]:
     return out
 
 
+#: what a response samples with where the request names no temperature (DecodeParams' default: greedy)
+DEFAULT_TEMPERATURE = DecodeParams.temperature
+
+
 def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
-    """The response object of `job`.  snapshot: the status a stream event shows (a stream's
-    events are the same on every read: none carries what the job became since)."""
+    """The response object of `job`, with every field OpenAI's (and the Open Responses spec's)
+    response object requires, each typed as they type it: what the request set, echoed; what it
+    left out, the value that ran (temperature 0: greedy; top_p 1, no penalties; service_tier
+    "default"); what setflow does not have, null (reasoning, completed_at before the end).
+    snapshot: the status a stream event shows (a stream's events are the same on every read:
+    none carries what the job became since)."""
     req: dict[str, Any] = job.spec.get("request", {})
     res = job.result or {}
     st = snapshot or status(job)
@@ -52,8 +61,13 @@ def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
                   if st == "failed" else None),
         "incomplete_details": {"reason": res.get("incomplete") or "max_output_tokens"} if st == "incomplete" else None,
         "instructions": req.get("instructions"), "metadata": req.get("metadata") or {},
-        "tools": req.get("tools", []), "tool_choice": req.get("tool_choice", "auto"),
-        "parallel_tool_calls": False, "temperature": req.get("temperature"), "top_p": 1.0,
+        "tools": [echoed(t) for t in req.get("tools", [])], "tool_choice": req.get("tool_choice", "auto"),
+        "parallel_tool_calls": False, "temperature": req.get("temperature", DEFAULT_TEMPERATURE), "top_p": 1.0,
+        "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": req.get("top_logprobs", 0),
+        "reasoning": req.get("reasoning"), "user": req.get("user"), "max_tool_calls": req.get("max_tool_calls"),
+        "service_tier": "default", "safety_identifier": req.get("safety_identifier"),
+        "prompt_cache_key": req.get("prompt_cache_key"), "prompt_cache_retention": req.get("prompt_cache_retention"),
+        "completed_at": _ts(job.finished_at) if final and st == "completed" else None,
         "max_output_tokens": req.get("max_output_tokens"), "previous_response_id": req.get("previous_response_id"),
         "conversation": {"id": req["conversation"]} if req.get("conversation") else None,
         "text": {"format": {"type": "text"}}, "truncation": "disabled",
@@ -65,6 +79,14 @@ def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
                     **{k: res[k] for k in ("verified", "problems", "attempt", "calls", "turns") if k in res},
                     **({"prefill_tokens": usage["prefill"]} if usage else {})},
     }
+
+
+def echoed(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the response echoes it: a function with its description, parameters and
+    `strict` (true where left out: its calls are checked against its schema, jsonschema)."""
+    if tool.get("type") != "function":
+        return tool
+    return {"description": None, "parameters": None, **tool, "strict": tool.get("strict", True)}
 
 
 def input_items(job: JobRecord) -> list[dict[str, Any]]:

@@ -11,13 +11,15 @@ object carries `setflow`: the job, its session, whether the answer was verified,
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.params import Policy, Seed, Tau, Window
-from runtime.errors import BadInput
+from runtime.errors import BadInput, NotFound
 from runtime.jobs.specs import FunctionTool
 from runtime.tables import JobRecord
 
@@ -27,6 +29,9 @@ RESPONSE_ID = re.compile(r"resp_([0-9a-f]{24})")
 CONVERSATION_ID = re.compile(r"conv_([A-Za-z0-9_-]{1,64})")
 CALL_ID = re.compile(r"call_([0-9a-f]{24})_([0-9]{1,3})")
 MESSAGE_ID = re.compile(r"msg_([0-9a-f]{24})_([0-9]{1,3})")
+ITEM_ID = re.compile(r"(?:msg|fc|in)_([0-9a-f]{24})_([0-9]{1,3})")  # an output item (msg_, fc_) or an input item (in_)
+#: the media types an input_file may hold: it is read as text
+TEXT_FILES = re.compile(r"text/[\w.+-]+|application/(?:json|x-ndjson|jsonl|csv|x-yaml|yaml|xml)")
 
 
 def response_id(job_id: str) -> str:
@@ -34,10 +39,11 @@ def response_id(job_id: str) -> str:
 
 
 def job_of(rid: str) -> str:
-    """A response id's job; BadInput where it names none (OpenAI's clients send what they got)."""
+    """A response id's job; NotFound where it names none: an id of any other form is one no
+    response has (as OpenAI answers an unknown id, whatever its form)."""
     m = RESPONSE_ID.fullmatch(rid)
     if m is None:
-        raise BadInput(f"{rid!r} is not a response id (resp_...)")
+        raise NotFound(f"no response {rid[:80]!r}")
     return m[1]
 
 
@@ -55,14 +61,79 @@ def session_of(cid: str) -> str:
 # ---- the request -------------------------------------------------------------------------------
 
 class Part(BaseModel):
+    """A message's content part: text, or a text file (input_file: read as its text).  An image
+    is refused: setflow's models read text only."""
+
     model_config = ConfigDict(extra="ignore")
-    type: Literal["input_text", "output_text", "text"]
+    type: Literal["input_text", "output_text", "text", "input_file"]
     text: str = Field(max_length=65536)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        kind = v.get("type")
+        if kind == "input_image":
+            raise ValueError("setflow's models read text only: an input_image cannot be read (send its text, "
+                             "or a text, CSV or JSON file as input_file)")
+        if kind == "input_file":
+            return {"type": "input_file", "text": file_text(v)}
+        if kind not in ("input_text", "output_text", "text"):
+            raise ValueError(f"a content part is input_text, output_text or input_file (text, CSV, JSON); "
+                             f"{str(kind)[:40]!r} is not one")
+        return v
+
+
+def file_text(part: dict[str, Any]) -> str:
+    """An input_file's text: `file_data` (a data URL, `data:<type>;base64,...`, base64 alone, or
+    the text itself) or `text`, of a text media type (text/*, JSON, CSV) and UTF-8.  ValueError
+    otherwise: a file by id or URL (setflow keeps no files), a binary file (a PDF)."""
+    name = f"input_file {str(part['filename'])[:128]!r}" if part.get("filename") else "the input_file"
+    data = part.get("file_data", part.get("text"))
+    if not isinstance(data, str):
+        raise ValueError(f"{name}: send its content as file_data (base64, or a data URL); setflow keeps "
+                         "no files, so file_id and file_url cannot be read")
+    raw: bytes | None = None
+    if data.startswith("data:") and "," in data:
+        head, body = data[5:].split(",", 1)
+        media = head.split(";")[0].strip().lower()
+        if media and not TEXT_FILES.fullmatch(media):
+            raise ValueError(f"{name} is {media}: setflow's models read text only (text, CSV, JSON)")
+        raw = _b64(body) if head.endswith(";base64") else body.encode()
+    else:
+        raw = _b64(data) if len(data) % 4 == 0 else None
+    if raw is None:
+        return data  # not base64: the text itself
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name} is not UTF-8 text: setflow's models read text only (text, CSV, JSON)") \
+            from None
+    if "\x00" in text:
+        raise ValueError(f"{name} is binary: setflow's models read text only (text, CSV, JSON)")
+    return text
+
+
+def _b64(s: str) -> bytes | None:
+    try:
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+ITEM_TYPES = ("message", "function_call", "function_call_output", "item_reference")
 
 
 def _typed(v: Any) -> Any:
-    """An item without a type ({"role", "content"}: the SDK's easy message) is a message."""
-    return {**v, "type": "message"} if isinstance(v, dict) and "type" not in v and "role" in v else v
+    """An item without a type ({"role", "content"}: the SDK's easy message) is a message; a type
+    setflow does not read is refused by name."""
+    if isinstance(v, dict) and "type" not in v and "role" in v:
+        return {**v, "type": "message"}
+    if isinstance(v, dict) and v.get("type") not in ITEM_TYPES:
+        raise ValueError(f"an input item is a message, function_call, function_call_output or item_reference; "
+                         f"{str(v.get('type'))[:40]!r} is not one")
+    return v
 
 
 class MessageItem(BaseModel):
@@ -71,10 +142,15 @@ class MessageItem(BaseModel):
     id: str | None = Field(default=None, max_length=128)  # an output message re-sent: msg_<job>_<i> names its response
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[Part]
+    phase: Literal["commentary", "final_answer"] | None = None  # an assistant message's, as re-sent: kept, read as text
 
     @property
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        """Its text: the parts' in order, a file's on lines of its own."""
+        if isinstance(self.content, str):
+            return self.content
+        text = "".join(p.text if p.type != "input_file" else f"\n{p.text.strip(chr(10))}\n" for p in self.content)
+        return text.strip("\n") if any(p.type == "input_file" for p in self.content) else text
 
 
 class FunctionCallItem(BaseModel):
@@ -94,7 +170,17 @@ class FunctionCallOutputItem(BaseModel):
     output: str = Field(max_length=65536)
 
 
-Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem, BeforeValidator(_typed)]
+class ItemReference(BaseModel):
+    """An item of an earlier response named by its id (msg_, fc_: its output; in_: its input):
+    read as that item (runtime/api/routes/responses.py resolves it)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["item_reference"]
+    id: str = Field(max_length=128)
+
+
+Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem | ItemReference,
+                 Field(discriminator="type"), BeforeValidator(_typed)]
 
 
 class BuiltinTool(BaseModel):
@@ -126,13 +212,18 @@ class Extension(BaseModel):
     ignore_eos: bool | None = None  # decode to max_output_tokens whatever the model ends with
     allow_unverified: bool = False
     priority: Literal["interactive", "batch"] = "interactive"
+    #: the `setflow:step` events in the stream (each set the model commits): off unless asked,
+    #: as a client that validates events refuses one it does not know
+    step_events: bool = False
 
 
 class CreateResponse(BaseModel):
-    """POST /v1/responses.  Fields OpenAI's clients send that change nothing here are taken and
-    ignored (parallel_tool_calls, user, include, ...); one that would change what comes back
-    and that setflow does not do is refused (top_p other than 1, a text format other than text,
-    reasoning)."""
+    """POST /v1/responses.  Fields OpenAI's clients send that change nothing here are taken,
+    echoed on the response, and ignored (parallel_tool_calls, user, include, reasoning,
+    service_tier, safety_identifier, prompt_cache_key, prompt_cache_retention, top_logprobs: no
+    logprobs are returned); max_tool_calls bounds the agent's calls; one that would change what
+    comes back and that setflow does not do is refused (top_p other than 1, a text format other
+    than text)."""
 
     model_config = ConfigDict(extra="forbid")
     model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
@@ -145,7 +236,7 @@ class CreateResponse(BaseModel):
     background: bool = False
     stream: bool = False
     tools: list[FunctionTool | BuiltinTool] = Field(default_factory=list, max_length=64)
-    tool_choice: Literal["auto", "none", "required"] | NamedChoice = "auto"
+    tool_choice: Literal["auto", "none", "required"] | NamedChoice = Field(default="auto", union_mode="left_to_right")
     max_output_tokens: int | None = Field(default=None, ge=1, le=4096)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     metadata: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]] | None = \
@@ -153,12 +244,14 @@ class CreateResponse(BaseModel):
     setflow: Extension = Field(default_factory=Extension)
     # taken, changing nothing here
     parallel_tool_calls: bool | None = None
-    max_tool_calls: int | None = None
-    user: str | None = None
-    safety_identifier: str | None = None
-    prompt_cache_key: str | None = None
-    service_tier: str | None = None
-    include: list[str] | None = None
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    user: str | None = Field(default=None, max_length=512)
+    safety_identifier: str | None = Field(default=None, max_length=512)
+    prompt_cache_key: str | None = Field(default=None, max_length=512)
+    prompt_cache_retention: Literal["in-memory", "in_memory", "24h"] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    include: list[Annotated[str, Field(max_length=128)]] | None = Field(default=None, max_length=16)
     truncation: Literal["auto", "disabled"] | None = None
     stream_options: dict[str, Any] | None = None
     top_p: float | None = None
@@ -197,13 +290,6 @@ class CreateResponse(BaseModel):
             raise ValueError("setflow writes text: text.format is {\"type\": \"text\"} or left out")
         return v
 
-    @field_validator("reasoning")
-    @classmethod
-    def _reasoning(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v and any(x is not None for x in v.values()):
-            raise ValueError("setflow's models do not reason apart from their answer: leave reasoning out")
-        return v
-
     def items(self) -> list[dict[str, Any]]:
         """The input as items (a string: one user message), as stored and listed."""
         if isinstance(self.input, str):
@@ -214,8 +300,9 @@ class CreateResponse(BaseModel):
             if isinstance(x, MessageItem):
                 kind = "output_text" if x.role == "assistant" else "input_text"
                 d["content"] = [{"type": kind, "text": x.text}]
-                if d["id"] is None:
-                    del d["id"]
+                for k in ("id", "phase"):
+                    if d[k] is None:
+                        del d[k]
             out.append(d)
         return out
 
@@ -239,8 +326,8 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                                 "temperature": req.temperature}.items() if v is not None}
     spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified,
                             "functions": [t.model_dump() for t in tools]}  # the input: the request's items (stored once)
-    if ext.max_calls is not None:
-        spec["max_calls"] = ext.max_calls
+    if ext.max_calls is not None or req.max_tool_calls is not None:  # OpenAI's bound, within setflow's own
+        spec["max_calls"] = min(x for x in (ext.max_calls, req.max_tool_calls, 8) if x is not None)
     waiting = waiting_calls(parked)
     if waiting:
         given = [o["call_id"] for o in outputs]

@@ -25,7 +25,7 @@ from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.models import ERRORS
 from runtime.api.responses import Item
-from runtime.api.routes.responses import page
+from runtime.api.routes.responses import page, referenced
 from runtime.api.routes.sessions import delete_whole
 from runtime.api.services import Services
 from runtime.errors import BadInput, Busy, NotFound
@@ -68,7 +68,9 @@ def _readable(svc: Services, who: str, session: str | None, items: list[dict[str
     """`items`, once checked that the conversation's next response can read them with those it
     holds unread: BadInput otherwise, rather than a conversation whose every next response is
     refused (and no way to take an item back).  A function_call_output answers a call its last
-    response waits for, once; the messages' text fits one input (4 x max_input_tokens)."""
+    response waits for, once; the messages' text fits one input (4 x max_input_tokens).  An
+    item_reference is kept as the item it names (NotFound where it names none)."""
+    items = referenced(svc, who, items)
     convs = Conversations(svc.sql, svc.settings)
     pending = list(convs.get(session, who).pending) if session is not None else []
     done = convs.responses(session) if session is not None else []

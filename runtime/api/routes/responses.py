@@ -10,6 +10,7 @@ output.
     POST   /v1/responses/{id}/cancel          cancel
     DELETE /v1/responses/{id}                 delete
     GET    /v1/responses/{id}/input_items     its input items
+    POST   /v1/responses/compact              refused (400): setflow does not compact a history
 """
 
 from __future__ import annotations
@@ -43,12 +44,20 @@ from runtime.tables import TERMINAL, JobRecord
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
 log = logging.getLogger("setflow.api")
-ResponseId = Annotated[str, Path(pattern=r"^resp_[0-9a-f]{24}$")]
+ResponseId = Annotated[str, Path(max_length=256)]  # any form: one that names no response is a 404 (shapes.job_of)
 KEEPALIVE_S = 15.0
 GOING_ON_S = 30  # a request's hold on the session it goes on from (_going_on): past any submit
 FORGET_WAIT_S = 120.0  # a left store-false response, cancelled, is waited for this long, then retention's
 FORGET_POLL_S = 2.0  # and its row read this often
 MAX_FORGETTING = 256  # such waits in the process at once
+
+
+@router.post("/compact", responses=ERRORS)
+def compact_response() -> JSONResponse:
+    """Compaction (OpenAI's POST /v1/responses/compact) is not done here: a 400 that says what to
+    do instead, not a 405 (before this route, `compact` was read as a response id)."""
+    raise BadInput("setflow does not compact a history (POST /v1/responses/compact): send the history as it is, "
+                   "or go on from a response with previous_response_id (its session's K/V is kept, not re-read)")
 
 
 @router.post("", responses=ERRORS)
@@ -127,6 +136,7 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
     if req.background and not req.store:
         raise BadInput("a background response is kept until it is read: store false cannot be background")
     conv, prev_id = req.conversation_id(), req.previous_response_id
+    given = referenced(svc, who, req.items())
     if conv is not None and prev_id is not None:
         raise BadInput("give a conversation or a previous_response_id, not both")
     if conv is not None:
@@ -136,7 +146,7 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         convs = Conversations(svc.sql, svc.settings)
         with _going_on(svc, session, conv):
             pending = convs.get(session, who).pending  # NotFound for another tenant's
-            items = [*pending, *req.items()]  # the added items keep their ids: listed the same after
+            items = [*pending, *given]  # the added items keep their ids: listed the same after
             done = convs.responses(session)
             prev = done[-1] if done else None
             if prev is not None and prev.status not in TERMINAL:
@@ -146,13 +156,14 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
             if pending:
                 convs.take(session, who, pending)
             return job
-    items, prev = req.items(), None
+    items, prev = given, None
     if prev_id is None:  # a client that re-sends the history: its last call's response goes on
         prev_id, items = _resent(svc, who, items)
     if prev_id is not None:
         prev = _response(svc, shapes.job_of(prev_id), who)
         if prev.status != "succeeded":
             raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
+        items = _after_held(prev, items)
     spec = _spec(req, items, prev, None)  # every check of the request before a fork: a refusal forks nothing
     if prev is None:
         return _submit(svc, who, req, spec, None)
@@ -170,8 +181,75 @@ def _spec(req: CreateResponse, items: list[dict[str, Any]], prev: JobRecord | No
     """The job's spec (BadInput where the request does not fit), going on from `prev`."""
     spec = shapes.plan(req, items, prev)
     spec["request"] = {**req.model_dump(mode="json", exclude={"input", "setflow", "stream"}, exclude_none=True),
-                       "items": items, "conversation": conv, "store": req.store, "background": req.background}
+                       "items": items, "conversation": conv, "store": req.store, "background": req.background,
+                       **({"step_events": True} if req.setflow.step_events else {})}
     return spec
+
+
+def referenced(svc: Services, who: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items with each item_reference read as the item it names: an output item of one of
+    the tenant's responses (msg_, fc_) or an input item (in_), as a client would re-send it.
+    NotFound where it names none."""
+    if not any(x["type"] == "item_reference" for x in items):
+        return items
+    out = []
+    for x in items:
+        if x["type"] != "item_reference":
+            out.append(x)
+            continue
+        m = shapes.ITEM_ID.fullmatch(x["id"])
+        job = _response(svc, m[1], who) if m is not None else None
+        held = {} if job is None else {y["id"]: y for y in [*response_view.output_items(job),
+                                                            *response_view.input_items(job)]}
+        if x["id"] not in held:
+            raise NotFound(f"item_reference names no item: {x['id'][:80]!r}")
+        out.append(_as_input(held[x["id"]]))
+    return out
+
+
+def _as_input(item: dict[str, Any]) -> dict[str, Any]:
+    """A stored item as a request's input item (CreateResponse.items()'s shape): an output
+    message keeps its id (msg_: it names its response); an input item's own id (in_) goes."""
+    if item["type"] == "function_call":
+        return {k: item[k] for k in ("type", "call_id", "name", "arguments")}
+    if item["type"] == "message":
+        kind = "output_text" if item["role"] == "assistant" else "input_text"
+        out = {"type": "message", "role": item["role"],
+               "content": [{"type": kind, "text": "".join(p["text"] for p in item["content"])}]}
+        return {**out, "id": item["id"]} if shapes.MESSAGE_ID.fullmatch(item["id"]) else out
+    return {k: v for k, v in item.items() if k not in ("id", "status")}
+
+
+def _same_call(sent: dict[str, Any], made: dict[str, Any]) -> bool:
+    """A re-sent call is the one made: the same name, its arguments the same JSON value (a client
+    re-serialises them: `{"a":1}` is `{"a": 1}`)."""
+    if sent["name"] != made["name"]:
+        return False
+    try:
+        return bool(json.loads(sent["arguments"]) == json.loads(made["arguments"]))
+    except ValueError:
+        return bool(sent["arguments"] == made["arguments"])
+
+
+def _after_held(prev: JobRecord, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The input of a request that names `prev`, as OpenAI reads it: a client may re-send what
+    `prev` already holds (its calls, its messages, the history before them) before what is new;
+    the items up to the last that names one of prev's outputs are not new input, the rest are.
+    BadInput where a re-sent call or message of prev is not what it made."""
+    made = {y["call_id"]: y for y in response_view.output_items(prev) if y["type"] == "function_call"}
+    wrote = {y["id"]: y["content"][0]["text"] for y in response_view.output_items(prev) if y["type"] == "message"}
+    last = -1
+    for i, x in enumerate(items):
+        if x["type"] == "function_call" and x["call_id"] in made:
+            if not _same_call(x, made[x["call_id"]]):
+                raise BadInput(f"{x['call_id']} is not the call {shapes.response_id(prev.id)} made: its name or "
+                               "arguments differ")
+            last = i
+        elif x["type"] == "message" and x.get("id") in wrote:
+            if shapes.message_text(x) != wrote[x["id"]]:
+                raise BadInput(f"{x['id']} is not the message {shapes.response_id(prev.id)} wrote: its text differs")
+            last = i
+    return items[last + 1:]
 
 
 def _submit(svc: Services, who: str, req: CreateResponse, spec: dict[str, Any], session: str | None) -> JobRecord:
@@ -218,8 +296,7 @@ def _resent(svc: Services, who: str, items: list[dict[str, Any]]) -> tuple[str |
             made = {y["call_id"]: y for y in response_view.output_items(prev) if y["type"] == "function_call"}
             answered = [y for y in items if y["type"] == "function_call_output" and y["call_id"] in made]
             sent = [y for y in items if y["type"] == "function_call" and y["call_id"] in made]
-            if x["call_id"] not in made or any((y["name"], y["arguments"]) != (made[y["call_id"]]["name"],
-                                                                               made[y["call_id"]]["arguments"]) for y in sent):
+            if x["call_id"] not in made or not all(_same_call(y, made[y["call_id"]]) for y in sent):
                 raise BadInput(f"{x['call_id']} is not a call response {shapes.response_id(prev.id)} made as the input "
                                "says: give its previous_response_id, or the history as it was")
             return shapes.response_id(prev.id), answered
@@ -373,7 +450,8 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
     slot.__enter__()
     r = svc.aclient()
     key, at = svc.keys.events(job.id), "0"
-    tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""))
+    tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""),
+                                    steps=bool(job.spec.get("request", {}).get("step_events")))
     quiet = checked = time.monotonic()
     try:
         for ev in tr.start():

@@ -49,14 +49,15 @@ OPENAI_OPS = [("POST", "/v1/responses"), ("GET", "/v1/responses/{response_id}"),
               ("POST", "/v1/conversations/{conversation_id}/items"),
               ("GET", "/v1/conversations/{conversation_id}/items/{item_id}"),
               ("DELETE", "/v1/conversations/{conversation_id}/items/{item_id}"), ("GET", "/v1/models"),
-              ("GET", "/v1/models/{model}")]
+              ("GET", "/v1/models/{model}"), ("POST", "/v1/responses/compact")]
 WEBHOOK_OPS = [("POST", "/v1/webhooks"), ("GET", "/v1/webhooks"), ("GET", "/v1/webhooks/{webhook_id}"),
                ("DELETE", "/v1/webhooks/{webhook_id}")]
 SCHEDULE_OPS = [("POST", "/v1/schedules"), ("GET", "/v1/schedules"), ("GET", "/v1/schedules/{schedule_id}"),
                 ("POST", "/v1/schedules/{schedule_id}/pause"), ("POST", "/v1/schedules/{schedule_id}/resume"),
                 ("DELETE", "/v1/schedules/{schedule_id}")]
 NO_PARAMETERS = {("POST", "/v1/sessions"), ("GET", "/healthz"), ("GET", "/metrics"),
-                 ("GET", "/v1/datasets"), ("GET", "/v1/models"), ("GET", "/v1/webhooks")}  # nothing to make invalid
+                 ("GET", "/v1/datasets"), ("GET", "/v1/models"), ("GET", "/v1/webhooks"),
+                 ("POST", "/v1/responses/compact")}  # nothing to make invalid
 ONLY_AN_ID = {("GET", "/v1/sessions/{session_id}"), ("DELETE", "/v1/sessions/{session_id}"),
               ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel")}  # nothing else to make invalid
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,

@@ -1,0 +1,226 @@
+"""The Responses API as the protocol's other clients hold it (issue #51), with the official
+`openai` SDK and plain HTTP against a real stack (test_responses.py's): every field the Open
+Responses spec requires on a response object, typed as it types it; extension stream events only
+when asked for, named with setflow's prefix; compact, images, files, unknown ids and bad fields
+answered with OpenAI's errors a person can act on; histories as the Vercel AI SDK sends them
+(item references, calls re-serialised, a previous_response_id beside the re-sent call); the
+request fields OpenAI's clients send, echoed; a forced tool_choice honoured or refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from app.demo import Stack
+from tests.runtime.api import test_responses as base
+from tests.runtime.api.test_responses import LOOKUP, OUTPUTS, sdk
+from tests.workflows.test_agent import ANSWER, QUESTION
+
+pytestmark = pytest.mark.slow
+stack = base.stack  # test_responses.py's stack (its own, for this module)
+
+#: the response object's fields the Open Responses spec requires (schema ResponseResource.json)
+REQUIRED = ["id", "object", "created_at", "completed_at", "status", "incomplete_details", "model",
+            "previous_response_id", "instructions", "output", "error", "tools", "tool_choice", "truncation",
+            "parallel_tool_calls", "text", "top_p", "presence_penalty", "frequency_penalty", "top_logprobs",
+            "temperature", "reasoning", "user", "usage", "max_output_tokens", "max_tool_calls", "store",
+            "background", "service_tier", "metadata", "safety_identifier", "prompt_cache_key"]
+NUMBERS = ["top_p", "presence_penalty", "frequency_penalty", "temperature"]
+
+
+def client(stack: Stack) -> Any:
+    """The official SDK's client, untyped: these tests send what its types do not list."""
+    return sdk(stack)
+
+
+def post(stack: Stack, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(stack.api.url + path, json=body, headers={"Authorization": "Bearer sk-resp-acme-0001"},
+                      timeout=120)
+
+
+def error_of(r: httpx.Response) -> dict[str, Any]:
+    body = r.json()
+    assert set(body) == {"error"}, body
+    err: dict[str, Any] = body["error"]
+    assert {"message", "type", "param", "code"} <= set(err), err
+    return err
+
+
+def test_a_response_object_holds_every_field_the_spec_requires_typed_and_echoes_the_request(stack: Stack) -> None:
+    """Before: no completed_at, penalties, top_logprobs, reasoning, max_tool_calls, service_tier,
+    safety_identifier or prompt_cache_key; temperature null; echoed tools without `strict`."""
+    asked = {"reasoning": {"effort": "low", "summary": None}, "service_tier": "auto", "safety_identifier": "user-7",
+             "prompt_cache_key": "kpis", "prompt_cache_retention": "24h", "top_logprobs": 3, "max_tool_calls": 4,
+             "include": ["message.output_text.logprobs"], "user": "u-1"}
+    r = post(stack, "/v1/responses", {"model": "small", "input": QUESTION, "tools": [LOOKUP], **asked})
+    body = r.json()  # a call of get_kpi: completed
+    assert r.status_code == 200, body
+    missing = [k for k in REQUIRED if k not in body]
+    assert not missing, missing
+    for k in NUMBERS:
+        assert isinstance(body[k], (int, float)) and not isinstance(body[k], bool), (k, body[k])
+    assert isinstance(body["top_logprobs"], int) and isinstance(body["service_tier"], str)
+    assert isinstance(body["completed_at"], int) and body["completed_at"] >= body["created_at"]
+    assert body["status"] == "completed" and body["output"][0]["type"] == "function_call", body
+    assert body["tools"] == [{**LOOKUP, "strict": True}]
+    for k in ("reasoning", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "top_logprobs",
+              "max_tool_calls", "user"):
+        assert body[k] == asked[k], (k, body[k])
+    queued = post(stack, "/v1/responses", {"model": "small", "input": "Churn fell", "max_output_tokens": 2,
+                                           "background": True}).json()
+    assert queued["completed_at"] is None and queued["temperature"] == 0
+    text = post(stack, "/v1/responses", {"model": "small", "input": "Churn fell", "max_output_tokens": 2,
+                                         "tools": [{"type": "function", "name": "f"}], "tool_choice": "none"}).json()
+    assert text["tools"] == [{"type": "function", "name": "f", "description": None, "parameters": None, "strict": True}]
+    assert text["output"][0]["content"][0]["logprobs"] == [] and (text["completed_at"] is None) == \
+        (text["status"] != "completed")
+
+
+def test_extension_events_only_when_asked_and_named_with_the_prefix(stack: Stack) -> None:
+    """Before: every stream held `setflow.step` events, which a client validating events refuses."""
+    c = client(stack)
+    plain = [e.type for e in c.responses.create(model="small", input="Revenue rose", max_output_tokens=6, stream=True)]
+    assert plain[0] == "response.created" and plain[-1] in ("response.completed", "response.incomplete")
+    assert all(t.startswith("response.") for t in plain), plain
+    asked = [e.type for e in c.responses.create(model="small", input="Revenue rose", max_output_tokens=6, stream=True,
+                                                extra_body={"setflow": {"step_events": True}})]
+    assert "setflow:step" in asked and "setflow.step" not in asked, asked
+    assert [t for t in asked if t != "setflow:step"] == plain  # the same events besides
+
+
+def test_compact_is_a_clear_openai_error_not_a_405(stack: Stack) -> None:
+    r = post(stack, "/v1/responses/compact", {"model": "small", "input": "hi"})
+    err = error_of(r)
+    assert r.status_code == 400 and err["type"] == "invalid_request_error" and "compact" in err["message"], err
+    other = httpx.put(stack.api.url + "/v1/responses", headers={"Authorization": "Bearer sk-resp-acme-0001"})
+    assert other.status_code == 405 and error_of(other)["type"] == "invalid_request_error"
+
+
+def test_an_image_is_refused_in_words_and_a_text_file_is_read(stack: Stack) -> None:
+    """Before: both were a 400 whose message was pydantic's dump of every union branch."""
+    image = {"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
+                                         {"type": "input_image", "image_url": "https://example.com/a.png"}]}
+    r = post(stack, "/v1/responses", {"model": "small", "input": [image]})
+    err = error_of(r)
+    assert r.status_code == 400 and "text only" in err["message"] and err["param"] == "input[0].content[1]", err
+    assert "Input should" not in err["message"] and ";" not in err["message"], err
+    csv = base64.b64encode(b"market,revenue\nEMEA,812\n").decode()
+    c = client(stack)
+    for part in ({"type": "input_file", "filename": "kpis.csv", "file_data": f"data:text/csv;base64,{csv}"},
+                 {"type": "input_file", "filename": "kpis.csv", "file_data": csv}):
+        r2 = c.responses.create(model="small", max_output_tokens=2, input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "Revenue by market:"}, part]}])
+        [item] = c.responses.input_items.list(r2.id).data
+        assert item.content[0].text == "Revenue by market:\nmarket,revenue\nEMEA,812"
+    pdf = {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQ="}
+    err = error_of(post(stack, "/v1/responses", {"model": "small", "input": [{"role": "user", "content": [pdf]}]}))
+    assert "'a.pdf' is application/pdf" in err["message"], err
+
+
+@pytest.mark.parametrize("bad, param, words", [
+    ({"input": [{"type": "message", "content": "hi"}]}, "input[0].role", "is required"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "'reasoning' is not one"),
+    ({"input": "hi", "temperature": "hot"}, "temperature", "number"),
+    ({"input": "hi", "frobnicate": 1}, "frobnicate", "not a field"),
+])
+def test_a_bad_field_is_named_once_with_what_to_do(stack: Stack, bad: dict[str, Any], param: str, words: str) -> None:
+    r = post(stack, "/v1/responses", {"model": "small", **bad})
+    err = error_of(r)
+    assert r.status_code == 400 and err["param"] == param and words in err["message"], err
+    assert err["message"].startswith(param + ": ") and "Input should be a valid string" not in err["message"], err
+
+
+@pytest.mark.parametrize("rid", ["resp_does_not_exist", "resp_" + "f" * 24, "compacted", "msg_1"])
+def test_an_unknown_response_id_of_any_form_is_a_404(stack: Stack, rid: str) -> None:
+    """Before: an id not of setflow's form (resp_does_not_exist) was a 400."""
+    c = client(stack)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(rid)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.input_items.list(rid)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.cancel(rid)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.delete(rid)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.create(model="small", input="hi", previous_response_id=rid)
+
+
+def _loop(c: Any, history: list[dict[str, Any]], send: Any, **kw: Any) -> Any:
+    """The function-calling loop of a stateless client: the whole history re-sent each time,
+    each call as `send(call)` says, then its output."""
+    r = c.responses.create(model="small", input=history, tools=[LOOKUP], **kw)
+    while r.output and r.output[0].type == "function_call":
+        call = r.output[0]
+        history = [*history, send(call), {"type": "function_call_output", "call_id": call.call_id,
+                                          "output": OUTPUTS[json.loads(call.arguments)["quarter"]]}]
+        r = c.responses.create(model="small", input=history, tools=[LOOKUP], **kw)
+    return r
+
+
+def test_item_references_are_read_as_the_items_they_name(stack: Stack) -> None:
+    """The Vercel AI SDK with store on sends its calls as item references; they were refused."""
+    c = client(stack)
+    r = _loop(c, [{"role": "user", "content": QUESTION}], lambda call: {"type": "item_reference", "id": call.id})
+    assert ANSWER in r.output_text and r.model_extra["setflow"]["verified"] is True, r
+    with pytest.raises(openai.NotFoundError):
+        c.responses.create(model="small", input=[{"type": "item_reference", "id": "msg_" + "0" * 24 + "_0"}])
+
+
+def test_a_call_re_sent_in_compact_json_is_the_call_made(stack: Stack) -> None:
+    """The SDK re-sends `{"kpi":"revenue",...}`; setflow wrote `{"kpi": "revenue", ...}` and,
+    comparing bytes, answered 400 "is not a call response ... made as the input says"."""
+    c = client(stack)
+
+    def compact(call: Any) -> dict[str, Any]:
+        return {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                "arguments": json.dumps(json.loads(call.arguments), separators=(",", ":"))}
+    r = _loop(c, [{"role": "user", "content": QUESTION}], compact)
+    assert ANSWER in r.output_text, r
+    first = c.responses.create(model="small", input=QUESTION, tools=[LOOKUP])
+    call = first.output[0]
+    other = {**compact(call), "arguments": json.dumps({**json.loads(call.arguments), "quarter": "2025-Q1"})}
+    with pytest.raises(openai.BadRequestError, match="not a call"):
+        c.responses.create(model="small", tools=[LOOKUP], input=[
+            {"role": "user", "content": QUESTION}, other,
+            {"type": "function_call_output", "call_id": call.call_id, "output": "1"}])
+
+
+def test_a_previous_response_id_beside_the_re_sent_call_reads_only_what_follows(stack: Stack) -> None:
+    """A request naming previous_response_id that also re-sends the question and the call: the
+    items the previous response holds are not new input (they were stored, listed and read as
+    new)."""
+    c = client(stack)
+    first = c.responses.create(model="small", input=QUESTION, tools=[LOOKUP])
+    call = first.output[0]
+    args = json.dumps(json.loads(call.arguments), separators=(",", ":"))
+    sent = [{"role": "user", "content": QUESTION},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": args},
+            {"type": "function_call_output", "call_id": call.call_id, "output": OUTPUTS["2026-Q2"]}]
+    nxt = c.responses.create(model="small", previous_response_id=first.id, tools=[LOOKUP], input=sent)
+    assert nxt.status == "completed", nxt
+    assert [x.type for x in c.responses.input_items.list(nxt.id).data] == ["function_call_output"]
+    wrong = [sent[0], {**sent[1], "name": "get_other"}, sent[2]]
+    with pytest.raises(openai.BadRequestError, match="not the call"):
+        c.responses.create(model="small", previous_response_id=first.id, tools=[LOOKUP], input=wrong)
+
+
+def test_max_tool_calls_bounds_the_calls(stack: Stack) -> None:
+    """max_tool_calls was taken and ignored: with 0 the model called get_kpi."""
+    r = client(stack).responses.create(model="small", input=QUESTION, tools=[LOOKUP], max_tool_calls=0)
+    assert r.status == "failed" and r.error is not None and "call limit (0)" in r.error.message, r
+    assert r.max_tool_calls == 0
+
+
+def test_phase_on_an_input_message_is_kept(stack: Stack) -> None:
+    c = client(stack)
+    r = c.responses.create(model="small", max_output_tokens=2, input=[
+        {"role": "assistant", "content": "Revenue rose.", "phase": "final_answer"},
+        {"role": "user", "content": "By how much?"}])
+    assert [x.model_dump().get("phase") for x in c.responses.input_items.list(r.id, order="asc").data] == \
+        ["final_answer", None]
