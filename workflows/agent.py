@@ -165,6 +165,7 @@ class _Agent:
         session full after a call; RequiresAction (its state a Parked) at a call its client runs."""
         turns, spec, tok = self.turns, self.spec, self.turns.tokenizer
         data = Dataset(spec.dataset_seed)
+        forced = spec.first_call is not None  # this run's first segment calls a tool (the request forces it)
         while True:
             # 1) decode a segment: up to a call, the answer's EOS, or its token limit; its calls
             #    guided to copy the question's names and the numbers of the results so far
@@ -175,6 +176,9 @@ class _Agent:
                 guide = tools.UnitGuide(tok, guide, [(c["call"], c["result"]) for c in self.calls],
                                         {tok.token_id(x): c["result"] for c, x in zip(self.calls, self.read_results)
                                          if SLOT.fullmatch(x) and tok.has_token(x)}, self.units)
+            if forced:
+                guide = tools.ForcedCall(tok, None if spec.first_call == "any" else spec.first_call, guide)
+                forced = False
             try:
                 r = turns.turn(ids, replace(self.seg, guide=guide), text=text_in, facts=self.slots)
             except DecodeError as e:

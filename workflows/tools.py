@@ -195,6 +195,33 @@ class CallGuide:
         return None if END_CALL in text else (ids, at, text)
 
 
+class ForcedCall:
+    """The guide of a segment that must call a tool (a response's tool_choice, `required` or a
+    named function): its text begins with `<call>` and the tool's name and `(` (`<call>` alone
+    where any tool will do), each token the model's most probable one that keeps to it; once
+    written, `inner` (the calls' guide) decides.  A pure function of the segment's tokens: the
+    same on every worker."""
+
+    def __init__(self, tok: Tokenizer, tool: str | None, inner: Guide | None) -> None:
+        self._tok, self._inner = tok, inner
+        self._head = f"{CALL}{tool}(" if tool is not None else CALL
+        self._written: tuple[int, ...] | None = None  # the first tokens that wrote the head
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        w = self._written
+        if w is not None and len(before) >= len(w) and tuple(before[:len(w)]) == w:
+            return self._inner.allows(before, token) if self._inner is not None else None
+        text = self._tok.decode(list(before))
+        if text.startswith(self._head):
+            self._written = tuple(before)
+            return self._inner.allows(before, token) if self._inner is not None else None
+        longer = self._tok.decode([*before, token])
+        if longer == text:  # a token that writes nothing is no way on
+            return False
+        longer = longer.removesuffix("\ufffd")  # a character's first bytes: judged by what they start
+        return self._head.startswith(longer) or longer.startswith(self._head)
+
+
 class UnitGuide:
     """The answer's guide for units: after a result's slot (and a space or two), no token that
     starts a unit the checker would refuse after that number (answers.unit_problems: a total of a

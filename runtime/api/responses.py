@@ -326,6 +326,8 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                                 "temperature": req.temperature}.items() if v is not None}
     spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified,
                             "functions": [t.model_dump() for t in tools]}  # the input: the request's items (stored once)
+    if (force := forced(req, tools, builtin)) is not None:
+        spec["force"] = force
     if ext.max_calls is not None or req.max_tool_calls is not None:  # OpenAI's bound, within setflow's own
         spec["max_calls"] = min(x for x in (ext.max_calls, req.max_tool_calls, 8) if x is not None)
     waiting = waiting_calls(parked)
@@ -353,6 +355,37 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     else:  # the messages in order, each a line, read from `messages` (ResponseSpec): what a text model continues
         spec.update(mode="text")
     return spec
+
+
+def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[BuiltinTool]) -> str | None:
+    """The tool the response's first decode must call (ResponseSpec.force): a named function's
+    skill (tool_choice {"type": "function", "name"}), or, for `required`, the one skill its tools
+    offer ("any" where they offer both); None for auto and none.  BadInput where the shipped
+    model cannot make the call asked for: a named function whose parameters fit no skill of its
+    (docs/api.md, "Function tools") or whose skill another tool takes, or `required` with no
+    tool it can call."""
+    choice = req.tool_choice
+    if choice in ("auto", "none"):
+        return None
+    own = {"setflow_metric": "metric", "setflow_calc": "calc"}
+    taken = {own[t.type] for t in builtin}
+    if isinstance(choice, NamedChoice):
+        f = next(t for t in tools if t.name == choice.name)
+        skill = f.skill()
+        if skill is None:
+            raise BadInput(f"tool_choice names {f.name}, which the model cannot call: it calls a lookup by three names "
+                           "(parameters: three required strings) or a calculator (one required string), and "
+                           f"{f.name}'s parameters are neither; leave tool_choice auto, or declare such a function")
+        first = next(t for t in tools if t.skill() == skill)
+        if skill in taken or first is not f:
+            raise BadInput(f"tool_choice names {f.name}, but the model calls "
+                           f"{'setflow_' + skill if skill in taken else first.name} for that skill: name that one")
+        return skill
+    skills = taken | {s for t in tools if (s := t.skill()) is not None}
+    if not skills:
+        raise BadInput("tool_choice is required, but the model can call none of the tools: it calls a lookup by "
+                       "three names (parameters: three required strings) or a calculator (one required string)")
+    return skills.pop() if len(skills) == 1 else "any"
 
 
 def waiting_calls(parked: JobRecord | None) -> dict[str, str]:

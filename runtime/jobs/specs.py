@@ -140,6 +140,10 @@ class AgentSpec(Tuned):
     #: names the client's own metric tool knows (client_tools: metric): those the question holds
     #: enter the model as slots, as a dataset's do (a question's other names stay text, copied)
     names: list[Name] = Field(default_factory=list, max_length=256)
+    #: the tool the run's first segment must call (a response's tool_choice: a named function's
+    #: skill, or "any" tool), guided from its first token (workflows/tools.ForcedCall); None: the
+    #: model chooses
+    first_call: Literal["metric", "calc", "any"] | None = None
 
     # the names in a question as a dataset's rows hold them (clean_name): NFC, no spaces
     # (U+0020) at its ends, a run of them one; in any script.  The model reads it as text: no
@@ -260,6 +264,9 @@ class ResponseSpec(Tuned):
     #: what the client sent (its input items, instructions, tools, metadata...): the API echoes
     #: it in the response object; the workflow reads none of it
     request: dict[str, Any] = Field(default_factory=dict)
+    #: the tool its first decode must call (tool_choice `required` or a named function:
+    #: runtime/api/responses.forced); None: the model chooses
+    force: Literal["metric", "calc", "any"] | None = None
 
     @field_validator("text")
     @classmethod
@@ -324,7 +331,7 @@ class ResponseSpec(Tuned):
         return AgentSpec.model_validate({
             "question": question, "max_calls": self.max_calls, "params": self.params.model_dump(),
             "dataset": self.dataset, "allow_unverified": self.allow_unverified, "client_tools": list(functions),
-            "names": list(dict.fromkeys(names))})
+            "names": list(dict.fromkeys(names)), "first_call": self.force})
 
     def callable(self) -> dict[str, FunctionTool]:
         """skill -> the client's function called for it (the first that fits it)."""

@@ -159,3 +159,32 @@ def test_a_lookup_with_no_enum_for_its_period_answers_two_row_questions(loaded: 
         assert args["quarter"] == "2026-Q3", args
         out = respond(conv, parked=out["parked"], output=outputs[args["market"]])
     assert out["verified"] is True and out["output"][0]["text"].endswith(answer), out["output"]
+
+
+class Written(LocalTurns):
+    """A session in this process that keeps what each turn wrote, as text."""
+
+    def __init__(self, loaded: tuple[SetDLM, Tokenizer]) -> None:
+        super().__init__(*loaded)
+        self.written: list[str] = []
+
+    def turn(self, ids: list[int], params: Any, **kw: Any) -> Any:
+        r = super().turn(ids, params, **kw)
+        self.written.append(self.tokenizer.decode(r.tokens))
+        return r
+
+
+@pytest.mark.parametrize("force, head", [("metric", f"{CALL}metric("), ("any", CALL)])
+def test_a_forced_call_is_how_the_first_segment_begins(loaded: tuple[SetDLM, Tokenizer], force: str, head: str) -> None:
+    """tool_choice `required` or a named function (ResponseSpec.force): the first segment opens
+    the call, where the model left to itself writes none (a statement, not a question)."""
+    statement = "Revenue in EMEA rose in 2026-Q3."
+    free, forced = Written(loaded), Written(loaded)
+    for turns, f in ((free, None), (forced, force)):
+        try:
+            responses.run(turns, ResponseSpec.model_validate({"mode": "agent", "functions": [LOOKUP],
+                                                              "question": statement, "force": f}))
+        except NoAnswer:
+            pass  # what the model makes of a statement is not this test's
+    assert not free.written[0].startswith(CALL), free.written[0]
+    assert forced.written[0].startswith(head), forced.written[0]

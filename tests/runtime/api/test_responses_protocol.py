@@ -224,3 +224,30 @@ def test_phase_on_an_input_message_is_kept(stack: Stack) -> None:
         {"role": "user", "content": "By how much?"}])
     assert [x.model_dump().get("phase") for x in c.responses.input_items.list(r.id, order="asc").data] == \
         ["final_answer", None]
+
+
+def _first_turn(events: list[Any]) -> str:
+    """What the response's first turn wrote, from its setflow:step events (positions, pieces)."""
+    steps = [e.model_dump() for e in events if e.type == "setflow:step"]
+    first = [s for s in steps if s["turn"] == steps[0]["turn"]]
+    return "".join(x for _, x in sorted((p, x) for s in first for p, x in zip(s["positions"], s["pieces"])))
+
+
+def test_a_forced_tool_choice_opens_the_call_and_one_the_model_cannot_make_is_refused(stack: Stack) -> None:
+    """tool_choice {"type": "function", "name"} and `required` were accepted and ignored."""
+    c = client(stack)
+    statement = "Revenue in EMEA rose in 2026-Q3."  # no question: left to itself the model calls nothing
+    wrote = {}
+    for choice in ("auto", {"type": "function", "name": "get_kpi"}, "required"):
+        events = list(c.responses.create(model="small", input=statement, tools=[LOOKUP], tool_choice=choice,
+                                         stream=True, extra_body={"setflow": {"step_events": True}}))
+        wrote[json.dumps(choice)] = _first_turn(events)
+    assert not wrote['"auto"'].startswith("<call>"), wrote
+    assert wrote[json.dumps({"type": "function", "name": "get_kpi"})].startswith("<call>metric("), wrote
+    assert wrote['"required"'].startswith("<call>metric("), wrote  # its one tool the model can call
+    mail = {"type": "function", "name": "send_mail", "parameters": {"type": "object", "properties": {"to": {"type": "integer"}}}}
+    for choice, words in (({"type": "function", "name": "send_mail"}, "send_mail's parameters are neither"),
+                          ("required", "can call none of the tools")):
+        r = post(stack, "/v1/responses", {"model": "small", "input": statement, "tools": [mail], "tool_choice": choice})
+        err = error_of(r)
+        assert r.status_code == 400 and words in err["message"], err
