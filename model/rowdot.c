@@ -20,12 +20,14 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
 #define MAX_THREADS 64
-#define SPIN 20000  /* pause loops a helper waits for the next call before it sleeps */
+#define SPIN 4000   /* pause loops a helper waits for the next call before it sleeps */
+#define YIELD 256   /* pause loops the caller waits for a helper's chunk before it yields its core */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline))
 
@@ -281,7 +283,10 @@ int rowdot(const void *x, const void *w, int kind, int wbf16, float *y, long m, 
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
     work(call);
-    while (atomic_load_explicit(&done, memory_order_acquire) < n_chunks) _mm_pause();
+    for (int s = 0; atomic_load_explicit(&done, memory_order_acquire) < n_chunks; s++) {
+        if (s < YIELD) _mm_pause();
+        else sched_yield(); /* a helper descheduled mid-chunk (a busy machine) gets the core */
+    }
     pthread_mutex_unlock(&call_mu);
     return 0;
 }
