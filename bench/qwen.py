@@ -228,7 +228,7 @@ def bound_s(model: SetDLM, case: str, tokens: int, hw: dict[str, float]) -> floa
         return f(PROMPT, 1, PROMPT // 2) + (NEW - 1) * f(1, 1, keys)
     if case.startswith("batch"):
         B = int(case.removeprefix("batch"))
-        return B * f(PROMPT, 0, PROMPT // 2) + NEW * f(2 * B, B, keys)
+        return f(B * PROMPT, 0, PROMPT // 2) + NEW * f(2 * B, B, keys)  # the prompts' prefill is one batched forward
     W = 1 if case == "ar" else int(case.removeprefix("W"))
     steps = -(-NEW // W)  # every step commits W: its pending W and W masks
     return f(PROMPT, 0, PROMPT // 2) + steps * f(2 * W, W, keys)
