@@ -563,8 +563,8 @@ async def processing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             writer.write(PROCESSING)
             await writer.drain()
             await asyncio.sleep(0.2)
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-        pass  # the sender gave up
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.CancelledError):
+        pass  # the sender gave up, or the abuser's run ended
     finally:
         writer.close()
 

@@ -245,8 +245,9 @@ class WebhookSender:
     it against theirs), and the deadlines are the clock's too."""
 
     def __init__(self, engine: Engine, settings: Settings, http: httpx.Client | None = None,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random, wait_s: float = 0.0) -> None:
         self.s = settings
+        self.wait_s = wait_s  # how long a pass waits for the batches it started (math.inf: for all in flight)
         self._db = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.http = http or client(settings.webhook_timeout_s, settings.webhook_allow_private)
@@ -260,23 +261,24 @@ class WebhookSender:
         self._pool.shutdown(wait=True)
         self.http.close()
 
-    def deliver_due(self, limit: int = 100, now: float | None = None, wait_s: float | None = None) -> dict[str, int]:
+    def deliver_due(self, limit: int = 100, now: float | None = None) -> dict[str, int]:
         """One pass over at most `limit` messages due, in fair shares: the tenants in turn (each
         one's oldest due first), at most PER_ENDPOINT of one endpoint.  Each endpoint's batch
         goes on a thread of its own, its messages in order, at most POOL batches in flight and
         PER_TENANT of one tenant's (those past either, and the endpoints already in flight, stay
         due for a later pass).  Every request ends by its deadline (webhook_timeout_s, connect to
         last byte, whatever the receiver does), and a batch starts no request after
-        webhook_timeout_s.  The pass waits wait_s (None: webhook_interval_s; math.inf: until
-        every batch has ended) and returns: a batch still in flight goes on, and what it did is
-        counted by a later pass, so a slow receiver holds a slot, never the sender.  At an
+        webhook_timeout_s.  The pass waits for the batches it started self.wait_s at most (none:
+        the workers' passes; math.inf: until every batch in flight has ended, as tests do), and
+        returns: a batch still in flight goes on, and what it did is counted by a later pass, so
+        a slow receiver holds a slot, never the sender.  At an
         endpoint's first failure its other messages of the batch wait as long as that one
         (`deferred`, not counted as attempts): a receiver that is down or slow costs a batch one
-        request, not one per message.  Returns how many batches ended since the last pass
-        delivered, retried (failed, to be sent again), failed (retries ran out), deferred and
+        request, not one per message.  Returns how many the batches that ended since the last
+        pass delivered, retried (failed, to be sent again), failed (retries ran out), deferred and
         dropped (their endpoint was deleted)."""
         now = time.time() if now is None else now
-        counts = self._collect(0.0)  # the batches that ended since the last pass free their slots
+        counts = self._collect()  # the batches that ended since the last pass free their slots
         busy = {endpoint_id for _, endpoint_id in self._running.values()}
         by_endpoint: dict[str, list[Due]] = defaultdict(list)
         for m in self._due(limit, now, busy):  # in the fair order: each endpoint's first message in its tenant's turn
@@ -285,24 +287,28 @@ class WebhookSender:
             endpoints = {e.id: e for e in db.scalars(select(WebhookEndpointRecord)
                                                      .where(WebhookEndpointRecord.id.in_(list(by_endpoint))))}
         tenants = Counter(tenant for tenant, _ in self._running.values())
+        started = []
         for endpoint_id, messages in by_endpoint.items():
             tenant = messages[0].tenant
             if len(self._running) < POOL and tenants[tenant] < PER_TENANT:
                 tenants[tenant] += 1
-                batch = self._pool.submit(self._deliver_to, endpoints.get(endpoint_id), messages, now)
-                self._running[batch] = (tenant, endpoint_id)
-        counts.update(self._collect(self.s.webhook_interval_s if wait_s is None else wait_s))
+                started.append(self._pool.submit(self._deliver_to, endpoints.get(endpoint_id), messages, now))
+                self._running[started[-1]] = (tenant, endpoint_id)
+        if math.isinf(self.wait_s):
+            wait(list(self._running))
+        elif started and self.wait_s > 0:
+            wait(started, timeout=self.wait_s)  # this pass's own batches (not those earlier passes left in flight)
+        counts.update(self._collect())
         return {k: counts[k] for k in ("delivered", "retried", "failed", "deferred", "dropped")}
 
-    def _collect(self, wait_s: float) -> Counter[str]:
-        """What the batches that end within wait_s (math.inf: all of them) did."""
+    def _collect(self) -> Counter[str]:
+        """What the batches that have ended did (they leave _running)."""
+        done = [f for f in self._running if f.done()]
+        for f in done:
+            del self._running[f]
         counts: Counter[str] = Counter()
-        if self._running:
-            done, _ = wait(list(self._running), timeout=None if math.isinf(wait_s) else wait_s)
-            for f in done:
-                del self._running[f]
-            for f in done:
-                counts.update(f.result())  # a batch's exception (BaseException too) is the caller's
+        for f in done:
+            counts.update(f.result())  # a batch's exception (BaseException too) is the caller's
         return counts
 
     def _due(self, limit: int, now: float, busy: set[str]) -> list[Due]:

@@ -6,6 +6,7 @@ secret the API gave."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -113,7 +114,7 @@ def test_a_job_ending_reaches_the_receiver_signed_with_the_secret_the_api_gave(h
     with receiver() as rx:
         made = hooks.http.post("/v1/webhooks", json={"url": rx.url}, headers=ACME).json()
         job_id = _end_job(hooks, kind="response", result={"status": "completed"})
-        sender = WebhookSender(hooks.svc.sql, hooks.s)
+        sender = WebhookSender(hooks.svc.sql, hooks.s, wait_s=math.inf)
         assert sender.deliver_due()["delivered"] == 1
         sender.close()
     (got,) = rx.got
@@ -163,7 +164,7 @@ def test_a_sealed_secret_signs_what_the_receiver_verifies_with_the_secret_the_ap
     with receiver() as rx:
         made = api.http.post("/v1/webhooks", json={"url": rx.url}, headers=ACME).json()
         _end_job(api)
-        sender = WebhookSender(api.svc.sql, api.s)
+        sender = WebhookSender(api.svc.sql, api.s, wait_s=math.inf)
         assert sender.deliver_due()["delivered"] == 1
         sender.close()
     (got,) = rx.got

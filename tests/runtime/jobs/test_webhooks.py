@@ -65,7 +65,7 @@ def _messages(engine: Engine, endpoint_id: str | None = None) -> list[WebhookMes
 
 
 def _sender(engine: Engine, **kw: Any) -> WebhookSender:
-    return WebhookSender(engine, S, rand=lambda: 0.0, **kw)  # no jitter: the backoff is exact
+    return WebhookSender(engine, S, rand=lambda: 0.0, wait_s=math.inf, **kw)  # no jitter: the backoff is exact; each pass counts all
 
 
 def _verified(got: Received, secret: str) -> dict[str, Any]:
@@ -380,7 +380,7 @@ def test_a_name_that_resolves_to_a_private_address_is_not_delivered_to(db_engine
         named = rx.url.replace("127.0.0.1", "localhost")  # a name: what it resolves to is checked when sent
         ep = Endpoints(db_engine, allow_private=True).create("acme", named)
         _end(jobs, "response", "succeeded", {"status": "completed"})
-        guarded = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0)
+        guarded = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0, wait_s=math.inf)
         assert guarded.deliver_due()["retried"] == 1 and rx.got == []
         guarded.close()
         (m,) = _messages(db_engine)
@@ -437,7 +437,7 @@ def test_a_receiver_answering_102_forever_fails_by_the_deadline_and_another_endp
         stuck = endpoints.create("acme", slow.url)
         fine = endpoints.create("globex", rx.url)
         _end(jobs, tenant="acme"), _end(jobs, tenant="globex")
-        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0), time.monotonic()
+        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0, wait_s=math.inf), time.monotonic()
         got = sender.deliver_due()
         took = time.monotonic() - t0
         sender.close()
@@ -455,7 +455,7 @@ def test_a_receiver_dripping_its_headers_fails_by_the_deadline(db_engine: Engine
     with raw_receiver(lambda: lines, every_s=0.2) as slow:
         ep = endpoints.create("acme", slow.url)
         _end(jobs)
-        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0), time.monotonic()
+        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0, wait_s=math.inf), time.monotonic()
         assert sender.deliver_due()["retried"] == 1
         took = time.monotonic() - t0
         sender.close()
@@ -476,7 +476,7 @@ def test_too_many_interim_answers_or_too_long_a_head_fail_the_attempt(db_engine:
         with raw_receiver(functools.partial(list, chunks)) as rx:
             ep = endpoints.create("acme", rx.url)
             _end(jobs)
-            sender = WebhookSender(db_engine, slow, rand=lambda: 0.0)
+            sender = WebhookSender(db_engine, slow, rand=lambda: 0.0, wait_s=math.inf)
             got = sender.deliver_due()
             sender.close()
         if why is None:
@@ -518,7 +518,7 @@ def test_a_tenants_slow_endpoints_take_its_share_of_a_pass_not_the_pass(db_engin
         many.create("globex", rx.url)
         _end(jobs, tenant="globex")
         arrived: list[float] = []
-        sender, t0 = WebhookSender(db_engine, settings, rand=lambda: 0.0), time.monotonic()
+        sender, t0 = WebhookSender(db_engine, settings, rand=lambda: 0.0, wait_s=math.inf), time.monotonic()
         real = sender._send
 
         def timed(endpoint: Any, m: Any) -> str | None:
@@ -573,7 +573,7 @@ def test_a_name_that_resolves_to_a_nat64_address_of_a_private_one_is_not_connect
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     ep = Endpoints(db_engine).create("acme", "http://hooks.example.com/h")
     _end(jobs)
-    sender = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0)
+    sender = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0, wait_s=math.inf)
     assert sender.deliver_due()["retried"] == 1
     sender.close()
     assert "64:ff9b::a9fe:a9fe: not a public address" in _error(db_engine, ep.id), _error(db_engine, ep.id)
@@ -590,7 +590,7 @@ def test_a_proxy_in_the_workers_environment_is_not_used(db_engine: Engine, jobs:
             monkeypatch.delenv(name, raising=False)
         ep = Endpoints(db_engine).create("acme", "http://webhooks.invalid/h")  # resolves nowhere
         _end(jobs)
-        sender = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0)
+        sender = WebhookSender(db_engine, S.model_copy(update={"webhook_allow_private": False}), rand=lambda: 0.0, wait_s=math.inf)
         assert sender.deliver_due()["retried"] == 1
         sender.close()
     assert proxy.got == [], "sent through the proxy"
@@ -620,11 +620,11 @@ def test_a_secret_is_kept_sealed_and_signs_only_under_its_key(db_engine: Engine,
         _end(jobs, "response", "succeeded", {"status": "completed"})
         t0 = time.time()
         for hours, wrong in enumerate((None, "another key, 16+ chars"), 1):
-            sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": wrong}), rand=lambda: 0.0)
+            sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": wrong}), rand=lambda: 0.0, wait_s=math.inf)
             assert sender.deliver_due(now=t0 + 3600 * hours)["retried"] == 1
             sender.close()
             assert _error(db_engine, ep.id).startswith("Unsealable"), _error(db_engine, ep.id)
-        sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": KEY}), rand=lambda: 0.0)
+        sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": KEY}), rand=lambda: 0.0, wait_s=math.inf)
         assert sender.deliver_due(now=t0 + 3 * 3600)["delivered"] == 1
         sender.close()
     assert len(rx.got) == 1 and _verified(rx.got[0], ep.secret)["type"] == "response.completed"
@@ -641,7 +641,7 @@ def test_a_secret_kept_in_the_clear_still_signs_and_is_sealed_once_a_key_is_set(
         ep = Endpoints(db_engine, allow_private=True).create("acme", rx.url)  # before secret_key was set
         assert _stored_secret(db_engine, ep.id) == ep.secret
         _end(jobs)
-        sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": KEY}), rand=lambda: 0.0)
+        sender = WebhookSender(db_engine, S.model_copy(update={"secret_key": KEY}), rand=lambda: 0.0, wait_s=math.inf)
         assert sender.deliver_due()["delivered"] == 1, "read as it is"
         sender.prune()  # seals what is still in the clear
         assert _stored_secret(db_engine, ep.id).startswith("sealed1:")
@@ -668,7 +668,7 @@ def test_a_name_whose_dns_does_not_answer_fails_by_the_deadline(db_engine: Engin
         hung = Endpoints(db_engine, allow_private=True).create("acme", "http://slow.example.com/h")
         Endpoints(db_engine, allow_private=True).create("globex", rx.url.replace("127.0.0.1", "localhost"))
         _end(jobs, tenant="acme"), _end(jobs, tenant="globex")
-        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0), time.monotonic()
+        sender, t0 = WebhookSender(db_engine, FAST, rand=lambda: 0.0, wait_s=math.inf), time.monotonic()
         got = sender.deliver_due()
         took = time.monotonic() - t0
         sender.close()
@@ -678,24 +678,27 @@ def test_a_name_whose_dns_does_not_answer_fails_by_the_deadline(db_engine: Engin
 
 
 def test_a_pass_does_not_wait_for_a_slow_receiver(db_engine: Engine, jobs: Jobs, endpoints: Endpoints) -> None:
-    """A pass returns after its wait (0.2 s here) while a receiver holds its delivery (to the
-    deadline, 5 s here): the next pass delivers another tenant's message, written meanwhile, at
-    once, and leaves the endpoint in flight alone; a later pass counts the slow one's failure."""
+    """A pass (the workers': it waits for nothing) returns while a receiver holds its delivery
+    (to the deadline, 5 s here): the next pass, waiting for its own batches only, delivers
+    another tenant's message, written meanwhile, at once, and leaves the endpoint in flight
+    alone; a later pass counts the slow one's failure."""
     settings = S.model_copy(update={"webhook_timeout_s": 5.0})
     dripping = [b"HTTP/1.1 200 OK\r\n", *[b"x-wait: 1\r\n"] * 150, b"content-length: 0\r\n\r\n"]
     with raw_receiver(lambda: dripping, every_s=0.2) as slow, receiver() as rx:
         stuck = endpoints.create("acme", slow.url)
         _end(jobs, tenant="acme")
         sender, t0 = WebhookSender(db_engine, settings, rand=lambda: 0.0), time.monotonic()
-        assert sender.deliver_due(wait_s=0.2) == {"delivered": 0, "retried": 0, "failed": 0, "deferred": 0,
+        assert sender.deliver_due() == {"delivered": 0, "retried": 0, "failed": 0, "deferred": 0,
                                                   "dropped": 0}
         assert time.monotonic() - t0 < 4, "the pass waited for the receiver"
         endpoints.create("globex", rx.url)
         _end(jobs, tenant="acme"), _end(jobs, tenant="globex")  # acme's second waits for its endpoint's first
-        second = sender.deliver_due(wait_s=1.0)
+        sender.wait_s = 2.0  # for the batches this pass starts
+        second = sender.deliver_due()
         in_flight = time.monotonic() - t0 < settings.webhook_timeout_s
         assert second["delivered"] == 1 and len(rx.got) == 1 and (second["retried"] == 0 or not in_flight), second
         assert slow.connections == 1, "one delivery at a time to an endpoint"
-        assert sender.deliver_due(wait_s=math.inf)["retried"] + second["retried"] == 1
+        sender.wait_s = math.inf
+        assert sender.deliver_due()["retried"] + second["retried"] == 1
         sender.close()
     assert any("deadline" in (m.last_error or "") for m in _messages(db_engine, stuck.id))
