@@ -52,7 +52,7 @@ class Budget:
         self.deadline_s = deadline_s
         self.head_bytes = 0
         self.status_lines = 0
-        self._tail = b"\n"  # the last byte read: a status line starts a line
+        self._tail = b"\n"  # the last bytes read (a status line starts a line: the first one too)
 
     def timeout(self, timeout: float | None, exc: type[Exception] = httpcore.ReadTimeout) -> float:
         """`timeout` cut to the time left; `exc` once none is left."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.api import idempotency
 from runtime.api.deps import Limit, Svc, Tenant
-from runtime.api.idempotency import UNKEPT
 from runtime.api.models import ERRORS, Utc
 from runtime.jobs import webhooks
 from runtime.jobs.webhooks import Endpoints
@@ -72,12 +72,13 @@ def _view(r: WebhookEndpointRecord) -> WebhookView:
 
 
 @router.post("", status_code=201, response_model=WebhookCreated, responses=ERRORS)
-def create_webhook(req: WebhookCreate, who: Tenant, svc: Svc, response: Response) -> WebhookCreated:
+def create_webhook(req: WebhookCreate, who: Tenant, svc: Svc, request: Request, response: Response) -> WebhookCreated:
     """Register an endpoint.  Its `secret` (whsec_...) signs every message in the Standard
     Webhooks format; it is in this answer only: an Idempotency-Key keeps this answer without it,
     and its replay has no `secret`.  A url that is not http(s), an unknown event type: 422; past
     tenant_max_webhooks endpoints: 409 over_budget.  Nothing written then."""
-    response.headers[UNKEPT] = "secret"
+    if idempotency.HEADER in request.headers:  # the middleware keeps this answer: not its secret
+        response.headers[idempotency.UNKEPT] = "secret"
     rec = _store(svc).create(who, req.url, req.events, req.description)
     return WebhookCreated(**_view(rec).model_dump(), secret=rec.secret)
 

@@ -157,6 +157,8 @@ def test_an_idempotent_creation_keeps_and_replays_no_secret(make_api: Any) -> No
     assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
     assert "secret" not in again.json() and again.json() == {k: v for k, v in first.json().items() if k != "secret"}
     assert _counts(api) == (1, 0), "created once"
+    plain = api.http.post("/v1/webhooks", json={"url": "https://example.com/other"}, headers=ACME)
+    assert plain.json()["secret"].startswith("whsec_") and "setflow-unkept" not in plain.headers
 
 
 def test_a_sealed_secret_signs_what_the_receiver_verifies_with_the_secret_the_api_gave(make_api: Any) -> None:
