@@ -103,6 +103,7 @@ class _Agent:
     calls: list[dict[str, Any]] = field(default_factory=list)
     read_results: list[str] = field(default_factory=list)  # each call's result as the model read it (a slot, or an error line)
     done: list[dict[str, Any]] = field(default_factory=list)  # each turn's summary
+    guide: Guide | None = None  # the last segment's guide: its retry decodes under the same rule
 
     @classmethod
     def of(cls, turns: Turns, spec: AgentSpec, parked: Parked | None) -> _Agent:
@@ -179,6 +180,7 @@ class _Agent:
             if forced:
                 guide = tools.ForcedCall(tok, None if spec.first_call == "any" else spec.first_call, guide)
                 forced = False
+            self.guide = guide
             try:
                 r = turns.turn(ids, replace(self.seg, guide=guide), text=text_in, facts=self.slots)
             except DecodeError as e:
@@ -223,7 +225,8 @@ class _Agent:
             return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held,
                                      units=self.units)
 
-        retry = Retry(self.doc, self.seg, corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)
+        retry = Retry(self.doc, replace(self.seg, guide=self.guide),  # the same rule as the segment's
+                      corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)
         try:
             checked = check(turns, "answer", last, read, retry, allow_unverified=spec.allow_unverified)
         except Unverified as e:

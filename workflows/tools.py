@@ -226,11 +226,11 @@ class UnitGuide:
     """The answer's guide for units: after a result's slot (and a space or two), no token that
     starts a unit the checker would refuse after that number (answers.unit_problems: a total of a
     tenant's table, of a client's tool or plain arithmetic has none; a sample metric its own; a
-    percent change is in %), so the model's most probable other token is taken and the answer
-    states the number as its rows give it (it wrote "Total revenue ... was 980 %." and failed
-    `unverified`).  `inner` (the calls' guide) decides inside a call.  `results`: each result's
-    slot id -> its value; `made`: the calls so far.  A pure function of the segment's tokens:
-    the same on every worker."""
+    percent change is in %), and right after the slot no letter or digit that does not start an
+    allowed unit (a word glued to the number reads as another number), so the model's most
+    probable other token is taken and the answer states the number as its rows give it.  `inner`
+    (the calls' guide) decides inside a call.  `results`: each result's slot id -> its value;
+    `made`: the calls so far.  A pure function of the segment's tokens: the same on every worker."""
 
     def __init__(self, tok: Tokenizer, inner: Guide | None, made: Sequence[tuple[str, str]],
                  results: dict[int, str], units: bool) -> None:
@@ -238,8 +238,7 @@ class UnitGuide:
         self._units: dict[int, tuple[list[str], list[str]]] = {}  # slot id -> (units refused, units allowed)
         for i, v in results.items():
             ok = [u for u in UNITS if not unit_problems(made, f" {v} {u}", units)]
-            if len(ok) < len(UNITS):
-                self._units[i] = ([u for u in UNITS if u not in ok], ok)
+            self._units[i] = ([u for u in UNITS if u not in ok], ok)
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
         verdict = self._inner.allows(before, token) if self._inner is not None else None
@@ -251,8 +250,14 @@ class UnitGuide:
         if i < 0 or before[i] not in self._units:
             return None
         refused, ok = self._units[before[i]]
-        said = self._tok.decode([token]).lstrip()
+        said = self._tok.decode([token])
+        glued = i == len(before) - 1 and said[:1].isalnum()  # no space between the number and the token
+        said = said.lstrip()
+        if not refused and not glued:
+            return None
 
         def starts(u: str) -> bool:  # the token begins the unit, or writes it whole (and more)
             return bool(said) and (u.startswith(said) or said.startswith(u))
-        return not any(map(starts, refused)) or any(map(starts, ok))  # guided here: a stand-in is any other token
+        if any(map(starts, ok)):
+            return True
+        return not glued and not any(map(starts, refused))  # guided here: a stand-in is any other token

@@ -27,6 +27,12 @@ LOOKUP: dict[str, Any] = {"type": "function", "name": "get_kpi", "description": 
                                          "properties": {"kpi": {"type": "string", "enum": ["revenue", "churn"]},
                                                         "market": {"type": "string", "enum": ["EMEA", "APAC"]},
                                                         "quarter": {"type": "string"}}}}
+# the README's question, its lookup the client's: the names as the README gives them, no enum
+GET_METRIC: dict[str, Any] = {"type": "function", "name": "get_metric",
+                              "parameters": {"type": "object", "required": ["metric", "region", "period"],
+                                             "properties": {"metric": {"type": "string"}, "region": {"type": "string"},
+                                                            "period": {"type": "string"}}}}
+README_QUESTION = "What was churn in APAC in 2026-Q3?"
 UNRELATED: dict[str, Any] = {"type": "function", "name": "send_mail",
                              "parameters": {"type": "object", "properties": {"to": {"type": "integer"}}}}
 
@@ -76,6 +82,25 @@ def test_a_call_outside_the_schema_is_answered_here_and_never_reaches_the_client
     else:  # whatever it ended with, no call the schema refuses went out
         assert all(json.loads(i["arguments"])["quarter"] in ("Q1", "Q2", "Q3", "Q4")
                    for i in out["output"] if i["type"] == "function_call")
+
+
+@pytest.mark.parametrize("params, attempt", [
+    ({}, "first"),
+    # its first answer fails its check (a stray number): the greedy AR retry decodes under the same unit rule
+    ({"temperature": 1.5, "seed": 8}, "ar_retry"),
+])
+def test_the_readmes_question_answered_by_the_clients_tool_writes_no_unit_its_output_lacks(
+        loaded: tuple[SetDLM, Tokenizer], params: dict[str, Any], attempt: str) -> None:
+    conv = LocalTurns(*loaded)
+    first = responses.run(conv, ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [GET_METRIC], "question": README_QUESTION}))
+    [call] = first["output"]
+    assert json.loads(call["arguments"]) == {"metric": "churn", "region": "APAC", "period": "2026-Q3"}
+    second = responses.run(conv, ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [GET_METRIC], "parked": first["parked"], "output": "2.7", "params": params}))
+    [message] = second["output"]
+    assert second["status"] == "completed" and second["verified"] is True and second["attempt"] == attempt
+    assert message["text"].endswith("was 2.7."), message["text"]  # no "%": the output "2.7" gives no unit
 
 
 def test_a_text_response_is_one_turn_and_says_when_its_limit_cut_it(loaded: tuple[SetDLM, Tokenizer]) -> None:
