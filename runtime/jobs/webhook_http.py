@@ -149,10 +149,11 @@ class BoundedStream(httpcore.NetworkStream):
 
 class Guarded(httpcore.SyncBackend):
     """httpcore's network backend for webhooks: the host resolved here within the deadline, every
-    address it gives checked (public ones only, unless allow_private), the connection made to
-    the first of them (the address checked is the address connected to), and the stream
-    bounded (BoundedStream).  TLS still names the URL's host (httpcore takes it from the
-    request, not from here)."""
+    address it gives checked (public ones only, unless allow_private: one that is not refuses
+    them all), the connection made to those addresses, in order, until one answers (the
+    address checked is the address connected to: no second lookup), and the stream bounded
+    (BoundedStream).  TLS still names the URL's host (httpcore takes it from the request, not
+    from here)."""
 
     def __init__(self, allow_private: bool = False) -> None:
         self.allow_private = allow_private
@@ -162,16 +163,22 @@ class Guarded(httpcore.SyncBackend):
         budget = _budget()
         if budget is not None:
             timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
-        addresses = [str(a[4][0]) for a in _resolve(host, port, timeout)]
+        addresses = list(dict.fromkeys(str(a[4][0]) for a in _resolve(host, port, timeout)))
         private = [] if self.allow_private else [a for a in addresses if not public(a)]
         if private or not addresses:
             raise httpcore.ConnectError(f"{host} resolves to {', '.join(private) or 'nothing'}: not a public address "
                                         "(webhook_allow_private allows it)")
-        if budget is None:
-            return BoundedStream(super().connect_tcp(addresses[0], port, timeout, local_address, socket_options))
-        with budget.named(httpcore.ConnectTimeout):
-            timeout = budget.timeout(timeout, httpcore.ConnectTimeout)
-            return BoundedStream(super().connect_tcp(addresses[0], port, timeout, local_address, socket_options))
+        for i, address in enumerate(addresses):  # as socket.create_connection does: the next one where one refuses
+            try:
+                if budget is None:
+                    return BoundedStream(super().connect_tcp(address, port, timeout, local_address, socket_options))
+                with budget.named(httpcore.ConnectTimeout):
+                    left = budget.timeout(timeout, httpcore.ConnectTimeout)
+                    return BoundedStream(super().connect_tcp(address, port, left, local_address, socket_options))
+            except httpcore.ConnectError:
+                if i == len(addresses) - 1:
+                    raise
+        raise AssertionError("unreachable: the last address's error is raised")
 
 
 def _resolve(host: str, port: int, timeout: float | None) -> list[Any]:

@@ -702,3 +702,25 @@ def test_a_pass_does_not_wait_for_a_slow_receiver(db_engine: Engine, jobs: Jobs,
         assert sender.deliver_due()["retried"] + second["retried"] == 1
         sender.close()
     assert any("deadline" in (m.last_error or "") for m in _messages(db_engine, stuck.id))
+
+
+def test_a_name_with_several_addresses_is_connected_to_the_next_where_one_refuses(
+        db_engine: Engine, jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As socket.create_connection does (a dual-stack name whose ::1 refuses): every address is
+    checked, then tried in order; nothing is looked up again between the check and the connect."""
+    real, looked = socket.getaddrinfo, []
+
+    def resolve(host: str, port: Any, *args: Any, **kw: Any) -> Any:
+        if host == "two.example.com":
+            looked.append(host)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in ("127.0.0.2", "127.0.0.1")]
+        return real(host, port, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    with receiver() as rx:  # it listens on 127.0.0.1 only: 127.0.0.2 refuses
+        Endpoints(db_engine, allow_private=True).create("acme", rx.url.replace("127.0.0.1", "two.example.com"))
+        _end(jobs)
+        sender = _sender(db_engine)
+        assert sender.deliver_due()["delivered"] == 1 and len(rx.got) == 1
+        sender.close()
+    assert looked == ["two.example.com"]
