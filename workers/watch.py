@@ -24,7 +24,7 @@ from runtime.jobs.hosts import Hosts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.schedules import Ticker
-from runtime.jobs.webhooks import WebhookSender
+from runtime.jobs.webhook_sender import WebhookSender
 from runtime.sessions import retention
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore

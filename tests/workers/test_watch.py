@@ -19,7 +19,8 @@ from sqlalchemy.exc import OperationalError
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
-from runtime.jobs.webhooks import Endpoints, WebhookSender
+from runtime.jobs.webhook_sender import WebhookSender
+from runtime.jobs.webhooks import Endpoints
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings

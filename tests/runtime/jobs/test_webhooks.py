@@ -1,4 +1,4 @@
-"""runtime/jobs/webhooks.py on a real database (SQLite file; PostgreSQL where one answers) and a
+"""runtime/jobs/webhooks.py and webhook_sender.py on a real database (SQLite file; PostgreSQL where one answers) and a
 real HTTP receiver on a loopback port: the transaction that ends a job writes its messages (and
 one rolled back writes none), the sender signs them in the Standard Webhooks format (checked by
 the standardwebhooks library and by the openai SDK's `webhooks.unwrap`), retries with backoff
@@ -26,7 +26,8 @@ from standardwebhooks import Webhook
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.jobs import webhook_http, webhook_secrets, webhooks
 from runtime.jobs.rows import Jobs
-from runtime.jobs.webhooks import Endpoints, WebhookSender, backoff, event_type
+from runtime.jobs.webhook_sender import PER_ENDPOINT, WebhookSender, backoff, epoch
+from runtime.jobs.webhooks import Endpoints, event_type
 from runtime.settings import Settings
 from runtime.tables import Base, WebhookEndpointRecord, WebhookMessageRecord
 from tests.receiver import Received, closed_port_url, raw_receiver, receiver
@@ -254,7 +255,7 @@ def test_the_last_retry_comes_at_the_deadline_not_after_it(db_engine: Engine, jo
     endpoints.create("acme", closed_port_url())
     _end(jobs)
     (m,) = _messages(db_engine)
-    created = webhooks._epoch(m.created_at)
+    created = epoch(m.created_at)
     near = created + S.webhook_retry_for_s - 100  # a backoff of an hour would pass the deadline
     with db_engine.begin() as c:
         c.execute(update(WebhookMessageRecord).values(attempts=20))
@@ -492,17 +493,17 @@ def test_a_pass_takes_the_tenants_in_turn_and_caps_an_endpoint(db_engine: Engine
     than all of them, is in the first pass; one endpoint gets at most PER_ENDPOINT a pass."""
     with receiver() as rx:
         busy = endpoints.create("acme", rx.url)
-        for _ in range(webhooks.PER_ENDPOINT + 5):
+        for _ in range(PER_ENDPOINT + 5):
             _end(jobs, tenant="acme")
         other = endpoints.create("globex", rx.url)
         _end(jobs, tenant="globex")
         sender = _sender(db_engine)
         assert sender.deliver_due(limit=3)["delivered"] == 3
         assert _messages(db_engine, other.id)[0].delivered_at is not None, "its turn came in the first pass"
-        assert sender.deliver_due()["delivered"] == webhooks.PER_ENDPOINT  # of the 13 left
+        assert sender.deliver_due()["delivered"] == PER_ENDPOINT  # of the 13 left
         assert sender.deliver_due()["delivered"] == 3
         sender.close()
-    assert endpoints.deliveries("acme", busy.id) == {"pending": 0, "delivered": webhooks.PER_ENDPOINT + 5, "failed": 0}
+    assert endpoints.deliveries("acme", busy.id) == {"pending": 0, "delivered": PER_ENDPOINT + 5, "failed": 0}
 
 
 def test_a_tenants_slow_endpoints_take_its_share_of_a_pass_not_the_pass(db_engine: Engine, jobs: Jobs) -> None:
