@@ -264,6 +264,9 @@ class ResponseSpec(Tuned):
     #: what the client sent (its input items, instructions, tools, metadata...): the API echoes
     #: it in the response object; the workflow reads none of it
     request: dict[str, Any] = Field(default_factory=dict)
+    #: the job of the response this one went on from (None: a new session): the API follows
+    #: these links to see that a response descends from another; the workflow reads none of it
+    previous: str | None = Field(default=None, pattern=r"^[0-9a-f]{24}$")
     #: the tool its first decode must call (tool_choice `required` or a named function:
     #: runtime/api/responses.forced); None: the model chooses
     force: Literal["metric", "calc", "any"] | None = None

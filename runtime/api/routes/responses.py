@@ -50,6 +50,7 @@ GOING_ON_S = 30  # a request's hold on the session it goes on from (_going_on): 
 FORGET_WAIT_S = 120.0  # a left store-false response, cancelled, is waited for this long, then retention's
 FORGET_POLL_S = 2.0  # and its row read this often
 MAX_FORGETTING = 256  # such waits in the process at once
+MAX_CHAIN = 64  # responses _went_on walks back from a call's response to the one a request names
 
 
 @router.post("/compact", responses=ERRORS)
@@ -146,9 +147,9 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         convs = Conversations(svc.sql, svc.settings)
         with _going_on(svc, session, conv):
             pending = convs.get(session, who).pending  # NotFound for another tenant's
-            items = [*pending, *given]  # the added items keep their ids: listed the same after
             done = convs.responses(session)
             prev = done[-1] if done else None
+            items = [*pending, *_not_re_read(prev, given)]  # the added items keep their ids: listed the same after
             if prev is not None and prev.status not in TERMINAL:
                 raise BadInput(f"the conversation's last response ({shapes.response_id(prev.id)}) has not ended")
             job = _submit(svc, who, req, _spec(req, items, prev if prev is not None and prev.status == "succeeded"
@@ -163,6 +164,7 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
         prev = _response(svc, shapes.job_of(prev_id), who)
         if prev.status != "succeeded":
             raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
+        prev = _went_on(svc, who, prev, items)
         items = _after_held(prev, items)
     spec = _spec(req, items, prev, None)  # every check of the request before a fork: a refusal forks nothing
     if prev is None:
@@ -180,6 +182,8 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
 def _spec(req: CreateResponse, items: list[dict[str, Any]], prev: JobRecord | None, conv: str | None) -> dict[str, Any]:
     """The job's spec (BadInput where the request does not fit), going on from `prev`."""
     spec = shapes.plan(req, items, prev)
+    if prev is not None:
+        spec["previous"] = prev.id
     spec["request"] = {**req.model_dump(mode="json", exclude={"input", "setflow", "stream"}, exclude_none=True),
                        "items": items, "conversation": conv, "store": req.store, "background": req.background,
                        **({"step_events": True} if req.setflow.step_events else {})}
@@ -250,6 +254,44 @@ def _after_held(prev: JobRecord, items: list[dict[str, Any]]) -> list[dict[str, 
                 raise BadInput(f"{x['id']} is not the message {shapes.response_id(prev.id)} wrote: its text differs")
             last = i
     return items[last + 1:]
+
+
+def _not_re_read(prev: JobRecord | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A conversation's new input: `items` less each message its last response (`prev`) read,
+    where that response waits for call outputs.  A client may send the step's question again
+    with the outputs (the AI SDK does, leaving out the call the conversation holds); a response
+    that goes on from a call reads only the outputs, and the question is the conversation's once."""
+    if prev is None or not shapes.waiting_calls(prev):
+        return items
+    read = [(x["role"], shapes.message_text(x)) for x in response_view.input_items(prev) if x["type"] == "message"]
+    return [x for x in items if x["type"] != "message" or (x["role"], shapes.message_text(x)) not in read]
+
+
+def _went_on(svc: Services, who: str, prev: JobRecord, items: list[dict[str, Any]]) -> JobRecord:
+    """The response a request that names `prev` goes on from: a client may keep naming the
+    response its tool loop began from (the AI SDK sends the same previous_response_id on every
+    step) and re-send the calls made since, each with its output.  Where the input's last
+    output answers a call of a later response that went on from `prev` (its `previous` links
+    reach prev within MAX_CHAIN), that response is where it goes on; else `prev`.  BadInput
+    where that response does not descend from prev, or has not completed."""
+    answered = [x["call_id"] for x in items if x["type"] == "function_call_output"]
+    m = shapes.CALL_ID.fullmatch(answered[-1]) if answered else None
+    if m is None or m[1] == prev.id:
+        return prev
+    later = _response(svc, m[1], who)
+    up, steps = later.spec.get("previous"), 0
+    while up is not None and up != prev.id and steps < MAX_CHAIN:  # each link a response this one went on from
+        try:
+            up, steps = _response(svc, up, who).spec.get("previous"), steps + 1
+        except NotFound:  # a link deleted: the chain is not known to reach prev
+            up = None
+    if up != prev.id:
+        raise BadInput(f"{answered[-1]} is a call of {shapes.response_id(later.id)}, which did not go on from "
+                       f"previous response {shapes.response_id(prev.id)}: name the response that made the call")
+    if later.status != "succeeded":
+        raise BadInput(f"{shapes.response_id(later.id)}, whose call {answered[-1]} the input answers, is "
+                       f"{response_view.status(later)}: only a completed one goes on")
+    return later
 
 
 def _submit(svc: Services, who: str, req: CreateResponse, spec: dict[str, Any], session: str | None) -> JobRecord:

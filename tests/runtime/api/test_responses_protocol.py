@@ -3,7 +3,9 @@
 Responses spec requires on a response object, typed as it types it; extension stream events only
 when asked for, named with setflow's prefix; compact, images, files, unknown ids and bad fields
 answered with OpenAI's errors a person can act on; histories as the Vercel AI SDK sends them
-(item references, calls re-serialised, a previous_response_id beside the re-sent call); the
+(item references, calls re-serialised, a previous_response_id beside the re-sent call, the same
+previous_response_id on every step of a tool loop, a conversation's question re-sent with its
+call's output); the README's agent question ends completed; the
 request fields OpenAI's clients send, echoed; a forced tool_choice honoured or refused."""
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ REQUIRED = ["id", "object", "created_at", "completed_at", "status", "incomplete_
             "temperature", "reasoning", "user", "usage", "max_output_tokens", "max_tool_calls", "store",
             "background", "service_tier", "metadata", "safety_identifier", "prompt_cache_key"]
 NUMBERS = ["top_p", "presence_penalty", "frequency_penalty", "temperature"]
+#: the README's agent question, its lookup a function the client runs (names as the README gives them)
+GET_METRIC: dict[str, Any] = {"type": "function", "name": "get_metric", "parameters": {
+    "type": "object", "properties": {"metric": {"type": "string"}, "region": {"type": "string"},
+                                     "period": {"type": "string"}}, "required": ["metric", "region", "period"]}}
+README_Q3, README_Q2 = "What was churn in APAC in 2026-Q3?", "What was churn in APAC in 2026-Q2?"
 
 
 def client(stack: Stack) -> Any:
@@ -208,6 +215,62 @@ def test_a_previous_response_id_beside_the_re_sent_call_reads_only_what_follows(
     wrong = [sent[0], {**sent[1], "name": "get_other"}, sent[2]]
     with pytest.raises(openai.BadRequestError, match="not the call"):
         c.responses.create(model="small", previous_response_id=first.id, tools=[LOOKUP], input=wrong)
+
+
+def _readme_answer(c: Any) -> Any:
+    first = c.responses.create(model="small", input=README_Q3, tools=[GET_METRIC])
+    [call] = first.output
+    assert call.type == "function_call" and json.loads(call.arguments) == {
+        "metric": "churn", "region": "APAC", "period": "2026-Q3"}
+    return c.responses.create(model="small", previous_response_id=first.id, tools=[GET_METRIC],
+                              input=[{"type": "function_call_output", "call_id": call.call_id, "output": "2.7"}])
+
+
+def test_the_readmes_agent_question_answered_by_the_clients_get_metric_ends_completed(stack: Stack) -> None:
+    """The output "2.7" gives no unit, and the answer writes none (it wrote "2.7 %": unverified)."""
+    done = _readme_answer(client(stack))
+    assert done.status == "completed" and done.model_extra["setflow"]["verified"] is True, done
+    assert done.output_text == "churn in APAC in 2026-Q3 was 2.7."
+
+
+def test_a_step_naming_the_loops_first_response_goes_on_from_the_call_it_answers(stack: Stack) -> None:
+    """The Vercel AI SDK names the same previous_response_id on every step of its tool loop and
+    re-sends the question and the calls made since, each with its output: the output answers a
+    call of a later response that went on from the one named (it was refused: "no call waits
+    for an output here").  A call of a response that did not go on from it is refused."""
+    c = client(stack)
+    done = _readme_answer(c)
+    step = c.responses.create(model="small", previous_response_id=done.id, tools=[GET_METRIC], input=README_Q2)
+    [call] = step.output
+    assert call.type == "function_call", step
+    sent = [{"role": "user", "content": README_Q2},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name,
+             "arguments": json.dumps(json.loads(call.arguments), separators=(",", ":"))},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "2.5"}]
+    nxt = c.responses.create(model="small", previous_response_id=done.id, tools=[GET_METRIC], input=sent)
+    assert nxt.status == "completed" and nxt.output_text == "churn in APAC in 2026-Q2 was 2.5.", nxt
+    assert nxt.model_extra["setflow"]["session"] == step.model_extra["setflow"]["session"]  # where the call waited
+    assert [x.type for x in c.responses.input_items.list(nxt.id).data] == ["function_call_output"]
+    apart = c.responses.create(model="small", input=README_Q3, tools=[GET_METRIC]).output[0]
+    with pytest.raises(openai.BadRequestError, match="did not go on from"):
+        c.responses.create(model="small", previous_response_id=done.id, tools=[GET_METRIC], input=[
+            {"type": "function_call_output", "call_id": apart.call_id, "output": "2.7"}])
+
+
+def test_a_question_re_sent_with_a_calls_output_in_a_conversation_is_held_once(stack: Stack) -> None:
+    """The Vercel AI SDK in a conversation sends the step's question again with the call's output
+    (and leaves out the call, which the conversation holds): the question was stored, and listed,
+    twice, though the model read it once."""
+    c = client(stack)
+    conv = c.conversations.create()
+    first = c.responses.create(model="small", conversation=conv.id, input=README_Q3, tools=[GET_METRIC])
+    [call] = first.output
+    done = c.responses.create(model="small", conversation=conv.id, tools=[GET_METRIC], input=[
+        {"role": "user", "content": README_Q3}, {"type": "function_call_output", "call_id": call.call_id, "output": "2.7"}])
+    assert done.output_text == "churn in APAC in 2026-Q3 was 2.7.", done
+    assert [x.type for x in c.responses.input_items.list(done.id).data] == ["function_call_output"]
+    items = c.conversations.items.list(conv.id, order="asc").data
+    assert [x.type for x in items] == ["message", "function_call", "function_call_output", "message"], items
 
 
 def test_max_tool_calls_bounds_the_calls(stack: Stack) -> None:
