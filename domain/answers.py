@@ -318,7 +318,10 @@ def _said_first(question: str, a: list[str], b: list[str]) -> int:
 
 def answer_problems(question: str, made: Sequence[tuple[str, str]], answer: str) -> list[str]:
     """What makes the answer not the calls': it states the number the last call returned, and no
-    number that no result and no name of the question holds (stray_numbers)."""
+    number that no result and no name of the question holds (stray_numbers); and, written out,
+    it holds no fact slot (a slot that names no fact of its table stays as its text: garbled)."""
+    if (slot := SLOT.search(answer)) is not None:
+        return [f"the answer holds {slot[0]}, a fact slot that names no fact"]
     if not made or made[-1][1].startswith("error:"):
         why = "no call was made" if not made else "the last call failed"
         return [f"the answer rests on no result: {why}"]

@@ -283,3 +283,14 @@ def test_the_independent_reading_holds_the_unit_too() -> None:
     assert answers.check(task, done + "A: Total revenue ... was 15412 k USD.").answer_ok
     assert answers.check(task, done + "A: Total revenue ... was 15412.").answer_ok
     assert not answers.check(task, done + "A: Total revenue ... was 15412 %.").answer_ok
+
+
+def test_an_answer_holding_a_slot_that_names_no_fact_is_refused() -> None:
+    """Written out, a slot of the table is its fact; one past it stays "[F61]": the answer is
+    garbled ("churn in A[F61]AC ... was 2.7[F43] USD." was verified at temperature 1.5)."""
+    q = "What was churn in APAC in 2026-Q3?"
+    made = [('metric("churn", "APAC", "2026-Q3")', "2.7")]
+    assert answers.answer_problems(q, made, " churn in APAC in 2026-Q3 was 2.7.") == []
+    assert answers.answer_problems(q, made, " churn in A[F61]AC in 2026-Q3 was 2.7.") == [
+        "the answer holds [F61], a fact slot that names no fact"]
+    assert answers.verify(q, made, " segment in A[F61]AC in 2026-Q3 was 2.7[F43] USD.")
