@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/agent.py
 	$(BIN)/python bench/batch.py
+	$(BIN)/python bench/qwen.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache

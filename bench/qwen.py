@@ -121,8 +121,8 @@ def machine(model: SetDLM, dtype: torch.dtype) -> dict[str, float]:
     bw = {"torch": w.numel() * w.element_size() / best_s(lambda: F.linear(x1, w))}
     rate = {"torch": 2 * 256 * 1024 * 3072 / best_s(lambda: F.linear(big_x, big_w), 3)}
     if served(dtype):
-        bw["rowdot"] = w.numel() * w.element_size() / best_s(lambda: rowdot.product(x1.float(), w, th))
-        rate["rowdot"] = 2 * 256 * 1024 * 3072 / best_s(lambda: rowdot.product(big_x.float(), big_w, th), 3)
+        bw["rowdot"] = w.numel() * w.element_size() / best_s(lambda: rowdot.product(x1, w, th))
+        rate["rowdot"] = 2 * 256 * 1024 * 3072 / best_s(lambda: rowdot.product(big_x, big_w, th), 3)
     return {"bandwidth_gb_s": round(max(bw.values()) / 1e9, 2), "rate_gflop_s": round(max(rate.values()) / 1e9, 1),
             **{f"bandwidth_{k}_gb_s": round(v / 1e9, 2) for k, v in bw.items()},
             **{f"rate_{k}_gflop_s": round(v / 1e9, 1) for k, v in rate.items()}}
@@ -270,8 +270,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--out-json", type=Path)
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    repeats = args.repeats or (1 if args.quick else 3)
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--threads: comma-separated counts, got {args.threads!r}")
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     if any(d not in DTYPES for d in dtypes) or not threads or min(threads) < 1 or repeats < 1:
         ap.error("--dtypes of fp32,bf16; --threads and --repeats >= 1")
     sessions = QUICK_SESSIONS if args.quick else SESSIONS
