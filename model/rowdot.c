@@ -113,6 +113,31 @@ AVX512 static inline float hsum16(__m512 v) {
     return hsum8(_mm256_add_ps(lo, hi)); /* l + l+8, then the 8-lane tree */
 }
 
+/* 16 accumulators' sums at once, each by hsum16's very tree (the same adds of the same
+   operands, 16 outputs a vector): out[t] = hsum16(a[t]) */
+AVX512 INLINE void hsum16x16(const __m512 *a, float *out) {
+    __m512 u[8], v[4], w[2];
+    for (int t = 0; t < 8; t++) /* l + l+8: a[2t] in lanes 0-7, a[2t+1] in 8-15 */
+        u[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0xEE));
+    for (int t = 0; t < 4; t++) /* + 4: chunk c holds a[4t + c] */
+        v[t] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * t], u[2 * t + 1], 0x88),
+                             _mm512_shuffle_f32x4(u[2 * t], u[2 * t + 1], 0xDD));
+    /* + 2: chunk c holds a[8t + c] (lanes 0, 1) and a[8t + 4 + c] (lanes 2, 3) */
+    __m512 lo[2], hi[2];
+    for (int t = 0; t < 2; t++) {
+        lo[t] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(v[2 * t]), _mm512_castps_pd(v[2 * t + 1])));
+        hi[t] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(v[2 * t]), _mm512_castps_pd(v[2 * t + 1])));
+        w[t] = _mm512_add_ps(lo[t], hi[t]);
+    }
+    /* + 1: chunk c, lane t holds a[c + 4t] */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    float tmp[16];
+    _mm512_storeu_ps(tmp, r);
+    for (int c = 0; c < 4; c++)
+        for (int t = 0; t < 4; t++) out[c + 4 * t] = tmp[4 * c + t];
+}
+
 AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float *y, long ldy, int pfon, int mr, int nr) {
     __m512 acc[4][8];
     long esz = bf16 ? 2 : 4, step = bf16 ? 32 : 16; /* elements a step: one 64-byte line */
@@ -131,9 +156,18 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float 
                                  : _mm512_fmadd_ps(_mm512_castsi512_ps(xv[i]), _mm512_castsi512_ps(wv), acc[i][j]);
         }
     }
+    float sums[32];
+    int done = 0;
+    if (mr * nr >= 16) { /* the first 16 pairs (i-major) reduced together */
+        __m512 first[16];
+        for (int t = 0; t < 16; t++) first[t] = acc[t / nr][t % nr];
+        hsum16x16(first, sums);
+        done = 16;
+    }
+    for (int t = done; t < mr * nr; t++) sums[t] = hsum16(acc[t / nr][t % nr]);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
-            float s = hsum16(acc[i][j]);
+            float s = sums[i * nr + j];
             for (long p = kk; p < k; p++) s = fmaf(at(x, bf16, i * k + p), at(w, bf16, j * k + p), s);
             y[i * ldy + j] = s;
         }
