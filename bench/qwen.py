@@ -4,19 +4,24 @@ A random-weight Qwen3-0.6B (or 1.7B) checkpoint in the reference's HF layout (be
 imported by model/importer.py (kept under .cache/bench-qwen/ for the next run), and the same
 tensors loaded into transformers' Qwen3ForCausalLM.  Per (dtype, threads), alternating setflow
 and transformers, medians of --repeats:
-  prefill   a 256-token prompt (setflow: K/V only, model/decode.py prefill; transformers: one
-            forward with its cache, the last position's logits, as generate's first step)
-  ar        32 new tokens, greedy, from a 16-token prompt: transformers generate (KV cache) vs
-            setflow W = 1 (each step a forward over [the last token | one mask])
-  W4, W8    setflow, every window position committed (policy set, tau 0): W tokens a forward
-  batch B   setflow, B sessions' AR turns in one batched forward a step (bench/batch.py batched)
+  prefill   a --prompt-token prompt (256: the issue's; setflow: K/V only, model/decode.py
+            prefill; transformers: one forward with its cache, the last position's logits, as
+            generate's first step)
+  ar        32 new tokens, greedy, after that prompt: transformers generate (KV cache) vs setflow
+            W = 1 (each step a forward over [the last token | one mask]); decode only: each run's
+            time less its side's prefill median (transformers' first token comes with its
+            prefill: 31 tokens decoded)
+  W4, W8    setflow, every window position committed (policy set, tau 0): W tokens a forward,
+            decode only as ar
+  batch B   setflow, B sessions' AR turns from 16-token prompts in one batched forward a step
+            (bench/batch.py batched), prefill included
 Beside each row, its bound: per token, max(weight bytes / bandwidth, FLOPs / rate), the bandwidth
 that of a 1-row vocabulary product and the rate that of a 256 x 1024 x 3072 product, each the
 faster of model/rowdot.c and torch's F.linear, measured in the same run; `of_bound` is the
 measured time over it (1.0 = at the bound).  Prints a table, then one JSON line (also --out-json).
 
     python bench/qwen.py [--quick] [--shape qwen3-0.6b|qwen3-1.7b] [--dtypes fp32,bf16]
-                         [--threads 1,2] [--repeats N] [--out-json FILE]
+                         [--threads 1,2] [--repeats N] [--prompt 256] [--out-json FILE]
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from model.transformer import SetDLM
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "bench-qwen"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-PROMPT, NEW, PREFILL = 16, 32, 256
+PROMPT, NEW, PREFILL = 16, 32, 256  # a batch's prompts, new tokens, the decode rows' prompt (--prompt)
 WINDOWS = (4, 8)
 SESSIONS, QUICK_SESSIONS = (1, 4, 8), (1, 8)
 TARGETS = {"ar": 1.0, "prefill": 1.0, "W4": 2.5, "W8": 3.0, "batch8": 3.0, "of_bound": 1.5}
@@ -184,19 +189,19 @@ def setflow_batch(model: SetDLM, pool: KVPool, prompts: list[list[int]]) -> tupl
 
 
 def measure(model: SetDLM, hf: Any, dtype: str, threads: int, repeats: int, sessions: tuple[int, ...],
-            hw: dict[str, float]) -> list[dict[str, Any]]:
-    """The rows of one (dtype, threads): each case's runs alternate with its baseline's."""
+            hw: dict[str, float], prompt: int = PREFILL) -> list[dict[str, Any]]:
+    """The rows of one (dtype, threads): each case's runs alternate with its baseline's; the
+    decode rows (ar, ar_hf, W) count decode only: a run less its side's prefill median."""
     cfg = model.cfg
-    long_prompt, short = prompt_ids(PREFILL, 1), prompt_ids(PROMPT, 2)
+    long_prompt = prompt_ids(prompt, 1)
     pool = KVPool(cfg, max(sessions) * -(-(PROMPT + NEW + 16) // BLOCK) + 8, dtype=DTYPES[dtype])
     cases: dict[str, Callable[[], tuple[float, int, int]]] = {
-        "prefill": lambda: (setflow_prefill(model, long_prompt), PREFILL, 1),
-        "prefill_hf": lambda: (hf_prefill(hf, long_prompt), PREFILL, 1),
-        "ar": lambda: setflow_decode(model, short, DecodeParams(policy="ar", max_new_tokens=NEW, ignore_eos=True)),
-        "ar_hf": lambda: hf_decode(hf, short, NEW),
-        **{f"W{W}": (lambda W=W: setflow_decode(model, short, DecodeParams(policy="set", window=W, tau=0.0,  # type: ignore[misc]
-                                                                         max_new_tokens=NEW, ignore_eos=True)))
-           for W in WINDOWS},
+        "prefill": lambda: (setflow_prefill(model, long_prompt), prompt, 1),
+        "prefill_hf": lambda: (hf_prefill(hf, long_prompt), prompt, 1),
+        "ar": lambda: setflow_decode(model, long_prompt, DecodeParams(policy="ar", max_new_tokens=NEW, ignore_eos=True)),
+        "ar_hf": lambda: hf_decode(hf, long_prompt, NEW),
+        **{f"W{W}": (lambda W=W: setflow_decode(model, long_prompt, DecodeParams(  # type: ignore[misc]
+            policy="set", window=W, tau=0.0, max_new_tokens=NEW, ignore_eos=True))) for W in WINDOWS},
         **{f"batch{B}": (lambda B=B: setflow_batch(model, pool, [prompt_ids(PROMPT, 10 + i)  # type: ignore[misc]
                                                                    for i in range(B)])) for B in sessions},
     }
@@ -207,31 +212,34 @@ def measure(model: SetDLM, hf: Any, dtype: str, threads: int, repeats: int, sess
         for k, fn in cases.items():
             runs[k].append(fn())
     rows = []
+    prefilled = {side: statistics.median(r[0] for r in runs[f"prefill{side}"]) for side in ("", "_hf")}
     for k, rs in runs.items():
         secs = statistics.median(r[0] for r in rs)
         tokens, fwd = rs[0][1], rs[0][2]
+        if k == "ar_hf" or k == "ar" or k.startswith("W"):  # decode only
+            secs = max(1e-6, statistics.median(r[0] - prefilled["_hf" if k.endswith("_hf") else ""] for r in rs))
+            tokens -= 1 if k == "ar_hf" else 0  # its first token came with the prefill
         rows.append({"dtype": dtype, "threads": threads, "case": k, "tokens": tokens, "forwards": fwd,
                      "seconds": round(secs, 4), "tokens_per_s": round(tokens / secs, 2),
-                     "bound_s": round(bound_s(model, k, tokens, hw), 4)})
+                     "bound_s": round(bound_s(model, k, tokens, hw, prompt), 4)})
         rows[-1]["of_bound"] = round(secs / rows[-1]["bound_s"], 2)
     return rows
 
 
-def bound_s(model: SetDLM, case: str, tokens: int, hw: dict[str, float]) -> float:
-    """The bound of a case's whole run: the sum of its forwards' bounds (each token's keys taken
-    at the run's middle length)."""
+def bound_s(model: SetDLM, case: str, tokens: int, hw: dict[str, float], prompt: int = PREFILL) -> float:
+    """The bound of what a case's row times: the sum of its forwards' bounds (each token's keys
+    taken at the run's middle length); a decode row's, its decode's forwards only."""
     f = lambda rows, logits, keys: forward_bound_s(model, rows, logits, keys, hw)  # noqa: E731
     if case.startswith("prefill"):
-        return f(PREFILL, 0 if case == "prefill" else 1, PREFILL // 2)
-    keys = PROMPT + NEW // 2
-    if case == "ar_hf":  # the prompt's prefill, then a 1-row forward per token but the first
-        return f(PROMPT, 1, PROMPT // 2) + (NEW - 1) * f(1, 1, keys)
+        return f(prompt, 0 if case == "prefill" else 1, prompt // 2)
     if case.startswith("batch"):
         B = int(case.removeprefix("batch"))
-        return f(B * PROMPT, 0, PROMPT // 2) + NEW * f(2 * B, B, keys)  # the prompts' prefill is one batched forward
+        return f(B * PROMPT, 0, PROMPT // 2) + NEW * f(2 * B, B, PROMPT + NEW // 2)  # one batched prefill, then steps
+    keys = prompt + NEW // 2
+    if case == "ar_hf":  # a 1-row forward per token but the first (which came with the prefill)
+        return tokens * f(1, 1, keys)
     W = 1 if case == "ar" else int(case.removeprefix("W"))
-    steps = -(-NEW // W)  # every step commits W: its pending W and W masks
-    return f(PROMPT, 0, PROMPT // 2) + steps * f(2 * W, W, keys)
+    return -(-NEW // W) * f(2 * W, W, keys)  # every step commits W: its pending W and W masks
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -267,6 +275,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--threads", default="1,2", help="torch threads (and rowdot's), each in turn")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per case (default 3; 1 with --quick)")
+    ap.add_argument("--prompt", type=int, default=PREFILL, help="the prefill's and the decode rows' prompt, tokens")
     ap.add_argument("--out-json", type=Path)
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -275,8 +284,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     except ValueError:
         ap.error(f"--threads: comma-separated counts, got {args.threads!r}")
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    if any(d not in DTYPES for d in dtypes) or not threads or min(threads) < 1 or repeats < 1:
-        ap.error("--dtypes of fp32,bf16; --threads and --repeats >= 1")
+    if any(d not in DTYPES for d in dtypes) or not threads or min(threads) < 1 or repeats < 1 or args.prompt < 1:
+        ap.error("--dtypes of fp32,bf16; --threads, --repeats and --prompt >= 1")
     sessions = QUICK_SESSIONS if args.quick else SESSIONS
     warnings.filterwarnings("ignore")  # transformers' generation-config notices
     folder = imported(args.shape)
@@ -291,13 +300,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             torch.set_num_threads(th)
             hw = machine(model, DTYPES[dtype])
             machines[f"{dtype}_t{th}"] = hw
-            for r in measure(model, hf, dtype, th, repeats, sessions, hw):
+            for r in measure(model, hf, dtype, th, repeats, sessions, hw, args.prompt):
                 rows.append(r)
                 print(table_line(r), flush=True)
             print(f"  {dtype}, {th} thread(s): bandwidth {hw['bandwidth_gb_s']} GB/s, rate {hw['rate_gflop_s']} "
                   f"GFLOP/s, load {os.getloadavg()[0]:.1f}", flush=True)
         del model, hf
-    result = {"bench": "qwen", "shape": args.shape, "kernel": rowdot.name(), "repeats": repeats,
+    result = {"bench": "qwen", "shape": args.shape, "kernel": rowdot.name(), "repeats": repeats, "prompt": args.prompt,
               "load_avg_end": round(os.getloadavg()[0], 2), "machine": machines, "rows": rows,
               "summary": summary(rows)}
     for k, v in result["summary"].items():
