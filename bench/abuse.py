@@ -32,7 +32,9 @@ on the others, the layout of a deployment whose workers have machines of their o
 clients and pauses, under the abuser's key): what any neighbour as busy costs the normal tenant
 on these cores, against which the abuser's cost reads.
 
-Reported: the normal tenant's success rate, p50/p99 latency, its jobs' queue wait and run on a
+Reported: the normal tenant's success rate, p50/p99 latency, the p50 of a cheap GET of its (its
+jobs' listing, one row, every 0.25 s; issue #48's target: within 1.5x beside each attack), its
+jobs' queue wait and run on a
 worker, and its webhooks' delay (a receiver of its own in the bench: job finished -> the
 job.succeeded delivery received; target: no worse beside the abuser), in both phases (p99
 ratio: target <= 1.5); each part's CPU in both phases (API, workers, Redis, PostgreSQL, the
@@ -87,6 +89,7 @@ CEILINGS: dict[str, Any] = {"tenant_budget_bytes": 48 * MiB, "tenant_max_event_b
                             "tenant_max_sessions": 5000, "tenant_max_turn_bytes": 64 * MiB,
                             "tenant_max_datasets": 4, "tenant_max_unfinished": 200}  # datasets: 3 + the regions one
 MAXMEMORY = 256 * MiB
+GET_EVERY_S = 0.25  #: the normal tenant's cheap GET (its jobs' listing), this often in each phase
 #: the abuser's kinds of loop (--loops)
 LOOPS = ("submit", "fork", "dataset", "stream", "oversized", "schedule", "webhook", "schema", "duplicate")
 SUBMITTERS = 6  # the abuser's submit + cancel loops at once: past its rate (50/s) when the API answers fast
@@ -415,13 +418,28 @@ def normal_phase(url: str, seconds: float, clients: int, tally: Tally, think_s: 
                         failed += 1
                         tally.errors.append(f"normal {kind} {done['status']}: {done.get('error')}"[:300])
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    gets: list[float] = []  # a cheap GET of the tenant's (its jobs' listing, one row), every GET_EVERY_S
+
+    def probe() -> None:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as h:
+            while time.monotonic() < stop:
+                t = time.perf_counter()
+                r = h.get("/v1/jobs", params={"limit": 1})
+                if r.status_code == 200:
+                    gets.append(time.perf_counter() - t)
+                else:
+                    tally.errors.append(f"normal GET {r.status_code}"[:300])
+                    tally.server_errors += int(r.status_code >= 500)
+                time.sleep(GET_EVERY_S)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)] + [threading.Thread(target=probe)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     every = [x for xs in lat.values() for x in xs]
     return {"jobs": ok + failed, "succeeded": ok, "success_rate": round(ok / max(1, ok + failed), 4),
+            "get_p50_ms": round(1000 * pct(gets, 0.5), 1), "get_p99_ms": round(1000 * pct(gets, 0.99), 1),
             "p50_s": round(pct(every, 0.5), 2), "p99_s": round(pct(every, 0.99), 2),
             "wait_p50_s": round(pct(waits, 0.5), 2), "wait_p99_s": round(pct(waits, 0.99), 2),
             "run_p50_s": round(pct(runs, 0.5), 2), "run_p99_s": round(pct(runs, 0.99), 2),
@@ -748,8 +766,10 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
     used = int(r.info("memory")["used_memory"])
     r.close()
     ratio = beside["p99_s"] / alone["p99_s"] if alone["p99_s"] else float("nan")
+    get_ratio = beside["get_p50_ms"] / alone["get_p50_ms"] if alone["get_p50_ms"] else float("nan")
     out = {"bench": "abuse", "database": "postgresql" if admin else "sqlite", "alone": alone, "with_abuser": beside,
-           "p99_ratio": round(ratio, 3), "webhooks": webhooks, "abuser": dict(sorted(tally.codes.items())),
+           "p99_ratio": round(ratio, 3), "get_p50_ratio": round(get_ratio, 3), "webhooks": webhooks,
+           "abuser": dict(sorted(tally.codes.items())),
            "abuser_jobs": len(tally.jobs), "lost_jobs": lost, "errors_5xx": tally.server_errors,
            "errors": tally.errors[:20], "redis_peak_bytes": peak[0], "redis_used_end_bytes": used,
            "redis_maxmemory": MAXMEMORY, "db_bytes_before": db_before,
@@ -760,7 +780,8 @@ def run(stack: Stack, seconds: float, clients: int, admin: sa.Engine | None, db_
            **({"neighbour_tenant": told["neighbour"]} if args.neighbour else {})}
     beside_whom = "the neighbour" if args.neighbour else "the abuser"
     print(f"normal alone: {alone['success_rate']:.1%} of {alone['jobs']}, p99 {alone['p99_s']} s; with {beside_whom}: "
-          f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); "
+          f"{beside['success_rate']:.1%} of {beside['jobs']}, p99 {beside['p99_s']} s (x{ratio:.2f}); a cheap GET's "
+          f"p50 {alone['get_p50_ms']} -> {beside['get_p50_ms']} ms (x{get_ratio:.2f}); "
           f"webhooks p99 {webhooks['alone']['p99_s']} s -> {webhooks['with_abuser']['p99_s']} s "
           f"({webhooks['with_abuser']['missing']} missing); 5xx {out['errors_5xx']}, lost {lost}; "
           f"Redis peak {peak[0] / MiB:.0f} MiB of {MAXMEMORY / MiB:.0f}",
