@@ -92,9 +92,14 @@ class Keys:
         self.quota = Quota.of(settings)
 
     def claim(self, tenant: str, key: str, route: str, digest: str) -> IdempotencyRecord | None:
-        """None: this request holds the key now (run it); else the row another holds or held."""
+        """None: this request holds the key now (run it); else the row another holds or held
+        (read first without a write transaction: most duplicates find it live)."""
         now = datetime.now(UTC)
         cutoff = now - timedelta(seconds=self.ttl_s)
+        live = self.get(tenant, key)
+        if live is not None and aware(live.created_at) >= cutoff and (
+                live.status is not None or aware(live.created_at) >= now - timedelta(seconds=self.abandoned_s)):
+            return live
         try:
             with self._write.begin() as db:
                 old = db.get(IdempotencyRecord, (tenant, key))
