@@ -23,7 +23,7 @@ from standardwebhooks import Webhook
 
 from runtime.db import writer
 from runtime.jobs.webhook_http import bounded, client
-from runtime.jobs.webhook_secrets import CLEAR, Unsealable, key_of, seal, unseal
+from runtime.jobs.webhook_secrets import CLEAR, Unsealable, deployment_key, key_of, seal, unseal
 from runtime.jobs.webhooks import matched_rows
 from runtime.settings import Settings
 from runtime.tables import WebhookEndpointRecord, WebhookMessageRecord
@@ -71,7 +71,7 @@ class WebhookSender:
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
         self.http = http or client(settings.webhook_timeout_s, settings.webhook_allow_private)
         self.rand = rand
-        self.key = key_of(settings.secret_key)
+        self.key = key_of(deployment_key(settings))
         self._pool = ThreadPoolExecutor(POOL, thread_name_prefix="setflow-webhook")
         self._running: dict[Future[Counter[str]], tuple[str, str]] = {}  # a batch in flight -> (tenant, endpoint id)
 

@@ -13,6 +13,7 @@ from runtime.api import idempotency
 from runtime.api.deps import Limit, Svc, Tenant
 from runtime.api.models import ERRORS, Utc
 from runtime.jobs import webhooks
+from runtime.jobs.webhook_secrets import deployment_key
 from runtime.jobs.webhooks import Endpoints
 from runtime.tables import WebhookEndpointRecord
 
@@ -64,7 +65,7 @@ class WebhookList(BaseModel):
 
 def _store(svc: Svc) -> Endpoints:
     return Endpoints(svc.sql, svc.settings.tenant_max_webhooks, svc.settings.webhook_allow_private,
-                     svc.settings.secret_key)
+                     deployment_key(svc.settings))
 
 
 def _view(r: WebhookEndpointRecord) -> WebhookView:

@@ -13,6 +13,7 @@ import math
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -725,3 +726,17 @@ def test_a_name_with_several_addresses_is_connected_to_the_next_where_one_refuse
         assert sender.deliver_due()["delivered"] == 1 and len(rx.got) == 1
         sender.close()
     assert looked == ["two.example.com"]
+
+
+def test_the_embedded_default_seals_secrets_under_a_key_of_its_own(tmp_path: Path) -> None:
+    """No SETFLOW_SECRET_KEY and no database of its own: a key file beside the SQLite file,
+    0600, the same for every process of the machine; a database of its own needs the setting."""
+    import stat
+
+    from runtime.jobs.webhook_secrets import deployment_key
+    s = Settings(data_dir=tmp_path / "data")
+    key = deployment_key(s)
+    assert key and deployment_key(s) == key, "one key, read again by the next process"
+    assert stat.S_IMODE((tmp_path / "data" / "secret.key").stat().st_mode) == 0o600
+    assert deployment_key(Settings(data_dir=tmp_path / "data", secret_key="k" * 16)) == "k" * 16
+    assert deployment_key(Settings(data_dir=tmp_path / "other", database_url="postgresql+psycopg://x/y")) is None
