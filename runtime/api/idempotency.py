@@ -35,6 +35,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
 from anyio.to_thread import run_sync
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
@@ -212,6 +213,10 @@ class Idempotent:
                 await run_sync(svc.limiter.take, tenant)  # a duplicate pays at the door as any request
             except RateLimited as e:
                 await errors.body(e.code, e.message, 429, path, retry_after_s=e.retry_after_s)(scope, receive, send)
+                return
+            except redis.RedisError:
+                await errors.body("unavailable", "the session store (Redis) is unavailable; retry shortly", 503, path,
+                                  retry_after_s=1.0)(scope, receive, send)
                 return
             if held.status is None:
                 held = await self._wait(scope, receive, send, keys, tenant, key, deadline)

@@ -85,10 +85,12 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
         gate.release_turn(request.scope)  # the wait holds no thread: nor the tenant's turn (gate.Turns)
         with svc.stream_slot(who):  # a wait holds what a stream holds (a Redis read): counted as one
             job = await _ended(svc, job, svc.settings.response_wait_s, gone=request.is_disconnected)
-        if await request.is_disconnected():  # its client left: nobody reads it now
-            if not req.store:
-                _abandon(svc, job)
-            return Response(status_code=499)
+        if not req.store and await request.is_disconnected():  # its client left: nobody can read it now
+            _abandon(svc, job)
+            # "retry later" for an Idempotency-Key: its key is freed, a retry runs anew
+            return Response(status_code=499, headers={"Retry-After": "1"})
+        # (a stored one's client that left gets the response as it is, as at the timeout: what an
+        # Idempotency-Key keeps for its retry, which reads it by its id)
     body = response_view.view(job)
     if not req.store and job.status in TERMINAL:
         await run_sync(forget, svc, job)
