@@ -30,8 +30,7 @@ def private(file: Path) -> None:
     exists already is the operator's: left as it is)."""
     if file.name == ":memory:" or not file.name:
         return
-    if not file.parent.exists():
-        file.parent.mkdir(parents=True, mode=0o700)
+    file.parent.mkdir(parents=True, mode=0o700, exist_ok=True)  # the mode applies only where it is made
     if not file.exists():
         os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
 

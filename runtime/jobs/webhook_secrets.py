@@ -20,6 +20,8 @@ import hashlib
 import hmac
 import os
 import secrets
+from functools import lru_cache
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -45,14 +47,25 @@ def deployment_key(settings: Settings) -> str | None:
     database of its own with no key set (secrets then stay in the clear: set SETFLOW_SECRET_KEY)."""
     if settings.secret_key is not None or settings.database_url:
         return settings.secret_key
-    path = settings.data_dir / KEY_FILE
-    try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return path.read_text().strip() or None
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(32))
+    return _key_file(settings.data_dir / KEY_FILE)
+
+
+@lru_cache(maxsize=8)
+def _key_file(path: Path) -> str:
+    """The key kept in `path`, made whole by the first process to ask (a file written aside, then
+    linked in: another process reads a whole key or none), read once per process."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        aside = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # another process's key is the key
+        finally:
+            aside.unlink()
     return path.read_text().strip()
 
 

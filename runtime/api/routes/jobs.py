@@ -120,40 +120,39 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
     if (full := svc.streams_full(who)) is not None:
         yield _sse("error", {"code": "rate_limited", "message": full})
         return
-    svc.streams[who] = svc.streams.get(who, 0) + 1  # counted while it runs (a stream never started holds nothing)
-    r = svc.aclient()
-    waiting_said = False  # a requires_action status said since the job last ran
-    try:
-        yield "retry: 1000\n\n"
-        while time.monotonic() - start < MAX_STREAM_S:
-            ended = False
-            try:
-                for eid, ev in entries(await r.xread({key: after}, count=1000, block=1000)):
-                    after, quiet = eid, time.monotonic()
-                    yield _sse(str(ev.get("type", "message")), ev, after)
-                    ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
-                    if ev.get("type") == "status":
-                        waiting_said = ev.get("status") == "requires_action"
-            except redis.RedisError:
-                await asyncio.sleep(0.5)
-            now = time.monotonic()
-            if ended or now - checked >= 1.0:
-                checked = now
-                job = await run_sync(svc.jobs.get, job_id)
-                if job.status in TERMINAL:
-                    yield _sse("result", JobView.of(job).model_dump(mode="json"))
-                    return
-                if job.status == "requires_action" and not waiting_said and job.action:
-                    # its event was lost or expired (a wait may outlast the stream's TTL): said from SQL
-                    waiting_said = True
-                    yield _sse("status", {"type": "status", "status": "requires_action", "from": "sql",
-                                          "calls": job.action.get("calls", []), "deadline": job.wait_until})
-            if now - quiet >= KEEPALIVE_S:
-                quiet = now
-                yield ": keep-alive\n\n"
-    finally:
-        svc.streams[who] -= 1
-        await r.aclose()
+    with svc.stream_slot(who):  # counted while it runs (a stream never started holds nothing)
+        r = svc.aclient()
+        waiting_said = False  # a requires_action status said since the job last ran
+        try:
+            yield "retry: 1000\n\n"
+            while time.monotonic() - start < MAX_STREAM_S:
+                ended = False
+                try:
+                    for eid, ev in entries(await r.xread({key: after}, count=1000, block=1000)):
+                        after, quiet = eid, time.monotonic()
+                        yield _sse(str(ev.get("type", "message")), ev, after)
+                        ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+                        if ev.get("type") == "status":
+                            waiting_said = ev.get("status") == "requires_action"
+                except redis.RedisError:
+                    await asyncio.sleep(0.5)
+                now = time.monotonic()
+                if ended or now - checked >= 1.0:
+                    checked = now
+                    job = await run_sync(svc.jobs.get, job_id)
+                    if job.status in TERMINAL:
+                        yield _sse("result", JobView.of(job).model_dump(mode="json"))
+                        return
+                    if job.status == "requires_action" and not waiting_said and job.action:
+                        # its event was lost or expired (a wait may outlast the stream's TTL): said from SQL
+                        waiting_said = True
+                        yield _sse("status", {"type": "status", "status": "requires_action", "from": "sql",
+                                              "calls": job.action.get("calls", []), "deadline": job.wait_until})
+                if now - quiet >= KEEPALIVE_S:
+                    quiet = now
+                    yield ": keep-alive\n\n"
+        finally:
+            await r.aclose()
 
 
 # ---- exports: a finished narrative's or report's Markdown, HTML, PDF and JSON -------------------

@@ -490,55 +490,53 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
             if drop:
                 _abandon(svc, job)
         return
-    slot = svc.stream_slot(who)
-    slot.__enter__()
-    r = svc.aclient()
-    key, at = svc.keys.events(job.id), "0"
-    tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""),
-                                    steps=bool(job.spec.get("request", {}).get("step_events")))
-    quiet = checked = time.monotonic()
-    try:
-        for ev in tr.start():
-            if ev["sequence_number"] > after:
-                yield _sse(ev)
-        while True:
-            ended = False
-            try:
-                for eid, raw in entries(await r.xread({key: at}, count=1000, block=1000)):
-                    at, quiet = eid, time.monotonic()
-                    for ev in tr.feed(raw):
-                        if ev["sequence_number"] > after:
-                            yield _sse(ev)
-                    ended = ended or (raw.get("type") == "status" and raw.get("status") in TERMINAL)
-            except redis.RedisError:
-                await asyncio.sleep(0.5)
-                continue
-            now = time.monotonic()
-            if ended or now - checked >= 1.0:
-                checked = now
-                final = await run_sync(svc.jobs.get, job.id)
-                if final.status in TERMINAL:
-                    # what the stream holds that this read has not reached yet comes first
-                    for eid, raw in entries(await r.xread({key: at}, count=100_000)):
-                        at = eid
+    with svc.stream_slot(who):  # counted while it runs (a stream never started holds nothing)
+        r = svc.aclient()
+        key, at = svc.keys.events(job.id), "0"
+        tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""),
+                                        steps=bool(job.spec.get("request", {}).get("step_events")))
+        quiet = checked = time.monotonic()
+        try:
+            for ev in tr.start():
+                if ev["sequence_number"] > after:
+                    yield _sse(ev)
+            while True:
+                ended = False
+                try:
+                    for eid, raw in entries(await r.xread({key: at}, count=1000, block=1000)):
+                        at, quiet = eid, time.monotonic()
                         for ev in tr.feed(raw):
                             if ev["sequence_number"] > after:
                                 yield _sse(ev)
-                    for ev in tr.finish(final):
-                        if ev["sequence_number"] > after:
-                            yield _sse(ev)
-                    if drop:
-                        drop = False
-                        await run_sync(forget, svc, final)
-                    return
-            if now - quiet >= KEEPALIVE_S:
-                quiet = now
-                yield ": keep-alive\n\n"
-    finally:
-        slot.__exit__(None, None, None)
-        if drop:  # the client left before the end (or this read failed): nobody can read it now
-            _abandon(svc, job)
-        await r.aclose()
+                        ended = ended or (raw.get("type") == "status" and raw.get("status") in TERMINAL)
+                except redis.RedisError:
+                    await asyncio.sleep(0.5)
+                    continue
+                now = time.monotonic()
+                if ended or now - checked >= 1.0:
+                    checked = now
+                    final = await run_sync(svc.jobs.get, job.id)
+                    if final.status in TERMINAL:
+                        # what the stream holds that this read has not reached yet comes first
+                        for eid, raw in entries(await r.xread({key: at}, count=100_000)):
+                            at = eid
+                            for ev in tr.feed(raw):
+                                if ev["sequence_number"] > after:
+                                    yield _sse(ev)
+                        for ev in tr.finish(final):
+                            if ev["sequence_number"] > after:
+                                yield _sse(ev)
+                        if drop:
+                            drop = False
+                            await run_sync(forget, svc, final)
+                        return
+                if now - quiet >= KEEPALIVE_S:
+                    quiet = now
+                    yield ": keep-alive\n\n"
+        finally:
+            if drop:  # the client left before the end (or this read failed): nobody can read it now
+                _abandon(svc, job)
+            await r.aclose()
 
 
 _LATER: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to its tasks
