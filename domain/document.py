@@ -81,8 +81,11 @@ def main_drivers(d: dict[str, Any]) -> list[tuple[str, str]]:
     b = d.get("breakdown")
     if b is not None:
         rows = {r["name"]: r for r in b["rows"]}
-        if b["largest"] is not None:
-            out.append((f"{b['metric']}: largest contributor to the change",
+        if b["largest"] is not None:  # the largest of all only where the rows cover the change (a result
+            # stored before drivers said `covers` has their deltas: the same sum)
+            covers = sum((Decimal(r["delta"]) for r in b["rows"]), Decimal(0)) == Decimal(b["delta"])
+            of = "to the change" if covers else "of the rows shown"
+            out.append((f"{b['metric']}: largest contributor {of}",
                         f"{b['largest']} ({percent(rows[b['largest']]['share_of_delta'])} of {signed(b['delta'])})"))
         if b["dominant_delta"] is not None:
             out.append((f"{b['metric']}: more than half of the change", b["dominant_delta"]))

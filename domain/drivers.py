@@ -11,9 +11,11 @@ drivers_form phrases them).
     AMER  319 -> 427  delta 108  share of delta  0.8000   (largest; more than half of the delta)
 
 A share is the row's over the metric's own value and delta (a breakdown that covers only part
-of its metric leaves the rest unassigned), signed: a row that moved against the total has a
-negative share, and the shares of the rows that moved with it may then pass 1.  Ratios are
-strings of RATIO_PLACES decimals, rounded half up; None where a ratio has no meaning."""
+of its metric leaves the rest unassigned: `covers` says whether its rows' deltas add up to the
+metric's, and only then is the row that added most to the change the largest part of it),
+signed: a row that moved against the total has a negative share, and the shares of the rows
+that moved with it may then pass 1.  Ratios are strings of RATIO_PLACES decimals, rounded half
+up; None where a ratio has no meaning."""
 
 from __future__ import annotations
 
@@ -81,6 +83,7 @@ class BreakdownDriver:
     dominant_value: str | None  # the row holding more than half of the value
     dominant_delta: str | None  # the row holding more than half of the change
     against: list[str]  # rows that moved against the total
+    covers: bool  # the rows' deltas add up to the metric's: their shares are of the whole change
 
 
 def metric_driver(m: Metric) -> MetricDriver:
@@ -103,8 +106,9 @@ def breakdown_driver(b: Breakdown, m: Metric) -> BreakdownDriver:
     largest = _most([(s, r.name) for r, s, _ in rows if s is not None and s > 0])
     dom_v = _most([(s, r.name) for r, _, s in rows if s is not None and s > HALF])
     dom_d = _most([(s, r.name) for r, s, _ in rows if s is not None and s > HALF])
+    covers = sum((Decimal(r.delta) for r, _, _ in rows), Decimal(0)) == total_delta
     return BreakdownDriver(m.display, b.kind, format(total_delta, "f"), [r for r, _, _ in rows], largest, dom_v, dom_d,
-                           [r.name for r, _, _ in rows if r.against])
+                           [r.name for r, _, _ in rows if r.against], covers)
 
 
 def _most(shares: list[tuple[Decimal, str]]) -> str | None:
@@ -135,9 +139,12 @@ def share_percent(part: str, whole: str) -> str:
 def rendered(p: Payload, slots: Slots | None = None, said: bool = False) -> Rendered:
     """p.render(slots), and where `said` (a narrative at detail `full`) and its breakdown's metric
     changed, the breakdown's drivers as facts after its lines: the row that added most to the
-    change (its name's slot), its share of the change (a new slot), the rows that moved against it:
+    change (its name's slot), its share of the change (a new slot), the rows that moved against it;
+    where the rows do not cover the change (BreakdownDriver.covers), that the claim is of the rows
+    shown:
 
         drivers: largest [F13] [F19] of the change; against [F16]
+        drivers: largest [F13] [F19] of the change, of the rows shown; against [F16]
     """
     r = p.render(slots)
     b = p.breakdown
@@ -148,7 +155,9 @@ def rendered(p: Payload, slots: Slots | None = None, said: bool = False) -> Rend
         return r
     slot = {row.name: clause.name for row, clause in zip(d.rows, r.rows, strict=True)}
     largest = next(row for row in d.rows if row.name == d.largest)  # its share is above 0: d.delta is not
-    said_ = Drivers(slot[d.largest], r.slots.add(share_percent(largest.delta, d.delta)), tuple(slot[a] for a in d.against))
+    said_ = Drivers(slot[d.largest], r.slots.add(share_percent(largest.delta, d.delta)), tuple(slot[a] for a in d.against),
+                    d.covers)
     against = f"; against {', '.join(said_.against)}" if said_.against else ""
-    return replace(r, prompt=f"{r.prompt}drivers: largest {said_.largest} {said_.share} of the change{against}\n",
+    shown = "" if d.covers else ", of the rows shown"
+    return replace(r, prompt=f"{r.prompt}drivers: largest {said_.largest} {said_.share} of the change{shown}{against}\n",
                    drivers=said_)

@@ -94,15 +94,28 @@ def _listed(names: tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def largest_sentences(r: Rendered, covers: bool) -> tuple[str, ...]:
+    """The sentences that name the row that added most to the change: of the whole change where
+    the rows cover it (Drivers.covers), else of the rows shown ("the largest part of the change"
+    of a partial breakdown would be a claim about rows it does not send)."""
+    d = r.drivers
+    assert d is not None, "no drivers to say"
+    if covers:
+        return (f"{d.largest} added the most to the change ({d.share}).",
+                f"The largest part of the change came from {d.largest} ({d.share}).",
+                f"{d.largest} made up {d.share} of the change, the most of any {r.kind}.")
+    return (f"Of the {r.kind}s shown, {d.largest} added the most to the change ({d.share}).",
+            f"Of the {r.kind}s shown, the largest share of the change came from {d.largest} ({d.share}).",
+            f"Of the {r.kind}s shown, {d.largest} made up {d.share} of the change, the most of any.")
+
+
 def drivers_form(r: Rendered) -> Form:
     """The breakdown's drivers (a narrative at detail `full`): the row that added most to the
-    change, with its share of it; then the rows that moved against it, if any."""
+    change, with its share of it (largest_sentences); then the rows that moved against it, if any."""
     d = r.drivers
     if d is None:
         return []
-    form: Form = [(" ",), (f"{d.largest} added the most to the change ({d.share}).",
-                           f"The largest part of the change came from {d.largest} ({d.share}).",
-                           f"{d.largest} made up {d.share} of the change, the most of any {r.kind}.")]
+    form: Form = [(" ",), largest_sentences(r, d.covers)]
     if d.against:
         form += [(" ",), (_listed(d.against),), (" moved against the trend.", " went the other way.")]
     return form
@@ -258,6 +271,8 @@ def _read(r: Rendered, text: str) -> tuple[int, list[str]]:
         got, want = slots_in(tail), r.drivers.numbers
         if got != want:
             problems.append(f"drivers: slots {_said(got, lex)} where {_said(want, lex)} go")
+        if not r.drivers.covers and any(s in tail for s in largest_sentences(r, True)):
+            problems.append("drivers: a share of the whole change claimed, and the rows sent do not cover the change")
         ok += _common(got, want)
     return ok, list(dict.fromkeys(problems))
 

@@ -154,12 +154,14 @@ class Clause:
 class Drivers:
     """A breakdown's drivers as a narrative says them, in slot tokens (domain/drivers.py rendered
     computes them): the row that added most to its metric's change, that row's share of the
-    change (a percent, one decimal: above 100% where other rows moved against it), and the rows
-    that moved against the change, in payload order."""
+    change (a percent, one decimal: above 100% where other rows moved against it), the rows
+    that moved against the change, in payload order, and whether the rows cover the change (their
+    deltas add up to the metric's): a claim about the whole change is said only where they do."""
 
     largest: str
     share: str
     against: tuple[str, ...]
+    covers: bool
 
     @property
     def numbers(self) -> list[str]:

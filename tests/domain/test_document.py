@@ -101,3 +101,13 @@ def test_markdown_shows_any_name_as_written_no_markup_from_it(name: str) -> None
     assert text in shown and f"Report · {name}" in shown and f"{name}: 1240.5" in shown
     assert f"<h1>{html.escape(name, quote=False)}</h1>" in page and f"<h2>{html.escape(name, quote=False)}</h2>" in page
     assert f"<td>{html.escape(name, quote=False)}</td>\n<td>512</td>" in page  # the breakdown's cell as written
+
+
+def test_the_largest_contributor_is_of_the_rows_shown_where_they_do_not_cover_the_change() -> None:
+    def table(rows: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+        p = Payload("Acme", "2026-Q3", "formal", [Metric("revenue", "1240", "1105")], Breakdown("region", "revenue", rows))
+        return document.main_drivers(drivers.drivers(p))
+
+    rows = [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]
+    assert ("Revenue: largest contributor to the change", "AMER (80.00% of +135)") in table(rows)
+    assert ("Revenue: largest contributor of the rows shown", "EMEA (32.59% of +135)") in table(rows[:2])

@@ -109,3 +109,10 @@ def test_a_narratives_share_of_the_change_is_rounded_once_from_the_deltas() -> N
     r = drivers.rendered(p, said=True)
     assert r.drivers is not None and r.slots.lexicalise(r.drivers.share) == "87.6%"
     assert drivers.share_percent("108", "135") == "80.0%" and drivers.share_percent("1", "3") == "33.3%"
+
+
+def test_the_rows_cover_the_change_only_where_their_deltas_add_up_to_the_metrics() -> None:
+    whole = drivers.drivers(payload("1240", "1105", [("EMEA", "512", "468"), ("APAC", "301", "318"), ("AMER", "427", "319")]))
+    part = drivers.drivers(payload("1240", "1105", [("EMEA", "512", "468"), ("APAC", "301", "318")]))
+    assert whole["breakdown"]["covers"] and not part["breakdown"]["covers"]
+    assert part["breakdown"]["largest"] == "EMEA"  # the largest of the rows shown, 32.6% of the whole change

@@ -200,3 +200,42 @@ def test_no_drivers_where_the_metric_did_not_change_and_every_drawn_one_checks()
         assert c.fully_correct and c.facts_ok == r.facts, (c.problems, r.prompt, text)
         said += r.drivers is not None
     assert said > 150
+
+
+def _asia() -> Payload:
+    """Asia's population 1957 -> 1962 (+134026800) broken down by 5 countries whose deltas add
+    up to 3232061, 2.4% of it; Korea, Dem. Rep. +1506113 (1.1% of it) the largest of them."""
+    rows = [("Korea, Dem. Rep.", "10917494", "9411381"), ("Mongolia", "1010280", "882134"),
+            ("Cambodia", "6083619", "5322536"), ("Jordan", "933559", "746559"), ("Nepal", "10332057", "9682338")]
+    return Payload("Gapminder", "1962", "formal", [Metric("pop", "1529384151", "1395357351", custom_unit="people")],
+                   Breakdown("region", "pop", rows))
+
+
+def test_a_share_of_the_whole_change_is_claimed_only_where_the_rows_cover_it() -> None:
+    """The rows of a partial breakdown cover part of the change: the sentence on the row that
+    added most says it is of the rows shown, and a claim on the whole change is refused."""
+    p = _asia()
+    r = rendered(p, said=True)
+    assert r.drivers is not None and not r.drivers.covers
+    assert r.prompt.endswith("of the change, of the rows shown\n")
+    lex = r.slots.lexicalise
+    rng = random.Random(0)
+    texts = {n.write(rng, n.narrative_form(r)) for _ in range(40)}
+    assert texts and all(n.read_back(r, t).fully_correct for t in texts)
+    assert all("Of the regions shown, " in t for t in texts) and not any("The largest part" in t for t in texts)
+    assert any(lex(t).endswith("Of the regions shown, Korea, Dem. Rep. added the most to the change (1.1%).")
+               for t in texts), [lex(t) for t in texts]
+    said = next(iter(texts)).rpartition(" Of the regions shown")[0]
+    d = r.drivers
+    for whole in (f" The largest part of the change came from {d.largest} ({d.share}).",
+                  f" {d.largest} added the most to the change ({d.share}).",
+                  f" {d.largest} made up {d.share} of the change, the most of any region."):
+        c = n.read_back(r, said + whole)
+        assert not c.fully_correct and any("do not cover the change" in x for x in c.problems), c.problems
+        assert not n.begins(n.narrative_form(r), said + whole)  # and the guide never lets it be written
+    covered = Payload(p.tenant, p.period, p.style, p.metrics,
+                      Breakdown("region", "pop", [*p.breakdown.rows, ("Rest of Asia", "1500107142", "1369312403")]))
+    rc = rendered(covered, said=True)
+    assert rc.drivers is not None and rc.drivers.covers and "of the rows shown" not in rc.prompt
+    whole = n.write(random.Random(1), n.narrative_form(rc))
+    assert "shown" not in whole and n.read_back(rc, whole).fully_correct
