@@ -42,7 +42,8 @@ from runtime.db import make_engine  # noqa: E402
 from runtime.embedded import EmbeddedRedis  # noqa: E402
 from runtime.jobs.dispatch import Dispatcher  # noqa: E402
 from runtime.jobs.rows import Jobs  # noqa: E402
-from runtime.jobs.schedules import Schedules, Ticker  # noqa: E402
+from runtime.schedules.crud import Schedules  # noqa: E402
+from runtime.schedules.ticker import Ticker  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
 from runtime.tables import JobRecord, TickRecord  # noqa: E402
 

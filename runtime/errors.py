@@ -19,7 +19,7 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     │                                             is hosted by no live worker
     ├── NotFinished         code "not_finished"   a job's export asked for while the job has not ended
     ├── Duplicate           code "duplicate"      a job of that id exists already (a schedule's tick
-    │                                             submitted it: runtime/jobs/schedules.py)
+    │                                             submitted it: runtime/schedules/claims.py)
     └── tool outputs (POST /v1/jobs/{id}/tool_outputs), refused:
         ├── NotWaiting      code "not_waiting"    the job waits for no tool output (any more)
         ├── UnknownCall     code "unknown_call"   no call of the job has that id

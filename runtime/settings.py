@@ -154,7 +154,7 @@ class Settings(BaseSettings):
     #: changed or lost, the sealed ones no longer open (their deliveries fail saying so)
     secret_key: str | None = Field(default=None, min_length=16, repr=False)
 
-    # ---- schedules (runtime/jobs/schedules.py; each worker's ticker, workers/watch.py) --------
+    # ---- schedules (runtime/schedules/; each worker's ticker, workers/watch.py) --------
     tenant_max_schedules: int = Field(default=100, ge=1)  #: a tenant's schedules, at most (409 beyond)
     schedule_interval_s: float = Field(default=1.0, gt=0)  #: how often each worker's ticker looks for ticks due
     #: the ticker's leader lock lives this long unless renewed (every third of it, while it

@@ -252,7 +252,7 @@ class IdempotencyRecord(Base):
 
 
 class ScheduleRecord(Base):
-    """A tenant's schedule (runtime/jobs/schedules.py): a cron expression in a time zone and the
+    """A tenant's schedule (runtime/schedules/crud.py): a cron expression in a time zone and the
     job it submits at each tick; its next tick, and what to do with the ticks it missed."""
 
     __tablename__ = "schedules"
@@ -278,7 +278,7 @@ class TickRecord(Base):
     tick submit exactly one job set, whoever races for it.  Claimed (its job ids planned) before
     any of its jobs is submitted; submitted once every one of them is in `jobs` (or failed, its
     spec refused for good: `error`).  A claim left by a process that died is completed by the
-    next leader (runtime/jobs/schedules.py)."""
+    next leader (runtime/schedules/ticker.py)."""
 
     __tablename__ = "schedule_ticks"
     __table_args__ = (UniqueConstraint("schedule_id", "tick_at", name="uq_schedule_tick"),

@@ -1,11 +1,12 @@
 """The tree is the architecture: imports run one way only,
 
-    app -> workers -> workflows -> runtime/api -> runtime/jobs -> runtime/sessions -> model -> domain
+    app -> workers -> workflows -> runtime/api -> runtime/schedules -> runtime/jobs -> runtime/sessions -> model
+        -> domain
 
 plus the shared leaves (runtime/settings, errors, keys, db, tables, embedded, migrations), which
 import only each other and domain/.  domain/ imports nothing of the project but itself.  A
 module may import its own floor and any floor below it, never one above; no import cycle
-anywhere; workflows/, the API and domain/ never import torch, not even through another module.
+anywhere; workflows/, the API, the schedules and domain/ never import torch, not even through another module.
 Every import counts, also one inside a function: a lazy import is still a dependency.  The
 checks are plain functions, so the test also shows that each one fails on a bad tree."""
 
@@ -17,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "workers", "workflows", "runtime", "model", "domain")
 #: floor -> rank; a module may import a floor of the same or a lower rank
-FLOORS = {"domain": -1, "model": 0, "runtime.sessions": 1, "runtime.jobs": 2, "runtime.api": 3, "workflows": 4, "workers": 5,
-          "app": 6}
+FLOORS = {"domain": -1, "model": 0, "runtime.sessions": 1, "runtime.jobs": 2, "runtime.schedules": 3, "runtime.api": 4,
+          "workflows": 5, "workers": 6, "app": 7}
 LEAVES = ("runtime.settings", "runtime.errors", "runtime.keys", "runtime.db", "runtime.tables", "runtime.embedded",
           "runtime.migrations", "runtime")  # `runtime` itself: the package's __init__
-NO_TORCH = ("workflows", "runtime.api", "domain")  # floors that must not reach torch through any import
+NO_TORCH = ("workflows", "runtime.api", "runtime.schedules", "domain")  # floors that must not reach torch through any import
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

@@ -2,7 +2,7 @@
 its heartbeat (the liveness key that affinity routing checks), the reaper (requeue jobs
 whose lease expired, resend jobs stranded on a dead worker's queue or never sent, then delete
 K/V segments no session names), the webhook sender (deliver the outbox messages due) and the
-schedules' ticker (submit the ticks due: runtime/jobs/schedules.py).
+schedules' ticker (submit the ticks due: runtime/schedules/ticker.py).
 Every worker runs the reaper; a Redis lock lets one pass run per interval.  Every worker runs
 the sender too; each message's SQL claim keeps two from sending it at once.  Every worker runs
 the ticker; a Redis lock elects one leader, and each tick's SQL claim keeps its jobs to one set.  Started on
@@ -23,8 +23,8 @@ from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.hosts import Hosts
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
-from runtime.jobs.schedules import Ticker
 from runtime.jobs.webhook_sender import WebhookSender
+from runtime.schedules.ticker import Ticker
 from runtime.sessions import retention
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore

@@ -1,4 +1,4 @@
-"""What a schedule's tick submits (runtime/jobs/schedules.py): its template's job specs, each
+"""What a schedule's tick submits (runtime/schedules/ticker.py): its template's job specs, each
 with an id of its own.  A template is `{"kind": "report" | "narrative", "spec": {...}, "data":
 {...} | None}`: the spec as POST /v1/jobs takes it, whose numbers (a narrative's `payload`, a
 report's `data`) are given in the spec, or read at each tick from one of the tenant's

@@ -1,5 +1,5 @@
-"""Schedules: a tenant's cron jobs (`Schedules`: create, list, get, pause, resume, delete) and
-the ticker that submits their ticks (`Ticker`), which every worker runs and one leads.
+"""The ticker that submits the schedules' ticks (`Ticker`), which every worker runs and one
+leads; the ticks' claims and submissions are runtime/schedules/claims.py's.
 
     Ticker.step, every schedule_interval_s in each worker:
       lead: the Redis lock {p}:ticker (SET NX PX schedule_lock_s, renewed by its holder every
@@ -14,20 +14,6 @@ the ticker that submits their ticks (`Ticker`), which every worker runs and one 
       each tenant: at most SHARE_S of planning a pass (timer); past it, its other due schedules
       and claims are carried to the next pass (right after: they are due), not planned now
 
-Exactly one job set per tick, whoever runs it (two leaders in a split brain, a leader that died
-mid-tick):
-- at most once: a tick's job has an id of its own (templates.job_id: its schedule, tick and
-  group), so the jobs table's primary key writes it once (a second submission: Duplicate);
-- at least once: a tick is claimed (INSERT of its row with the ids its jobs will have; the
-  UNIQUE (schedule, tick) lets one claim in) before any of its jobs is submitted, and next_at
-  moves past a tick only once it is claimed.  A process that dies leaves either no claim
-  (next_at unmoved: the next pass claims the tick) or a claim, which a later pass completes
-  RETRY_S after it was made: it submits the claim's ids that no job holds yet.  A claimer that
-  loses the INSERT submits nothing (the winner's plan stands).
-A submission refused for a while (the tenant's rate or quota, Redis or the database away) leaves
-the claim to be completed later, for up to GIVE_UP_S; one refused for good (its rows no longer
-make a payload, a dataset deleted) is kept in the tick's `error`.
-
 A tenant's share of a pass: planning its ticks (its templates over its datasets) is timed, and
 a tenant that has spent SHARE_S in a pass plans nothing more in it: its other due schedules
 keep their next_at, and its claims left behind stay claimed, for the next pass, which comes at
@@ -41,8 +27,7 @@ policy skips).
 Missed ticks: a tick found up to schedule_grace_s late is submitted as usual (a failover, a slow
 pass).  Older ones were missed (the service was down): `skip` jumps to the next tick and records
 none of them; `catch_up` submits the most recent max_catch_up of them (oldest first), then goes
-on.  Paused, a schedule has no ticks; resumed, its next is the first after the resume.
-Time is `clock` (epoch seconds), which tests and the benchmark drive.
+on.  Time is `clock` (epoch seconds), which tests and the benchmark drive.
 """
 
 from __future__ import annotations
@@ -56,124 +41,29 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, cast
 
-from sqlalchemy import Engine, Table, and_, bindparam, delete, func, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.orm import sessionmaker
 
 from runtime.db import writer
-from runtime.errors import BadInput, Duplicate, NotFound, OverBudget
-from runtime.jobs import cron, templates
-from runtime.jobs.datasets import Datasets
+from runtime.errors import BadInput, NotFound
 from runtime.jobs.dispatch import Dispatcher
-from runtime.jobs.templates import DataSource, Planned
 from runtime.keys import Keys
-from runtime.settings import Settings
+from runtime.schedules import cron, templates
+from runtime.schedules.claims import Claims
+from runtime.schedules.crud import Schedules
+from runtime.schedules.templates import Planned
 from runtime.tables import ScheduleRecord, TickRecord
 
 log = logging.getLogger("setflow.schedules")
-SCHEDULE_ID = r"sch_[0-9a-f]{24}"
 BATCH = 1000  # schedules one query of a pass reads and fires together (and claims left behind one pass completes)
 MAX_TICKS = 100  # ticks of one schedule one pass submits at most (the rest: the next pass)
-MAX_CATCH_UP = 100  # a schedule's max_catch_up, at most
 RETRY_S = 10.0  # a claim not submitted this long after it was made is completed by the next pass
-GIVE_UP_S = 3600.0  # ... for this long; then its jobs not yet submitted fail (the tick's error)
 MIN_PAUSE_S = 0.01  # the leader's shortest wait between two passes
 SHARE_S = 0.25  # a tenant's planning time in one pass, at most (then: the next pass; its first schedule always goes)
 PRUNE_S = 60.0  # how often the leader deletes ticks past their retention (at most 1000 a time)
-TickPlan = tuple[float, list[Planned], list[str]]  # a tick, its jobs planned, the problems of those it could not plan
-Won = tuple[ScheduleRecord, TickRecord, list[Planned], list[str]]  # a claim this process made, with its plan
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-
-
-class Schedules:
-    """A tenant's schedules: another tenant's look unknown (NotFound)."""
-
-    def __init__(self, engine: Engine, settings: Settings, clock: Callable[[], float] = time.time) -> None:
-        self.datasets = Datasets(engine)
-        self.s = settings
-        self.clock = clock
-        self._db = sessionmaker(engine, expire_on_commit=False)
-        self._write = sessionmaker(writer(engine), expire_on_commit=False)
-
-    def create(self, tenant: str, *, cron_expr: str, timezone: str, kind: str, spec: Any, data: DataSource | None = None,
-               name: str = "", missed: str = "skip", max_catch_up: int = 0, seconds: bool = False) -> ScheduleRecord:
-        """A new schedule, its first tick the cron's next run; BadInput for a bad cron, time
-        zone or template (its spec checked as POST /v1/jobs checks one, its dataset read as it
-        is now: templates.check), OverBudget past tenant_max_schedules: nothing written then.
-        seconds: a six-field cron (seconds last), for tests and benchmarks."""
-        expr = cron.check(cron_expr, timezone, seconds)
-        if missed not in ("skip", "catch_up") or not 0 <= max_catch_up <= MAX_CATCH_UP:
-            raise BadInput(f"missed is skip or catch_up, and max_catch_up 0..{MAX_CATCH_UP}")
-        if len(name) > 128:
-            raise BadInput("a schedule's name is at most 128 characters")
-        template = templates.check(kind, spec, data, tenant, self._reader(tenant, strict=True))
-        with self._write.begin() as db:
-            have = int(db.scalar(select(func.count()).select_from(ScheduleRecord).where(ScheduleRecord.tenant == tenant)) or 0)
-            if have >= self.s.tenant_max_schedules:
-                raise OverBudget(f"tenant {tenant!r} has {have} schedules, the most it may have "
-                                 "(tenant_max_schedules): delete one first")
-            rec = ScheduleRecord(id=f"sch_{secrets.token_hex(12)}", tenant=tenant, name=name, cron=expr, timezone=timezone,
-                                 template=template, missed=missed, max_catch_up=max_catch_up, paused=False,
-                                 next_at=cron.after(expr, timezone, self.clock()), created_at=datetime.now(UTC))
-            db.add(rec)
-        return rec
-
-    def _reader(self, tenant: str, strict: bool = False) -> templates.ReadRows:
-        """A dataset's rows by name; strict (at creation): BadInput for one the tenant has not."""
-        def read(name: str) -> templates.Rows:
-            try:
-                return self.datasets.get(tenant, name).rows
-            except NotFound as e:
-                if strict:
-                    raise BadInput(f"{e.message}: upload it first (PUT /v1/datasets/{name})") from None
-                raise
-        return read
-
-    def get(self, tenant: str, schedule_id: str) -> ScheduleRecord:
-        with self._db() as db:
-            rec = db.get(ScheduleRecord, schedule_id)
-        if rec is None or rec.tenant != tenant:
-            raise NotFound(f"no schedule {schedule_id!r} for tenant {tenant!r}")
-        return rec
-
-    def listing(self, tenant: str, limit: int = 50) -> list[ScheduleRecord]:
-        """The tenant's schedules, oldest first."""
-        with self._db() as db:
-            return list(db.scalars(select(ScheduleRecord).where(ScheduleRecord.tenant == tenant)
-                                   .order_by(ScheduleRecord.created_at, ScheduleRecord.id).limit(limit)))
-
-    def ticks(self, schedule_id: str, limit: int = 10) -> list[TickRecord]:
-        """Its latest ticks, the latest first."""
-        with self._db() as db:
-            return list(db.scalars(select(TickRecord).where(TickRecord.schedule_id == schedule_id)
-                                   .order_by(TickRecord.tick_at.desc()).limit(limit)))
-
-    def pause(self, tenant: str, schedule_id: str) -> ScheduleRecord:
-        """No tick from now on (a pass that read it before may still submit the tick due then)."""
-        self.get(tenant, schedule_id)
-        with self._write.begin() as db:
-            db.execute(update(ScheduleRecord).where(ScheduleRecord.id == schedule_id).values(paused=True))
-        return self.get(tenant, schedule_id)
-
-    def resume(self, tenant: str, schedule_id: str) -> ScheduleRecord:
-        """Ticks again, from its first run after now (those while it was paused are not missed
-        ticks: none is submitted).  A running schedule stays as it is."""
-        rec = self.get(tenant, schedule_id)
-        with self._write.begin() as db:
-            db.execute(update(ScheduleRecord).where(ScheduleRecord.id == schedule_id, ScheduleRecord.paused.is_(True))
-                       .values(paused=False, next_at=cron.after(rec.cron, rec.timezone, self.clock())))
-        return self.get(tenant, schedule_id)
-
-    def delete(self, tenant: str, schedule_id: str) -> None:
-        """The schedule and its ticks; the jobs it submitted stay."""
-        with self._write.begin() as db:
-            n = db.execute(delete(ScheduleRecord).where(ScheduleRecord.id == schedule_id, ScheduleRecord.tenant == tenant))
-        if not n.rowcount:  # type: ignore[attr-defined]
-            raise NotFound(f"no schedule {schedule_id!r} for tenant {tenant!r}")
 
 
 class Ticker:
@@ -194,6 +84,7 @@ class Ticker:
         self.schedules = Schedules(dispatcher.jobs.engine, self.s, clock)
         self._db = sessionmaker(dispatcher.jobs.engine, expire_on_commit=False)
         self._write = sessionmaker(writer(dispatcher.jobs.engine), expire_on_commit=False)
+        self.claims = Claims(dispatcher, clock, self._write)
         self._renew = self.r.register_script(_RENEW)
         self._release = self.r.register_script(_RELEASE)
         self._renewed = -math.inf  # monotonic time of the last take or renewal
@@ -303,9 +194,9 @@ class Ticker:
             plans.append((sch, [(t, *p) for t, p in zip(ticks, self._plan(sch, ticks), strict=True)], nxt))
         if not plans:
             return out
-        won = self._claim_all(plans)
+        won = self.claims.claim_all(plans)
         out["taken"] += sum(len(ticks) for _, ticks, _ in plans) - len(won)  # claimed by another process: its to submit
-        out.update(self._submit_all(won))
+        out.update(self.claims.submit_all(won))
         return out
 
     def due_ticks(self, sch: ScheduleRecord, now: float) -> tuple[list[float], list[float]]:
@@ -329,98 +220,6 @@ class Ticker:
 
     # ---- a tick ---------------------------------------------------------------------------
 
-    def _claim_all(self, plans: list[tuple[ScheduleRecord, list[TickPlan], float]]) -> list[Won]:
-        """Claim the schedules' ticks (each row with its planned job ids; one with none is failed
-        at once) and move each one's next_at to its `nxt` (where nobody moved it meanwhile: a
-        pause, a resume, another leader), in one transaction; where another process claimed one
-        of them already, schedule by schedule (_claim).  Returns the claims this process made."""
-        try:
-            with self._write.begin() as db:
-                won = [(sch, self._row(sch, t, planned, problems), planned, problems)
-                       for sch, ticks, _ in plans for t, planned, problems in ticks]
-                db.add_all([claim for _, claim, _, _ in won])
-                db.flush()
-                db.execute(_ADVANCE, [_advance_row(sch, nxt) for sch, _, nxt in plans])  # one executemany
-            return won
-        except IntegrityError:  # a tick claimed already (or a schedule deleted): not ours to submit
-            pass
-        return [(sch, *w) for sch, ticks, nxt in plans for w in self._claim(sch, ticks, nxt)]
-
-    def _claim(self, sch: ScheduleRecord, plans: list[TickPlan],
-               nxt: float) -> list[tuple[TickRecord, list[Planned], list[str]]]:
-        """_claim_all for one schedule, in one transaction; where another process claimed one
-        of its ticks already, one at a time."""
-        try:
-            with self._write.begin() as db:
-                won = [(self._row(sch, t, planned, problems), planned, problems) for t, planned, problems in plans]
-                db.add_all([claim for claim, _, _ in won])
-                db.flush()
-                db.execute(_ADVANCE, [_advance_row(sch, nxt)])
-            return won
-        except IntegrityError:  # a tick claimed already (or the schedule deleted): not ours to submit
-            pass
-        won = []
-        for t, planned, problems in plans:
-            try:
-                with self._write.begin() as db:
-                    claim = self._row(sch, t, planned, problems)
-                    db.add(claim)
-                won.append((claim, planned, problems))
-            except IntegrityError:
-                continue
-        with self._write.begin() as db:
-            db.execute(_ADVANCE, [_advance_row(sch, nxt)])
-        return won
-
-    def _row(self, sch: ScheduleRecord, t: float, planned: list[Planned], problems: list[str]) -> TickRecord:
-        """A tick's claim: its planned job ids (none: failed at once, its problems kept)."""
-        now = self.clock()
-        return TickRecord(schedule_id=sch.id, tick_at=t, jobs=[p.job_id for p in planned],
-                          status="claimed" if planned else "failed", error=_error(problems), claimed_at=now,
-                          late_s=now - t, created_at=datetime.now(UTC))
-
-    def _submit_all(self, won: list[Won]) -> Counter[str]:
-        """Submit the fresh claims' jobs, a batch per tenant (Dispatcher.submit_batch), record
-        their ticks as submitted (or failed, where none of a tick's jobs could be) in one
-        transaction, then admit each tenant's jobs to the broker (as many as its share: the rest
-        wait in SQL, queued, as any backlog does).  A tick is submitted once its jobs are queued
-        in SQL: their admission, which the reaper also runs, neither delays its record nor fails
-        it.  A tenant whose batch is refused as a whole (its rate, a quota, Redis or the database
-        away) has its claims submitted one at a time (_submit: a refusal for a while leaves a
-        claim pending, completed later)."""
-        out, by_tenant = Counter[str](), dict[str, list[Won]]()
-        for w in won:
-            if w[2]:
-                by_tenant.setdefault(w[0].tenant, []).append(w)
-            else:
-                out["failed"] += 1
-        ended: list[tuple[TickRecord, str, list[str], list[str]]] = []  # claim, status, its jobs, problems
-        batched: list[str] = []  # the tenants whose batch went (one at a time, submit admitted each job)
-        for tenant, claims in by_tenant.items():
-            batch = [(sch.template["kind"], p.spec, p.job_id, (sch.id, claim.tick_at))
-                     for sch, claim, planned, _ in claims for p in planned]
-            try:
-                refused = self.d.submit_batch(tenant, batch, admit=False)
-            except Exception:  # noqa: BLE001 - as a whole: one at a time, as _submit takes them
-                for sch, claim, planned, problems in claims:
-                    out[self._submit(sch, claim, planned, problems, fresh=True)] += 1
-                continue
-            batched.append(tenant)
-            for _, claim, planned, problems in claims:
-                have = [p.job_id for p in planned if p.job_id not in refused]
-                why = [*problems, *((f"region {p.group!r}: " if p.group else "") + refused[p.job_id]
-                                    for p in planned if p.job_id in refused)]
-                ended.append((claim, "submitted" if have else "failed", have, why))
-        if ended:
-            now = self.clock()
-            with self._write.begin() as db:  # one executemany
-                db.execute(_RECORD, [{"b_id": claim.id, "b_status": status, "b_jobs": have, "b_error": _error(why),
-                                      "b_late": now - claim.tick_at} for claim, status, have, why in ended])
-            out.update(status for _, status, _, _ in ended)
-        for tenant in batched:
-            self.d.admit_quietly(tenant)
-        return out
-
     def _plan(self, sch: ScheduleRecord, ticks: list[float]) -> list[tuple[list[Planned], list[str]]]:
         """Each tick's jobs (its template built once for them all: templates.plan_ticks), the
         time charged to its tenant's share of the pass."""
@@ -431,42 +230,6 @@ class Ticker:
             return [([], [e.message]) for _ in ticks]
         finally:
             self._spent[sch.tenant] += self.timer() - start
-
-    def _submit(self, sch: ScheduleRecord, claim: TickRecord, planned: list[Planned], problems: list[str],
-                fresh: bool = False) -> str:
-        """Submit the claim's jobs that no job holds yet (none, where this process has just made
-        the claim: `fresh`); record the tick as submitted (or failed, where none could be)
-        unless a refusal for a while leaves it pending."""
-        kind, problems, pending = sch.template["kind"], list(problems), False
-        have = set() if fresh else self.d.jobs.existing(claim.jobs)
-        gone = set(claim.jobs) - have - {p.job_id for p in planned}  # not written, and its rows make none now
-        if gone:
-            problems.append(f"{len(gone)} of its jobs' rows make no payload any more")
-        for p in planned:
-            if p.job_id in have:
-                continue
-            try:
-                self.d.submit(kind, sch.tenant, p.spec, priority="batch", open_session=True, job_id=p.job_id,
-                              tick=(sch.id, claim.tick_at))
-                have.add(p.job_id)
-            except Duplicate:  # another process submitted it meanwhile
-                have.add(p.job_id)
-            except (BadInput, NotFound) as e:  # refused for good
-                problems.append((f"region {p.group!r}: " if p.group else "") + e.message)
-            except Exception as e:  # noqa: BLE001 - rate, quota, Redis, the database: the claim is completed later
-                pending = True
-                problems.append(f"{type(e).__name__}: {e}")
-                break
-        now = self.clock()
-        if pending and now - claim.claimed_at < GIVE_UP_S:
-            log.info("schedule %s tick %s: pending (%s)", sch.id, claim.tick_at, problems[-1])
-            return "pending"
-        status = "submitted" if have else "failed"
-        with self._write.begin() as db:
-            db.execute(update(TickRecord).where(TickRecord.id == claim.id, TickRecord.status == "claimed")
-                       .values(status=status, jobs=[i for i in claim.jobs if i in have],
-                               error=_error(problems), late_s=now - claim.tick_at))
-        return status
 
     def _left_behind(self, now: float) -> list[TickRecord]:
         with self._db() as db:
@@ -485,7 +248,7 @@ class Ticker:
         if self._spent[sch.tenant] >= SHARE_S:  # its share of this pass spent: still claimed, the next pass's
             return "carried"
         [(planned, problems)] = self._plan(sch, [claim.tick_at])
-        return self._submit(sch, claim, [p for p in planned if p.job_id in claim.jobs], problems)
+        return self.claims.submit(sch, claim, [p for p in planned if p.job_id in claim.jobs], problems)
 
     def _prune(self, now: float, limit: int = 1000) -> int:
         """Delete up to `limit` ended ticks claimed more than job_retention_s ago (their jobs' retention)."""
@@ -493,21 +256,3 @@ class Ticker:
             old = select(TickRecord.id).where(TickRecord.status != "claimed",
                                               TickRecord.claimed_at < now - self.s.job_retention_s).limit(limit)
             return int(db.execute(delete(TickRecord).where(TickRecord.id.in_(old.scalar_subquery()))).rowcount)  # type: ignore[attr-defined]
-
-
-#: move a schedule's next_at where nobody moved it since it was read (_advance_row's parameters);
-#: Core statements, so that a pass's rows go as one executemany
-_SCHEDULES, _TICKS = cast(Table, ScheduleRecord.__table__), cast(Table, TickRecord.__table__)
-_ADVANCE = update(_SCHEDULES).where(_SCHEDULES.c.id == bindparam("b_id"), _SCHEDULES.c.next_at == bindparam("b_was")) \
-    .values(next_at=bindparam("b_next"))
-#: a claimed tick's outcome: submitted (its jobs written) or failed
-_RECORD = update(_TICKS).where(_TICKS.c.id == bindparam("b_id"), _TICKS.c.status == "claimed") \
-    .values(status=bindparam("b_status"), jobs=bindparam("b_jobs"), error=bindparam("b_error"), late_s=bindparam("b_late"))
-
-
-def _advance_row(sch: ScheduleRecord, nxt: float) -> dict[str, Any]:
-    return {"b_id": sch.id, "b_was": sch.next_at, "b_next": nxt}
-
-
-def _error(problems: list[str]) -> str:
-    return "; ".join(problems)[:500]

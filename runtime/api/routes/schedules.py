@@ -1,4 +1,4 @@
-"""/v1/schedules: a tenant's cron jobs (runtime/jobs/schedules.py): create (checked whole: a bad
+"""/v1/schedules: a tenant's cron jobs (runtime/schedules/): create (checked whole: a bad
 cron, time zone, spec or dataset is a 422 that writes nothing), list (each with its next runs),
 read (with its latest ticks), pause, resume, delete.  The workers' ticker submits their jobs."""
 
@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.api.deps import Limit, Svc, Tenant
 from runtime.api.models import ERRORS, Utc
-from runtime.jobs import cron
-from runtime.jobs.cron import MAX_LEN
-from runtime.jobs.schedules import MAX_CATCH_UP, SCHEDULE_ID, Schedules
-from runtime.jobs.templates import DataSource
+from runtime.schedules import cron
+from runtime.schedules.cron import MAX_LEN
+from runtime.schedules.crud import MAX_CATCH_UP, SCHEDULE_ID, Schedules
+from runtime.schedules.templates import DataSource
 from runtime.tables import ScheduleRecord, TickRecord
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from runtime.jobs import templates
 from runtime.jobs.datasets import parse_json
-from runtime.jobs.schedules import Ticker
+from runtime.schedules import templates
+from runtime.schedules.ticker import Ticker
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, REPORT, Api
 
 SALES = {"rows": [{"metric": m, "region": r, "period": p, "value": v}

@@ -1,4 +1,4 @@
-"""runtime/jobs/{cron,templates,schedules}.py: a cron's runs in its time zone across DST
+"""runtime/schedules/{cron,templates,crud,ticker,claims}.py: a cron's runs in its time zone across DST
 changes; a dataset's rows as payloads; the ticker on a real database (SQLite file; PostgreSQL
 where one answers) and a real Redis, its time a fake clock: each tick submits its job set once
 (also with two leaders, or a claim left by a dead one), missed ticks skip or catch up, pause and
@@ -20,16 +20,17 @@ import redis
 from sqlalchemy import Engine, select
 
 from runtime.errors import BadInput, NotFound, OverBudget, RateLimited
-from runtime.jobs import cron, templates
 from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
-from runtime.jobs.schedules import MIN_PAUSE_S, RETRY_S, Schedules, Ticker
-from runtime.jobs.templates import DataSource
 from runtime.jobs.webhooks import Endpoints
+from runtime.schedules import cron, templates
+from runtime.schedules.crud import Schedules
+from runtime.schedules.templates import DataSource
+from runtime.schedules.ticker import MIN_PAUSE_S, RETRY_S, Ticker
 from runtime.settings import Settings
 from runtime.tables import JobRecord, ScheduleRecord, TickRecord, WebhookMessageRecord
-from tests.runtime.jobs.schedule_data import BERLIN, NARRATIVE, PAYLOAD, REGIONS, T0, local, rows
+from tests.runtime.schedules.schedule_data import BERLIN, NARRATIVE, PAYLOAD, REGIONS, T0, local, rows
 
 # ---- cron in a time zone ------------------------------------------------------------------------
 

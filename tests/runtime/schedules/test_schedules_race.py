@@ -1,5 +1,5 @@
-"""runtime/jobs/schedules.py across processes: three real processes race over 50 ticks of a fast
-clock (tests/runtime/jobs/ticking.py), with a kill -9 of the leader mid-tick and with all three
+"""runtime/schedules/ across processes: three real processes race over 50 ticks of a fast
+clock (tests/runtime/schedules/ticking.py), with a kill -9 of the leader mid-tick and with all three
 leading, on SQLite and on PostgreSQL: no tick twice, none missed."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from sqlalchemy import Engine, func, select
 
 from runtime.db import make_engine
 from runtime.jobs.datasets import Datasets
-from runtime.jobs.schedules import Schedules
-from runtime.jobs.templates import DataSource
+from runtime.schedules.crud import Schedules
+from runtime.schedules.templates import DataSource
 from runtime.settings import Settings
 from runtime.tables import JobRecord, TickRecord
 from tests.conftest import pg_schema
-from tests.runtime.jobs.schedule_data import BERLIN, NARRATIVE, REGIONS, ROOT, rows
+from tests.runtime.schedules.schedule_data import BERLIN, NARRATIVE, REGIONS, ROOT, rows
 
 TICKS = 50  # ticks of a schedule that fires every second of the fast clock
 SPEED = 10.0  # the fast clock: 10 of its seconds a real second
@@ -62,7 +62,7 @@ def test_three_processes_race_over_50_ticks_no_tick_twice_none_missed(case: str,
     def spawn(name: str, die_at: int = 0) -> subprocess.Popen[str]:
         args = {"settings": env_s, "base": base, "start": start, "speed": SPEED, "stop": stop, "die_at": die_at,
                 "split": case == "split", "name": name}
-        return subprocess.Popen([sys.executable, "-m", "tests.runtime.jobs.ticking", json.dumps(args)], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "tests.runtime.schedules.ticking", json.dumps(args)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     if case == "kill":  # the first leader dies mid-tick (once its 5th job is written: its 2nd tick's 3 jobs written,

@@ -1,6 +1,6 @@
-"""One ticker process for the race tests (tests/runtime/jobs/test_schedules.py):
+"""One ticker process for the race tests (tests/runtime/schedules/test_schedules.py):
 
-    python -m tests.runtime.jobs.ticking '<json>'
+    python -m tests.runtime.schedules.ticking '<json>'
 
 json: {"settings": {...Settings}, "base", "start", "speed", "stop", "die_at", "split", "name"}.
 Its clock is a fast one that every process of a test shares: base + (time.time() - start) *
@@ -27,7 +27,7 @@ import redis
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
-from runtime.jobs.schedules import Ticker
+from runtime.schedules.ticker import Ticker
 from runtime.settings import Settings
 
 PASS_S = 0.02  # real seconds between passes
