@@ -3,7 +3,9 @@ on its conversation's session.
 
     mode "text":  one turn; its input the messages' text (the profile's turn format), its output
                   one message: what the model wrote, unchecked (it was given no fact and no tool,
-                  and writes no fact slot and no call markup: PlainText)
+                  and writes no fact slot and no call markup: PlainText), ended within the
+                  response kind's own token limit (PlainText: a client's smaller
+                  max_output_tokens is the client's cut, `incomplete` where it cuts)
     mode "agent": workflows/agent.py over the client's functions (each fitting a skill the model
                   has: ResponseSpec.callable) and the built-in tools (calc always: the runtime's
                   arithmetic; the metric lookup where it was asked for); its output the answer as a
@@ -59,7 +61,8 @@ def _text(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
         raise BadInput("the input text encodes to no tokens")
     params = with_stops(turns, decode_params(spec.params))
     if turns.profile.facts == "slots":  # no fact and no tool was given: a slot or a call would point at nothing
-        params = replace(params, guide=PlainText(turns.tokenizer))
+        end_by = params.max_new_tokens if params.max_new_tokens >= TEXT_LIMIT else None
+        params = replace(params, guide=PlainText(turns.tokenizer, turns.cfg.eos_id, end_by))
     turns.report(text_at=turns.cached + len(ids))  # where its text starts: a stream's deltas follow it from there
     r = turns.turn(ids, params, text=spec.text)
     cut = not ended(turns, r.tokens) and len(r.tokens) >= params.max_new_tokens
@@ -104,18 +107,43 @@ def _function_call(f: FunctionTool, call: dict[str, Any]) -> dict[str, Any]:
             "arguments": json.dumps(f.arguments(call["arguments"]), ensure_ascii=False)}
 
 
+#: the response kind's own token limit (ResponseSpec's params default): a text response of
+#: setflow's own model ends within it (PlainText); a client's max_output_tokens below it is the
+#: client's own cut
+TEXT_LIMIT: int = ResponseSpec.model_fields["params"].get_default(call_default_factory=True).max_new_tokens
+SENTENCE_END = (".", "!", "?", "\n")  # what a token's text ends with where a sentence ends
+
+
 class PlainText:
     """A text response's guide: it was given no facts and no tools, so the model's fact slots and
     its call markup (<call>, </call>, <result>, </result>: a question's text often starts a
     lookup, which would reach the client as `<call>metric(...`) are no tokens it may write (its
-    most probable other token is taken).  Pure: the same on every worker."""
+    most probable other token is taken).
 
-    def __init__(self, tok: Tokenizer) -> None:
+    With `end_by` (a position), the text ends by then, at its end of text (EOS): the shipped
+    model learnt to end only the texts of its own use cases, and continues any other ("Say
+    hello") without ever making EOS likely.  From a quarter of `end_by` on, a sentence's end
+    ('.', '!', '?', a newline) is followed by EOS only; at `end_by`'s last position EOS is the
+    only token.  So such a text is whole (`completed`), not cut at the limit.  None: not ended
+    here (the client's own max_output_tokens may cut it).  Pure: the same on every worker."""
+
+    def __init__(self, tok: Tokenizer, eos_id: int | None = None, end_by: int | None = None) -> None:
+        self._tok, self._eos, self._end_by = tok, eos_id, end_by
         self._refused = frozenset(tok.token_id(t) for t in (*SLOT_TOKENS, CALL, END_CALL, RESULT, END_RESULT)
                                   if tok.has_token(t))
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
+        if self._end_by is not None and self._eos is not None and self._eos not in before and self._ends(before):
+            return token == self._eos
         return token not in self._refused  # every position guided: a refused token's stand-in is any other
+
+    def _ends(self, before: Sequence[int]) -> bool:
+        """The text must end at this position (after `before`)."""
+        assert self._end_by is not None
+        n = len(before)
+        if n >= self._end_by - 1:
+            return True
+        return n >= self._end_by // 4 and self._tok.decode([before[-1]]).endswith(SENTENCE_END)
 
 
 class Counted:

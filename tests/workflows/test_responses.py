@@ -120,6 +120,16 @@ def test_a_text_response_is_one_turn_and_says_when_its_limit_cut_it(loaded: tupl
     assert asked.state is not None and not set(asked.state.tokens) & markup, out["output"]
 
 
+@pytest.mark.parametrize("text", [
+    "You are a pirate. Always respond in pirate speak.\nSay hello.\n",  # outside its use cases: it never ends these
+    "My name is Alice.\nHello Alice! Nice to meet you. How can I help you today?\nWhat is my name?\n",
+])
+def test_a_text_response_ends_its_text_within_the_kinds_own_limit(loaded: tuple[SetDLM, Tokenizer], text: str) -> None:
+    out = responses.run(LocalTurns(*loaded), ResponseSpec.model_validate({"mode": "text", "text": text}))
+    assert out["status"] == "completed" and out["incomplete"] is None, out
+    assert out["usage"]["output"] <= responses.TEXT_LIMIT == 256
+
+
 @pytest.mark.parametrize("bad", [
     {"mode": "agent"},  # neither a question nor a parked call
     {"mode": "text"},
