@@ -47,6 +47,19 @@ from domain.tools import (
 
 # ---- generation ---------------------------------------------------------------------------
 
+#: the answers training writes, one form per kind of question: every word an answer holds outside
+#: its facts is one of these (domain/answers.py form_problems reads an answer back against them).
+#: Its fields: a name the question says ({metric}, {region}, {region2}, {period}, {period2}), two
+#: or more of them as a list ({regions}: "A, B and C"), the result ({number}) and its unit
+#: ({unit}: " k USD", or nothing where the rows have none)
+ANSWERS = {
+    "lookup": "{metric} in {region} in {period} was {number}{unit}.",
+    "change": "{metric} in {region} changed by {number}% from {period} to {period2}.",
+    "total": "Total {metric} across {regions} in {period} was {number}{unit}.",
+    "diff": "{metric} in {region} was {number}{unit} higher than in {region2}.",
+    "arith": "The result is {number}.",
+}
+
 
 @dataclass
 class Task:
@@ -68,7 +81,8 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
         r, p = rng.choice(REGIONS), rng.choice(PERIODS)
         v = data.lookup(key, r, p)
         q = rng.choice((f"What was {m} in {r} in {p}?", f"Look up {m} for {r}, {p}."))
-        return Task(q, [call_text("metric", m, r, p)], v, f"{m} in {r} in {p} was {v} {_unit(key)}.")
+        return Task(q, [call_text("metric", m, r, p)], v,
+                    ANSWERS["lookup"].format(metric=m, region=r, period=p, number=v, unit=f" {_unit(key)}"))
     if kind == "change":
         r = rng.choice(REGIONS)
         p1, p2 = sorted(rng.sample(PERIODS[:8], 2))
@@ -77,7 +91,7 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
         res = calc(expr)
         q = f"By how much did {m} in {r} change from {p1} to {p2}, in percent?"
         return Task(q, [call_text("metric", m, r, p1), call_text("metric", m, r, p2), call_text("calc", expr)],
-                    res, f"{m} in {r} changed by {res}% from {p1} to {p2}.")
+                    res, ANSWERS["change"].format(metric=m, region=r, number=res, period=p1, period2=p2))
     if kind == "total":
         regions, p = rng.sample(REGIONS, rng.randint(2, 3)), rng.choice(PERIODS)
         vals = [data.lookup(key, r, p) for r in regions]
@@ -86,7 +100,7 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
         where = ", ".join(regions[:-1]) + " and " + regions[-1]
         q = f"What was the total {m} across {where} in {p}?"
         return Task(q, [call_text("metric", m, r, p) for r in regions] + [call_text("calc", expr)], res,
-                    f"Total {m} across {where} in {p} was {res} {_unit(key)}.")
+                    ANSWERS["total"].format(metric=m, regions=where, period=p, number=res, unit=f" {_unit(key)}"))
     if kind == "diff":
         r1, r2 = rng.sample(REGIONS, 2)
         p = rng.choice(PERIODS)
@@ -95,7 +109,7 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
         res = calc(expr)
         q = f"How much higher was {m} in {r1} than in {r2} in {p}?"
         return Task(q, [call_text("metric", m, r1, p), call_text("metric", m, r2, p), call_text("calc", expr)],
-                    res, f"{m} in {r1} was {res} {_unit(key)} higher than in {r2}.")
+                    res, ANSWERS["diff"].format(metric=m, region=r1, number=res, unit=f" {_unit(key)}", region2=r2))
     # plain arithmetic
     a, b = rng.randint(2, 9999), rng.randint(2, 999)
     op = rng.choice("+-*/")
@@ -108,7 +122,7 @@ def make_task(rng: random.Random, data: Dataset) -> Task:
     res = calc(expr)
     shown = expr.replace("*", " * ").replace("/", " / ").replace("+", " + ").replace("-", " - ")
     q = rng.choice((f"What is {shown}?", f"Compute {shown}.", f"Calculate {shown}."))
-    return Task(q, [call_text("calc", expr)], res, f"The result is {res}.")
+    return Task(q, [call_text("calc", expr)], res, ANSWERS["arith"].format(number=res))
 
 
 def _wild_arg(rng: random.Random) -> str:
@@ -142,7 +156,8 @@ def wild_task(rng: random.Random) -> tuple[Task, Store]:
     if kind == "lookup" or (kind == "change" and len(periods) < 2) or (kind != "lookup" and len(regions) < 2):
         v = value(r, p)
         q = rng.choice((f"What was {metric} in {r} in {p}?", f"Look up {metric} for {r}, {p}."))
-        return Task(q, [call_text("metric", metric, r, p)], v, f"{metric} in {r} in {p} was {v}{tail}."), Store(values)
+        return Task(q, [call_text("metric", metric, r, p)], v,
+                    ANSWERS["lookup"].format(metric=metric, region=r, period=p, number=v, unit=tail)), Store(values)
     if kind == "change":
         p1, p2 = periods
         v1, v2 = value(r, p1), value(r, p2)
@@ -152,7 +167,7 @@ def wild_task(rng: random.Random) -> tuple[Task, Store]:
         res = calc(expr)
         q = f"By how much did {metric} in {r} change from {p1} to {p2}, in percent?"
         return Task(q, [call_text("metric", metric, r, p1), call_text("metric", metric, r, p2), call_text("calc", expr)],
-                    res, f"{metric} in {r} changed by {res}% from {p1} to {p2}."), Store(values)
+                    res, ANSWERS["change"].format(metric=metric, region=r, number=res, period=p1, period2=p2)), Store(values)
     if kind == "total":
         vals = [value(x, p) for x in regions]
         expr = "+".join(vals)
@@ -160,14 +175,14 @@ def wild_task(rng: random.Random) -> tuple[Task, Store]:
         where = ", ".join(regions[:-1]) + " and " + regions[-1]
         q = f"What was the total {metric} across {where} in {p}?"
         return Task(q, [call_text("metric", metric, x, p) for x in regions] + [call_text("calc", expr)], res,
-                    f"Total {metric} across {where} in {p} was {res}{tail}."), Store(values)
+                    ANSWERS["total"].format(metric=metric, regions=where, period=p, number=res, unit=tail)), Store(values)
     r1, r2 = regions[:2]
     v1, v2 = value(r1, p), value(r2, p)
     expr = f"{v1}-{v2}"
     res = calc(expr)
     q = f"How much higher was {metric} in {r1} than in {r2} in {p}?"
     return Task(q, [call_text("metric", metric, r1, p), call_text("metric", metric, r2, p), call_text("calc", expr)],
-                res, f"{metric} in {r1} was {res}{tail} higher than in {r2}."), Store(values)
+                res, ANSWERS["diff"].format(metric=metric, region=r1, number=res, unit=tail, region2=r2)), Store(values)
 
 
 def transcript(task: Task, data: Dataset | Store) -> list[tuple[str, bool]]:

@@ -18,12 +18,13 @@ is accepted of a transcript, which reads calls and numbers as they do (parse_cal
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from domain import grammar
-from domain.agent import Task
+from domain.agent import ANSWERS, Task
 from domain.facts import SLOT
 from domain.payload import METRIC, METRICS, PERIODS
 from domain.tools import (
@@ -129,14 +130,16 @@ def question_numbers(question: str) -> set[str]:
 
 
 def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False,
-           names: Collection[str] | None = None, units: bool | None = None) -> list[str]:
+           names: Collection[str] | None = None, units: bool | None = None, forms: bool = False) -> list[str]:
     """What is wrong with an answer and the calls it rests on; [] = verified.  sample: the
     metrics are the sample dataset's (Dataset).  names: the question's names that its source
     holds (workflows/agent.py: its slots; None: not known, for a text model).  units: the rows
     read are the sample dataset's, whose metrics have units (default: sample; a client's metric
-    tool has the sample's names but its own data)."""
+    tool has the sample's names but its own data).  forms: the model was trained on the answer
+    forms (setflow's): its answer's words are theirs (form_problems)."""
     return (call_problems(question, made, sample) + intent_problems(question, made, names)
-            + answer_problems(question, made, answer) + unit_problems(made, answer, sample if units is None else units))
+            + answer_problems(question, made, answer) + unit_problems(made, answer, sample if units is None else units)
+            + (form_problems(made, answer) if forms else []))
 
 
 def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False) -> list[str]:
@@ -340,6 +343,61 @@ def slot_problems(answer: str) -> list[str]:
     said = [m.group(0) for m in SLOT.finditer(answer)]
     twice = sorted({s for s in said if said.count(s) > 1}, key=said.index)
     return [f"the answer says {s} more than once" for s in twice]
+
+
+# ---- an answer's words: the forms training writes ----------------------------------------------
+
+_FIELD = re.compile(r"\{(\w+)\}")
+#: each answer form as its parts: a literal, or a field's name in braces (domain/agent.py ANSWERS)
+_FORMS = {kind: [p for p in re.split(r"(\{\w+\})", form) if p] for kind, form in ANSWERS.items()}
+_RESULT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
+    """What makes an answer not one of the forms training writes (domain/agent.py ANSWERS): outside
+    its facts, every word is one of a form's, and each fact is of its kind: a name that a metric
+    call which gave a result read (any case; a sample metric's key also by its name), a list of
+    two or more of them, a number, a unit or none.  For a model trained on those forms (setflow's,
+    which points at facts); a text model's answers are its own.  answer_problems and unit_problems
+    hold the number and the unit to the calls'."""
+    text = answer.strip()
+    read = {grammar.canonical(x).lower() for tool, args, _ in _parsed(made) if tool == "metric" for x in args}
+    read |= {metric_name(x).lower() for x in read if x in METRIC}
+
+    def name(x: str) -> bool:
+        return x == x.strip() and grammar.canonical(x).lower() in read
+
+    def names(x: str) -> bool:  # "A, B and C": the last after " and ", the others after ", "
+        return any(name(x[i + 5:]) and listed(x[:i]) for i in _at(x, " and "))  # a name may hold " and "
+
+    def listed(x: str) -> bool:  # "A" or "A, B"
+        return name(x) or any(name(x[i + 2:]) and listed(x[:i]) for i in _at(x, ", "))
+
+    fields: dict[str, Callable[[str], bool]] = {
+        **dict.fromkeys(("metric", "region", "region2", "period", "period2"), name), "regions": names,
+        "number": lambda x: _RESULT.fullmatch(x) is not None,
+        "unit": lambda x: x == "" or (x[:1] == " " and x[1:] in UNITS)}
+
+    def fits(parts: list[str]) -> bool:
+        @functools.cache
+        def at(i: int, k: int) -> bool:  # text[k:] is a text of parts[i:]
+            if i == len(parts):
+                return k == len(text)
+            part = parts[i]
+            if (f := _FIELD.fullmatch(part)) is None:
+                return text.startswith(part, k) and at(i + 1, k + len(part))
+            ok = fields[f[1]]
+            return any(ok(text[k:e]) and at(i + 1, e) for e in range(k, len(text) + 1))
+        return at(0, 0)
+
+    if any(fits(parts) for parts in _FORMS.values()):
+        return []
+    return [f"the answer's words are not those of any answer form training writes: {text!r}"]
+
+
+def _at(text: str, sep: str) -> list[int]:
+    """Where sep starts in text, each place."""
+    return [m.start() for m in re.finditer(f"(?={re.escape(sep)})", text)]
 
 
 #: the units an answer may write right after a number: the sample metrics' and a percent's;

@@ -73,9 +73,11 @@ def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str
     fit the question (a metric call names what the question names, no call repeats one that gave
     a result, a calc computes from earlier results or the numbers the question writes), and it
     states the number the last call returned and no number that no result and no name in the
-    question holds.  Its retry cannot be a turn after it (that would see the failed answer): it
-    is the whole document again (the question, the calls and their results, as the turns wrote
-    them) as one new input, a document of its own, and the answer decoded after it with greedy AR.
+    question holds, and (setflow's models) its words outside its facts are those of the answer
+    forms training writes (domain/answers.py form_problems).  Its retry cannot be a turn after
+    it (that would see the failed answer): it is the whole document again (the question, the
+    calls and their results, as the turns wrote them) as one new input, a document of its own,
+    and the answer decoded after it with greedy AR.
     A success is verified (or, allow_unverified, flagged `verified: false`); a job without an
     answer fails NoAnswer ("no_answer"), allow_unverified or not: at the call limit or with its
     session full at once (a retry would write the call again, or has no room), a segment with no
@@ -172,7 +174,7 @@ class _Agent:
             #    guided to copy the question's names and the numbers of the results so far
             guide: Guide | None = None if self.names is None else tools.CallGuide(
                 tok, self.names.after(x for c, x in zip(self.calls, self.read_results) if c["ok"]),
-                unguided=spec.client_tools)
+                unguided=spec.client_tools, tools=offered)
             if self.facts is not None and self.calls:  # the answer's units, after its results' slots
                 guide = tools.UnitGuide(tok, guide, [(c["call"], c["result"]) for c in self.calls],
                                         {tok.token_id(x): c["result"] for c, x in zip(self.calls, self.read_results)
@@ -223,7 +225,7 @@ class _Agent:
                 return text, [f"no answer: the last segment {why}"]
             pointed = slot_problems(answer_of(text) or "") if self.facts is not None else []  # its slots, before written out
             return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held,
-                                     units=self.units)
+                                          units=self.units, forms=self.facts is not None)
 
         retry = Retry(self.doc, replace(self.seg, guide=self.guide),  # the same rule as the segment's
                       corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)

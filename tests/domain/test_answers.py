@@ -294,3 +294,37 @@ def test_an_answer_holding_a_slot_that_names_no_fact_is_refused() -> None:
     assert answers.answer_problems(q, made, " churn in A[F61]AC in 2026-Q3 was 2.7.") == [
         "the answer holds [F61], a fact slot that names no fact"]
     assert answers.verify(q, made, " segment in A[F61]AC in 2026-Q3 was 2.7[F43] USD.")
+
+
+# ---- an answer's words: the forms training writes ---------------------------------------------
+
+def test_every_answer_the_corpus_writes_is_one_of_the_answer_forms() -> None:
+    for i in range(400):
+        rng = random.Random(f"forms/{i}")
+        for task, _, pieces in (a.example(rng), a.wild_example(rng)):
+            answer = pieces[-1][0].removeprefix("A:")
+            made = made_of("".join(t for t, _ in pieces))
+            assert answers.form_problems(made, answer) == [], (task.question, answer)
+    made = [(call_text("metric", "revenue", r, "2026-Q3"), "1") for r in ("EMEA", "APAC", "North America")]
+    assert answers.form_problems(made, " Total revenue across EMEA, APAC and North America in 2026-Q3 was 3 k USD.") == []
+
+
+GHANA = "What is the sum of pop for Ghana and Bosnia and Herzegovina in 2002?"
+GHANA_MADE = [('metric("pop", "Ghana", "2002")', "20550751"), ('metric("pop", "Bosnia and Herzegovina", "2002")', "4165416"),
+              ('calc("20550751+4165416")', "24716167")]
+
+
+@pytest.mark.parametrize("garbled", [
+    " Total smmmm pop in Ghana and Bosnia and Herzegovina in 2002 was 24716167.",  # a word no form writes
+    " Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167 or so.",  # words after the form's
+    " Total pop across Ghana and Bosnia in 2002 was 24716167.",  # a name the question does not say
+    " Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167 hours.",  # a unit of nothing's
+])
+def test_an_answer_with_a_word_outside_the_answer_forms_is_refused(garbled: str) -> None:
+    """Every number right, its words not those of an answer form: refused for a model trained on
+    the forms, as a garbled answer; a text model's answer is its own."""
+    assert answers.verify(GHANA, GHANA_MADE, garbled) == [] or "hours" in garbled
+    problems = answers.verify(GHANA, GHANA_MADE, garbled, forms=True)
+    assert any("not those of any answer form" in p for p in problems), problems
+    right = " Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167."
+    assert answers.verify(GHANA, GHANA_MADE, right, forms=True) == []

@@ -229,12 +229,17 @@ def test_an_answer_is_the_last_segments_and_needs_a_calls_result(loaded: tuple[S
     turns = Scripted(tok, model.cfg, ["A: 7.", "A: 7."])
     r = agent.run(turns, AgentSpec(question="What is 3 + 4?", allow_unverified=True))
     assert r["verified"] is False and r["attempt"] == "ar_retry" and r["answer"] == "7." and len(turns.inputs) == 2
-    assert r["problems"] == r["retried"]["problems"] == ["the answer rests on no result: no call was made"]
+    assert r["problems"] == r["retried"]["problems"] == ["the answer rests on no result: no call was made", unformed("7.")]
     # no answer first, one on its retry: verified
     late = Scripted(tok, model.cfg, [call("calc", "3+4"), "Done.", "A: The result is 7."])
     r = agent.run(late, AgentSpec(question="What is 3 + 4?"))
     assert r["verified"] is True and r["attempt"] == "ar_retry" and r["answer"] == "The result is 7."
     assert r["retried"]["problems"] == ["no answer: the last segment holds no A:"] and r["text"].endswith("A: The result is 7.")
+
+
+def unformed(answer: str) -> str:
+    """The problem of an answer whose words are none of the answer forms' (answers.form_problems)."""
+    return f"the answer's words are not those of any answer form training writes: {answer!r}"
 
 
 V = DATA.lookup("churn", "EMEA", "2026-Q1")
@@ -244,7 +249,8 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
     "doubled": (Q1, [call("metric", "churn", "EMEA", "2026-Q1")] * 2 + [call("calc", f"{V}+{V}")],
                 f"A: Churn in EMEA in 2026-Q1 was {calc(f'{V}+{V}')}%.",
                 ['metric("churn", "EMEA", "2026-Q1") repeats an earlier call',
-                 "the question asks for one row (it names no operation), and the answer rests on 2 rows read and 1 calc(s)"]),
+                 "the question asks for one row (it names no operation), and the answer rests on 2 rows read and 1 calc(s)",
+                 unformed(f"Churn in EMEA in 2026-Q1 was {calc(f'{V}+{V}')}%.")]),  # no form glues a % to a row's number
     "a period's digits": (Q1, [call("calc", "2026+100")], "A: Churn in EMEA in 2026-Q1 was 2126%.",
                           [*(f'calc("2026+100") uses {n}, which no earlier result holds and the question does not '
                              "write as a number" for n in ("2026", "100")),
@@ -252,7 +258,8 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
                            "calc('2026+100') is no expression the question writes",
                            "the question writes 2 expressions or numbers apart ('2026-', '1'): what it asks of them "
                            "cannot be told",
-                           "the answer writes 2126 %, and nothing it read gives a unit"]),
+                           "the answer writes 2126 %, and nothing it read gives a unit",
+                           unformed("Churn in EMEA in 2026-Q1 was 2126%.")]),
     "a unit it made up": ("What was the total revenue across EMEA and APAC in 2026-Q1?",
                           [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")],
                           f"A: Total revenue across EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')} %.",
@@ -264,8 +271,23 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
     "another region": (Q1, [call("metric", "churn", "APAC", "2026-Q1")],
                        f"A: Churn in EMEA in 2026-Q1 was {DATA.lookup('churn', 'APAC', '2026-Q1')}%.",
                        ['metric("churn", "APAC", "2026-Q1") reads region \'APAC\', which the question does not name',
-                        "the question names 'EMEA', which no call reads"]),
+                        "the question names 'EMEA', which no call reads",
+                        unformed(f"Churn in EMEA in 2026-Q1 was {DATA.lookup('churn', 'APAC', '2026-Q1')}%.")]),
 }
+
+
+def test_an_answer_with_a_word_no_answer_form_writes_is_never_verified(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """Every number right, one word garbled: refused (unverified), however it was decoded."""
+    model, tok = loaded
+    q = "What was the total revenue across EMEA and APAC in 2026-Q1?"
+    calls = [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")]
+    garbled = f"A: Total smmmm revenue in EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')}."
+    spec = AgentSpec(question=q, dataset_seed=DATA.seed)
+    with pytest.raises(Unverified) as e:
+        agent.run(Scripted(tok, model.cfg, [*calls, garbled, garbled]), spec)
+    assert e.value.code == "unverified" and e.value.problems == [unformed(garbled.removeprefix("A: "))]
+    right = f"A: Total revenue across EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')} k USD."
+    assert agent.run(Scripted(tok, model.cfg, [*calls, right]), spec)["verified"] is True
 
 
 @pytest.mark.parametrize("case", list(WRONG))
