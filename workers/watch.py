@@ -1,5 +1,5 @@
 """The worker's main process keeps three things going while it lives, each on a daemon thread:
-its heartbeat (the liveness key that affinity routing checks), the reaper (requeue jobs
+its heartbeat (the liveness key that affinity routing checks), the reaper (runtime/jobs/reaper.py: requeue jobs
 whose lease expired, resend jobs stranded on a dead worker's queue or never sent, then delete
 K/V segments no session names), the webhook sender (deliver the outbox messages due) and the
 schedules' ticker (submit the ticks due: runtime/schedules/ticker.py).
@@ -21,12 +21,11 @@ from runtime.db import make_engine
 from runtime.embedded import client as redis_client
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.hosts import Hosts
+from runtime.jobs.reaper import Reaper
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.webhook_sender import WebhookSender
 from runtime.schedules.ticker import Ticker
-from runtime.sessions import retention
-from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from workers.celery_app import app, sender
@@ -57,52 +56,12 @@ def _beat(settings: Settings, worker: str) -> None:
 def _reap(settings: Settings) -> None:
     # its own thread: a pass slowed by a locked database must not delay the heartbeat
     client = redis_client(settings)
-    dispatcher = Dispatcher(client, Jobs(make_engine(settings), settings), sender(app))
-    store = SessionStore(client, settings)
+    reaper = Reaper(Dispatcher(client, Jobs(make_engine(settings), settings), sender(app)), SessionStore(client, settings))
     collected = time.monotonic()
     while not _stop.wait(settings.reaper_interval_s):
         due = time.monotonic() - collected >= settings.gc_interval_s
-        if "segments_freed" in reap_pass(dispatcher, store, collect=due):
+        if "segments_freed" in reaper.run(collect=due):
             collected = time.monotonic()
-
-
-def reap_pass(dispatcher: Dispatcher, store: SessionStore, collect: bool = True) -> dict[str, int]:
-    """One reaper pass: the jobs (Dispatcher.reap), the sessions idle past their retention
-    (retention.prune, when this worker took the pass), then, when `collect` (gc_interval_s has
-    passed) and this worker took the pass (the reaper's lock: one worker per interval), the
-    sessions' overdue pending writes and expired manifests (SessionStore.sweep), and the event
-    streams gone from their tenants' accounts (JobEvents.sweep).
-    Failures are logged, never fatal: Redis or the database away, the next pass tries again.
-    Returns what the pass did ({} when another worker holds the lock).  A pass this worker
-    took also compacts the ended jobs' streams that are due (JobEvents.compact_due)."""
-    done: dict[str, int] = {}
-    try:
-        done = dispatcher.reap()
-        if any(done.values()):
-            log.warning("reaper: %s", done)
-    except Exception:  # noqa: BLE001 - Redis or the database away: keep trying, never die
-        log.warning("reaper pass failed", exc_info=True)
-    if done:  # sessions idle past session_retention_s, a bounded batch a pass
-        try:
-            done["sessions_deleted"] = retention.prune(store, Records(dispatcher.jobs.engine), store.s.session_retention_s,
-                                                       forget=dispatcher.forget_session)
-        except Exception:  # noqa: BLE001 - the same: they wait for the next pass
-            log.warning("session retention failed", exc_info=True)
-    if done:  # ended jobs' streams down to their final events (JobEvents.compact_due)
-        try:
-            done.update(dispatcher.events.compact_due())
-        except Exception:  # noqa: BLE001 - Redis away: they wait for the next pass
-            log.warning("event stream compaction failed", exc_info=True)
-    if done and collect:
-        try:
-            done.update(store.sweep())
-        except Exception:  # noqa: BLE001 - the same: garbage waits for the next pass
-            log.warning("session sweep failed", exc_info=True)
-        try:  # expired event streams leave their tenants' accounts
-            done.update(dispatcher.events.sweep())
-        except Exception:  # noqa: BLE001 - the same
-            log.warning("event stream sweep failed", exc_info=True)
-    return done
 
 
 def _deliver(settings: Settings) -> None:

@@ -1,4 +1,5 @@
-"""Submitting, routing, cancelling and reaping jobs: what the API (and tests, benchmarks) call.
+"""Submitting, routing and cancelling jobs: what the API (and tests, benchmarks) call; the
+reaper (runtime/jobs/reaper.py) sends again what this could not.
 
     submit: check the spec (once: parsed here) -> take a rate-limit token -> the tenant's event
             quota -> the caller's costly checks (`admit` gets the parsed model) -> SQL job row (queued)
@@ -7,9 +8,6 @@
                the one finishing sends it, so a session's jobs run in submission order)
     submit_batch: the same for a schedule pass's jobs of one tenant, each on a new session: the
             tokens taken at once, the rows in one transaction, one admission (maybe the caller's)
-    reap:   requeue running jobs whose lease expired (their worker died) to the shared queue;
-            send again queued jobs that sat on a dead worker's queue or were never delivered;
-            fail jobs whose wait for their client's tool outputs ran out
     answer: a waiting job's tool outputs -> queued and sent again once every call has one
 
 Tasks are sent by name through `send(job_id, queue)` (workers/celery_app.py provides one over
@@ -108,7 +106,7 @@ class Dispatcher:
         job, _ = self.jobs.create(kind, tenant, resolved(parsed, spec), session, priority, open_session=opens,
                                   host=admitted.host or host, positions=admitted.positions, job_id=job_id,
                                   tick=tick)  # queued, not sent
-        self._event(job, {"type": "status", "status": "queued", "seq": job.seq})
+        self.publish(job, {"type": "status", "status": "queued", "seq": job.seq})
         self.admit_quietly(tenant)  # sent now if it may go (its session's turn, its tenant's share)
         return self.jobs.get(job.id)
 
@@ -272,7 +270,7 @@ class Dispatcher:
         if job.status == "running":
             self.events.request_cancel(job.tenant, job.id)  # the holder stops at its next step
         elif ended:  # it was queued: nobody runs it now; the session's next job, or its tenant's, may go
-            self._event(job, {"type": "status", "status": "cancelled", "error": job.error})
+            self.publish(job, {"type": "status", "status": "cancelled", "error": job.error})
             if job.attempts == 0:
                 try:
                     self.events.never_ran(job.tenant, job.id, job.kind)
@@ -288,11 +286,11 @@ class Dispatcher:
         that one is alive and free: the session is warm there)."""
         job, resumed = self.jobs.answer(job_id, tenant, outputs)
         if resumed:
-            self._event(job, {"type": "status", "status": "queued", "reason": "tool outputs received"})
+            self.publish(job, {"type": "status", "status": "queued", "reason": "tool outputs received"})
             self.admit_quietly(job.tenant)
         return self.jobs.get(job.id)
 
-    def _event(self, job: JobRecord, event: dict[str, Any]) -> None:
+    def publish(self, job: JobRecord, event: dict[str, Any]) -> None:
         """Publish (best effort); a status that ends the job makes its stream due for compaction."""
         try:
             self.events.publish(job.tenant, job.id, event)
@@ -323,48 +321,3 @@ class Dispatcher:
                             return job
             except redis.RedisError:
                 time.sleep(min(0.2, max(0.0, left)))
-
-    # ---- the reaper -------------------------------------------------------------------------
-
-    def reap(self) -> dict[str, int]:
-        """One pass; several workers run it, one at a time (a Redis lock for the interval)."""
-        if not self.r.set(self.k.reaper, 1, nx=True, px=max(1, int(self.s.reaper_interval_s * 900))):
-            return {}
-        out = {"requeued": 0, "gave_up": 0, "resent": 0, "admitted": 0, "expired": 0}
-        for job in self.jobs.expired():
-            if self.jobs.requeue(job):
-                out["requeued"] += 1
-                if not self.jobs.blocked(job):
-                    self.send_job(job, shared=True)  # its worker may still look alive for a few beats
-                self._event(job, {"type": "status", "status": "queued",
-                                  "reason": f"worker {job.worker} lost its lease"})
-            else:
-                try:
-                    final = self.jobs.get(job.id)
-                except NotFound:
-                    continue
-                if final.status == "failed":
-                    out["gave_up"] += 1
-                    self._event(job, {"type": "status", "status": "failed", "error": final.error})
-                    self.dispatch_next(job.session_id)
-        for job in self.jobs.expire_waits():  # its client never sent the tool outputs it waited for
-            out["expired"] += 1
-            self._event(job, {"type": "status", "status": "failed", "error": job.error})
-            self.dispatch_next(job.session_id)
-        queued = self.jobs.queued_queues()
-        dead = [q for q in queued if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
-        # a shared queue with a backlog: its jobs wait their turn (every worker of its pool serves
-        # it), not lost; a worker's own queue is another matter (alive and not consuming strands them)
-        shared = [self.routing.shared("interactive"), self.routing.shared("batch"),
-                  *(q for q in queued if self.routing.worker_of(q) is None)]
-        busy = [q for q in dict.fromkeys(shared) if self.routing.depth(q)]
-        for job in self.jobs.stale(dead, busy):  # none waits for an earlier job of its session
-            out["resent"] += 1
-            self.send_job(job, shared=True)
-        for tenant in self.jobs.tenants_unsent():  # a failed send, a lost wake-up
-            try:
-                out["admitted"] += self.admit(tenant)
-            except Exception:  # noqa: BLE001 - the next pass tries again; the others still go
-                log.warning("reaper: admission of tenant %s failed", tenant, exc_info=True)
-        out["pruned"] = self.jobs.prune()  # finished jobs past job_retention_s
-        return out

@@ -1,4 +1,4 @@
-"""runtime/jobs/dispatch.py, ratelimit.py, routing.py and schemas.py on a real Redis and a real
+"""runtime/jobs/dispatch.py, reaper.py (its jobs passes), ratelimit.py, routing.py and schemas.py on a real Redis and a real
 database.  The transport is a list here (what would be sent, to which queue); the real Celery
 path is tested in tests/workers/."""
 
@@ -18,15 +18,22 @@ from runtime.db import make_engine
 from runtime.errors import BadInput, NotFound, RateLimited
 from runtime.jobs.dispatch import Admission, Dispatcher
 from runtime.jobs.ratelimit import RateLimiter
+from runtime.jobs.reaper import Reaper
 from runtime.jobs.routing import Routing, consumed_by
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import TurnSpec
 from runtime.sessions.records import Records
+from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from runtime.tables import JobRecord
 from tests.conftest import pg_schema
 
 SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
+
+
+def reap(d: Dispatcher) -> dict[str, int]:
+    """The reaper's jobs passes, as a worker's pass runs them."""
+    return Reaper(d, SessionStore(d.r, d.s)).reap_jobs()
 
 
 class Sent(list[tuple[str, str]]):
@@ -102,12 +109,12 @@ def test_reaper_requeues_expired_and_resends_stranded(env: tuple[Dispatcher, Sen
     claim = d.jobs.claim(job.id, "w1")
     assert claim.owner is not None
     time.sleep(0.1)  # the holder died: its 0.05 s lease runs out
-    assert d.reap() == {"requeued": 1, "gave_up": 0, "resent": 0, "admitted": 0, "expired": 0, "pruned": 0}
+    assert reap(d) == {"requeued": 1, "gave_up": 0, "resent": 0, "admitted": 0, "expired": 0, "pruned": 0}
     assert d.jobs.get(job.id).status == "queued" and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
     # a queued job sent to a worker that died before taking it goes back to the shared queue
     d.jobs.mark_dispatched(job.id, f"{d.s.key_prefix}.w.gone")
     time.sleep(0.02)
-    assert d.reap()["resent"] == 1 and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
+    assert reap(d)["resent"] == 1 and sent[-1] == (job.id, f"{d.s.key_prefix}.interactive")
     events = [e["status"] for _, e in d.events.read(job.id) if e["type"] == "status"]
     assert events == ["queued", "queued"]
 
@@ -137,7 +144,7 @@ def test_cancelling_a_requeued_job_publishes_and_unblocks(env: tuple[Dispatcher,
     b = d.submit("turn", "acme", SPEC, sid)
     assert d.jobs.claim(a.id, "w1").owner is not None
     time.sleep(0.1)  # its worker died
-    d.reap()
+    reap(d)
     requeued = d.jobs.get(a.id)
     assert requeued.status == "queued" and requeued.started_at is not None
     assert d.cancel(a.id, "acme").status == "cancelled"
@@ -158,7 +165,7 @@ def test_a_failed_send_is_accepted_and_sent_by_the_reaper(env: tuple[Dispatcher,
     job = d.submit("turn", "acme", SPEC, sid)  # accepted: the row is written
     assert d.jobs.get(job.id).dispatched_at == 0.0
     d.send = sent
-    assert d.reap()["admitted"] == 1 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
+    assert reap(d)["admitted"] == 1 and sent == [(job.id, f"{d.s.key_prefix}.interactive")]
 
 
 def test_bad_priority_or_oversized_input_spends_no_token(env: tuple[Dispatcher, Sent, str],
@@ -235,7 +242,7 @@ def test_the_reaper_resends_only_what_is_lost_and_a_blocked_backlog_never_starve
     d.routing.beat("w9")
     sent.clear()
     client.delete(d.k.reaper)
-    out = d.reap()
+    out = reap(d)
     assert sorted(j for j, _ in sent) == sorted([lost.id, stranded.id]) and out["resent"] == 2, \
         "not the blocked ones, not the one in a shared backlog"
     assert all(d.jobs.get(b.id).status == "queued" for b in blocked)
