@@ -14,7 +14,7 @@ ones the model was trained on, so a result here reads exactly as in training.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -149,12 +149,16 @@ class CallGuide:
     argument a name the question holds whole, or one the sample dataset holds, each calc number
     one the question or a result holds, or 100 (guided_call), so a name or a number is
     copied, not miscopied ("st1m7" -> "s1m7" is refused: the model's most probable token that
-    keeps a name is taken instead).  Outside a call's arguments, and in a call of a tool in
-    `unguided` (the client's: it names what its client holds), it does not guide.  A pure
-    function of the segment's tokens: the same on every worker."""
+    keeps a name is taken instead).  In a call of a tool in `unguided` (the client's: it names
+    what its client holds), and in a calc with no number known, only the call's form is guided
+    (call_form: its tool's number of quoted arguments, then `)</call>`).  With `tools` (a
+    response's tools: the ones offered), a call names one of them.  Outside a call it does not
+    guide.  A pure function of the segment's tokens: the same on every worker."""
 
-    def __init__(self, tok: Tokenizer, names: CallNames, unguided: Sequence[str] = ()) -> None:
+    def __init__(self, tok: Tokenizer, names: CallNames, unguided: Sequence[str] = (),
+                 tools: Collection[str] | None = None) -> None:
         self._tok, self._names = tok, names
+        self._tools = None if tools is None else frozenset(tools)
         self._unguided = tuple(f"{t}(" for t in unguided)
         self._call = Profile.markup(tok, CALL)
         self._last: tuple[tuple[int, ...], tuple[list[int], int, str] | None] = ((), None)  # a refused position asks about many tokens
@@ -168,9 +172,11 @@ class CallGuide:
             return None
         ids, at, text = head
         call = self._tok.decode([*ids, token])[at:]  # in context: a character may take two tokens
-        if call.startswith(self._unguided) or call.endswith("\ufffd"):  # the client's tool; a character's
-            return None  # first bytes, judged once it is whole
-        verdict = guided_call(call, self._names)
+        if call.endswith("\ufffd"):  # a character's first bytes, judged once it is whole
+            return None
+        verdict = None if call.startswith(self._unguided) else guided_call(call, self._names)  # the client's: its names
+        if verdict is None:
+            verdict = call_form(call, self._tools)
         # a token that writes nothing (an id the tokenizer lacks) is no way on inside a call
         return False if verdict is not None and call == text else verdict
 
@@ -193,6 +199,34 @@ class CallGuide:
             at += len(CALL)
             text = full[at:]
         return None if END_CALL in text else (ids, at, text)
+
+
+def call_form(call: str, tools: Collection[str] | None) -> bool | None:
+    """call: the text after `<call>` so far.  Whether it can still become a call as training
+    writes it, `name("a", "b", "c")</call>`: a tool of TOOLS (of `tools` where given) and its
+    number of quoted arguments, none empty, none across a line.  None where it does not guide:
+    the tool's name still being written with no `tools` given, or a name TOOLS lacks (run_call
+    answers it)."""
+    name, paren, args = call.partition("(")
+    known = [t for t in TOOLS if tools is None or t in tools]
+    if not paren:
+        return None if tools is None else any(t.startswith(name) for t in known)
+    if name not in known:
+        return None if tools is None else False
+    n = len(TOOLS[name].args.model_fields)
+    parts = args.split('"')  # argument k at 2k + 1, what follows it at 2k + 2
+    if parts[0] or len(parts) > 2 * n + 1:
+        return False
+    for k in range(1, len(parts)):
+        part, last = parts[k], k == len(parts) - 1
+        if k % 2:  # an argument
+            if "\n" in part or (not part and not last):
+                return False
+        else:  # the separator after it, or the call's end after the last
+            rest = ", " if k < 2 * n else ")" + END_CALL
+            if not (rest.startswith(part) if last else part == rest):
+                return False
+    return True
 
 
 class ForcedCall:

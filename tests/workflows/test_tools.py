@@ -75,7 +75,9 @@ def _guide_reads_the_calls_grammar(tok: Tokenizer) -> None:
     assert guide.allows(before, tok.encode("e")[0]) is True
     assert guide.allows(before, tok.encode("g")[0]) is False
     assert guide.allows(tok.encode("A: the total"), tok.encode("e")[0]) is None  # no call: not guided
-    assert guide.allows(tok.encode(CALL + 'calc("1+'), tok.encode("x")[0]) is None  # calc: not guided
+    # calc with no number known: only its form (one quoted argument, then ")</call>")
+    assert guide.allows(tok.encode(CALL + 'calc("1+'), tok.encode("x")[0]) is True
+    assert guide.allows(tok.encode(CALL + 'calc("1+x"'), tok.encode(",")[0]) is False
     done = tok.encode(CALL + 'metric("b", "b", "b")' + END_CALL + "\n")
     assert guide.allows(done, tok.encode("g")[0]) is None  # after the call
     assert guide.allows(before, tok.encode("g")[0]) is False  # asked again: the same answer (it keeps the last)
@@ -84,12 +86,31 @@ def _guide_reads_the_calls_grammar(tok: Tokenizer) -> None:
 def test_the_call_guide_reads_setflows_tokens() -> None:
     tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
     _guide_reads_the_calls_grammar(tok)
-    # calc's numbers: the results' and the question's; a tool the client runs: not guided
+    # calc's numbers: the results' and the question's; a tool the client runs: its names not
+    # guided (its client holds them), its form is (three quoted arguments, then ")</call>")
     names = CallNames("What was the total x across a and b in Q1?").after(["939823.2", "6323.7"])
     guide = tools.CallGuide(tok, names, unguided=["metric"])
     calc = tok.encode(CALL + 'calc("(6323.7-9')
     assert guide.allows(calc, tok.encode("3")[0]) is True and guide.allows(calc, tok.encode("9")[0]) is False
-    assert guide.allows(tok.encode(CALL + 'metric("x", "'), tok.encode("q")[0]) is None
+    assert guide.allows(tok.encode(CALL + 'metric("x", "'), tok.encode("q")[0]) is True
+    assert guide.allows(tok.encode(CALL + 'metric("x", "q"'), tok.encode(")")[0]) is False  # two of three
+
+
+def test_a_responses_call_names_a_tool_it_was_given_in_its_tools_form() -> None:
+    """A response offered calc only (a client's function of one string): the model's lookup
+    habit (`metric("s the", "weather", "Francisco")`, which the suite's weather question drew,
+    then no answer) is refused at its name, and the client's call has calc's one argument."""
+    tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
+    guide = tools.CallGuide(tok, CallNames("What's the weather like in San Francisco?"), unguided=["calc"],
+                            tools=["calc"])
+    assert guide.allows(tok.encode(CALL), tok.encode("metric")[0]) is False
+    assert guide.allows(tok.encode(CALL), tok.encode("calc")[0]) is True
+    assert guide.allows(tok.encode(CALL + 'calc("San Francisco"'), tok.encode(",")[0]) is False
+    assert guide.allows(tok.encode(CALL + 'calc("San Francisco"'), tok.encode(")")[0]) is True
+    assert tools.call_form('calc("San Francisco")' + END_CALL, ["calc"]) is True
+    assert tools.call_form('calc("")', ["calc"]) is False  # an empty argument
+    assert tools.call_form('metric("a', None) is True and tools.call_form('metric("a', ["calc"]) is False
+    assert tools.call_form("metr", None) is None  # the name, nothing offered: not guided
 
 
 def test_the_call_guide_reads_a_token_in_context_and_refuses_an_id_that_writes_nothing() -> None:
