@@ -11,14 +11,13 @@ object carries `setflow`: the job, its session, whether the answer was verified,
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.params import Policy, Seed, Tau, Window
+from runtime.api.input_files import file_text
 from runtime.errors import BadInput, NotFound
 from runtime.jobs.specs import FunctionTool
 from runtime.tables import JobRecord
@@ -30,8 +29,6 @@ CONVERSATION_ID = re.compile(r"conv_([A-Za-z0-9_-]{1,64})")
 CALL_ID = re.compile(r"call_([0-9a-f]{24})_([0-9]{1,3})")
 MESSAGE_ID = re.compile(r"msg_([0-9a-f]{24})_([0-9]{1,3})")
 ITEM_ID = re.compile(r"(?:msg|fc|in)_([0-9a-f]{24})_([0-9]{1,3})")  # an output item (msg_, fc_) or an input item (in_)
-#: the media types an input_file may hold: it is read as text
-TEXT_FILES = re.compile(r"text/[\w.+-]+|application/(?:json|x-ndjson|jsonl|csv|x-yaml|yaml|xml)")
 
 
 def response_id(job_id: str) -> str:
@@ -61,8 +58,8 @@ def session_of(cid: str) -> str:
 # ---- the request -------------------------------------------------------------------------------
 
 class Part(BaseModel):
-    """A message's content part: text, or a text file (input_file: read as its text).  An image
-    is refused: setflow's models read text only."""
+    """A message's content part: text, or a file (input_file: read as its text, a PDF's too:
+    runtime/api/input_files.py).  An image is refused: setflow's models read text only."""
 
     model_config = ConfigDict(extra="ignore")
     type: Literal["input_text", "output_text", "text", "input_file"]
@@ -76,50 +73,13 @@ class Part(BaseModel):
         kind = v.get("type")
         if kind == "input_image":
             raise ValueError("setflow's models read text only: an input_image cannot be read (send its text, "
-                             "or a text, CSV or JSON file as input_file)")
+                             "or a text, CSV, JSON or PDF file as input_file)")
         if kind == "input_file":
             return {"type": "input_file", "text": file_text(v)}
         if kind not in ("input_text", "output_text", "text"):
-            raise ValueError(f"a content part is input_text, output_text or input_file (text, CSV, JSON); "
+            raise ValueError(f"a content part is input_text, output_text or input_file (text, CSV, JSON, PDF); "
                              f"{str(kind)[:40]!r} is not one")
         return v
-
-
-def file_text(part: dict[str, Any]) -> str:
-    """An input_file's text: `file_data` (a data URL, `data:<type>;base64,...`, base64 alone, or
-    the text itself) or `text`, of a text media type (text/*, JSON, CSV) and UTF-8.  ValueError
-    otherwise: a file by id or URL (setflow keeps no files), a binary file (a PDF)."""
-    name = f"input_file {str(part['filename'])[:128]!r}" if part.get("filename") else "the input_file"
-    data = part.get("file_data", part.get("text"))
-    if not isinstance(data, str):
-        raise ValueError(f"{name}: send its content as file_data (base64, or a data URL); setflow keeps "
-                         "no files, so file_id and file_url cannot be read")
-    raw: bytes | None = None
-    if data.startswith("data:") and "," in data:
-        head, body = data[5:].split(",", 1)
-        media = head.split(";")[0].strip().lower()
-        if media and not TEXT_FILES.fullmatch(media):
-            raise ValueError(f"{name} is {media}: setflow's models read text only (text, CSV, JSON)")
-        raw = _b64(body) if head.endswith(";base64") else body.encode()
-    else:
-        raw = _b64(data) if len(data) % 4 == 0 else None
-    if raw is None:
-        return data  # not base64: the text itself
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{name} is not UTF-8 text: setflow's models read text only (text, CSV, JSON)") \
-            from None
-    if "\x00" in text:
-        raise ValueError(f"{name} is binary: setflow's models read text only (text, CSV, JSON)")
-    return text
-
-
-def _b64(s: str) -> bytes | None:
-    try:
-        return base64.b64decode(s, validate=True)
-    except (binascii.Error, ValueError):
-        return None
 
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "item_reference")

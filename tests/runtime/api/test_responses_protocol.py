@@ -20,6 +20,7 @@ import pytest
 
 from app.demo import Stack
 from tests.runtime.api import test_responses as base
+from tests.runtime.api.test_input_files import pdf
 from tests.runtime.api.test_responses import LOOKUP, OUTPUTS, sdk
 from tests.workflows.test_agent import ANSWER, QUESTION
 
@@ -108,7 +109,7 @@ def test_compact_is_a_clear_openai_error_not_a_405(stack: Stack) -> None:
     assert other.status_code == 405 and error_of(other)["type"] == "invalid_request_error"
 
 
-def test_an_image_is_refused_in_words_and_a_text_file_is_read(stack: Stack) -> None:
+def test_an_image_is_refused_in_words_and_a_text_file_and_a_pdf_are_read(stack: Stack) -> None:
     """Before: both were a 400 whose message was pydantic's dump of every union branch."""
     image = {"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
                                          {"type": "input_image", "image_url": "https://example.com/a.png"}]}
@@ -124,9 +125,17 @@ def test_an_image_is_refused_in_words_and_a_text_file_is_read(stack: Stack) -> N
             {"role": "user", "content": [{"type": "input_text", "text": "Revenue by market:"}, part]}])
         [item] = c.responses.input_items.list(r2.id).data
         assert item.content[0].text == "Revenue by market:\nmarket,revenue\nEMEA,812"
-    pdf = {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQ="}
-    err = error_of(post(stack, "/v1/responses", {"model": "small", "input": [{"role": "user", "content": [pdf]}]}))
-    assert "'a.pdf' is application/pdf" in err["message"], err
+    # a PDF is read as its pages' text (the Open Responses suite's file-input test: a 400 before);
+    # one PDFium cannot open is refused in words
+    doc = base64.b64encode(pdf("Title: Quarterly KPIs")).decode()
+    r3 = c.responses.create(model="small", input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Its title only:"},
+        {"type": "input_file", "filename": "k.pdf", "file_data": f"data:application/pdf;base64,{doc}"}]}])
+    [item] = c.responses.input_items.list(r3.id).data
+    assert item.content[0].text == "Its title only:\nTitle: Quarterly KPIs" and r3.status == "completed", r3
+    bad = {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQ="}
+    err = error_of(post(stack, "/v1/responses", {"model": "small", "input": [{"role": "user", "content": [bad]}]}))
+    assert "'a.pdf' is no PDF setflow can read" in err["message"] and err["param"] == "input[0].content[0]", err
 
 
 @pytest.mark.parametrize("bad, param, words", [
