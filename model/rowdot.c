@@ -19,15 +19,11 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
 #define MAX_THREADS 64
-#define SPIN 4000   /* pause loops a helper waits for the next call before it sleeps */
-#define YIELD 256   /* pause loops the caller waits for a helper's chunk before it yields its core */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline))
 
@@ -228,73 +224,17 @@ static void run_part(const job_t *jb, long part, long parts) {
     if (a < b) run_cols(jb, a, b);
 }
 
-/* ---- a small persistent pool.  Every call is cut into chunks of columns, claimed one at a
-   time by the caller and its helpers alike: a helper that wakes late (a busy machine) finds
-   them done, and the caller never waits for one that does not come.  A claim is a CAS on
-   (call << 32 | next chunk), so a late helper cannot claim into a later call. ---- */
-static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER; /* one parallel call at a time */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static atomic_long gen;       /* the call count */
-static atomic_long claim;     /* call << 32 | the next chunk */
-static atomic_long done;      /* chunks finished in this call */
-static atomic_long chunks;
-static int helpers;
-static job_t job;
-static long born[MAX_THREADS]; /* the call count when each helper was made: it waits for the next */
-
-static void work(long call) {
-    long n = chunks;
-    for (;;) {
-        long c = atomic_load(&claim);
-        if ((c >> 32) != call || (c & 0xffffffffL) >= n) return;
-        if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
-        run_part(&job, c & 0xffffffffL, n);
-        atomic_fetch_add_explicit(&done, 1, memory_order_release);
-    }
-}
-
-static void *helper(void *arg) {
-    long seen = born[(intptr_t)arg];
-    for (;;) {
-        for (int s = 0; atomic_load_explicit(&gen, memory_order_acquire) == seen; s++) {
-            if (s < SPIN) {
-                _mm_pause();
-                continue;
-            }
-            pthread_mutex_lock(&mu);
-            while (atomic_load(&gen) == seen) pthread_cond_wait(&cv, &mu);
-            pthread_mutex_unlock(&mu);
-        }
-        seen = atomic_load(&gen);
-        work(seen);
-    }
-    return 0;
-}
-
-static void forget_helpers(void) { helpers = 0; } /* a forked child has none of them */
-
-static void grow(int want) {
-    static int registered;
-    if (!registered) {
-        pthread_atfork(0, 0, forget_helpers);
-        registered = 1;
-    }
-    while (helpers < want && helpers + 1 < MAX_THREADS) {
-        pthread_t t;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        born[helpers + 1] = atomic_load(&gen);
-        int bad = pthread_create(&t, &at, helper, (void *)(intptr_t)(helpers + 1));
-        pthread_attr_destroy(&at);
-        if (bad) break;
-        helpers++;
-    }
+/* ---- threads: an OpenMP team, the very runtime torch runs its own operators on (the library
+   below names the soname torch has already loaded, libgomp.so.1, so both share one pool: the
+   workers that torch's last operator left spinning take this call's chunks at once, and no
+   second pool competes with them for the cores).  Chunks of columns are claimed one at a time:
+   a thread slowed by another process leaves its share to the others. ---- */
+static void run_chunks(const job_t *jb, long n_chunks, atomic_long *next) {
+    for (long c; (c = atomic_fetch_add(next, 1)) < n_chunks;) run_part(jb, c, n_chunks);
 }
 
 /* y (m, n) fp32 = x (m, k) times w (n, k) transposed, in `kind` (above; kind 0 reads bf16
-   weights when wbf16), over `threads` threads (the caller and threads - 1 helpers).  Returns 0,
+   weights when wbf16), over `threads` threads (an OpenMP team; one runs it in the caller).  Returns 0,
    or -1 for a kind this build has not. */
 int rowdot(const void *x, const void *w, int kind, int wbf16, float *y, long m, long k, long n, int threads) {
     job_t jb = {x, w, y, m, k, n, kind, wbf16};
@@ -304,23 +244,9 @@ int rowdot(const void *x, const void *w, int kind, int wbf16, float *y, long m, 
         run_part(&jb, 0, 1);
         return 0;
     }
-    pthread_mutex_lock(&call_mu);
-    grow((int)parts - 1);
     long n_chunks = 4 * parts < units ? 4 * parts : units;
-    long call = atomic_load(&gen) + 1;
-    job = jb;
-    chunks = n_chunks;
-    atomic_store(&done, 0);
-    atomic_store(&claim, call << 32);
-    pthread_mutex_lock(&mu);
-    atomic_store_explicit(&gen, call, memory_order_release);
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-    work(call);
-    for (int s = 0; atomic_load_explicit(&done, memory_order_acquire) < n_chunks; s++) {
-        if (s < YIELD) _mm_pause();
-        else sched_yield(); /* a helper descheduled mid-chunk (a busy machine) gets the core */
-    }
-    pthread_mutex_unlock(&call_mu);
+    atomic_long next = 0;
+#pragma omp parallel num_threads(parts)
+    run_chunks(&jb, n_chunks, &next);
     return 0;
 }

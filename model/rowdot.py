@@ -24,8 +24,9 @@ from torch import Tensor
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("rowdot.c")
-#: no fast-math and no contraction: the only fused operations are the source's explicit FMAs
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
+#: no fast-math and no contraction: the only fused operations are the source's explicit FMAs;
+#: OpenMP for threads, whose libgomp.so.1 resolves to the one torch has loaded (one pool for both)
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp")
 #: the dtypes it reads (weights and activations alike); it accumulates and writes fp32
 DTYPES = (torch.float32, torch.bfloat16)
 
