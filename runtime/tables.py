@@ -14,6 +14,9 @@ runtime/jobs/rows.py.  Statuses: queued -> running -> succeeded | failed | cance
 whose lease expired (its worker died) goes back to queued.  Jobs on one session run one at a
 time in submission order (`seq`).
 
+A tenant sees only its own records: `owned` reads one (another tenant's is NotFound, as an
+unknown one), `listing` selects its list.
+
 A tenant's webhook endpoints receive its jobs' endings: the transaction that ends a job writes
 one outbox message per endpoint that takes the event (runtime/jobs/webhooks.py), and the
 workers' sender delivers each until its receiver answers 2xx or its retries run out.
@@ -22,7 +25,7 @@ workers' sender delivers each until its receiver answers 2xx or its retries run 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -33,12 +36,16 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    Select,
     String,
     Text,
     UniqueConstraint,
+    select,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from runtime.errors import NotFound
 
 
 def _now() -> datetime:
@@ -294,3 +301,26 @@ class TickRecord(Base):
     claimed_at: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds (the ticker's clock)
     late_s: Mapped[float] = mapped_column(Float, default=0.0)  # how long after its time its last job was submitted
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class _Tenants(Protocol):
+    @property
+    def tenant(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Tenants)
+
+
+def owned(rec: R | None, tenant: str | None, what: str) -> R:
+    """`rec` where `tenant` owns it (None: whoever does); NotFound for no record and for another
+    tenant's alike, so that a tenant never learns what another one has.  what: "job 'j_...'"."""
+    if rec is None or (tenant is not None and rec.tenant != tenant):
+        raise NotFound(f"no {what}" + (f" for tenant {tenant!r}" if tenant is not None else ""))
+    return rec
+
+
+def listing(record: Any, tenant: str, limit: int, newest_first: bool = False) -> Select[Any]:
+    """The tenant's `record`s (a table with tenant, created_at and id), the oldest (or newest)
+    first, at most `limit`."""
+    created = record.created_at.desc() if newest_first else record.created_at
+    return select(record).where(record.tenant == tenant).order_by(created, record.id).limit(limit)

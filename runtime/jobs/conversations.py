@@ -15,7 +15,7 @@ from runtime.errors import BadInput, NotFound
 from runtime.sessions import quota
 from runtime.sessions.quota import Quota
 from runtime.settings import Settings
-from runtime.tables import ConversationRecord, JobRecord, SessionRecord
+from runtime.tables import ConversationRecord, JobRecord, SessionRecord, owned
 
 MAX_PENDING = 256  # items a conversation holds unread at most
 
@@ -52,9 +52,7 @@ class Conversations:
     def add(self, session: str, tenant: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Items added (each named by its number in the conversation), read by its next response."""
         with self._write.begin() as db:
-            rec = db.get(ConversationRecord, session, with_for_update=True)
-            if rec is None or rec.tenant != tenant:
-                raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+            rec = owned(db.get(ConversationRecord, session, with_for_update=True), tenant, f"conversation conv_{session}")
             if len(rec.pending) + len(items) > MAX_PENDING:
                 raise BadInput(f"a conversation holds at most {MAX_PENDING} items no response has read")
             named = _named(session, rec.added, items)
@@ -75,9 +73,7 @@ class Conversations:
         """Take an item no response has read out of the conversation (NotFound: no such item
         unread; the route says why where a response read it)."""
         with self._write.begin() as db:
-            rec = db.get(ConversationRecord, session, with_for_update=True)
-            if rec is None or rec.tenant != tenant:
-                raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+            rec = owned(db.get(ConversationRecord, session, with_for_update=True), tenant, f"conversation conv_{session}")
             if item not in [x["id"] for x in rec.pending]:
                 raise NotFound(f"no unread item {item!r} in conversation conv_{session}")
             self._pend(db, rec, [x for x in rec.pending if x["id"] != item])
@@ -94,9 +90,7 @@ class Conversations:
 
     def set_meta(self, session: str, tenant: str, meta: dict[str, str]) -> None:
         with self._write.begin() as db:
-            rec = db.get(ConversationRecord, session, with_for_update=True)
-            if rec is None or rec.tenant != tenant:
-                raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
+            rec = owned(db.get(ConversationRecord, session, with_for_update=True), tenant, f"conversation conv_{session}")
             rec.meta = meta
 
     def responses(self, session: str) -> list[JobRecord]:

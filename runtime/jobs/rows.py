@@ -43,7 +43,7 @@ from runtime.jobs.sweeps import JobSweeps
 from runtime.jobs.table import matched, waits_for_an_earlier_job
 from runtime.jobs.waits import JobWaits
 from runtime.sessions import quota
-from runtime.tables import TERMINAL, JobRecord, SessionRecord
+from runtime.tables import TERMINAL, JobRecord, SessionRecord, owned
 
 PRIORITIES = ("interactive", "batch")
 
@@ -157,9 +157,7 @@ class Jobs(JobWaits, JobSweeps):
         """(seq, pool) of the session's next job: the row locked (vs a delete, Records.delete_session),
         bound to `host` where no job bound it to a model yet, touched (its retention counts from
         its last use).  NotFound for an unknown session and for another tenant's."""
-        owner = db.get(SessionRecord, session, with_for_update=True)
-        if owner is None or owner.tenant != tenant:
-            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+        owner = owned(db.get(SessionRecord, session, with_for_update=True), tenant, f"session {session!r}")
         if host is not None and not owner.model:  # bound now, by its first job
             owner.model, owner.numerics = host.model, host.numerics
             owner.model_fingerprint = owner.model_fingerprint or host.fingerprint
@@ -221,9 +219,7 @@ class Jobs(JobWaits, JobSweeps):
 
     def check_session(self, session: str, tenant: str) -> None:
         with self._db() as db:
-            owner = db.get(SessionRecord, session)
-        if owner is None or owner.tenant != tenant:
-            raise NotFound(f"no session {session!r} for tenant {tenant!r}")
+            owned(db.get(SessionRecord, session), tenant, f"session {session!r}")
 
     def admissible(self, tenant: str, cap: int, in_flight: int | None = None) -> list[JobRecord]:
         """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job

@@ -17,7 +17,7 @@ from runtime.jobs import webhooks
 from runtime.sessions import quota
 from runtime.sessions.quota import Quota
 from runtime.settings import Settings
-from runtime.tables import TERMINAL, JobRecord
+from runtime.tables import TERMINAL, JobRecord, owned
 
 JOB_ID = re.compile(r"[0-9a-f]{24}")
 
@@ -37,10 +37,7 @@ class JobTable:
         if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
             raise NotFound(f"no job {job_id!r}")
         with self._db() as db:
-            job = db.get(JobRecord, job_id)
-        if job is None or (tenant is not None and job.tenant != tenant):
-            raise NotFound(f"no job {job_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
-        return job
+            return owned(db.get(JobRecord, job_id), tenant, f"job {job_id!r}")
 
     def _own(self, job_id: str, holder: str, stored: int = 0, **values: Any) -> None:
         """Write `values` to the job while `holder` holds it (running under its claim); ClaimLost

@@ -22,7 +22,7 @@ from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.jobs.webhook_http import public
 from runtime.jobs.webhook_secrets import key_of, seal
-from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMessageRecord
+from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMessageRecord, listing, owned
 
 RESPONSE = "response"  #: the job kind of the Responses API; such a job's public id is "resp_" + its id
 #: every event type an endpoint may ask for (its `events`; none: all of them)
@@ -169,15 +169,12 @@ class Endpoints:
     def get(self, tenant: str, endpoint_id: str) -> WebhookEndpointRecord:
         with self._db() as db:
             rec = db.get(WebhookEndpointRecord, endpoint_id) if ENDPOINT_ID.fullmatch(endpoint_id) else None
-        if rec is None or rec.tenant != tenant:
-            raise NotFound(f"no webhook endpoint {endpoint_id!r} for tenant {tenant!r}")
-        return rec
+        return owned(rec, tenant, f"webhook endpoint {endpoint_id!r}")
 
     def listing(self, tenant: str, limit: int = 50) -> list[WebhookEndpointRecord]:
         """The tenant's endpoints, oldest first."""
         with self._db() as db:
-            return list(db.scalars(select(WebhookEndpointRecord).where(WebhookEndpointRecord.tenant == tenant)
-                                   .order_by(WebhookEndpointRecord.created_at, WebhookEndpointRecord.id).limit(limit)))
+            return list(db.scalars(listing(WebhookEndpointRecord, tenant, limit)))
 
     def deliveries(self, tenant: str, endpoint_id: str) -> dict[str, int]:
         """The endpoint's messages: pending (to send, or being retried), delivered, failed."""

@@ -22,7 +22,7 @@ from runtime.jobs.datasets import Datasets
 from runtime.schedules import cron, templates
 from runtime.schedules.templates import DataSource
 from runtime.settings import Settings
-from runtime.tables import ScheduleRecord, TickRecord
+from runtime.tables import ScheduleRecord, TickRecord, listing, owned
 
 SCHEDULE_ID = r"sch_[0-9a-f]{24}"
 MAX_CATCH_UP = 100  # a schedule's max_catch_up, at most
@@ -74,16 +74,12 @@ class Schedules:
 
     def get(self, tenant: str, schedule_id: str) -> ScheduleRecord:
         with self._db() as db:
-            rec = db.get(ScheduleRecord, schedule_id)
-        if rec is None or rec.tenant != tenant:
-            raise NotFound(f"no schedule {schedule_id!r} for tenant {tenant!r}")
-        return rec
+            return owned(db.get(ScheduleRecord, schedule_id), tenant, f"schedule {schedule_id!r}")
 
     def listing(self, tenant: str, limit: int = 50) -> list[ScheduleRecord]:
         """The tenant's schedules, oldest first."""
         with self._db() as db:
-            return list(db.scalars(select(ScheduleRecord).where(ScheduleRecord.tenant == tenant)
-                                   .order_by(ScheduleRecord.created_at, ScheduleRecord.id).limit(limit)))
+            return list(db.scalars(listing(ScheduleRecord, tenant, limit)))
 
     def ticks(self, schedule_id: str, limit: int = 10) -> list[TickRecord]:
         """Its latest ticks, the latest first."""

@@ -15,11 +15,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.db import writer
-from runtime.errors import BadInput, Busy, ClaimLost, NotFound, StaleWrite
+from runtime.errors import BadInput, Busy, ClaimLost, StaleWrite
 from runtime.sessions import quota
 from runtime.sessions.quota import Quota
 from runtime.settings import Settings
-from runtime.tables import TERMINAL, ConversationRecord, JobRecord, SessionRecord, TurnRecord
+from runtime.tables import TERMINAL, ConversationRecord, JobRecord, SessionRecord, TurnRecord, listing, owned
 
 ROLES = ("user", "assistant", "tool")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -112,9 +112,7 @@ class Records:
         SessionStore.drop's.  Its tenant's usage gives back the session, its turns' bytes, its jobs'
         and its conversation's unread items'."""
         with self._write.begin() as db:
-            owner = db.get(SessionRecord, session_id, with_for_update=True)
-            if owner is None or owner.tenant != tenant:
-                raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
+            owner = owned(db.get(SessionRecord, session_id, with_for_update=True), tenant, f"session {session_id!r}")
             if before is not None and _aware(owner.updated_at) >= before:
                 raise Busy(f"session {session_id} was used since {before.isoformat()}")
             jobs = db.execute(select(JobRecord.id, JobRecord.status).where(JobRecord.session_id == session_id)).all()
@@ -161,8 +159,7 @@ class Records:
     def list_sessions(self, tenant: str, limit: int = 50) -> list[SessionRecord]:
         """The tenant's sessions, newest first."""
         with self._sessions() as db:
-            return list(db.scalars(select(SessionRecord).where(SessionRecord.tenant == tenant)
-                                   .order_by(SessionRecord.created_at.desc(), SessionRecord.id).limit(limit)))
+            return list(db.scalars(listing(SessionRecord, tenant, limit, newest_first=True)))
 
     def get_session(self, session_id: str, tenant: str) -> SessionRecord:
         """NotFound for an unknown session and for another tenant's (no existence leak)."""
@@ -247,10 +244,7 @@ class Records:
 
 def _owned(db: Session, session_id: str, tenant: str) -> SessionRecord:
     """The session, checked inside the caller's transaction (one round trip, not a second one)."""
-    rec = db.get(SessionRecord, session_id)
-    if rec is None or rec.tenant != tenant:
-        raise NotFound(f"no session {session_id!r} for tenant {tenant!r}")
-    return rec
+    return owned(db.get(SessionRecord, session_id), tenant, f"session {session_id!r}")
 
 
 def _aware(t: datetime) -> datetime:
