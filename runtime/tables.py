@@ -25,7 +25,7 @@ workers' sender delivers each until its receiver answers 2xx or its retries run 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 from sqlalchemy import (
     JSON,
@@ -111,6 +111,10 @@ class TenantUsageRecord(Base):
 #: and waits for the output (POST /v1/jobs/{id}/tool_outputs); no worker holds it meanwhile
 STATUSES = ("queued", "running", "requires_action", "succeeded", "failed", "cancelled")
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: a job's class: an interactive job goes before the batch ones waiting (in its queue, and its
+#: turns in a worker's batch)
+Priority = Literal["interactive", "batch"]
+PRIORITIES: tuple[str, ...] = get_args(Priority)
 
 
 class JobRecord(Base):

@@ -10,9 +10,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from runtime.jobs.params import ParamsSpec
 from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ReportSpec, TurnSpec
-from runtime.tables import JobRecord
+from runtime.tables import JobRecord, Priority
 
-Priority = Literal["interactive", "batch"]
 ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 

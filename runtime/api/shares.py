@@ -7,7 +7,8 @@ so that it takes at most its share of the process.
               on average, lately (an upload of 10k rows: about 0.1 s; a submission: 0.02 s)
     active    the tenants with a request in the last window: n of them
     cap(T)    max(LEAD x the others' mean rate, BUSY / n)
-    held      n > 1 and rate(T) > cap(T)
+    held      n > 1 and rate(T) > cap(T): the workers' rule (runtime/jobs/fairness.py held_at),
+              with a share of 1 / n of the process
 
 A held tenant's request, whatever it is, waits at the door (gate.Paced: no turn, no thread;
 past gate.WAITING_PER_TURN x inflight waiting, refused 429) until its use has decayed to its
@@ -32,8 +33,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-LEAD = 1.25  #: a rate over this times the others' mean (and over BUSY / n) holds a tenant
-BUSY = 0.5
+from runtime.jobs.fairness import decayed, held_at
+
 MAX_WAIT_S = 2.0  #: one request waits at most this long (a client's timeout is often 5 s)
 
 
@@ -48,8 +49,7 @@ class ApiShares:
         self.active: OrderedDict[str, float] = OrderedDict()  # tenant -> its last request, oldest first
 
     def _decayed(self, entry: tuple[float, float], now: float) -> float:
-        value, at = entry
-        return value * math.exp(-max(0.0, now - at) / self.window)
+        return decayed(*entry, now, self.window)
 
     def _arrive(self, tenant: str, now: float) -> None:
         """The tenant is active now; those without a request in the window leave (their use
@@ -72,12 +72,9 @@ class ApiShares:
         now = self.clock()
         self._arrive(tenant, now)
         n = len(self.active)
-        if n <= 1:
-            return 0.0
         mine = self._decayed(self.use.get(tenant, (0.0, now)), now)
-        others = (self._decayed(self.total, now) - mine) / (n - 1)
-        cap = max(LEAD * others, BUSY * self.window / n)  # in use: a rate times the window
-        if mine <= cap:
+        cap = held_at(mine, self._decayed(self.total, now), n, 1 / n, self.window)  # in use: a rate times the window
+        if cap is None:
             return 0.0
         return min(MAX_WAIT_S, self.window * math.log(mine / cap))
 

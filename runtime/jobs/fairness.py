@@ -41,6 +41,26 @@ from runtime.settings import Settings
 
 LEAD = 1.25  #: use over this times the others' mean (and BUSY x share) holds a tenant to its share
 BUSY = 0.5
+TTL_MARGIN_S = 60  #: the keys outlive the window by this much (a tenant idle past it has left anyway)
+DEPARTURES = 100  #: tenants one view takes out of the active set at most (the rest: the next view)
+
+
+def decayed(value: float, at: float, now: float, window_s: float) -> float:
+    """`value` (seconds of use, as of `at`) decayed to `now`: value x exp(-age / window).  The
+    Lua below decays the same way (its `decayed`)."""
+    return value * math.exp(-max(0.0, now - at) / window_s)
+
+
+def held_at(mine: float, total: float, n: int, share: float, window_s: float) -> float | None:
+    """The fair-share rule, for the workers (Fairness) and an API process (runtime/api/shares.py):
+    the use a tenant is held down to, or None where it is not held.  mine: its decayed use (s);
+    total: the n active tenants' together; share: its fair part of the capacity (workers / n,
+    or 1 / n of a process).  Held where it is not alone and its use passes both LEAD x the
+    others' mean and BUSY x its share of the window (a tenant whose use is small is never held)."""
+    if n <= 1:
+        return None
+    cap = max(LEAD * (total - mine) / (n - 1), BUSY * share * window_s)
+    return cap if mine > cap else None
 
 # The decayed value of a "v t" string at `now`, for `window`.
 _DECAYED = """
@@ -52,8 +72,8 @@ end
 """
 
 # KEYS[1] active zset (tenant -> last admission, s), KEYS[2] use hash (tenant -> "v t"),
-# KEYS[3] total "v t"; ARGV: tenant, window s.  The tenant is active now; those not admitted
-# within the window leave (their use out of the total).  Returns {active tenants, the tenant's
+# KEYS[3] total "v t"; ARGV: tenant, window s, TTL_MARGIN_S, DEPARTURES.  The tenant is active
+# now; those not admitted within the window leave (their use out of the total).  Returns {active tenants, the tenant's
 # use, the total use}, the uses decayed to now (s, as strings).
 _VIEW = _DECAYED + """
 local t = redis.call('TIME')
@@ -61,7 +81,8 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local window = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 local total = decayed(redis.call('GET', KEYS[3]), now, window)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'LIMIT', 0, 100)
+local ttl = math.ceil(window) + tonumber(ARGV[3])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'LIMIT', 0, tonumber(ARGV[4]))
 if #gone > 0 then
   for _, g in ipairs(gone) do
     total = total - decayed(redis.call('HGET', KEYS[2], g), now, window)
@@ -69,20 +90,20 @@ if #gone > 0 then
   total = math.max(0, total)
   redis.call('ZREM', KEYS[1], unpack(gone))
   redis.call('HDEL', KEYS[2], unpack(gone))
-  redis.call('SET', KEYS[3], string.format('%.6f %.6f', total, now), 'EX', math.ceil(window) + 60)
+  redis.call('SET', KEYS[3], string.format('%.6f %.6f', total, now), 'EX', ttl)
 end
-redis.call('EXPIRE', KEYS[1], math.ceil(window) + 60)
+redis.call('EXPIRE', KEYS[1], ttl)
 local mine = decayed(redis.call('HGET', KEYS[2], ARGV[1]), now, window)
 return {redis.call('ZCARD', KEYS[1]), tostring(mine), tostring(math.max(total, mine))}
 """
 
-# KEYS as above; ARGV: tenant, seconds, window s.  The tenant's use and the total, decayed to
-# now, plus these seconds; the tenant is active now.
+# KEYS as above; ARGV: tenant, seconds, window s, TTL_MARGIN_S.  The tenant's use and the
+# total, decayed to now, plus these seconds; the tenant is active now.
 _CHARGE = _DECAYED + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local window = tonumber(ARGV[3])
-local ttl = math.ceil(window) + 60
+local ttl = math.ceil(window) + tonumber(ARGV[4])
 local mine = decayed(redis.call('HGET', KEYS[2], ARGV[1]), now, window) + tonumber(ARGV[2])
 local total = decayed(redis.call('GET', KEYS[3]), now, window) + tonumber(ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%.6f %.6f', mine, now))
@@ -121,15 +142,13 @@ class Fairness:
         admission)."""
         if not self.on:
             return None
-        n, mine, total = self._view(keys=self.keys, args=[tenant, self.s.tenant_fair_window_s])
+        window = self.s.tenant_fair_window_s
+        n, mine, total = self._view(keys=self.keys, args=[tenant, window, TTL_MARGIN_S, DEPARTURES])
         n, mine, total = int(n), float(mine), float(total)
-        if n <= 1:
+        share = max(1, workers) / max(1, n)
+        if held_at(mine, total, n, share, window) is None:
             return None
-        share = max(1, workers) / n
-        others = (total - mine) / (n - 1)
-        if mine > LEAD * others and mine / self.s.tenant_fair_window_s > BUSY * share:
-            return max(1, math.floor(share))
-        return None
+        return max(1, math.floor(share))
 
     def active(self) -> int:
         """The tenants active now (admitted within the window), at least 1; 1 with the shares
@@ -141,4 +160,4 @@ class Fairness:
     def charge(self, tenant: str, seconds: float) -> None:
         """A job of the tenant held a worker's slot this long (it left it now)."""
         if self.on and seconds > 0:
-            self._charge(keys=self.keys, args=[tenant, f"{seconds:.6f}", self.s.tenant_fair_window_s])
+            self._charge(keys=self.keys, args=[tenant, f"{seconds:.6f}", self.s.tenant_fair_window_s, TTL_MARGIN_S])

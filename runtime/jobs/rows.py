@@ -43,9 +43,7 @@ from runtime.jobs.sweeps import JobSweeps
 from runtime.jobs.table import matched, waits_for_an_earlier_job
 from runtime.jobs.waits import JobWaits
 from runtime.sessions import quota
-from runtime.tables import TERMINAL, JobRecord, SessionRecord, owned
-
-PRIORITIES = ("interactive", "batch")
+from runtime.tables import PRIORITIES, TERMINAL, JobRecord, SessionRecord, owned
 
 
 @dataclass

@@ -40,10 +40,11 @@ from model.kv_cache import KVCache
 from model.params import DecodeParams, DecodeState
 from model.pool import PooledCache
 from model.transformer import SetDLM
+from runtime.tables import PRIORITIES
 
 log = logging.getLogger("setflow.batcher")
-PRIORITIES = ("interactive", "batch", "held")  # the order turns are admitted in
-HELD = PRIORITIES[-1]  # steps only while no turn of another class is in the batch
+CLASSES = (*PRIORITIES, "held")  # the order turns are admitted in: the jobs' priorities, then the held tenants'
+HELD = CLASSES[-1]  # steps only while no turn of another class is in the batch
 
 
 @dataclass(eq=False)
@@ -93,7 +94,7 @@ class Batcher:
         self.max_commit = max_commit
         self.lead = lead
         self.chunk = min(chunk, lead)
-        self.waiting: dict[str, deque[_Seq]] = {p: deque() for p in PRIORITIES}
+        self.waiting: dict[str, deque[_Seq]] = {p: deque() for p in CLASSES}
         self.running: list[_Seq] = []
         self.commits: list[_Commit] = []
         self.forwards = 0  # batched forwards so far (each one step of every turn in it)
@@ -112,7 +113,7 @@ class Batcher:
         caller's again).  The cache and the state run up to `lead` steps ahead of the events."""
         if state.done:  # nothing to decode (max_new_tokens 0): never in a batch
             return
-        seq = _Seq(cache, state, params, priority if priority in PRIORITIES else "batch")
+        seq = _Seq(cache, state, params, priority if priority in CLASSES else "batch")
         with self._cv:
             self._open()
             self.waiting[seq.priority].append(seq)
@@ -187,7 +188,7 @@ class Batcher:
         those not `lead` events ahead of their threads (marked stepping: the loop's until their
         event is out); held turns only where no other turn runs."""
         self.running = [s for s in self.running if not s.gone]
-        for p in PRIORITIES:
+        for p in CLASSES:
             q = self.waiting[p]
             while q and len(self.running) < self.max_batch:
                 s = q.popleft()

@@ -12,7 +12,8 @@ import math
 import pytest
 
 from runtime.api.gate import WAITING_PER_TURN, Paced, Turns
-from runtime.api.shares import BUSY, LEAD, MAX_WAIT_S, ApiShares
+from runtime.api.shares import MAX_WAIT_S, ApiShares
+from runtime.jobs.fairness import BUSY, LEAD
 from tests.runtime.api.test_turns import Held, call, settle
 
 
