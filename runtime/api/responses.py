@@ -82,7 +82,7 @@ class Part(BaseModel):
         return v
 
 
-ITEM_TYPES = ("message", "function_call", "function_call_output", "item_reference")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "item_reference", "compaction")
 
 
 def _typed(v: Any) -> Any:
@@ -91,7 +91,8 @@ def _typed(v: Any) -> Any:
     if isinstance(v, dict) and "type" not in v and "role" in v:
         return {**v, "type": "message"}
     if isinstance(v, dict) and v.get("type") not in ITEM_TYPES:
-        raise ValueError(f"an input item is a message, function_call, function_call_output or item_reference; "
+        raise ValueError(f"an input item is a message, function_call, function_call_output, item_reference or "
+                         f"compaction; "
                          f"{str(v.get('type'))[:40]!r} is not one")
     return v
 
@@ -139,7 +140,17 @@ class ItemReference(BaseModel):
     id: str = Field(max_length=128)
 
 
-Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem | ItemReference,
+class CompactionItem(BaseModel):
+    """The item POST /v1/responses/compact made, sent back: read as the messages it keeps
+    (runtime/api/compaction.py; runtime/api/routes/responses.py `referenced` expands it)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["compaction"]
+    id: str | None = Field(default=None, max_length=128)
+    encrypted_content: str = Field(max_length=65536)
+
+
+Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem | ItemReference | CompactionItem,
                  Field(discriminator="type"), BeforeValidator(_typed)]
 
 
@@ -263,12 +274,36 @@ class CreateResponse(BaseModel):
                 for k in ("id", "phase"):
                     if d[k] is None:
                         del d[k]
+            if isinstance(x, CompactionItem) and x.id is None:
+                del d["id"]
             out.append(d)
         return out
 
     def conversation_id(self) -> str | None:
         c = self.conversation
         return c.get("id") if isinstance(c, dict) else c
+
+
+class CompactRequest(BaseModel):
+    """POST /v1/responses/compact: the history to compact (runtime/api/compaction.py), the
+    previous response's chain, then `input`.  `model`, `instructions` and the fields the SDK
+    sends beside them are taken and change nothing (no model runs; instructions are not carried
+    to the next response)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    input: Annotated[str, Field(max_length=65536)] | Annotated[list[Item], Field(max_length=256)] | None = None
+    previous_response_id: str | None = Field(default=None, max_length=64)
+    instructions: str | None = Field(default=None, max_length=65536)
+    # taken, changing nothing here
+    prompt_cache_key: str | None = Field(default=None, max_length=512)
+    prompt_cache_retention: Literal["in-memory", "in_memory", "24h"] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    safety_identifier: str | None = Field(default=None, max_length=512)
+    service_tier: Literal["auto", "default", "fast", "flex", "scale", "priority"] | None = None
+
+    def items(self) -> list[dict[str, Any]]:
+        return CreateResponse(input=self.input if self.input is not None else []).items()
 
 
 def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | None) -> dict[str, Any]:

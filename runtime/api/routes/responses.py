@@ -10,7 +10,7 @@ output.
     POST   /v1/responses/{id}/cancel          cancel
     DELETE /v1/responses/{id}                 delete
     GET    /v1/responses/{id}/input_items     its input items
-    POST   /v1/responses/compact              refused (400): setflow does not compact a history
+    POST   /v1/responses/compact              compact a history: one opaque `compaction` item (compaction.py)
 """
 
 from __future__ import annotations
@@ -28,17 +28,18 @@ from anyio.to_thread import run_sync
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from runtime.api import gate, response_stream, response_view
+from runtime.api import compaction, gate, response_stream, response_view
 from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.idempotency import STREAMED
 from runtime.api.models import ERRORS
-from runtime.api.responses import BuiltinTool, CreateResponse
+from runtime.api.responses import BuiltinTool, CompactRequest, CreateResponse
 from runtime.api.services import Services
 from runtime.errors import BadInput, Busy, NotFound, RateLimited
 from runtime.jobs.conversations import Conversations
 from runtime.jobs.events import entries
 from runtime.jobs.hosts import Hosts
+from runtime.jobs.webhook_secrets import deployment_key
 from runtime.sessions import lifecycle
 from runtime.tables import TERMINAL, JobRecord
 
@@ -54,11 +55,41 @@ MAX_CHAIN = 64  # responses _went_on walks back from a call's response to the on
 
 
 @router.post("/compact", responses=ERRORS)
-def compact_response() -> JSONResponse:
-    """Compaction (OpenAI's POST /v1/responses/compact) is not done here: a 400 that says what to
-    do instead, not a 405 (before this route, `compact` was read as a response id)."""
-    raise BadInput("setflow does not compact a history (POST /v1/responses/compact): send the history as it is, "
-                   "or go on from a response with previous_response_id (its session's K/V is kept, not re-read)")
+def compact_response(req: CompactRequest, who: Tenant, svc: Svc) -> JSONResponse:
+    """The history (the previous response's chain, then the input) compacted into one opaque
+    `compaction` item, which the client sends as the input of its next request, with its new
+    question after it (runtime/api/compaction.py says what is kept).  No model runs: its usage is
+    zero.  BadInput where the history holds no message."""
+    history: list[dict[str, Any]] = []
+    if req.previous_response_id is not None:
+        prev = _response(svc, shapes.job_of(req.previous_response_id), who)
+        if prev.status != "succeeded":
+            raise BadInput(f"previous response {req.previous_response_id} is {response_view.status(prev)}: "
+                           "only a completed one is compacted")
+        history = _chain(svc, who, prev)
+    history += referenced(svc, who, req.items())
+    kept = compaction.kept(history)
+    if not kept:
+        raise BadInput("the history holds no message to keep: compact a history of messages (input, or "
+                       "previous_response_id)")
+    item = compaction.item(kept, who, deployment_key(svc.settings))
+    return JSONResponse({"id": item["id"], "object": "response.compaction", "output": [item],
+                         "created_at": int(time.time()),
+                         "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                                   "input_tokens_details": {"cached_tokens": 0},
+                                   "output_tokens_details": {"reasoning_tokens": 0}}})
+
+
+def _chain(svc: Services, who: str, job: JobRecord) -> list[dict[str, Any]]:
+    """The items of the chain that ends at `job`: each response's input and output items, the
+    first response's first (back MAX_CHAIN responses at most; a deleted one ends it)."""
+    chain = [job]
+    while len(chain) < MAX_CHAIN and (before := chain[-1].spec.get("previous")) is not None:
+        try:
+            chain.append(_response(svc, before, who))
+        except NotFound:
+            break
+    return [x for j in reversed(chain) for x in [*response_view.input_items(j), *response_view.output_items(j)]]
 
 
 @router.post("", responses=ERRORS)
@@ -194,8 +225,11 @@ def _spec(req: CreateResponse, items: list[dict[str, Any]], prev: JobRecord | No
 
 def referenced(svc: Services, who: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The items with each item_reference read as the item it names: an output item of one of
-    the tenant's responses (msg_, fc_) or an input item (in_), as a client would re-send it.
-    NotFound where it names none."""
+    the tenant's responses (msg_, fc_) or an input item (in_), as a client would re-send it;
+    and each compaction item as the messages it keeps (compaction.expanded).  NotFound where a
+    reference names none; BadInput where a compaction item is not one made for the tenant."""
+    if any(x["type"] == "compaction" for x in items):
+        items = compaction.expanded(items, who, deployment_key(svc.settings))
     if not any(x["type"] == "item_reference" for x in items):
         return items
     out = []

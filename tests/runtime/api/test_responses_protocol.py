@@ -1,8 +1,9 @@
 """The Responses API as the protocol's other clients hold it (issue #51), with the official
 `openai` SDK and plain HTTP against a real stack (test_responses.py's): every field the Open
 Responses spec requires on a response object, typed as it types it; extension stream events only
-when asked for, named with setflow's prefix; compact, images, files, unknown ids and bad fields
-answered with OpenAI's errors a person can act on; histories as the Vercel AI SDK sends them
+when asked for, named with setflow's prefix; a history compacted into one opaque item that a
+chain goes on from; images, files, unknown ids and bad fields answered with OpenAI's errors a
+person can act on; histories as the Vercel AI SDK sends them
 (item references, calls re-serialised, a previous_response_id beside the re-sent call, the same
 previous_response_id on every step of a tool loop, a conversation's question re-sent with its
 call's output); the README's agent question ends completed; the
@@ -101,12 +102,33 @@ def test_extension_events_only_when_asked_and_named_with_the_prefix(stack: Stack
     assert [t for t in asked if t != "setflow:step"] == plain  # the same events besides
 
 
-def test_compact_is_a_clear_openai_error_not_a_405(stack: Stack) -> None:
-    r = post(stack, "/v1/responses/compact", {"model": "small", "input": "hi"})
-    err = error_of(r)
-    assert r.status_code == 400 and err["type"] == "invalid_request_error" and "compact" in err["message"], err
-    other = httpx.put(stack.api.url + "/v1/responses", headers={"Authorization": "Bearer sk-resp-acme-0001"})
-    assert other.status_code == 405 and error_of(other)["type"] == "invalid_request_error"
+def test_compact_keeps_the_chains_messages_in_one_opaque_item_and_the_chain_goes_on(stack: Stack) -> None:
+    """Before: POST /v1/responses/compact was a 400 ('setflow does not compact a history')."""
+    c = client(stack)
+    first = c.responses.create(model="small", input="Revenue rose in EMEA.", max_output_tokens=8)
+    second = c.responses.create(model="small", previous_response_id=first.id, input="Churn fell in APAC.",
+                                max_output_tokens=8)
+    done = c.responses.compact(model="small", previous_response_id=second.id, prompt_cache_key="k")
+    assert done.object == "response.compaction" and done.usage.total_tokens == 0
+    [item] = done.output
+    assert item.type == "compaction" and "EMEA" not in item.encrypted_content
+    going = c.responses.create(model="small", max_output_tokens=8, input=[
+        item.model_dump(exclude_none=True), {"role": "user", "content": "Why?"}])
+    assert going.status in ("completed", "incomplete") and going.previous_response_id is None
+    read = [(x.role, x.content[0].text) for x in c.responses.input_items.list(going.id, order="asc").data]
+    said = [("user", "Revenue rose in EMEA."), ("assistant", first.output_text), ("user", "Churn fell in APAC."),
+            ("assistant", second.output_text)]
+    assert read == [m for m in said if m[1]] + [("user", "Why?")], read  # in order; an empty answer is no message
+    # another tenant's, or an edited one: a 400 that says so; nothing to keep: a 400
+    other = httpx.post(stack.api.url + "/v1/responses", headers={"Authorization": f"Bearer {base.OTHER}"},
+                       json={"model": "small", "input": [item.model_dump(exclude_none=True), {"role": "user",
+                                                                                          "content": "Why?"}]})
+    assert other.status_code == 400 and "not one setflow made for this tenant" in error_of(other)["message"]
+    r = post(stack, "/v1/responses/compact", {"model": "small", "input": [
+        {"type": "function_call_output", "call_id": "call_x", "output": "2.7"}]})
+    assert r.status_code == 400 and "no message to keep" in error_of(r)["message"]
+    put = httpx.put(stack.api.url + "/v1/responses", headers={"Authorization": "Bearer sk-resp-acme-0001"})
+    assert put.status_code == 405 and error_of(put)["type"] == "invalid_request_error"
 
 
 def test_an_image_is_refused_in_words_and_a_text_file_and_a_pdf_are_read(stack: Stack) -> None:
