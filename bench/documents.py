@@ -36,9 +36,8 @@ from domain.draws import make_payload
 from domain.payload import Payload
 from model import shipped  # noqa: E402
 from model.params import DecodeParams  # noqa: E402
-from runtime.jobs.plans import section_payload  # noqa: E402
 from runtime.sessions.local import LocalTurns  # noqa: E402
-from workflows.report import section  # noqa: E402
+from workflows.report import section, section_payload  # noqa: E402
 
 PARAMS = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=200)
 SEED = 90_000  # held out: training draws its payloads from other seeds

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from domain import charts, drivers  # noqa: E402
 from domain.report import Section, section_text  # noqa: E402
 from runtime.api import exports  # noqa: E402
-from runtime.jobs.plans import section_payload  # noqa: E402
 from runtime.jobs.specs import ReportSpec  # noqa: E402
 from runtime.tables import JobRecord  # noqa: E402
+from workflows.report import section_payload  # noqa: E402
 
 DATA = {"tenant": "Northwind", "period": "2026-Q3", "style": "formal",
         "metrics": [{"key": "revenue", "value": "1240", "prev": "1105", "target": "1300"},

@@ -73,13 +73,13 @@ from model.transformer import SetDLM
 from runtime.errors import BadInput, NoAnswer, RequiresAction
 from runtime.jobs.params import ParamsSpec
 from runtime.jobs.payload import PayloadSpec
-from runtime.jobs.plans import section_payload
 from runtime.jobs.specs import AgentSpec, NarrativeSpec, ReportSpec
 from runtime.sessions.local import LocalTurns
 from workflows import agent as agent_flow
 from workflows import narrative as narrative_flow
 from workflows import report as report_flow
 from workflows import tools as tool_flow
+from workflows.report import section_payload
 from workflows.turn import decode_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # realistic.py beside it, as a script or `setflow bench`

@@ -144,7 +144,7 @@ class JobRecord(Base):
     pool: Mapped[str] = mapped_column(String(128), default="", server_default="")
     dispatched_at: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds of the last send
     step: Mapped[int] = mapped_column(Integer, default=0)  # steps committed (turns written), for resuming
-    #: positions it appends to its session at most (runtime/jobs/plans.py positions, computed once
+    #: positions it appends to its session at most (workflows.positions, computed once
     #: at its submission by the API): what a later submission on the session adds up instead of
     #: planning it again; None where not known (submitted another way, or before it was kept)
     positions: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -1,6 +1,6 @@
 """The tree is the architecture: imports run one way only,
 
-    app -> workers -> workflows -> runtime/api -> runtime/schedules -> runtime/jobs -> runtime/sessions -> model
+    app -> workers -> runtime/api -> workflows -> runtime/schedules -> runtime/jobs -> runtime/sessions -> model
         -> domain
 
 plus the shared leaves (runtime/settings, errors, keys, db, tables, embedded, migrations), which
@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "workers", "workflows", "runtime", "model", "domain")
 #: floor -> rank; a module may import a floor of the same or a lower rank
-FLOORS = {"domain": -1, "model": 0, "runtime.sessions": 1, "runtime.jobs": 2, "runtime.schedules": 3, "runtime.api": 4,
-          "workflows": 5, "workers": 6, "app": 7}
+FLOORS = {"domain": -1, "model": 0, "runtime.sessions": 1, "runtime.jobs": 2, "runtime.schedules": 3, "workflows": 4,
+          "runtime.api": 5, "workers": 6, "app": 7}
 LEAVES = ("runtime.settings", "runtime.errors", "runtime.keys", "runtime.db", "runtime.tables", "runtime.embedded",
           "runtime.migrations", "runtime")  # `runtime` itself: the package's __init__
 NO_TORCH = ("workflows", "runtime.api", "runtime.schedules", "domain")  # floors that must not reach torch through any import

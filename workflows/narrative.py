@@ -1,6 +1,6 @@
 """The `narrative` job kind: one dashboard narrative from a metrics payload, a single turn with
 the payload as its prompt (high volume).  The model points at facts (slots) and the runtime
-writes them (runtime/jobs/plans.py written_out); what the model wrote is read back before the
+writes them (workflows/turn.py written_out); what the model wrote is read back before the
 text is returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR).
 The result carries the payload's chart (a Vega-Lite spec) and drivers, computed from the payload,
 never from the model's text.  At detail `full` the text says the breakdown's drivers too: the
@@ -14,15 +14,51 @@ from typing import Any
 
 from domain import charts, drivers
 from domain import narrative as corpus
-from domain.payload import Payload
+from domain.drivers import rendered
+from domain.facts import Slots
+from domain.payload import Payload, Rendered
 from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
-from runtime.jobs.plans import DEFAULT, narrative_input, slot_form, written_out
+from runtime.jobs.plans import DEFAULT
 from runtime.jobs.specs import NarrativeSpec
 from runtime.sessions.turn import TurnResult
 from workflows.checked import Retry, check
-from workflows.turn import Turns, decode_params, summary, text_of, with_stops
+from workflows.turn import (
+    Turns,
+    decode_params,
+    facts_table,
+    readable,
+    slot_form,
+    summary,
+    text_of,
+    with_stops,
+    written_out,
+)
+
+LONGEST_SLACK = 8  # tokens: a text encoded whole may split otherwise at a join than its pieces alone
+
+
+def narrative_input(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT, drivers: bool = False
+                    ) -> tuple[list[int], str, Rendered]:
+    """A narrative's prompt: the profile's `narrative` format around the payload (ids, the text
+    as the model reads it, the payload's facts); drivers: the breakdown's too (detail `full`)."""
+    r = rendered(payload, facts_table(profile), drivers)
+    text = readable(profile, r.slots, corpus.prompt_of(r))
+    return profile.render("narrative", text, tok), text, r
+
+
+def longest(tok: Tokenizer, form: corpus.Form, profile: Profile, slots: Slots) -> int:
+    """Tokens of the longest text `form` writes, as the profile's model writes it, with its EOS: an
+    upper bound (each choice's longest alternative encoded alone, and a few for merges that differ
+    across the joins).  A part never needs more; a report plans each section with no more."""
+    return sum(max(len(tok.encode(readable(profile, slots, a))) for a in alts) for alts in form) + 1 + LONGEST_SLACK
+
+
+def planned(spec: NarrativeSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
+    """A narrative's plan (workflows.PLANS): its prompt and what it may decode."""
+    ids = narrative_input(tok, spec.payload.to_payload(), profile, drivers=spec.drivers)[0]
+    return len(ids) + spec.params.max_new_tokens
 
 
 def prompt_ids(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT) -> list[int]:

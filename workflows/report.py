@@ -14,23 +14,92 @@ from typing import Any
 
 from domain import charts, drivers
 from domain import narrative as corpus
-from domain.payload import Payload
+from domain.facts import Slots
+from domain.payload import Payload, Rendered
+from domain.report import HOLE, Section, Template, infill_tokens, template
 from model.params import DecodeParams
-from runtime.jobs.plans import (
-    check_fits,
-    report_parts,
-    report_template,
-    section_input,
-    section_payload,
-    section_tokens,
-    slot_form,
-    written_out,
-)
+from model.profiles import Profile
+from model.tokenizer import Tokenizer
+from runtime.jobs.plans import DEFAULT
+from runtime.jobs.specs import HOLE as HOLE_MARK
 from runtime.jobs.specs import ReportSpec
 from runtime.sessions.turn import TurnResult
 from workflows.checked import Retry, check, positions
-from workflows.narrative import guide, problems
-from workflows.turn import Turns, decode_params, filled, summary, text_of, with_stops
+from workflows.narrative import guide, longest, problems
+from workflows.turn import (
+    Turns,
+    decode_params,
+    facts_table,
+    filled,
+    fits,
+    readable,
+    slot_form,
+    summary,
+    text_of,
+    with_stops,
+    written_out,
+)
+
+assert HOLE == HOLE_MARK
+
+
+# ---- the plan: each part's input, and what it may decode -----------------------------------------
+# Each section's input ends with its heading, "## {title}\n" (the first line of the section as
+# the model was trained to write it): the title is the user's, verbatim, and the model writes
+# the body.
+
+
+def section_payload(data: Payload, keys: list[str]) -> Payload:
+    """The data one section is written from: its metrics (in outline order), and the breakdown
+    when it breaks one of them down (as in training, where a section has at most two metrics)."""
+    by_key = {m.key: m for m in data.metrics}
+    b = data.breakdown if data.breakdown is not None and data.breakdown.metric in keys else None
+    return Payload(data.tenant, data.period, data.style, [by_key[k] for k in keys], b)
+
+
+def section_input(tok: Tokenizer, title: str, payload: Payload, profile: Profile = DEFAULT
+                  ) -> tuple[list[int], str, Rendered]:
+    """The profile's `report` format around <section>title / payload</section>, then "## title\n"
+    (setflow's models: [BOS] <section>[F1] ... </section> ## [F1]\n): ids, the text as the
+    model reads it, and the section's facts (Section.render: the title is the first)."""
+    prompt, title_slot, r = Section(title, payload).render(facts_table(profile))
+    head = readable(profile, r.slots, f"## {title_slot}\n")
+    prompt = readable(profile, r.slots, prompt)
+    return profile.render("report", prompt, tok) + tok.encode(head), prompt + head, r
+
+
+def section_tokens(tok: Tokenizer, facts: Rendered, cap: int, profile: Profile = DEFAULT) -> int:
+    """What a section may decode: the report's max_new_tokens, or less where its longest body is
+    shorter (a report of six sections, one of them with 12 breakdown rows, then fits the context)."""
+    return min(cap, longest(tok, corpus.narrative_form(facts), profile, facts.slots))
+
+
+def report_template(tok: Tokenizer, data: Payload, mask_id: int, profile: Profile = DEFAULT
+                    ) -> tuple[list[int], list[int], str, Slots]:
+    """The key figures: (the template's ids with mask_id at the holes, the same filled with the
+    answers the data fixes, its text with <hole> markers, its facts)."""
+    t = template(replace(data, breakdown=None), facts_table(profile))
+    slots = t.rendered.slots
+    t = Template(t.rendered, [(readable(profile, slots, x), h) for x, h in t.pieces],
+                 readable(profile, slots, t.context_text()))
+    ids, hole = infill_tokens(tok, t)
+    return [mask_id if h else x for x, h in zip(ids, hole)], ids, t.context_text() + t.text(hole=HOLE), slots
+
+
+def report_parts(spec: ReportSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> list[int]:
+    """Positions each part of a report appends at most, in order: each section (its input and
+    section_tokens), then the key figures if `summary` (the template: its holes are inside it)."""
+    data = spec.data.to_payload()
+    parts = []
+    for s in spec.outline:
+        ids, _, facts = section_input(tok, s.title, section_payload(data, list(s.metrics)), profile)
+        parts.append(len(ids) + section_tokens(tok, facts, spec.params.max_new_tokens, profile))
+    return parts + ([len(report_template(tok, data, 0, profile)[0])] if spec.summary else [])
+
+
+def planned(spec: ReportSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
+    """A report's plan (workflows.PLANS): its parts together."""
+    return sum(report_parts(spec, tok, profile))
 
 
 def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
@@ -39,10 +108,10 @@ def run(turns: Turns, spec: ReportSpec) -> dict[str, Any]:
     one done}."""
     # the session without this job's own turns (a rerun has written some already): the plan counts them
     used = turns.used()
-    check_fits("report", spec, turns.tokenizer, used, turns.cfg.max_seq_len, turns.profile)
+    need = report_parts(spec, turns.tokenizer, turns.profile)
+    fits("report", sum(need), used, turns.cfg.max_seq_len)
     # positions the plan leaves over (each part at most): a part's retry may take them, and what
     # a part takes less than its share; never what a later part may still need
-    need = report_parts(spec, turns.tokenizer, turns.profile)
     spare = turns.cfg.max_seq_len - used - sum(need)
     data = spec.data.to_payload()
     n = len(spec.outline) + int(spec.summary)

@@ -1,7 +1,9 @@
 """The Turns seam every workflow is written over, and the simplest jobs on it: one turn (the input
 as token ids or text) and one infill (a template whose `<hole>` markers are decoded in place).
 Also the helpers every workflow shares: decode parameters from their JSON, a turn's summary, a
-fill.  Who runs the turns (a job's session, or a session in this process) is not known here."""
+fill, an input's facts as the profile's model reads and writes them, and the check that a job's
+plan (the positions it appends at most: workflows.PLANS) fits the context.  Who runs the turns
+(a job's session, or a session in this process) is not known here."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput
 from runtime.jobs.params import ParamsSpec
-from runtime.jobs.plans import turn_input
+from runtime.jobs.plans import DEFAULT, turn_input
 from runtime.jobs.specs import HOLE, InfillSpec, TurnSpec
 from runtime.sessions.turn import TurnResult
 
@@ -125,6 +127,56 @@ def filled(masked: list[int], r: TurnResult, mask_id: int) -> list[int]:
     """`masked` with its holes (mask_id) replaced by what the infill turn `r` decoded there."""
     holes = iter(r.tokens)  # the holes' tokens, in position order
     return [next(holes) if t == mask_id else t for t in masked]
+
+
+# ---- an input's facts, as the profile's model reads and writes them ------------------------------
+# Facts enter as the model's profile says (Profile.facts): as slot tokens, whose table each input
+# returns beside its ids (domain/facts.py: the workflow lexicalises what the model writes with
+# it), or written out, for a model that copies them (its text is read back into the same slots).
+
+
+def facts_table(profile: Profile) -> Slots:
+    """An input's empty slot table (one slot per distinct text where the model writes facts as text)."""
+    return Slots(dedup=profile.facts == "text")
+
+
+def readable(profile: Profile, slots: Slots, text: str) -> str:
+    """An input in slot form as the profile's model reads it: its slots, or its facts written out."""
+    return text if profile.facts == "slots" else slots.lexicalise(text)
+
+
+def slot_form(profile: Profile, slots: Slots, written: str) -> str:
+    """What the model wrote, in slot form for the checkers (a text model's facts read back)."""
+    return written if profile.facts == "slots" else slots.delexicalise(written)
+
+
+def written_out(profile: Profile, slots: Slots, written: str) -> str:
+    """What the model wrote, with its facts written out: what the job returns."""
+    return slots.lexicalise(written) if profile.facts == "slots" else written
+
+
+# ---- a job's plan: the positions it appends to its session at most ---------------------------------
+
+
+def planned(spec: TurnSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
+    """A turn's: its input and what it may decode."""
+    n = len(spec.input_ids) if spec.input_ids is not None else len(turn_input(profile, tok, spec.text or ""))
+    return n + spec.params.max_new_tokens
+
+
+def infill_planned(spec: InfillSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
+    """An infill's: its text (the holes are inside it)."""
+    return len(tok.encode(spec.text))
+
+
+def fits(kind: str, need: int, used: int, max_seq_len: int) -> int:
+    """`need`, the positions a job of `kind` appends at most; BadInput when they cannot fit:
+    `used` positions of the session are taken already."""
+    if used + need > max_seq_len:
+        raise BadInput(f"context_overflow: this {kind} needs up to {need} positions and the session has "
+                       f"{max_seq_len - used} of {max_seq_len} left (fewer sections, shorter inputs or a smaller "
+                       f"max_new_tokens, or a new session)")
+    return need
 
 
 def run(turns: Turns, spec: TurnSpec) -> dict[str, Any]:

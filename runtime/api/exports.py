@@ -22,9 +22,9 @@ import vl_convert
 from domain import charts, document, drivers
 from domain.grammar import canonical
 from runtime.errors import NotFinished, NotFound
-from runtime.jobs.plans import section_payload
 from runtime.jobs.specs import NarrativeSpec, ReportSpec
 from runtime.tables import JobRecord
+from workflows.report import section_payload
 
 KINDS = ("narrative", "report")
 #: format -> (media type, disposition): the page and the PDF open in a browser, the others download

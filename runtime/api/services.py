@@ -25,7 +25,7 @@ from runtime.jobs.dispatch import Admission, Dispatcher, Send
 from runtime.jobs.hosts import Host, Hosts
 from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.models import Cards
-from runtime.jobs.plans import check_fits, check_ids, positions
+from runtime.jobs.plans import check_ids
 from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import AgentSpec, check_spec
@@ -34,6 +34,7 @@ from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from runtime.tables import JobRecord
+from workflows import check_fits, positions
 
 
 @dataclass

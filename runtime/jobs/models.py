@@ -57,7 +57,7 @@ class ModelCard:
 
     @cached_property
     def profile(self) -> Profile:
-        """How its prompts are rendered: what a job's positions are counted with (plans.py)."""
+        """How its prompts are rendered: what a job's positions are counted with (workflows.PLANS)."""
         if self.profile_json:
             return Profile.from_json(self.profile_json)
         return Profile.for_model(self.config, self.tokenizer)

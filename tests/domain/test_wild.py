@@ -272,7 +272,8 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
     max_new_tokens, and a 6-section report of MAX_METRICS metrics, 2 a section, fits the context."""
     from domain.markup import SLOT_TOKENS
     from model.tokenizer import Tokenizer
-    from runtime.jobs import plans
+    from workflows.narrative import narrative_input
+    from workflows.report import report_parts, section_input, section_tokens
 
     tok = Tokenizer.from_file("model/shipped/tokenizer.json").with_tokens(SLOT_TOKENS)
     narrative = NarrativeSpec.model_fields["params"].get_default(call_default_factory=True).max_new_tokens
@@ -282,20 +283,20 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
         for m, r in [(m, r) for m in ("up", "down", "flat") for r in ("up", "down", "flat")]:
             p = _largest(style, MAX_METRICS, m, r)
             for drivers in (False, True):  # at detail full it says the breakdown's drivers too
-                ids, _, rendered = plans.narrative_input(tok, p, drivers=drivers)
+                ids, _, rendered = narrative_input(tok, p, drivers=drivers)
                 text = len(tok.encode(_longest(tok, corpus.narrative_form(rendered))))
                 longest["narrative"] = max(longest["narrative"], text)
                 assert len(ids) + narrative <= 2048
             p = _largest(style, 2, m, r)
-            ids, _, rendered = plans.section_input(tok, "Title", p)
+            ids, _, rendered = section_input(tok, "Title", p)
             body = len(tok.encode(_longest(tok, corpus.narrative_form(rendered))))
             longest["section"] = max(longest["section"], body)
-            assert body + 1 <= plans.section_tokens(tok, rendered, 10**6)  # what a report plans a section for holds it
+            assert body + 1 <= section_tokens(tok, rendered, 10**6)  # what a report plans a section for holds it
     # ... and the drivers' longest: one row up, the rest against the change, each named
     p = _largest("formal", MAX_METRICS, "up", "down")
     assert p.breakdown is not None
     p.breakdown.rows[0] = ("R0", "9999.5", "1")
-    rendered = plans.narrative_input(tok, p, drivers=True)[2]
+    rendered = narrative_input(tok, p, drivers=True)[2]
     assert rendered.drivers is not None and len(rendered.drivers.against) == MAX_ROWS - 1
     longest["narrative"] = max(longest["narrative"], len(tok.encode(_longest(tok, corpus.narrative_form(rendered)))))
     assert longest["narrative"] + 1 <= narrative and longest["section"] + 1 <= section, longest  # + EOS
@@ -303,9 +304,9 @@ def test_the_default_max_new_tokens_hold_the_longest_text_of_the_largest_payload
     data = PayloadSpec.of(Payload("Acme", "2026-Q3", "formal", [Metric(k, "1240.5", "1105.25", "1") for k in keys]))
     report = ReportSpec.model_validate({"title": "Q3", "data": data.model_dump(), "outline": [
         {"title": f"Part {i}", "metrics": keys[2 * i % 8: 2 * i % 8 + 2]} for i in range(6)]})
-    assert sum(plans.report_parts(report, tok)) <= 2048
+    assert sum(report_parts(report, tok)) <= 2048
     # ... and with a breakdown of MAX_ROWS rows: each section is planned for its own longest body
     data = PayloadSpec.of(_largest("formal", MAX_METRICS, "up", "down"))
     report = ReportSpec.model_validate({"title": "Q3", "data": data.model_dump(), "outline": [
         {"title": f"Part {i}", "metrics": keys[2 * i % 8: 2 * i % 8 + 2]} for i in range(6)]})
-    assert sum(plans.report_parts(report, tok)) <= 2048
+    assert sum(report_parts(report, tok)) <= 2048

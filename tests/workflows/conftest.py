@@ -33,7 +33,7 @@ def report_spec(n_sections: int, **update: object) -> ReportSpec:
     """The demo's report with n sections: its outline's metrics in turn, each section under
     another of the titles the corpus gives that metric (domain/report.py TITLES); 3
     sections take 486 positions at most, 6 take 839 of the shipped model's 2048 (each section
-    is planned for its own longest body, plans.section_tokens)."""
+    is planned for its own longest body, report.section_tokens)."""
     spec = ReportSpec.model_validate(REPORT)
     data = {m.key: m for m in spec.data.to_payload().metrics}
     outline = []

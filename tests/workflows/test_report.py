@@ -22,7 +22,6 @@ from runtime.db import make_engine
 from runtime.errors import BadInput
 from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.events import JobEvents
-from runtime.jobs.plans import report_parts, section_payload
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import ReportSpec
@@ -33,6 +32,7 @@ from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from tests.workflows.conftest import long_report_spec, report_spec
 from workflows import report
+from workflows.report import report_parts, section_payload
 
 SPEC = ReportSpec.model_validate(REPORT)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+import workflows
 from runtime.api import services
-from runtime.jobs import plans
 from tests.runtime.api.conftest import ACME, REPORT, Api, shipped_card
 
 REGIONS = ("EMEA", "APAC", "AMER", "LATAM", "Nordics", "DACH", "Benelux", "Iberia", "UK", "France", "Italy", "Japan")
@@ -83,8 +83,8 @@ def test_a_submission_adds_up_the_plans_kept_with_the_jobs_ahead(api: Api, monke
         planned.append(kind)
         return real(kind, spec, *args)
 
-    real = plans.positions
-    monkeypatch.setattr(plans, "positions", counting)
+    real = workflows.positions
+    monkeypatch.setattr(workflows, "positions", counting)
     monkeypatch.setattr(services, "positions", counting)
     for _ in range(5):
         assert api.http.post(f"/v1/sessions/{sid}/turns", headers=ACME, json=turn).status_code == 202

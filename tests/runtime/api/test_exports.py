@@ -20,9 +20,9 @@ import pytest
 from domain import charts, drivers
 from domain.narrative import narrative
 from domain.report import Section, section_text
-from runtime.jobs.plans import section_payload
 from runtime.jobs.specs import NarrativeSpec, ReportSpec
 from tests.runtime.api.conftest import ACME, AGENT, DATA, GLOBEX, NARRATIVE, REPORT, Api
+from workflows.report import section_payload
 
 WORLD = {**DATA, "tenant": "東京商事", "breakdown": {"kind": "region", "metric": "revenue", "rows": [
     ["EMEA", "512", "468"], ["الشرق الأوسط", "301", "318"], ["関東", "427", "319"]]}}

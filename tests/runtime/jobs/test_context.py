@@ -25,7 +25,6 @@ from runtime.db import make_engine
 from runtime.errors import ClaimLost
 from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.events import JobEvents
-from runtime.jobs.plans import narrative_input
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import NarrativeSpec
@@ -35,6 +34,7 @@ from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from workflows import narrative
+from workflows.narrative import narrative_input
 
 PARAMS = DecodeParams(policy="prefix", window=8, tau=0.99, max_new_tokens=24)
 
