@@ -11,8 +11,10 @@ history that ends at an answer, or after the call's output has been answered).
 The item's `encrypted_content` is those messages sealed with AES-256-GCM under a key derived
 from the deployment's secret key, bound to the tenant: the client cannot read or edit it, and
 another tenant's compaction opens nowhere.  An input item `compaction` is read as those
-messages, where it stands (expanded before anything else reads the input), so the next response
-starts a session of its own over them: within the model's context, as COMPACT_CHARS bounds them.
+messages, where it stands, and the items before it are not read (it carries them); it is
+expanded before anything else reads the input, so the next response starts a session of its own
+over them: within the model's context, as COMPACT_CHARS bounds them.  The same item comes at the
+head of a response's output where `context_management` compacted its chain (server side).
 
     sealed = "cmp1:" + base64url(nonce (12 random bytes) + AES-GCM(key, nonce,
                                  plaintext=JSON {"messages": [{"role", "text"}]}, aad="{tenant}/compaction"))
@@ -97,19 +99,22 @@ def unseal(sealed: str, tenant: str, secret_key: str | None) -> list[dict[str, s
 
 
 def expanded(items: list[dict[str, Any]], tenant: str, secret_key: str | None) -> list[dict[str, Any]]:
-    """The input items with each compaction item read as the messages it holds, where it stands
-    (user, system and developer messages as input_text, an assistant's as output_text)."""
-    if not any(x["type"] == "compaction" for x in items):
+    """The input items from the latest compaction item on, that item read as the messages it
+    holds, where it stands: it carries the history before it (a stateless client appends a
+    response's output, a compaction item among it, to everything it sent before; what precedes
+    the item is in it already)."""
+    at = max((i for i, x in enumerate(items) if x["type"] == "compaction"), default=None)
+    if at is None:
         return items
-    out: list[dict[str, Any]] = []
-    for x in items:
-        if x["type"] != "compaction":
-            out.append(x)
-            continue
-        for m in unseal(x["encrypted_content"], tenant, secret_key):
-            kind = "output_text" if m["role"] == "assistant" else "input_text"
-            out.append({"type": "message", "role": m["role"], "content": [{"type": kind, "text": m["text"]}]})
-    return out
+    return [*as_items(unseal(items[at]["encrypted_content"], tenant, secret_key)), *items[at + 1:]]
+
+
+def as_items(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Kept messages as input items: user, system and developer messages as input_text, an
+    assistant's as output_text."""
+    return [{"type": "message", "role": m["role"],
+             "content": [{"type": "output_text" if m["role"] == "assistant" else "input_text", "text": m["text"]}]}
+            for m in messages]
 
 
 def _key(secret_key: str | None) -> bytes:

@@ -38,6 +38,10 @@ class Translator:
         self.said = ""  # the text its deltas said
         self.seen: set[tuple[int, int]] = set()  # (turn, position) a step event said
         self.opened = False  # the message item and its part were said to be added
+        #: the compaction item context_management made (it is whole from the start: said first),
+        #: and where the message's output_index is
+        self.compaction: dict[str, Any] | None = job.spec.get("request", {}).get("compaction")
+        self.at = 0 if self.compaction is None else 1
 
     def _ev(self, kind: str, **data: Any) -> dict[str, Any]:
         e = {"type": kind, "sequence_number": self.seq, **data}
@@ -45,8 +49,12 @@ class Translator:
         return e
 
     def start(self) -> list[dict[str, Any]]:
-        return [self._ev("response.created", response=view(self.job, snapshot="queued")),
-                self._ev("response.in_progress", response=view(self.job, snapshot="in_progress"))]
+        out = [self._ev("response.created", response=view(self.job, snapshot="queued")),
+               self._ev("response.in_progress", response=view(self.job, snapshot="in_progress"))]
+        if self.compaction is not None:
+            out += [self._ev("response.output_item.added", output_index=0, item=self.compaction),
+                    self._ev("response.output_item.done", output_index=0, item=self.compaction)]
+        return out
 
     def feed(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         """The events one job event says (none for most)."""
@@ -88,7 +96,7 @@ class Translator:
         if not text.startswith(self.said) or len(text) == len(self.said):
             return []
         out = self._open()
-        out.append(self._ev("response.output_text.delta", item_id=f"msg_{self.job.id}_0", output_index=0,
+        out.append(self._ev("response.output_text.delta", item_id=f"msg_{self.job.id}_0", output_index=self.at,
                             content_index=0, delta=text[len(self.said):], logprobs=[]))
         self.said = text
         return out
@@ -98,9 +106,9 @@ class Translator:
             return []
         self.opened = True
         iid = f"msg_{self.job.id}_0"
-        return [self._ev("response.output_item.added", output_index=0,
+        return [self._ev("response.output_item.added", output_index=self.at,
                          item={"type": "message", "id": iid, "status": "in_progress", "role": "assistant", "content": []}),
-                self._ev("response.content_part.added", item_id=iid, output_index=0, content_index=0,
+                self._ev("response.content_part.added", item_id=iid, output_index=self.at, content_index=0,
                          part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})]
 
     def finish(self, job: JobRecord) -> list[dict[str, Any]]:
@@ -108,17 +116,20 @@ class Translator:
         self.job = job
         out: list[dict[str, Any]] = []
         items = output_items(job)
-        if self.opened and not items:  # a text said in part, and no message came of it (failed, cancelled)
+        if self.opened and len(items) == self.at:  # a text said in part, and no message came of it (failed, cancelled)
             iid, part = f"msg_{job.id}_0", {"type": "output_text", "text": self.said, "annotations": [], "logprobs": []}
-            out += [self._ev("response.output_text.done", item_id=iid, output_index=0, content_index=0,
+            out += [self._ev("response.output_text.done", item_id=iid, output_index=self.at, content_index=0,
                              text=self.said, logprobs=[]),
-                    self._ev("response.content_part.done", item_id=iid, output_index=0, content_index=0, part=part),
-                    self._ev("response.output_item.done", output_index=0, item={
+                    self._ev("response.content_part.done", item_id=iid, output_index=self.at, content_index=0,
+                             part=part),
+                    self._ev("response.output_item.done", output_index=self.at, item={
                         "type": "message", "id": iid, "status": "incomplete", "role": "assistant", "content": [part]})]
         for i, item in enumerate(items):
+            if i < self.at:  # the compaction item: said at the start
+                continue
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                if i == 0:
+                if i == self.at:
                     out += self._open()
                     rest = text[len(self.said):] if text.startswith(self.said) else ""
                 else:

@@ -22,8 +22,10 @@ def status(job: JobRecord) -> str:
 
 
 def output_items(job: JobRecord) -> list[dict[str, Any]]:
-    """The response's output, each item named after the response and its place."""
-    out = []
+    """The response's output, each item named after the response and its place; first, the
+    compaction item where context_management compacted its chain (runtime/api/compaction.py)."""
+    made = job.spec.get("request", {}).get("compaction")
+    out = [made] if made is not None else []
     for i, x in enumerate((job.result or {}).get("output", [])):
         if x["type"] == "message":
             out.append({"type": "message", "id": f"msg_{job.id}_{i}", "status": "completed", "role": "assistant",

@@ -188,6 +188,15 @@ class Extension(BaseModel):
     step_events: bool = False
 
 
+class ContextManagement(BaseModel):
+    """A context_management entry: compaction, past `compact_threshold` positions of the session
+    a response goes on from (runtime/api/routes/responses.py `_compacted`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(default=None, ge=1)
+
+
 class CreateResponse(BaseModel):
     """POST /v1/responses.  Fields OpenAI's clients send that change nothing here are taken,
     echoed on the response, and ignored (parallel_tool_calls, user, include, reasoning,
@@ -213,6 +222,7 @@ class CreateResponse(BaseModel):
     metadata: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]] | None = \
         Field(default=None, max_length=16)
     setflow: Extension = Field(default_factory=Extension)
+    context_management: list[ContextManagement] | None = Field(default=None, max_length=4)
     # taken, changing nothing here
     parallel_tool_calls: bool | None = None
     max_tool_calls: int | None = Field(default=None, ge=0)
@@ -278,6 +288,11 @@ class CreateResponse(BaseModel):
                 del d["id"]
             out.append(d)
         return out
+
+    def compact_threshold(self) -> int | None:
+        """The least compact_threshold of context_management's compaction entries; None: none."""
+        given = [c.compact_threshold for c in self.context_management or [] if c.compact_threshold is not None]
+        return min(given) if given else None
 
     def conversation_id(self) -> str | None:
         c = self.conversation

@@ -80,6 +80,23 @@ def compact_response(req: CompactRequest, who: Tenant, svc: Svc) -> JSONResponse
                                    "output_tokens_details": {"reasoning_tokens": 0}}})
 
 
+def _compacted(svc: Services, who: str, req: CreateResponse, prev: JobRecord,
+               items: list[dict[str, Any]]) -> list[dict[str, str]] | None:
+    """Server-side compaction (context_management's compact_threshold): where the session `prev`
+    left holds more positions than the threshold (what its last response read and wrote), the
+    messages kept of its chain and this input (compaction.kept); the response runs on a session
+    of its own over them, and its output begins with the compaction item.  None: it goes on in
+    the session as it is (no threshold, not past it, or a call of prev waits for its output:
+    its state is the session's)."""
+    limit = req.compact_threshold()
+    if limit is None or shapes.waiting_calls(prev):
+        return None
+    usage = (prev.result or {}).get("usage") or {}
+    if int(usage.get("input", 0)) + int(usage.get("output", 0)) <= limit:
+        return None
+    return compaction.kept([*_chain(svc, who, prev), *items]) or None
+
+
 def _chain(svc: Services, who: str, job: JobRecord) -> list[dict[str, Any]]:
     """The items of the chain that ends at `job`: each response's input and output items, the
     first response's first (back MAX_CHAIN responses at most; a deleted one ends it)."""
@@ -199,7 +216,12 @@ def submit(svc: Services, who: str, req: CreateResponse) -> JobRecord:
             raise BadInput(f"previous response {prev_id} is {response_view.status(prev)}: only a completed one goes on")
         prev = _went_on(svc, who, prev, items)
         items = _after_held(prev, items)
+    compacted = _compacted(svc, who, req, prev, items) if prev is not None else None
+    if compacted is not None:  # a session of its own, over the kept messages and this input
+        items, prev = compaction.as_items(compacted), None
     spec = _spec(req, items, prev, None)  # every check of the request before a fork: a refusal forks nothing
+    if compacted is not None:
+        spec["request"]["compaction"] = compaction.item(compacted, who, deployment_key(svc.settings))
     if prev is None:
         return _submit(svc, who, req, spec, None)
     with _going_on(svc, prev.session_id, None) as alone:

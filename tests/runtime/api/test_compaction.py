@@ -43,6 +43,9 @@ def test_a_compaction_opens_for_its_tenant_only_and_is_read_where_it_stands() ->
     assert item["type"] == "compaction" and item["id"].startswith("cmp_") and "EMEA" not in item["encrypted_content"]
     read = compaction.expanded([item, msg("user", "Why?")], "acme", KEY)
     assert read == [msg("user", "Revenue rose in EMEA."), msg("assistant", "By 4.2%."), msg("user", "Why?")]
+    # what comes before the latest compaction item is in it: not read again
+    again = compaction.expanded([msg("user", "Revenue rose in EMEA."), item, msg("user", "Why?")], "acme", KEY)
+    assert again == read
     sealed = item["encrypted_content"]
     for tenant, key, text in [("globex", KEY, sealed), ("acme", "another-deployment-key", sealed),
                               ("acme", KEY, sealed[:-4] + ("AAAA" if not sealed.endswith("AAAA") else "BBBB")),

@@ -160,6 +160,38 @@ def test_an_image_is_refused_in_words_and_a_text_file_and_a_pdf_are_read(stack: 
     assert "'a.pdf' is no PDF setflow can read" in err["message"] and err["param"] == "input[0].content[0]", err
 
 
+def test_context_management_compacts_a_chain_past_its_threshold_and_the_chain_goes_on(stack: Stack) -> None:
+    """Before: context_management was a 400 ('is not a field setflow reads here')."""
+    c = client(stack)
+    first = c.responses.create(model="small", input="Revenue rose in EMEA.", max_output_tokens=8)
+    cm = {"context_management": [{"type": "compaction", "compact_threshold": 1}]}  # past it at once
+    second = c.responses.create(model="small", previous_response_id=first.id, input="Churn fell in APAC.",
+                                max_output_tokens=8, extra_body=cm)
+    assert [x.type for x in second.output] == ["compaction", "message"], second.output
+    assert second.usage.input_tokens_details.cached_tokens == 0  # a session of its own
+    read = [(x.role, x.content[0].text) for x in c.responses.input_items.list(second.id, order="asc").data]
+    said = [("user", "Revenue rose in EMEA."), ("assistant", first.output_text), ("user", "Churn fell in APAC.")]
+    assert read == [m for m in said if m[1]], read
+    # not past its threshold: it goes on in the session as it is
+    third = c.responses.create(model="small", previous_response_id=second.id, input="Why?", max_output_tokens=8,
+                               extra_body={"context_management": [{"type": "compaction", "compact_threshold": 10**6}]})
+    assert [x.type for x in third.output] == ["message"] and third.usage.input_tokens_details.cached_tokens > 0
+    # a stateless client appends the output, the compaction item in it: read from that item on,
+    # and its answer names where the session is (second's), so only the new question is read
+    history = [{"role": "user", "content": "Revenue rose in EMEA."}, *[x.model_dump(exclude_none=True) for x in
+                                                                      second.output], {"role": "user", "content": "Why?"}]
+    going = c.responses.create(model="small", input=history, max_output_tokens=8)
+    assert [x.content[0].text for x in c.responses.input_items.list(going.id).data] == ["Why?"]
+    assert going.usage.input_tokens_details.cached_tokens > 0
+    # streamed: the compaction item first (output_index 0), the message after it (1)
+    events = list(c.responses.create(model="small", previous_response_id=first.id, input="Churn fell in APAC.",
+                                     max_output_tokens=8, extra_body=cm, stream=True))
+    added = [(e.output_index, e.item.type) for e in events if e.type == "response.output_item.added"]
+    assert added == [(0, "compaction"), (1, "message")], added
+    assert {e.output_index for e in events if e.type == "response.output_text.delta"} <= {1}
+    assert [x.type for x in events[-1].response.output] == ["compaction", "message"]
+
+
 @pytest.mark.parametrize("bad, param, words", [
     ({"input": [{"type": "message", "content": "hi"}]}, "input[0].role", "is required"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "'reasoning' is not one"),
