@@ -1,12 +1,16 @@
 """Attention as the model runs it, for every place that holds keys (model/kv_cache.py,
 model/batch.py) and the model itself: an additive mask, then grouped-query scaled dot-product
-attention.  Knows nothing of caches or models."""
+attention: on a CPU with AVX-512, model/attend.c (each query row in one order over the keys it
+attends, whatever the call); elsewhere, and under autograd, torch's SDPA.  Knows nothing of
+caches or models."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from model import rowdot
 
 
 def additive(mask: Tensor, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -25,4 +29,6 @@ def heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """The same, heads first: q (B, H, T, D) over k, v (B, Hkv, S, D), mask (B|1, 1, T, S) ->
     (B, H, T, D).  Given views of the same layout, the same call gives the same bits whoever
     makes it (model/batch.py makes one per sequence of a batch, as a batch-1 forward does)."""
+    if rowdot.attends(q, k, v, mask):
+        return rowdot.attend(q, k, v, mask, torch.get_num_threads())
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

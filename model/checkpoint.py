@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from model import rowdot
 from model.config import ModelConfig
 from model.transformer import SetDLM, rope_table
 
@@ -51,8 +52,10 @@ def is_buffer(key: str) -> bool:
 
 
 def fingerprint(model: SetDLM) -> str:
-    """sha256 over the config and every weight (in their current dtype), in name order: a cache
-    is only valid for the exact weights that computed it.  The config without max_seq_len: the
+    """sha256 over the config and every weight (in their current dtype), in name order, and for
+    weights on a CPU the kernels that compute with them (model/rowdot.py name(): their sources,
+    flags and this CPU's kinds): a cache is only valid for the exact weights and arithmetic that
+    computed it, so workers whose kernels differ never share a session.  The config without max_seq_len: the
     context is a cache size (RoPE is relative), the same K/V at any length, so a longer context
     keeps the sessions and caches of the shorter one.  Computed once per model object and
     kept on it; load_state resets it; anyone else who edits weights in place must pop
@@ -63,6 +66,8 @@ def fingerprint(model: SetDLM) -> str:
         for name, t in sorted(model.state_dict().items()):
             h.update(name.encode())
             h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        if next(model.parameters()).device.type == "cpu":
+            h.update(f"kernels:{rowdot.name()}".encode())
         fp = h.hexdigest()
         model._fingerprint = fp  # type: ignore[assignment]
     return fp

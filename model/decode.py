@@ -247,9 +247,13 @@ def decode(model: SetDLM, cache: KVCache, state: DecodeState, params: DecodePara
 @torch.no_grad()
 def generate(model: SetDLM, prompt: list[int], params: DecodeParams,
              cache: KVCache | None = None) -> tuple[list[int], KVCache, DecodeState]:
-    """Convenience: prompt -> generated ids (through EOS when it stopped there)."""
+    """Convenience: prompt -> generated ids (through EOS when it stopped there).  A cache it
+    makes holds the whole turn from the start (a step's pending set and masks included), so no
+    step copies it to grow."""
     w = next(model.parameters())
-    cache = cache if cache is not None else KVCache.for_model(model.cfg, dtype=w.dtype, device=w.device)
+    if cache is None:
+        room = len(prompt) + params.max_new_tokens + 2 * params.window
+        cache = KVCache.for_model(model.cfg, capacity=room, dtype=w.dtype, device=w.device)
     state = begin_turn(model, cache, None, prompt, params)
     for _ in decode(model, cache, state, params):
         pass

@@ -1,5 +1,6 @@
-"""The row-invariant CPU product of model/rowdot.c: built with the machine's C compiler on first
-use, kept in a folder keyed by the hash of its source and flags, loaded with ctypes.  Which of
+"""The row-invariant CPU kernels: the product of model/rowdot.c and the attention of
+model/attend.c, built together with the machine's C compiler on first use, kept in a folder
+keyed by the hash of their sources and flags, loaded with ctypes.  Which of
 its kinds runs a dtype is fixed per process by the CPU's flags (AVX-512 where it has it, with
 bf16 dot products where it has those; else AVX2), and named by `name()`.  Knows nothing of
 models or layers; `lib()` is None where there is no x86-64 CPU with AVX2 and FMA, no compiler,
@@ -23,7 +24,8 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("rowdot.c")
+SOURCES = tuple(Path(__file__).with_name(f) for f in ("rowdot.c", "attend.c"))
+HEADERS = (Path(__file__).with_name("lanes.h"),)
 #: no fast-math and no contraction: the only fused operations are the source's explicit FMAs;
 #: OpenMP for threads, whose libgomp.so.1 resolves to the one torch has loaded (one pool for both)
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp")
@@ -32,7 +34,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _key() -> str:
-    return hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES + HEADERS) + " ".join(FLAGS).encode()).hexdigest()[:16]
 
 
 def _folders() -> list[Path]:
@@ -67,7 +69,7 @@ def kinds() -> dict[torch.dtype, int]:
 def _build(cc: str, folder: Path, so: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{so.name}.{os.getpid()}"
-    subprocess.run([cc, *FLAGS, "-o", str(tmp), str(SOURCE)], check=True, capture_output=True, timeout=120)
+    subprocess.run([cc, *FLAGS, "-o", str(tmp), *map(str, SOURCES)], check=True, capture_output=True, timeout=120)
     os.replace(tmp, so)  # atomic: another process building the same source finds a whole file
 
 
@@ -94,6 +96,9 @@ def lib() -> ctypes.CDLL | None:
         dll.rowdot.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.rowdot.restype = ctypes.c_int
+        dll.attend.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_long] * 17 + [ctypes.c_float,
+                                                                                                 ctypes.c_int]
+        dll.attend.restype = ctypes.c_int
         return dll
     return None
 
@@ -122,3 +127,34 @@ def product(x: Tensor, w: Tensor, threads: int) -> Tensor:
     bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(), m, k, n, threads)
     assert bad == 0, f"rowdot refused kind {kind}"
     return y
+
+
+def attends(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
+    """Does attend() run this call here: CPU tensors of one dtype of DTYPES, d (and the mask's
+    keys) contiguous, an additive fp32 or bf16 mask, no autograd, and a CPU with AVX-512?"""
+    return (q.device.type == "cpu" and q.dtype in DTYPES and k.dtype == v.dtype == q.dtype
+            and mask.dtype in DTYPES and mask.dim() == 4 and mask.shape[1] == 1
+            and kinds()[torch.float32] == 1 and lib() is not None
+            and q.stride(-1) == k.stride(-1) == v.stride(-1) == mask.stride(-1) == 1
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, threads: int) -> Tensor:
+    """q (B, H, T, D) over k, v (B, Hkv, S, D) under the additive mask (B|1, 1, T, S) -> (B, H,
+    T, D) in q's dtype (a view of a (B, T, H, D) tensor), each query row by model/attend.c's one
+    order over the keys it attends.  The caller checks attends() first."""
+    dll = lib()
+    assert dll is not None
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    assert k.shape == v.shape == (B, Hkv, S, D) and mask.shape[-2:] == (T, S) and mask.shape[0] in (1, B)
+    out = torch.empty(B, T, H, D, dtype=q.dtype)
+    (qsb, qsh, qst, _), (ksb, ksh, kss, _), (vsb, vsh, vss, _) = q.stride(), k.stride(), v.stride()
+    msb = 0 if mask.shape[0] == 1 else mask.stride(0)
+    bad = dll.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(), out.data_ptr(),
+                     int(q.dtype == torch.bfloat16), int(mask.dtype == torch.bfloat16), B, T, H, Hkv, S, D,
+                     qsb, qst, qsh, ksb, kss, ksh, vsb, vss, vsh, msb, mask.stride(2), D ** -0.5, threads)
+    if bad == -2:
+        raise MemoryError(f"attend: no room for {S} keys of {D}")
+    assert bad == 0, f"attend refused {H} heads over {Hkv}"
+    return out.transpose(1, 2)

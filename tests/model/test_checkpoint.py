@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model import checkpoint
+from model import checkpoint, rowdot
 from model.masks import step_mask
 from model.transformer import SetDLM
 from tests.fakes import random_model
@@ -32,6 +32,14 @@ def test_fingerprint_tracks_the_weights() -> None:
         b.norm.weight[0] += 1e-3
     b.__dict__.pop("_fingerprint")
     assert checkpoint.fingerprint(a) != checkpoint.fingerprint(b)
+
+
+def test_fingerprint_tracks_the_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K/V computed by other kernels have other bits: a worker whose kernels differ (another
+    source, another CPU's kinds, none) is another model to a session."""
+    before = checkpoint.fingerprint(random_model(0))
+    monkeypatch.setattr(rowdot, "name", lambda: "rowdot-00000000-00")
+    assert checkpoint.fingerprint(random_model(0)) != before
 
 
 def test_import_strips_qwen3_setdlm_prefixes(model: SetDLM, tmp_path: Path) -> None:

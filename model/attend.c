@@ -1,0 +1,259 @@
+/* attend: grouped-query attention on the CPU, every query row computed in ONE fixed order that
+   depends on nothing but that row's query and the keys it attends.
+
+   For query row (b, t, h), with G = H / Hkv and g = h / G its key/value head, the keys it
+   attends are those s (in order) whose additive mask m[b][t][s] is not -inf: j = 0 .. n-1 over
+   them.  Then, in fp32 (bf16 inputs widened exactly):
+     score_j = dot(q, k_j) * scale + m_j      dot as model/rowdot.c kind 1 reduces one output:
+                                              16 lanes (d = l mod 16) of FMAs, then its tree,
+                                              then the tail of d in order by scalar FMAs
+     mx      = the largest score_j (exact whatever the order)
+     p_j     = expf16(score_j - mx)           one polynomial, the same for every lane
+     den     = p summed over 16 lanes (j = l mod 16), then the tree
+     o[d]    = sum over j in order of fma(p_j, v_j[d], .), from 0;  out[d] = o[d] / den
+   (rounded to nearest even for bf16).  Keys a row does not attend take no part, so a row's bits
+   are the same in a call of any number of rows, sequences or keys: alone, batched, restored,
+   recomputed, at any thread count (threads split (sequence, key head) pairs, never a row).
+   A pair's keys and values are first copied, widened to fp32, into rows of D floats: the
+   arithmetic reads those, whatever the caller's layout.  Compile without
+   fast-math and with -ffp-contract=off. */
+
+#include "lanes.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+AVX512 INLINE __m512 load16(const void *p, int bf16, long off) {
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + off))), 16));
+    return _mm512_loadu_ps((const float *)p + off);
+}
+
+INLINE float at1(const void *p, int bf16, long off) {
+    if (!bf16) return ((const float *)p)[off];
+    uint32_t u = (uint32_t)((const uint16_t *)p)[off] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t to_bf16(float f) { /* nearest even (no NaN here: a row attends >= 1 key) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* e^x for x <= 0, lane by lane by one sequence of operations (Cephes' expf polynomial);
+   below -87.3 it is 0 */
+AVX512 INLINE __m512 exp16(__m512 x) {
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    __m512 fx = _mm512_roundscale_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                                   _mm512_set1_ps(0.5f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    x = _mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(0.693359375f)));
+    x = _mm512_sub_ps(x, _mm512_mul_ps(fx, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    y = _mm512_scalef_ps(y, fx);
+    return _mm512_maskz_mov_ps(~tiny, y);
+}
+
+typedef struct {
+    const void *q, *k, *v, *mask;
+    void *out;
+    int bf16, mbf16;
+    long B, T, H, Hkv, S, D;
+    long qsb, qst, qsh, ksb, kss, ksh, vsb, vss, vsh, msb, mst;
+    float scale;
+} att_t;
+
+/* one thread's room: a pair's keys and values (S x D fp32 each), a row's keys' indices and mask
+   values, and for each of up to 2 heads its weights, its query and its output */
+typedef struct {
+    float *kp, *vp, *madd, *p[2], *qf[2], *o[2];
+    int *idx;
+} room_t;
+
+/* R query rows that attend the same keys (heads of one key head, at one position), together:
+   each key and value row read once for all R.  Each row's arithmetic is the sequence above:
+   scores 16 at a time share one reduction (hsum16x16: each score its own tree), the rest one
+   by one (hsum16) */
+AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h, long n, int R) {
+    long D = a->D, D16 = D & ~15L, esz = a->bf16 ? 2 : 4, K = 16 / R;
+    const int *idx = r->idx;
+    const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
+    for (int i = 0; i < R; i++) {
+        const void *qr = (const char *)a->q + (b * a->qsb + t * a->qst + (h + i) * a->qsh) * esz;
+        for (long d = 0; d < D; d++) r->qf[i][d] = at1(qr, a->bf16, d);
+    }
+    float sums[16];
+    long j = 0;
+    for (; j + K <= n; j += K) { /* scores: R rows x K keys */
+        __m512 acc[16];
+        for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
+        for (long d = 0; d < D16; d += 16) {
+            __m512 qv[2];
+            for (int i = 0; i < R; i++) qv[i] = _mm512_loadu_ps(r->qf[i] + d);
+            for (long u = 0; u < K; u++) {
+                __m512 kv = _mm512_loadu_ps(kp + idx[j + u] * D + d);
+                for (int i = 0; i < R; i++) acc[i * K + u] = _mm512_fmadd_ps(qv[i], kv, acc[i * K + u]);
+            }
+        }
+        hsum16x16(acc, sums);
+        for (int i = 0; i < R; i++)
+            for (long u = 0; u < K; u++) {
+                float sc = sums[i * K + u];
+                for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kp[idx[j + u] * D + d], sc);
+                r->p[i][j + u] = sc * a->scale + madd[j + u];
+            }
+    }
+    for (; j < n; j++)
+        for (int i = 0; i < R; i++) {
+            const float *kr = kp + idx[j] * D;
+            __m512 acc = _mm512_setzero_ps();
+            for (long d = 0; d < D16; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(r->qf[i] + d), _mm512_loadu_ps(kr + d), acc);
+            float sc = hsum16(acc);
+            for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kr[d], sc);
+            r->p[i][j] = sc * a->scale + madd[j];
+        }
+    float dsum[2];
+    for (int i = 0; i < R; i++) { /* weights: e^(score - the row's largest), and their sum */
+        float *p = r->p[i], mx = -INFINITY;
+        for (long jj = 0; jj < n; jj++) mx = p[jj] > mx ? p[jj] : mx;
+        __m512 den = _mm512_setzero_ps(), mxv = _mm512_set1_ps(mx);
+        for (long jj = 0; jj < n; jj += 16) { /* lanes past n: masked, sum 0 */
+            __mmask16 live = n - jj >= 16 ? 0xffff : (__mmask16)((1u << (n - jj)) - 1);
+            __m512 pv = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, p + jj), mxv)));
+            _mm512_mask_storeu_ps(p + jj, live, pv);
+            den = _mm512_add_ps(den, pv);
+        }
+        dsum[i] = hsum16(den);
+    }
+    for (long d0 = 0; d0 < D16; d0 += 64) { /* o: 4 vectors of each row at a time, every j in order */
+        int nv = D16 - d0 >= 64 ? 4 : (int)(D16 - d0) / 16;
+        __m512 acc[2][4];
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
+        if (nv == 4)
+            for (long jj = 0; jj < n; jj++) {
+                const float *vr = vp + idx[jj] * D + d0;
+                __m512 pj[2];
+                for (int i = 0; i < R; i++) pj[i] = _mm512_set1_ps(r->p[i][jj]);
+                for (int c = 0; c < 4; c++) {
+                    __m512 vv = _mm512_loadu_ps(vr + 16 * c);
+                    for (int i = 0; i < R; i++) acc[i][c] = _mm512_fmadd_ps(pj[i], vv, acc[i][c]);
+                }
+            }
+        else
+            for (long jj = 0; jj < n; jj++)
+                for (int c = 0; c < nv; c++)
+                    for (int i = 0; i < R; i++)
+                        acc[i][c] = _mm512_fmadd_ps(_mm512_set1_ps(r->p[i][jj]), _mm512_loadu_ps(vp + idx[jj] * D + d0 + 16 * c), acc[i][c]);
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < nv; c++) _mm512_storeu_ps(r->o[i] + d0 + 16 * c, acc[i][c]);
+    }
+    for (int i = 0; i < R; i++) {
+        float *o = r->o[i];
+        for (long d = D16; d < D; d++) {
+            float sc = 0.0f;
+            for (long jj = 0; jj < n; jj++) sc = fmaf(r->p[i][jj], vp[idx[jj] * D + d], sc);
+            o[d] = sc;
+        }
+        long off = ((b * a->T + t) * a->H + h + i) * D;
+        if (a->bf16)
+            for (long d = 0; d < D; d++) ((uint16_t *)a->out)[off + d] = to_bf16(o[d] / dsum[i]);
+        else
+            for (long d = 0; d < D; d++) ((float *)a->out)[off + d] = o[d] / dsum[i];
+    }
+}
+
+AVX512 static void rows1(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows(a, r, b, t, h, n, 1); }
+AVX512 static void rows2(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows(a, r, b, t, h, n, 2); }
+
+/* every query row of sequence b whose head reads key head g */
+AVX512 static void pair(const att_t *a, const room_t *r, long b, long g) {
+    long D = a->D, S = a->S, G = a->H / a->Hkv, esz = a->bf16 ? 2 : 4;
+    long D16 = D & ~15L;
+    for (long s = 0; s < S; s++) { /* widened to fp32, D floats a row */
+        const char *kr = (const char *)a->k + (b * a->ksb + s * a->kss + g * a->ksh) * esz;
+        const char *vr = (const char *)a->v + (b * a->vsb + s * a->vss + g * a->vsh) * esz;
+        for (long d = 0; d < D16; d += 16) {
+            _mm512_storeu_ps(r->kp + s * D + d, load16(kr, a->bf16, d));
+            _mm512_storeu_ps(r->vp + s * D + d, load16(vr, a->bf16, d));
+        }
+        for (long d = D16; d < D; d++) {
+            r->kp[s * D + d] = at1(kr, a->bf16, d);
+            r->vp[s * D + d] = at1(vr, a->bf16, d);
+        }
+    }
+    for (long t = 0; t < a->T; t++) {
+        const char *mr = (const char *)a->mask + (b * a->msb + t * a->mst) * (a->mbf16 ? 2 : 4);
+        long n = 0, s = 0;
+        for (; s + 16 <= S; s += 16) { /* the attended keys' indices and mask values, in order */
+            __m512 m = load16(mr, a->mbf16, s);
+            __mmask16 on = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+            _mm512_mask_compressstoreu_epi32(r->idx + n, on, _mm512_add_epi32(_mm512_set1_epi32((int)s),
+                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+            _mm512_mask_compressstoreu_ps(r->madd + n, on, m);
+            n += __builtin_popcount(on);
+        }
+        for (; s < S; s++) {
+            float m = at1(mr, a->mbf16, s);
+            if (m != -INFINITY) {
+                r->idx[n] = (int)s;
+                r->madd[n++] = m;
+            }
+        }
+        long h = g * G;
+        for (; h + 2 <= (g + 1) * G; h += 2) rows2(a, r, b, t, h, n);
+        if (h < (g + 1) * G) rows1(a, r, b, t, h, n);
+    }
+}
+
+static void run_pairs(const att_t *a, atomic_long *next, atomic_int *failed) {
+    long S = a->S, D = a->D, E = D + 16;
+    float *f = malloc(((2 * D + 3) * S + 4 * E) * sizeof(float));
+    int *idx = malloc(S * sizeof(int));
+    if (!f || !idx) {
+        atomic_store(failed, 1);
+    } else {
+        float *rest = f + (2 * D + 3) * S;
+        room_t r = {f, f + D * S, f + 2 * D * S, {f + (2 * D + 1) * S, f + (2 * D + 2) * S},
+                    {rest, rest + E}, {rest + 2 * E, rest + 3 * E}, idx};
+        for (long u; (u = atomic_fetch_add(next, 1)) < a->B * a->Hkv;) pair(a, &r, u / a->Hkv, u % a->Hkv);
+    }
+    free(f);
+    free(idx);
+}
+
+/* out (B, T, H, D) contiguous, in q's dtype (fp32, or bf16 when bf16) = attention of q[b][t][h]
+   (strides qsb, qst, qsh in elements; d contiguous) over k, v [b][s][g] (their strides; d
+   contiguous) under the additive mask [b][t][s] (fp32, or bf16 when mbf16; s contiguous; msb 0
+   for one mask for all b), over `threads` threads (an OpenMP team shared with torch, as
+   rowdot's).  Returns 0; -1 where H is not a multiple of Hkv; -2 where memory ran out. */
+int attend(const void *q, const void *k, const void *v, const void *mask, void *out, int bf16, int mbf16,
+           long B, long T, long H, long Hkv, long S, long D, long qsb, long qst, long qsh, long ksb, long kss,
+           long ksh, long vsb, long vss, long vsh, long msb, long mst, float scale, int threads) {
+    if (Hkv < 1 || H % Hkv || D < 1) return -1;
+    att_t a = {q, k, v, mask, out, bf16, mbf16, B, T, H, Hkv, S, D,
+               qsb, qst, qsh, ksb, kss, ksh, vsb, vss, vsh, msb, mst, scale};
+    atomic_long next = 0;
+    atomic_int failed = 0;
+    long parts = threads < 1 ? 1 : threads;
+    if (parts > B * Hkv) parts = B * Hkv;
+    if (parts <= 1)
+        run_pairs(&a, &next, &failed);
+    else {
+#pragma omp parallel num_threads(parts)
+        run_pairs(&a, &next, &failed);
+    }
+    return atomic_load(&failed) ? -2 : 0;
+}
