@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU run, ready to go: every CUDA test, then the GPU rows of bench/batch.py and
 # bench/resume.py on the shipped model and both realistic shapes (Qwen3-0.6B, -1.7B, random
-# weights), in bf16 (batch also fp32 on the shipped model); one JSON with everything.
+# weights), in bf16 (batch also fp32 on the shipped model), and bench/qwen.py's side by side
+# with transformers at both shapes; one JSON with everything.
 #
 #     bash bench/gpu.sh [OUT.json]          # default: gpu.json; at most ~8 minutes on one H200
 #
@@ -47,11 +48,14 @@ if [ "$DEVICE" = cuda ]; then
     run resume_shipped $PY -m bench.resume --device cuda --presets small --histories 256,1024 --repeats 3 --no-overhead
     run resume_realistic $PY -m bench.resume --device cuda --dtype bf16 --presets qwen3-0.6b,qwen3-1.7b \
         --histories 256,1024,2048 --repeats 3 --no-overhead
+    run qwen_06b $PY bench/qwen.py --device cuda --dtypes bf16,fp32 --repeats 3
+    run qwen_17b $PY bench/qwen.py --device cuda --shape qwen3-1.7b --dtypes bf16 --repeats 3
 else  # the CPU: the same parts, quick
     run batch_shipped $PY -m bench.batch --dtypes fp32 --sessions 1,8 --tasks narrative --turns 1 --repeats 1 --tokens 32
     # (no realistic-shape batch row: its prompts' prefills take tens of minutes on 2 cores)
     run resume_shipped $PY -m bench.resume --presets small --histories 256 --repeats 1 --no-overhead
     run resume_realistic $PY -m bench.resume --presets qwen3-0.6b --histories 256 --repeats 1 --no-overhead --threads 2
+    run qwen_06b $PY bench/qwen.py --quick --dtypes bf16 --threads 1 --prompt 64
 fi
 
 $PY - "$TMP" "$OUT" "$DEVICE" "$tests_ok" <<'EOF'

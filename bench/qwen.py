@@ -19,8 +19,10 @@ Beside each row, its bound: per token, max(weight bytes / bandwidth, FLOPs / rat
 that of a 1-row vocabulary product and the rate that of a 256 x 1024 x 3072 product, each the
 faster of model/rowdot.c and torch's F.linear, measured in the same run; `of_bound` is the
 measured time over it (1.0 = at the bound).  Prints a table, then one JSON line (also --out-json).
+With --device cuda (bench/gpu.sh) both run on the GPU, timed to its synchronisation; --threads
+is then ignored.
 
-    python bench/qwen.py [--quick] [--shape qwen3-0.6b|qwen3-1.7b] [--dtypes fp32,bf16]
+    python bench/qwen.py [--quick] [--shape qwen3-0.6b|qwen3-1.7b] [--dtypes fp32,bf16] [--device cpu|cuda]
                          [--threads 1,2] [--repeats N] [--prompt 256] [--out-json FILE]
 """
 
@@ -88,7 +90,7 @@ def hf_model(model: SetDLM) -> Any:
                                    rms_norm_eps=c.rms_eps, tie_word_embeddings=c.tie_embeddings,
                                    max_position_embeddings=c.max_seq_len, eos_token_id=c.eos_id,
                                    pad_token_id=c.pad_id, bos_token_id=c.bos_id)
-    dtype = next(model.parameters()).dtype
+    w = next(model.parameters())
     with torch.device("meta"):
         hf = transformers.Qwen3ForCausalLM(cfg)
     state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v for k, v in model.state_dict().items()}
@@ -96,21 +98,28 @@ def hf_model(model: SetDLM) -> Any:
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     if c.tie_embeddings:
         hf.lm_head.weight = hf.model.embed_tokens.weight
-    with torch.device("cpu"):
+    with torch.device(w.device):
         hf.model.rotary_emb = type(hf.model.rotary_emb)(cfg)  # its buffers, built off meta
     assert not any(p.is_meta for p in hf.parameters()), "a transformers weight was not loaded"
-    return hf.to(dtype).eval()
+    return hf.to(w.dtype).eval()
 
 
 # ---- the bound ------------------------------------------------------------------------------------
+
+def clock() -> float:
+    """Seconds, after the GPU (if any) has finished what was queued: a timer's reading."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
 
 def best_s(fn: Callable[[], object], reps: int = 5) -> float:
     fn()
     times = []
     for _ in range(reps):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return min(times)
 
 
@@ -119,13 +128,13 @@ def machine(model: SetDLM, dtype: torch.dtype) -> dict[str, float]:
     """Bytes/s of a 1-row product over the vocabulary's weights and FLOP/s of a 256 x 1024 x 3072
     product, each the faster of rowdot and F.linear, at the current threads."""
     w = model.lm_head.weight  # (V, d)
-    x1 = torch.randn(1, w.shape[1]).to(dtype)
-    big_w = torch.randn(3072, 1024).to(dtype)
-    big_x = torch.randn(256, 1024).to(dtype)
+    x1 = torch.randn(1, w.shape[1]).to(dtype).to(w.device)
+    big_w = torch.randn(3072, 1024).to(dtype).to(w.device)
+    big_x = torch.randn(256, 1024).to(dtype).to(w.device)
     th = torch.get_num_threads()
     bw = {"torch": w.numel() * w.element_size() / best_s(lambda: F.linear(x1, w))}
     rate = {"torch": 2 * 256 * 1024 * 3072 / best_s(lambda: F.linear(big_x, big_w), 3)}
-    if served(dtype):
+    if served(dtype) and w.device.type == "cpu":
         bw["rowdot"] = w.numel() * w.element_size() / best_s(lambda: rowdot.product(x1, w, th))
         rate["rowdot"] = 2 * 256 * 1024 * 3072 / best_s(lambda: rowdot.product(big_x, big_w, th), 3)
     return {"bandwidth_gb_s": round(max(bw.values()) / 1e9, 2), "rate_gflop_s": round(max(rate.values()) / 1e9, 1),
@@ -154,32 +163,34 @@ def prompt_ids(n: int, seed: int) -> list[int]:
 
 @torch.no_grad()
 def setflow_prefill(model: SetDLM, ids: list[int]) -> float:
-    cache = KVCache.for_model(model.cfg, capacity=len(ids) + 16, dtype=next(model.parameters()).dtype)
-    t = time.perf_counter()
+    w = next(model.parameters())
+    cache = KVCache.for_model(model.cfg, capacity=len(ids) + 16, dtype=w.dtype, device=w.device)
+    t = clock()
     prefill(model, cache, ids, list(range(len(ids))))
-    return time.perf_counter() - t
+    return clock() - t
 
 
 @torch.no_grad()
 def hf_prefill(hf: Any, ids: list[int]) -> float:
-    t = time.perf_counter()
-    hf(torch.tensor([ids]), use_cache=True, logits_to_keep=1)
-    return time.perf_counter() - t
+    t = clock()
+    hf(torch.tensor([ids], device=hf.device), use_cache=True, logits_to_keep=1)
+    return clock() - t
 
 
 @torch.no_grad()
 def setflow_decode(model: SetDLM, ids: list[int], params: DecodeParams) -> tuple[float, int, int]:
     """Seconds, new tokens, forwards (the prompt's prefill included)."""
-    t = time.perf_counter()
+    t = clock()
     out, _, state = generate(model, ids, params)
-    return time.perf_counter() - t, len(out), state.nfe
+    return clock() - t, len(out), state.nfe
 
 
 @torch.no_grad()
 def hf_decode(hf: Any, ids: list[int], n: int) -> tuple[float, int, int]:
-    t = time.perf_counter()
-    out = hf.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
-    return time.perf_counter() - t, out.shape[1] - len(ids), n
+    t = clock()
+    out = hf.generate(torch.tensor([ids], device=hf.device), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                      use_cache=True)
+    return clock() - t, out.shape[1] - len(ids), n
 
 
 def setflow_batch(model: SetDLM, pool: KVPool, prompts: list[list[int]]) -> tuple[float, int, int]:
@@ -194,7 +205,8 @@ def measure(model: SetDLM, hf: Any, dtype: str, threads: int, repeats: int, sess
     decode rows (ar, ar_hf, W) count decode only: a run less its side's prefill median."""
     cfg = model.cfg
     long_prompt = prompt_ids(prompt, 1)
-    pool = KVPool(cfg, max(sessions) * -(-(PROMPT + NEW + 16) // BLOCK) + 8, dtype=DTYPES[dtype])
+    pool = KVPool(cfg, max(sessions) * -(-(PROMPT + NEW + 16) // BLOCK) + 8, dtype=DTYPES[dtype],
+                  device=next(model.parameters()).device)
     cases: dict[str, Callable[[], tuple[float, int, int]]] = {
         "prefill": lambda: (setflow_prefill(model, long_prompt), prompt, 1),
         "prefill_hf": lambda: (hf_prefill(hf, long_prompt), prompt, 1),
@@ -273,7 +285,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--quick", action="store_true", help="1 repeat, sessions 1 and 8: a few minutes")
     ap.add_argument("--shape", choices=[s for s in SHAPES if s != "tiny"], default="qwen3-0.6b")
     ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--threads", default="1,2", help="torch threads (and rowdot's), each in turn")
+    ap.add_argument("--threads", default="1,2", help="torch threads (and rowdot's), each in turn (CPU)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per case (default 3; 1 with --quick)")
     ap.add_argument("--prompt", type=int, default=PREFILL, help="the prefill's and the decode rows' prompt, tokens")
     ap.add_argument("--out-json", type=Path)
@@ -287,14 +300,19 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     if any(d not in DTYPES for d in dtypes) or not threads or min(threads) < 1 or repeats < 1 or args.prompt < 1:
         ap.error("--dtypes of fp32,bf16; --threads, --repeats and --prompt >= 1")
     sessions = QUICK_SESSIONS if args.quick else SESSIONS
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: no CUDA device here")
+        threads = [torch.get_num_threads()]
     warnings.filterwarnings("ignore")  # transformers' generation-config notices
     folder = imported(args.shape)
-    print(f"{args.shape}: kernel {rowdot.name() or 'none (padded BLAS)'}, cpus {os.cpu_count()}, "
+    kernel = torch.cuda.get_device_name() if args.device == "cuda" else rowdot.name() or "none (padded BLAS)"
+    print(f"{args.shape}: {args.device}, kernel {kernel}, cpus {os.cpu_count()}, "
           f"load {os.getloadavg()[0]:.1f}; medians of {repeats}", flush=True)
     print(table_line(None))
     rows, machines = [], {}
     for dtype in dtypes:
-        model = checkpoint.load(folder, dtype=DTYPES[dtype])
+        model = checkpoint.load(folder, dtype=DTYPES[dtype]).to(args.device)
         hf = hf_model(model)
         for th in threads:
             torch.set_num_threads(th)
@@ -306,7 +324,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             print(f"  {dtype}, {th} thread(s): bandwidth {hw['bandwidth_gb_s']} GB/s, rate {hw['rate_gflop_s']} "
                   f"GFLOP/s, load {os.getloadavg()[0]:.1f}", flush=True)
         del model, hf
-    result = {"bench": "qwen", "shape": args.shape, "kernel": rowdot.name(), "repeats": repeats, "prompt": args.prompt,
+    result = {"bench": "qwen", "shape": args.shape, "device": args.device, "kernel": kernel, "repeats": repeats, "prompt": args.prompt,
               "load_avg_end": round(os.getloadavg()[0], 2), "machine": machines, "rows": rows,
               "summary": summary(rows)}
     for k, v in result["summary"].items():
