@@ -18,9 +18,8 @@ is accepted of a transcript, which reads calls and numbers as they do (parse_cal
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from domain import grammar
@@ -349,8 +348,107 @@ def slot_problems(answer: str) -> list[str]:
 
 _FIELD = re.compile(r"\{(\w+)\}")
 #: each answer form as its parts: a literal, or a field's name in braces (domain/agent.py ANSWERS)
-_FORMS = {kind: [p for p in re.split(r"(\{\w+\})", form) if p] for kind, form in ANSWERS.items()}
+_FORMS = [[p for p in re.split(r"(\{\w+\})", form) if p] for form in ANSWERS.values()]
 _RESULT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_BEGUN_RESULT = re.compile(r"-?[0-9]*(?:\.[0-9]*)?")
+_NAMES = ("metric", "region", "region2", "period", "period2")
+
+
+@dataclass(frozen=True)
+class Field:
+    """What a form's field may hold: whole(value); begun(value): value may still grow into one
+    (true of every beginning of a whole one, so a reading stops where it turns false)."""
+
+    whole: Callable[[str], bool]
+    begun: Callable[[str], bool]
+
+
+def form_fields(name: Callable[[str], bool], name_begun: Callable[[str], bool],
+                number: Callable[[str], bool] = lambda x: _RESULT.fullmatch(x) is not None,
+                number_begun: Callable[[str], bool] = lambda x: _BEGUN_RESULT.fullmatch(x) is not None
+                ) -> dict[str, Field]:
+    """The answer forms' fields: each name field a name (`name`), {regions} a list of two or more
+    ("A, B and C"), {number} a number, {unit} one of UNITS after a space, or none."""
+
+    def listed(x: str) -> bool:  # "A" or "A, B"
+        return name(x) or any(name(x[i + 2:]) and listed(x[:i]) for i in _at(x, ", "))
+
+    def names(x: str) -> bool:  # the last after " and ", the others after ", "; a name may hold either
+        return any(name(x[i + 5:]) and listed(x[:i]) for i in _at(x, " and "))
+
+    def names_begun(x: str) -> bool:  # names so far, each whole but the last, and their separators
+        if name_begun(x):
+            return True
+        for sep in (", ", " and "):
+            if any(name(x[:i]) and names_begun(x[i + len(sep):]) for i in _at(x, sep)):
+                return True
+            if any(x.endswith(sep[:j]) and name(x[:-j]) for j in range(1, len(sep))):  # one being written
+                return True
+        return False
+
+    return {**dict.fromkeys(_NAMES, Field(name, name_begun)), "regions": Field(names, names_begun),
+            "number": Field(number, number_begun),
+            "unit": Field(lambda x: x == "" or (x[:1] == " " and x[1:] in UNITS),
+                          lambda x: x == "" or (x[:1] == " " and any(u.startswith(x[1:]) for u in UNITS)))}
+
+
+#: where a reading of a text stands: (form, part, the offset in the text where that part starts)
+State = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class AnswerForms:
+    """The answer forms with their fields, read left to right: the states a text reaches (each
+    form's parts whole up to a part, that part begun at an offset), so that a guide asking about
+    many next tokens after one text reads that text once (`open`, then `open(longer, after=...)`)."""
+
+    fields: dict[str, Field]
+
+    def _reach(self, text: str, seeds: Iterable[State]) -> set[State]:
+        todo = list(seeds)
+        seen = set(todo)
+        while todo:
+            f, i, k = todo.pop()
+            parts = _FORMS[f]
+            if i == len(parts):
+                continue
+            nxt: list[State] = []
+            if (m := _FIELD.fullmatch(parts[i])) is None:
+                if text.startswith(parts[i], k):
+                    nxt.append((f, i + 1, k + len(parts[i])))
+            else:
+                field = self.fields[m[1]]
+                for e in range(k, len(text) + 1):
+                    if not field.begun(text[k:e]):
+                        break
+                    if field.whole(text[k:e]):
+                        nxt.append((f, i + 1, e))
+            for st in nxt:
+                if st not in seen:
+                    seen.add(st)
+                    todo.append(st)
+        return seen
+
+    def whole(self, text: str) -> bool:
+        """`text` is one of the forms."""
+        return any(i == len(_FORMS[f]) and k == len(text) for f, i, k in self._reach(text, self._starts()))
+
+    def open(self, text: str, after: Iterable[State] | None = None) -> tuple[State, ...]:
+        """The states in which `text` may still become one of the forms (none: it cannot); after:
+        open() of a text that `text` goes on from."""
+        def still(f: int, i: int, k: int) -> bool:
+            parts, rest = _FORMS[f], text[k:]
+            if not rest:
+                return True
+            if i == len(parts):
+                return False
+            m = _FIELD.fullmatch(parts[i])
+            return parts[i].startswith(rest) if m is None else self.fields[m[1]].begun(rest)
+        return tuple(sorted(st for st in self._reach(text, self._starts() if after is None else after) if still(*st)))
+
+    @staticmethod
+    def _starts() -> list[State]:
+        return [(f, 0, 0) for f in range(len(_FORMS))]
 
 
 def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
@@ -367,32 +465,29 @@ def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
     def name(x: str) -> bool:
         return x == x.strip() and grammar.canonical(x).lower() in read
 
-    def names(x: str) -> bool:  # "A, B and C": the last after " and ", the others after ", "
-        return any(name(x[i + 5:]) and listed(x[:i]) for i in _at(x, " and "))  # a name may hold " and "
+    def name_begun(x: str) -> bool:
+        return any(n.startswith(grammar.canonical(x).lower()) for n in read)
 
-    def listed(x: str) -> bool:  # "A" or "A, B"
-        return name(x) or any(name(x[i + 2:]) and listed(x[:i]) for i in _at(x, ", "))
-
-    fields: dict[str, Callable[[str], bool]] = {
-        **dict.fromkeys(("metric", "region", "region2", "period", "period2"), name), "regions": names,
-        "number": lambda x: _RESULT.fullmatch(x) is not None,
-        "unit": lambda x: x == "" or (x[:1] == " " and x[1:] in UNITS)}
-
-    def fits(parts: list[str]) -> bool:
-        @functools.cache
-        def at(i: int, k: int) -> bool:  # text[k:] is a text of parts[i:]
-            if i == len(parts):
-                return k == len(text)
-            part = parts[i]
-            if (f := _FIELD.fullmatch(part)) is None:
-                return text.startswith(part, k) and at(i + 1, k + len(part))
-            ok = fields[f[1]]
-            return any(ok(text[k:e]) and at(i + 1, e) for e in range(k, len(text) + 1))
-        return at(0, 0)
-
-    if any(fits(parts) for parts in _FORMS.values()):
+    if AnswerForms(form_fields(name, name_begun)).whole(text):
         return []
     return [f"the answer's words are not those of any answer form training writes: {text!r}"]
+
+
+def answer_forms(names: Collection[str], results: Collection[str]) -> AnswerForms:
+    """The answer forms as a model that points at facts writes them (slot form): its names those
+    its metric calls read (`names`: a slot, or copied text), its number a result's slot or a
+    number; what a guide asks while the model writes (workflows/tools.py AnswerGuide).
+    form_problems holds the finished answer to the calls'."""
+    return AnswerForms(form_fields(
+        lambda x: x in names, lambda x: any(n.startswith(x) for n in names),
+        lambda x: x in results or _RESULT.fullmatch(x) is not None,
+        lambda x: any(r.startswith(x) for r in results) or _BEGUN_RESULT.fullmatch(x) is not None))
+
+
+def begins_answer(text: str, names: Collection[str], results: Collection[str]) -> bool:
+    """Whether `text`, an answer so far in slot form (what follows "A: "), may still become one of
+    the answer forms (answer_forms)."""
+    return bool(answer_forms(names, results).open(text))
 
 
 def _at(text: str, sep: str) -> list[int]:

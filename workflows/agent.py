@@ -139,6 +139,21 @@ class _Agent:
         """What the model wrote, its facts written out."""
         return self.facts.written(text) if self.facts is not None else text
 
+    def read_names(self) -> set[str]:
+        """The names the metric calls that gave a result read, as the model may write them: a
+        slot, or the text it copied (which may hold a result's digits: "Xfers 32")."""
+        assert self.facts is not None, "names in slot form are a slot model's"
+        read: set[str] = set()
+        for c in self.calls:
+            if c["ok"] and c["tool"] == "metric":
+                try:
+                    args = parse_call(c["call"])[1]
+                except ToolError:
+                    continue
+                read.update(args)
+                read.update(self.facts.slots.delexicalise(a) for a in args)
+        return read
+
     def first_input(self) -> tuple[list[int], str]:
         return agent_input(self.turns.tokenizer, self.question, self.turns.profile), corpus.prompt_text(self.question)
 
@@ -179,6 +194,9 @@ class _Agent:
                 guide = tools.UnitGuide(tok, guide, [(c["call"], c["result"]) for c in self.calls],
                                         {tok.token_id(x): c["result"] for c, x in zip(self.calls, self.read_results)
                                          if SLOT.fullmatch(x) and tok.has_token(x)}, self.units)
+                if spec.guided:  # and its words, those of an answer form
+                    guide = tools.AnswerGuide(tok, guide, self.read_names(),
+                                              [x for x in self.read_results if SLOT.fullmatch(x)], turns.cfg.eos_id)
             if forced:
                 guide = tools.ForcedCall(tok, None if spec.first_call == "any" else spec.first_call, guide)
                 forced = False

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from domain.answers import UNITS, unit_problems
+from domain.answers import UNITS, State, answer_forms, unit_problems
 from domain.grammar import canonical
 from domain.guide import CallNames, guided_call
 from domain.tools import CALL, END_CALL, MAX_EXPR, ToolError, calc, error_result, held_names, no_row, parse_call
@@ -295,3 +295,46 @@ class UnitGuide:
         if any(map(starts, ok)):
             return True
         return not glued and not any(map(starts, refused))  # guided here: a stand-in is any other token
+
+
+class AnswerGuide:
+    """The answer's guide for its words: once the segment writes "A: " (and no call), a token is
+    refused where the answer would stop being the beginning of one of the answer forms training
+    writes (domain/answers.py begins_answer: its names those its metric calls read, its number a
+    result's), so the model's most probable token that keeps to a form is taken instead; the
+    checker still reads the whole answer back (form_problems).  A token `inner` (the units', the
+    calls' guide) refuses stays refused; the end (`eos_id`) is not guided.  For setflow's models,
+    which point at facts: `names` and `results` in slot form.  A pure function of the segment's
+    tokens: the same on every worker."""
+
+    def __init__(self, tok: Tokenizer, inner: Guide | None, names: Collection[str], results: Collection[str],
+                 eos_id: int | None = None) -> None:
+        self._tok, self._inner, self._forms, self._eos = tok, inner, answer_forms(names, results), eos_id
+        # the text before and where its answer stands (None: no answer yet, or a call): a refused
+        # position asks about many tokens after the same text
+        self._last: tuple[tuple[int, ...], str, tuple[State, ...] | None] = ((), "", None)
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        verdict = self._inner.allows(before, token) if self._inner is not None else None
+        if verdict is False:
+            return False
+        mine = self._words(before, token)
+        return verdict if mine is None else mine
+
+    def _words(self, before: Sequence[int], token: int) -> bool | None:
+        if self._eos is not None and (token == self._eos or self._eos in before):  # the end, and past it: the
+            return None  # decoder cuts there, and the checker reads what came before
+        key = tuple(before)
+        last = self._last  # one read: the batcher's loop and a job's thread may both ask
+        if last[0] != key:
+            so_far = self._tok.decode(list(before))
+            head, mark, answer = so_far.partition("A:")
+            last = (key, so_far, self._forms.open(answer.removeprefix(" ")) if mark and CALL not in head else None)
+            self._last = last
+        _, so_far, states = last
+        if states is None:  # no answer yet, or a call
+            return None
+        text = self._tok.decode([*before, token])
+        if text == so_far or text.endswith("\ufffd"):  # an end, a stop; a character's first bytes
+            return None
+        return bool(self._forms.open(text.partition("A:")[2].removeprefix(" "), after=states))

@@ -132,3 +132,19 @@ def test_the_call_guide_reads_an_imported_vocabulary_without_markup_tokens(tmp_p
     tok = shipped.load(tmp_path / "out")[1]
     assert not tok.has_token(CALL)  # `<call>` is several tokens: the guide reads the text
     _guide_reads_the_calls_grammar(tok)
+
+
+def test_the_answer_guide_keeps_an_answer_to_the_answer_forms() -> None:
+    """AnswerGuide: each token of an answer training writes is allowed after the ones before it
+    (in slot form: the names the calls read, the result's slot); a word no form writes is refused
+    at its first token that leaves them; a call's segment and a text before "A:" are not guided."""
+    tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
+    guide = tools.AnswerGuide(tok, None, {"[F1]", "[F2]", "[F3]", "[F4]"}, {"[F7]"}, tok.eos_id)
+    good = tok.encode("A: Total [F1] across [F2] and [F3] in [F4] was [F7].")
+    assert all(guide.allows(good[:k], good[k]) in (True, None) for k in range(len(good)))
+    assert all(guide.allows(good[:k], good[k]) for k in range(3, len(good)))  # past "A: ": guided, and allowed
+    assert guide.allows(good, tok.eos_id) is None and guide.allows([*good, tok.eos_id], good[0]) is None  # the end
+    bad = tok.encode("A: Total smmmm [F1] in [F2] and [F3] in [F4] was [F7].")
+    assert any(guide.allows(bad[:k], bad[k]) is False for k in range(len(bad)))
+    call = tok.encode('<call>metric("[F1]", "[F2]", "[F4]")</call>')
+    assert all(guide.allows(call[:k], call[k]) is None for k in range(len(call)))
