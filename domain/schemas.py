@@ -47,9 +47,10 @@ def _depth(doc: Any) -> int:
     return deepest
 
 
-def _subschemas(schema: Any) -> Iterator[dict[str, Any]]:
+def subschemas(schema: Any) -> Iterator[dict[str, Any]]:
     """Every subschema of `schema`, itself first, by the keywords that hold subschemas (the values
-    of enum, const, default and examples are data and are not walked)."""
+    of enum, const, default and examples are data and are not walked); each the object itself,
+    so a caller may change a copy of the schema in place."""
     todo = [schema]
     while todo:
         s = todo.pop()
@@ -88,10 +89,10 @@ def problems(schema: Any) -> str | None:
         return "it is not a JSON document"
     if size > MAX_BYTES:
         return f"it is {size} bytes as JSON; at most {MAX_BYTES}"
-    subschemas = list(_subschemas(schema))
-    if any("patternProperties" in s for s in subschemas) and any("unevaluatedProperties" in s for s in subschemas):
+    subs = list(subschemas(schema))
+    if any("patternProperties" in s for s in subs) and any("unevaluatedProperties" in s for s in subs):
         return "unevaluatedProperties beside patternProperties is not supported"  # jsonschema would run Python's re
-    for s in subschemas:
+    for s in subs:
         if "$id" in s:
             return "$id is not allowed: a tool's schema is one document"
         for k in _REFS:

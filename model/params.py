@@ -49,6 +49,16 @@ class Guide(Protocol):
         ...
 
 
+class MaskGuide(Guide, Protocol):
+    """A guide that knows every token it allows at once: a grammar's next-token mask
+    (workflows/structured.py JsonGuide).  Decoding then takes a refused token's stand-in from the
+    whole vocabulary, and a token the mask forces (the only one it allows) with probability 1."""
+
+    def allowed(self, before: Sequence[int]) -> Any:
+        """A numpy bool array (vocab,): the tokens that may follow `before`; None: not guided."""
+        ...
+
+
 @dataclass
 class DecodeParams:
     """A turn's decoding parameters.  The bounds in the annotations are what a request may ask
@@ -74,7 +84,8 @@ class DecodeParams:
     #: False: recompute every committed token each step (the benchmarks' baseline)
     use_cache: bool = field(default=True, metadata=INTERNAL)
     #: where it guides, a token it refuses is replaced by the most probable one it allows (of the
-    #: top GUIDE_TOP); under a guide every step commits the run from the leftmost mask (policy.py guided)
+    #: top GUIDE_TOP; of the whole vocabulary for a MaskGuide); under a guide every step commits the
+    #: run from the leftmost mask (policy.py guided)
     guide: Guide | None = field(default=None, compare=False, metadata=INTERNAL)
 
     def __post_init__(self) -> None:

@@ -6,6 +6,8 @@ step's predictions; knows nothing of the model's forward, the cache or sampling 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -81,14 +83,18 @@ def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, 
     A refused one there looks for a stand-in only down to tau (none: its probability becomes 0,
     and it ends the run).  The committed tokens are those of guiding every position; a guide over
     long texts (workflows/narrative.py) is then asked about a handful of tokens a step, not
-    about hundreds."""
+    about hundreds.  A MaskGuide (a grammar) holds each position to its whole mask instead
+    (masked): under it a committed run is a prefix of a text the grammar can still complete."""
     toks = state.tokens[state.start:active[-1]]  # a copy: this step's predictions are filled in
     ids = tok.tolist()
+    mask = getattr(guide, "allowed", None)  # a MaskGuide's whole mask (a grammar's)
     for j, pos in enumerate(active):
         if j and tau is None:  # only the leftmost is committed
             break
         before = toks[:pos - state.start]
-        if guide.allows(before, ids[j]) is False:
+        if mask is not None:
+            masked(mask(before), j, logits, tok, conf, ids, mask_id, tau)
+        elif guide.allows(before, ids[j]) is False:
             row = logits[j].float().clone()
             row[mask_id] = -torch.inf
             probs = row.softmax(-1)
@@ -105,3 +111,33 @@ def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, 
             break
         if pos - state.start < len(toks):
             toks[pos - state.start] = ids[j]
+
+
+def masked(allowed: Any, j: int, logits: Tensor, tok: Tensor, conf: Tensor, ids: list[int], mask_id: int,
+           tau: float | None) -> None:
+    """Hold active mask j to a grammar's mask (allowed: numpy bool (vocab,); None: not guided),
+    in place.  A token the mask forces (the only one it allows) is taken with probability 1: no
+    other keeps the text completable, whatever the model thinks of it.  A refused token becomes
+    the most probable token the mask allows, of the whole vocabulary, with its probability (past
+    the leftmost only down to tau: below it the probability becomes 0, and the run ends there).
+    A mask that allows nothing (a grammar in error) leaves the model's token: the caller checks
+    the document it ends with."""
+    if allowed is None:
+        return
+    a = torch.from_numpy(allowed).to(logits.device)  # (vocab,) bool
+    assert a.numel() == logits.shape[-1], f"the guide's mask has {a.numel()} ids, the logits {logits.shape[-1]}"
+    n = int(a.sum())
+    if n == 1:
+        t = int(a.nonzero()[0, 0])
+        ids[j] = t
+        tok[j], conf[j] = t, 1.0
+    elif n and not bool(a[ids[j]]):
+        row = logits[j].float().clone()
+        row[mask_id] = -torch.inf
+        probs = row.softmax(-1)
+        t = int(probs.masked_fill(~a, -1.0).argmax())
+        if j and float(probs[t]) < tau:  # type: ignore[operator]  # no stand-in would be committed
+            conf[j] = 0.0
+            return
+        ids[j] = t
+        tok[j], conf[j] = t, probs[t]

@@ -14,7 +14,8 @@ and a JSON body, what the CLI prints) and changes no state where it is raised.
     ├── ClaimLost           code "claim_lost"     a job is no longer this worker's (its lease expired)
     ├── TimeLimit           code "time_limit"     a job ran past task_soft_time_limit_s
     ├── Unverified          code "unverified"     a job's output failed its checker, also after the AR retry
-    │   └── NoAnswer        code "no_answer"      an agent's last segment holds no answer (never returned flagged)
+    │   ├── NoAnswer        code "no_answer"      an agent's last segment holds no answer (never returned flagged)
+    │   └── Unfinished      code "unfinished_document" a structured output's document did not close within its token limit
     ├── ModelNotHosted      code "model_not_hosted" a job's model (or its session's model and numerics)
     │                                             is hosted by no live worker
     ├── NotFinished         code "not_finished"   a job's export asked for while the job has not ended
@@ -109,6 +110,13 @@ class NoAnswer(Unverified):
     its spec allows an unverified answer back."""
 
     code = "no_answer"
+
+
+class Unfinished(Unverified):
+    """A turn held to a JSON Schema (workflows/structured.py) reached its token limit before its
+    document closed: the text is no document, so it fails, never returned as a success."""
+
+    code = "unfinished_document"
 
 
 class ModelNotHosted(SetflowError):

@@ -22,7 +22,7 @@ from model.params import DecodeParams
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from tests.model.test_batch import Run, Turn, alone, assert_same, exact
-from workflows import narrative, tools
+from workflows import narrative, structured, tools
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,31 @@ def test_narratives_guided_to_their_forms_are_the_same_batched(loaded: tuple[Set
         unguided = alone(model, Run([Turn(run.turns[0].ids, replace(run.turns[0].params, guide=None))])).tokens[0][n:]
         mended += unguided != guided
     assert mended, "the guide changed no narrative: the test tests nothing"
+
+
+def test_json_documents_under_a_schema_are_the_same_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The structured output's guide (workflows/structured.py JsonGuide: a JSON Schema's grammar)
+    in one batch, every policy: each document as it is decoded alone, each one closed and valid
+    against its schema; unguided, the model writes no JSON at all (the guide has everything to mend)."""
+    model, tok = loaded
+    if not exact(model):
+        pytest.skip("this machine's GEMM gives a row other bits in a larger product (model/linear.py)")
+    schema = {"type": "object", "properties": {"region": {"enum": ["AMER", "EMEA", "APAC"]}, "share": {"type": "number"},
+                                               "note": {"type": "string", "maxLength": 20}},
+              "required": ["region", "share"], "additionalProperties": False}
+    fmt = structured.Format(schema)
+    ids = [model.cfg.bos_id, *tok.encode("Which region grew the most in 2025-Q4?\n")]
+    runs = []
+    for i, (policy, W, tau) in enumerate([("ar", 1, None), ("prefix", 8, 0.99), ("set", 4, 0.9), ("block", 4, 0.9),
+                                          ("prefix", 4, 0.9), ("set", 8, 0.7), ("ar", 1, None)]):
+        p = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=96,
+                         guide=structured.JsonGuide(tok, model.cfg.vocab_size, model.cfg.eos_id, fmt))
+        runs.append(Run([Turn(ids, p)], join=i % 3))
+    assert_same(model, runs)
+    for run in runs:
+        out = alone(model, run).tokens[0][len(ids):]
+        assert model.cfg.eos_id in out, tok.decode(out)
+        doc = structured.document(tok.decode(out[:out.index(model.cfg.eos_id)]), fmt, ended=True)
+        assert doc["region"] in ("AMER", "EMEA", "APAC")
+    unguided = alone(model, Run([Turn(ids, replace(runs[0].turns[0].params, guide=None))])).tokens[0][len(ids):]
+    assert not tok.decode(unguided).startswith("{")

@@ -3,6 +3,7 @@ window and the threshold, the block policy's fixed blocks, the prefix policy's u
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,3 +147,54 @@ def test_a_guide_is_asked_only_about_the_run_a_step_may_commit(policy: str) -> N
         asked["cut"] += guide.asked
         asked["every"] += oracle.asked
     assert asked["cut"] < asked["every"], asked
+
+
+class _Grammar:
+    """A MaskGuide for the pure tests: after `before`, a token t is allowed where (t + sum(before))
+    % 3 != 0; every fourth position forces one token (the only one allowed)."""
+
+    def allowed(self, before: list[int]) -> np.ndarray:
+        V = 12
+        ok = np.array([(t + sum(before)) % 3 != 0 and t != MASK for t in range(V)])
+        if len(before) % 4 == 3:
+            ok[:] = False
+            ok[(len(before) * 5) % (V - 1)] = True
+        return ok
+
+    def allows(self, before: list[int], token: int) -> bool | None:
+        return bool(self.allowed(before)[token])
+
+
+@pytest.mark.parametrize("policy", ["set", "prefix", "block", "ar"])
+def test_a_grammar_commits_a_run_its_mask_allows_token_by_token(policy: str) -> None:
+    """Under a MaskGuide (a grammar) a step commits the run from the leftmost mask, each token one
+    its mask allows after the tokens really before it (a refused one's stand-in the most probable
+    allowed one; a forced one taken whatever its probability): a prefix of a text the grammar can
+    complete, under every policy."""
+    g = torch.Generator().manual_seed(5)
+    grammar, forced = _Grammar(), 0
+    for trial in range(200):
+        W, V = 8, 12
+        tau = [None, 0.0, 0.2, 0.5, 0.9][trial % 5]
+        params = DecodeParams(policy=policy, window=W, tau=tau, max_new_tokens=W, guide=grammar)
+        written = [4, 5, 7][:trial % 4]  # the region's tokens decoded before this step
+        state = DecodeState(tokens=[1, 2, 3] + written + [MASK] * W, start=3)
+        active = list(range(3 + len(written), 3 + len(written) + W))
+        logits = torch.randn(W, V, generator=g) * (1 + trial % 7)
+        logits[:, MASK] = -torch.inf
+        probs = logits.softmax(-1)
+        conf, tok = probs.max(-1)
+        order = next_set(state, params, active, logits, tok, conf, MASK)
+        assert order == list(range(len(order))) and order, "the run from the leftmost"
+        before = list(written)
+        for j in order:
+            ok = grammar.allowed(before)
+            t = int(tok[j])
+            assert ok[t], (trial, j, before, t)
+            if ok.sum() == 1:
+                forced += 1
+                assert float(conf[j]) == 1.0
+            elif t != int(probs[j].argmax()):
+                assert t == int(torch.where(torch.from_numpy(ok), probs[j], -1.0).argmax()), "the most probable allowed"
+            before.append(t)
+    assert forced, "no position was forced: the test tests nothing"

@@ -1,0 +1,109 @@
+"""workflows/structured.py: a Responses text.format read as a Format or refused with its reason;
+the bounded schema's documents valid against the client's; a document checked before it is a
+success (unfinished or invalid: a failure with its code); JsonGuide a pure function of the
+tokens before (rolled back and forward in any order, the masks of a fresh guide)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from model import shipped
+from model.tokenizer import Tokenizer
+from runtime.errors import Unfinished, Unverified
+from workflows import structured
+from workflows.structured import Format, JsonGuide
+
+PERSON: dict[str, Any] = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+                                                           "tags": {"type": "array", "items": {"type": "string"}}},
+                          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return shipped.load()[1]
+
+
+def test_a_text_format_is_read_or_refused_with_its_reason() -> None:
+    assert Format.of(None) is None and Format.of({"type": "text"}) is None
+    assert Format.of({"type": "json_object"}) == Format({"type": "object"}, "json_object", False)
+    f = Format.of({"type": "json_schema", "name": "person", "schema": PERSON, "strict": True})
+    assert f == Format(PERSON, "person", True)
+    refusals = {
+        "json_schema needs its `schema`": {"type": "json_schema", "name": "x"},
+        "points outside the document": {"type": "json_schema", "schema": {"$ref": "https://example.com/s.json"}},
+        "RE2 syntax": {"type": "json_schema", "schema": {"type": "string", "pattern": "(a)\\1"}},
+        "bytes as JSON": {"type": "json_schema", "schema": {"type": "object", "description": "x" * 70_000}},
+        "type is text, json_schema or json_object": {"type": "grammar"},
+    }
+    for why, fmt in refusals.items():
+        with pytest.raises(ValueError, match=why.replace("`", ".").replace("(", ".").replace(")", ".")):
+            Format.of(fmt)
+
+
+def test_a_bounded_schema_closes_what_the_client_left_open_and_nothing_else() -> None:
+    b = structured.bounded(PERSON)
+    assert b["properties"]["name"]["maxLength"] == structured.STRING_CAP
+    assert b["properties"]["tags"]["maxItems"] == structured.ITEMS_CAP
+    assert b["properties"]["tags"]["items"]["maxLength"] == structured.STRING_CAP
+    assert "maxLength" not in PERSON["properties"]["name"], "the client's schema is not changed"
+    kept = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                                             "kind": {"type": "string", "enum": ["a", "b"]},
+                                             "long": {"type": "string", "maxLength": 500}}}
+    assert structured.bounded(kept) == kept
+
+
+def test_a_document_is_checked_before_it_is_a_success() -> None:
+    f = Format(PERSON)
+    assert structured.document('{"name":"Ada","age":36}', f, ended=True) == {"name": "Ada", "age": 36}
+    with pytest.raises(Unfinished) as e:
+        structured.document('{"name":"Ada","ag', f, ended=False)
+    assert e.value.code == "unfinished_document"
+    with pytest.raises(Unverified) as v:
+        structured.document('{"name":"Ada","age":-1}', f, ended=True)
+    assert v.value.code == "unverified" and "minimum" in v.value.problems[0]
+    with pytest.raises(Unverified, match="not a JSON document"):
+        structured.document('{"name":', f, ended=True)
+
+
+def _masks(guide: JsonGuide, text: list[int]) -> list[np.ndarray | None]:
+    return [None if (m := guide.allowed(text[:k])) is None else m.copy() for k in range(len(text) + 1)]
+
+
+def test_the_guide_is_a_pure_function_of_the_tokens_before(tok: Tokenizer) -> None:
+    """Asked in any order (a step's run ended early, a batch's other rows, a restored session), a
+    guide gives the masks a fresh one gives in order; every token of a valid document is allowed,
+    EOS only once it closes, and nothing is guided after EOS."""
+    cfg = shipped.load()[0].cfg
+    f = Format(PERSON)
+    docs = ['{"name":"Ada","age":36}', '{"name":"Bo","age":7,"tags":["x","yz"]}']
+    for d in docs:
+        ids = [*tok.encode(d), cfg.eos_id]
+        want = _masks(JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f), ids)
+        for k, m in enumerate(want[:-1]):
+            assert m is not None and m[ids[k]], (d, k)
+            assert m[cfg.eos_id] == (k == len(ids) - 1)
+        assert want[-1] is None
+        g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f)
+        order = list(range(len(ids) + 1))
+        random.Random(0).shuffle(order)
+        for k in order:
+            got = g.allowed(ids[:k])
+            assert (got is None and want[k] is None) or np.array_equal(got, want[k]), (d, k)
+    refused = [*tok.encode('{"name":1'), cfg.eos_id]
+    assert JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f).allowed(refused[:-1]) is None, "a refused token: nothing holds"
+
+
+def test_a_number_ends_within_its_cap(tok: Tokenizer) -> None:
+    """A small model repeats its 0s: past NUMBER_CAP number tokens in a row, the mask keeps only
+    what ends the number (where the grammar allows anything else)."""
+    cfg = shipped.load()[0].cfg
+    g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format({"type": "object", "properties": {"x": {"type": "number"}}}))
+    before = tok.encode('{"x":1' + "0" * (structured.NUMBER_CAP - 1))
+    m = g.allowed(before)
+    assert m is not None and not m[tok.encode("0")[0]] and m[tok.encode("}")[0]]
+    assert json.loads(tok.decode([*before, tok.encode("}")[0]]))["x"] == 10 ** (structured.NUMBER_CAP - 1)

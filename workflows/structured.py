@@ -1,0 +1,213 @@
+"""Structured output: a turn's text held to a JSON Schema.  The schema is checked at submission
+(problems: domain/schemas.py's limits, then the grammar engine's own), compiled to a grammar
+(llguidance: torch-free, so the API checks with the engine the workers decode with), and the
+turn is decoded under JsonGuide, whose next-token mask is the grammar's; the document it ends
+with is read back and validated (document) before it is returned as a success.
+
+What "completable" means here: a step commits a token only where the committed text, that
+token included, is a prefix of some document the grammar accepts.  Under a guide, decoding
+commits only the unbroken run from the leftmost open position (model/policy.py guided), each
+token masked in order against the tokens really before it, so under every policy (ar, prefix,
+set, block) this is a prefix mask.  Commits out of order under a grammar (a token right of an
+open position, checked for completability with the gap left open) are not done here.
+
+Knows nothing of the model's forward or of torch; the mask is a numpy array."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llguidance
+import llguidance.numpy as lnp
+import numpy as np
+
+from domain import schemas
+from model.tokenizer import Tokenizer
+from runtime.errors import Unfinished, Unverified
+
+#: the grammar's JSON layout: compact (no whitespace between a document's tokens), so a model
+#: cannot spend its tokens on spaces and newlines
+LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+#: what `json_object` asks for: any JSON object
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+@dataclass(frozen=True)
+class Format:
+    """A turn's output format: a JSON document valid against `schema`.  `name` and `strict` are
+    the client's (the Responses API's text.format); the document is held to the schema whether
+    strict or not."""
+
+    schema: dict[str, Any]
+    name: str = "output"
+    strict: bool = True
+
+    @classmethod
+    def of(cls, fmt: dict[str, Any] | None) -> Format | None:
+        """A Responses API text.format -> its Format; None for text (or none given).  ValueError
+        where it is neither text, json_object nor a json_schema setflow takes (problems)."""
+        kind = (fmt or {}).get("type", "text")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return cls(ANY_OBJECT, "json_object", False)
+        if kind != "json_schema":
+            raise ValueError(f"text.format's type is text, json_schema or json_object; got {kind!r}")
+        assert fmt is not None
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise ValueError("text.format json_schema needs its `schema`, a JSON Schema object")
+        if (why := problems(schema)) is not None:
+            raise ValueError(f"text.format's schema is not supported: {why}")
+        return cls(schema, str(fmt.get("name") or "output"), bool(fmt.get("strict") or False))
+
+
+def problems(schema: Any) -> str | None:
+    """Why `schema` may not hold a turn's output (the first reason); None: it may.  A tenant's
+    schema's limits (domain/schemas.py: size, depth, local $ref only, RE2 patterns), then what
+    the grammar engine compiles."""
+    if not isinstance(schema, dict):
+        return "it is not a JSON object"
+    if (why := schemas.problems(schema)) is not None:
+        return why
+    try:
+        err = llguidance.LLMatcher.validate_grammar(grammar(schema))
+    except ValueError as e:
+        return f"it does not compile to a grammar: {e}"[:300]
+    return f"it does not compile to a grammar: {err}"[:300] if err else None
+
+
+def grammar(schema: dict[str, Any]) -> str:
+    """The llguidance grammar of documents valid against `schema`, laid out compact (LAYOUT),
+    bounded (bounded)."""
+    return str(llguidance.LLMatcher.grammar_from_json_schema(bounded(schema), defaults=LAYOUT))  # type: ignore[arg-type]
+
+
+STRING_CAP = 64  # characters of a string whose schema gives no maxLength (nor pattern, format, enum, const)
+ITEMS_CAP = 16  # items of an array whose schema gives no maxItems
+NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
+NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
+
+
+def bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with a bound on what it leaves unbounded: a free string at most STRING_CAP
+    characters, an array at most ITEMS_CAP items.  Every document valid against the bounded
+    schema is valid against `schema`; a model that never closes a string or an array (a small
+    one repeats itself) closes it by then, within its token limit."""
+    out = copy.deepcopy(schema)
+    for s in schemas.subschemas(out):
+        t = s.get("type")
+        kinds: list[Any] = t if isinstance(t, list) else [t]
+        if "string" in kinds and not any(k in s for k in ("maxLength", "pattern", "format", "enum", "const")):
+            s["maxLength"] = max(STRING_CAP, int(s.get("minLength", 0)))
+        if "array" in kinds and "maxItems" not in s:
+            s["maxItems"] = max(ITEMS_CAP, int(s.get("minItems", 0)))
+    return out
+
+
+def document(text: str, fmt: Format, ended: bool) -> Any:
+    """The turn's text as its document, checked: Unfinished where the turn stopped before the
+    document closed (its token limit), Unverified where it is not valid against the schema
+    (never returned as a success)."""
+    if not ended:
+        raise Unfinished("the output reached its token limit before its JSON document closed; "
+                         "raise max_output_tokens or ask for a smaller document", [text[-200:]])
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise Unverified(f"the output is not a JSON document: {e}", [text[-200:]]) from None
+    errors = [e.message for e in schemas.validator(fmt.schema).iter_errors(doc)]
+    if errors:
+        raise Unverified("the output's document is not valid against the schema", errors[:8])
+    return doc
+
+
+class JsonGuide:
+    """A turn's guide to a JSON Schema (model.params MaskGuide): before each position, the
+    grammar's mask of the tokens that may follow what is before it; after the end of text (EOS),
+    no guidance (the turn has ended there).  A pure function of the tokens before: one matcher
+    follows them, rolled back to where a new `before` leaves the last one and fed the rest.
+    `mask_s` keeps each mask's time (the benchmark's)."""
+
+    def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format) -> None:
+        self._eos, self._n = eos_id, n_vocab
+        self._m, self._numeric = _matcher(tok, n_vocab, eos_id, grammar(fmt.schema))
+        self._ids: list[int] = []  # what the matcher has consumed
+        self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # its mask after them
+        self._bits = lnp.allocate_token_bitmask(1, n_vocab)
+        self.mask_s: list[float] = []
+
+    def allows(self, before: Sequence[int], token: int) -> bool | None:
+        a = self.allowed(before)
+        return None if a is None else bool(a[token])
+
+    def allowed(self, before: Sequence[int]) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+        if self._eos in before:
+            return None
+        if not self._follow(before):
+            return None  # a token the grammar refuses is before: nothing holds (document() says so)
+        if self._mask is None:
+            t0 = time.perf_counter()
+            lnp.fill_next_token_bitmask(self._m, self._bits, 0)
+            bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self._n]
+            self._mask = bits.astype(np.bool_)
+            run = len(before) - next((i + 1 for i in range(len(before) - 1, -1, -1) if not self._numeric[before[i]]), 0)
+            if run >= NUMBER_CAP and (self._mask & ~self._numeric).any():  # a number ends (a small model repeats its 0s)
+                self._mask &= ~self._numeric
+            self.mask_s.append(time.perf_counter() - t0)
+        return self._mask
+
+    def _follow(self, before: Sequence[int]) -> bool:
+        """Bring the matcher to `before`; False where it refuses one of its tokens."""
+        ids, n = self._ids, min(len(before), len(self._ids))
+        k = n if list(before[:n]) == ids[:n] else next(i for i in range(n) if before[i] != ids[i])
+        if k == len(ids) == len(before):
+            return True
+        if k < len(ids):
+            self._m.rollback(len(ids) - k)
+            del ids[k:]
+        rest = list(before[k:])
+        self._mask = None
+        if rest:
+            if self._m.validate_tokens(rest) < len(rest):
+                return False
+            self._m.consume_tokens(rest)
+            ids.extend(rest)
+        return True
+
+
+_LOCK = threading.Lock()
+#: id(tok) (kept alive), n_vocab, eos -> (tok, its llguidance twin, which of its ids are a number's characters only)
+_TOKENIZERS: dict[tuple[int, int, int], tuple[Tokenizer, Any, np.ndarray[Any, np.dtype[np.bool_]]]] = {}
+_MATCHERS: OrderedDict[tuple[int, int, int, str], Any] = OrderedDict()  # a schema's first matcher, warm
+CACHED = 64  # schemas whose matcher a process keeps (each a few MB at most)
+
+
+def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, g: str) -> tuple[Any, np.ndarray[Any, np.dtype[np.bool_]]]:
+    """A fresh matcher of grammar `g` (a deep copy of the process's first one: its lexer, built
+    lazily, kept warm) and which ids are a number's characters only, over the tokenizer's llguidance twin
+    (built once: about a second on a large vocabulary)."""
+    key = (id(tok), n_vocab, eos_id)
+    with _LOCK:
+        if key not in _TOKENIZERS:
+            lt = llguidance.LLTokenizer(tok.to_str(), n_vocab=n_vocab, eos_token=eos_id)
+            numeric = np.array([i < tok.vocab_size and set(tok.decode([i])) <= NUMERIC and tok.decode([i]) != ""
+                                for i in range(n_vocab)], dtype=np.bool_)
+            _TOKENIZERS[key] = (tok, lt, numeric)
+        _, lt, numeric = _TOKENIZERS[key]
+        first = _MATCHERS.get((*key, g))
+        if first is None:
+            first = _MATCHERS[(*key, g)] = llguidance.LLMatcher(lt, g, log_level=0)
+            if len(_MATCHERS) > CACHED:
+                _MATCHERS.popitem(last=False)
+        _MATCHERS.move_to_end((*key, g))
+        if first.is_error():
+            raise Unverified(f"the schema's grammar does not load: {first.get_error()}", [])
+        return first.deep_copy(), numeric
