@@ -351,7 +351,6 @@ _FIELD = re.compile(r"\{(\w+)\}")
 _FORMS = [[p for p in re.split(r"(\{\w+\})", form) if p] for form in ANSWERS.values()]
 _RESULT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _BEGUN_RESULT = re.compile(r"-?[0-9]*(?:\.[0-9]*)?")
-_NAMES = ("metric", "region", "region2", "period", "period2")
 
 
 @dataclass(frozen=True)
@@ -363,30 +362,41 @@ class Field:
     begun: Callable[[str], bool]
 
 
-def form_fields(name: Callable[[str], bool], name_begun: Callable[[str], bool],
+#: which of a metric call's arguments (FIELDS) each name field of the forms says
+_NAME_FIELDS = {"metric": 0, "region": 1, "region2": 1, "regions": 1, "period": 2, "period2": 2}
+
+#: a name of a field (FIELDS' index) as the forms read it: (whole, begun)
+NameRule = Callable[[int, str], bool]
+
+
+def form_fields(name: NameRule, name_begun: NameRule,
                 number: Callable[[str], bool] = lambda x: _RESULT.fullmatch(x) is not None,
                 number_begun: Callable[[str], bool] = lambda x: _BEGUN_RESULT.fullmatch(x) is not None
                 ) -> dict[str, Field]:
-    """The answer forms' fields: each name field a name (`name`), {regions} a list of two or more
-    ("A, B and C"), {number} a number, {unit} one of UNITS after a space, or none."""
+    """The answer forms' fields: each name field a name of its argument (`name`: a metric, a
+    region, a period), {regions} a list of two or more regions ("A, B and C"), {number} a
+    number, {unit} one of UNITS after a space, or none."""
 
     def listed(x: str) -> bool:  # "A" or "A, B"
-        return name(x) or any(name(x[i + 2:]) and listed(x[:i]) for i in _at(x, ", "))
+        return name(1, x) or any(name(1, x[i + 2:]) and listed(x[:i]) for i in _at(x, ", "))
 
     def names(x: str) -> bool:  # the last after " and ", the others after ", "; a name may hold either
-        return any(name(x[i + 5:]) and listed(x[:i]) for i in _at(x, " and "))
+        return any(name(1, x[i + 5:]) and listed(x[:i]) for i in _at(x, " and "))
 
     def names_begun(x: str) -> bool:  # names so far, each whole but the last, and their separators
-        if name_begun(x):
+        if name_begun(1, x):
             return True
         for sep in (", ", " and "):
-            if any(name(x[:i]) and names_begun(x[i + len(sep):]) for i in _at(x, sep)):
+            if any(name(1, x[:i]) and names_begun(x[i + len(sep):]) for i in _at(x, sep)):
                 return True
-            if any(x.endswith(sep[:j]) and name(x[:-j]) for j in range(1, len(sep))):  # one being written
+            if any(x.endswith(sep[:j]) and name(1, x[:-j]) for j in range(1, len(sep))):  # one being written
                 return True
         return False
 
-    return {**dict.fromkeys(_NAMES, Field(name, name_begun)), "regions": Field(names, names_begun),
+    def of(f: int) -> Field:
+        return Field(lambda x: name(f, x), lambda x: name_begun(f, x))
+
+    return {**{k: of(f) for k, f in _NAME_FIELDS.items() if k != "regions"}, "regions": Field(names, names_begun),
             "number": Field(number, number_begun),
             "unit": Field(lambda x: x == "" or (x[:1] == " " and x[1:] in UNITS),
                           lambda x: x == "" or (x[:1] == " " and any(u.startswith(x[1:]) for u in UNITS)))}
@@ -459,32 +469,35 @@ def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
     which points at facts); a text model's answers are its own.  answer_problems and unit_problems
     hold the number and the unit to the calls'."""
     text = answer.strip()
-    read = {grammar.canonical(x).lower() for tool, args, _ in _parsed(made) if tool == "metric" for x in args}
-    read |= {metric_name(x).lower() for x in read if x in METRIC}
+    read: list[set[str]] = [set(), set(), set()]  # per argument: metric, region, period
+    for tool, args, _ in _parsed(made):
+        for f, x in enumerate(args if tool == "metric" else ()):
+            read[f].add(grammar.canonical(x).lower())
+    read[0] |= {metric_name(x).lower() for x in read[0] if x in METRIC}
 
-    def name(x: str) -> bool:
-        return x == x.strip() and grammar.canonical(x).lower() in read
+    def name(f: int, x: str) -> bool:
+        return x == x.strip() and grammar.canonical(x).lower() in read[f]
 
-    def name_begun(x: str) -> bool:
-        return any(n.startswith(grammar.canonical(x).lower()) for n in read)
+    def name_begun(f: int, x: str) -> bool:
+        return any(n.startswith(grammar.canonical(x).lower()) for n in read[f])
 
     if AnswerForms(form_fields(name, name_begun)).whole(text):
         return []
     return [f"the answer's words are not those of any answer form training writes: {text!r}"]
 
 
-def answer_forms(names: Collection[str], results: Collection[str]) -> AnswerForms:
+def answer_forms(names: Sequence[Collection[str]], results: Collection[str]) -> AnswerForms:
     """The answer forms as a model that points at facts writes them (slot form): its names those
-    its metric calls read (`names`: a slot, or copied text), its number a result's slot or a
-    number; what a guide asks while the model writes (workflows/tools.py AnswerGuide).
+    its metric calls read (`names`, per argument: a slot, or copied text), its number a result's
+    slot or a number; what a guide asks while the model writes (workflows/tools.py AnswerGuide).
     form_problems holds the finished answer to the calls'."""
     return AnswerForms(form_fields(
-        lambda x: x in names, lambda x: any(n.startswith(x) for n in names),
+        lambda f, x: x in names[f], lambda f, x: any(n.startswith(x) for n in names[f]),
         lambda x: x in results or _RESULT.fullmatch(x) is not None,
         lambda x: any(r.startswith(x) for r in results) or _BEGUN_RESULT.fullmatch(x) is not None))
 
 
-def begins_answer(text: str, names: Collection[str], results: Collection[str]) -> bool:
+def begins_answer(text: str, names: Sequence[Collection[str]], results: Collection[str]) -> bool:
     """Whether `text`, an answer so far in slot form (what follows "A: "), may still become one of
     the answer forms (answer_forms)."""
     return bool(answer_forms(names, results).open(text))

@@ -139,19 +139,20 @@ class _Agent:
         """What the model wrote, its facts written out."""
         return self.facts.written(text) if self.facts is not None else text
 
-    def read_names(self) -> set[str]:
-        """The names the metric calls that gave a result read, as the model may write them: a
-        slot, or the text it copied (which may hold a result's digits: "Xfers 32")."""
+    def read_names(self) -> list[set[str]]:
+        """The names the metric calls that gave a result read, per argument (metric, region,
+        period), as the model may write them: a slot, or the text it copied (which may hold a
+        result's digits: "Xfers 32")."""
         assert self.facts is not None, "names in slot form are a slot model's"
-        read: set[str] = set()
+        read: list[set[str]] = [set(), set(), set()]
         for c in self.calls:
             if c["ok"] and c["tool"] == "metric":
                 try:
                     args = parse_call(c["call"])[1]
                 except ToolError:
                     continue
-                read.update(args)
-                read.update(self.facts.slots.delexicalise(a) for a in args)
+                for f, a in enumerate(args):
+                    read[f].update((a, self.facts.slots.delexicalise(a)))
         return read
 
     def first_input(self) -> tuple[list[int], str]:

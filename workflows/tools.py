@@ -303,11 +303,12 @@ class AnswerGuide:
     writes (domain/answers.py begins_answer: its names those its metric calls read, its number a
     result's), so the model's most probable token that keeps to a form is taken instead; the
     checker still reads the whole answer back (form_problems).  A token `inner` (the units', the
-    calls' guide) refuses stays refused; the end (`eos_id`) is not guided.  For setflow's models,
+    calls' guide) refuses stays refused; the end (`eos_id`) is allowed, and is the way on from a
+    whole answer.  For setflow's models,
     which point at facts: `names` and `results` in slot form.  A pure function of the segment's
     tokens: the same on every worker."""
 
-    def __init__(self, tok: Tokenizer, inner: Guide | None, names: Collection[str], results: Collection[str],
+    def __init__(self, tok: Tokenizer, inner: Guide | None, names: Sequence[Collection[str]], results: Collection[str],
                  eos_id: int | None = None) -> None:
         self._tok, self._inner, self._forms, self._eos = tok, inner, answer_forms(names, results), eos_id
         # the text before and where its answer stands (None: no answer yet, or a call): a refused
@@ -322,8 +323,8 @@ class AnswerGuide:
         return verdict if mine is None else mine
 
     def _words(self, before: Sequence[int], token: int) -> bool | None:
-        if self._eos is not None and (token == self._eos or self._eos in before):  # the end, and past it: the
-            return None  # decoder cuts there, and the checker reads what came before
+        if self._eos is not None and self._eos in before:  # past the end: the decoder cuts there
+            return None
         key = tuple(before)
         last = self._last  # one read: the batcher's loop and a job's thread may both ask
         if last[0] != key:
@@ -334,6 +335,8 @@ class AnswerGuide:
         _, so_far, states = last
         if states is None:  # no answer yet, or a call
             return None
+        if token == self._eos:  # the end: the way on from a whole answer (else the checker says what is missing)
+            return True if self._forms.whole(so_far.partition("A:")[2].removeprefix(" ")) else None
         text = self._tok.decode([*before, token])
         if text == so_far or text.endswith("\ufffd"):  # an end, a stop; a character's first bytes
             return None

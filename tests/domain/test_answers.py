@@ -333,10 +333,11 @@ def test_an_answer_with_a_word_outside_the_answer_forms_is_refused(garbled: str)
 def test_an_answer_begins_a_form_only_while_one_can_still_be_written() -> None:
     """begins_answer (a guide's question while the model writes, in slot form): every beginning
     of an answer training writes, and no text past its first word that no form writes."""
-    names, results = {"[F1]", "[F2]", "[F3]", "[F4]"}, {"[F7]"}
+    names, results = [{"[F1]"}, {"[F2]", "[F3]"}, {"[F4]"}], {"[F7]"}
     good = "Total [F1] across [F2] and [F3] in [F4] was [F7]."
     assert all(answers.begins_answer(good[:k], names, results) for k in range(len(good) + 1))
     bad = "Total smmmm [F1] in [F2] and [F3] in [F4] was [F7]."
     assert answers.begins_answer(bad[:6], names, results) and not answers.begins_answer(bad[:7], names, results)
     assert not answers.begins_answer("[F1] in [F5]", names, results)  # a row no call read
+    assert not answers.begins_answer("[F1] in [F1]", names, results)  # a metric where a region goes
     assert not answers.begins_answer("[F1] in [F2] in [F4] was [F7] or so", names, results)

@@ -139,11 +139,16 @@ def test_the_answer_guide_keeps_an_answer_to_the_answer_forms() -> None:
     (in slot form: the names the calls read, the result's slot); a word no form writes is refused
     at its first token that leaves them; a call's segment and a text before "A:" are not guided."""
     tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
-    guide = tools.AnswerGuide(tok, None, {"[F1]", "[F2]", "[F3]", "[F4]"}, {"[F7]"}, tok.eos_id)
+    guide = tools.AnswerGuide(tok, None, [{"[F1]"}, {"[F2]", "[F3]"}, {"[F4]"}], {"[F7]"}, tok.eos_id)
     good = tok.encode("A: Total [F1] across [F2] and [F3] in [F4] was [F7].")
     assert all(guide.allows(good[:k], good[k]) in (True, None) for k in range(len(good)))
     assert all(guide.allows(good[:k], good[k]) for k in range(3, len(good)))  # past "A: ": guided, and allowed
-    assert guide.allows(good, tok.eos_id) is None and guide.allows([*good, tok.eos_id], good[0]) is None  # the end
+    # the end: the way on from a whole answer (its stand-in where nothing else is), not guided before it, nor past it
+    assert guide.allows(good, tok.eos_id) is True and guide.allows(good[:-1], tok.eos_id) is None
+    assert guide.allows([*good, tok.eos_id], good[0]) is None and not guide.allows(good, good[0])
+    # a name is one its calls read for that argument: a metric where a region goes is refused
+    assert not tools.AnswerGuide(tok, None, [{"[F1]"}, {"[F2]"}, {"[F4]"}], {"[F7]"}).allows(
+        tok.encode("A: [F1] in "), tok.token_id("[F1]"))
     bad = tok.encode("A: Total smmmm [F1] in [F2] and [F3] in [F4] was [F7].")
     assert any(guide.allows(bad[:k], bad[k]) is False for k in range(len(bad)))
     call = tok.encode('<call>metric("[F1]", "[F2]", "[F4]")</call>')
