@@ -2,7 +2,9 @@
 on its conversation's session.
 
     mode "text":  one turn; its input the messages' text (the profile's turn format), its output
-                  one message: what the model wrote, unchecked (it was given no fact and no tool,
+                  one message: what the model wrote; a JSON document valid against the schema
+                  where the request's text.format asks for one (workflows/structured.py: the
+                  grammar guides it, the document is checked), else unchecked (it was given no fact and no tool,
                   and writes no fact slot and no call markup: PlainText), ended within the
                   response kind's own token limit (PlainText: a client's smaller
                   max_output_tokens is the client's cut, `incomplete` where it cuts)
@@ -40,31 +42,44 @@ from runtime.errors import BadInput, RequiresAction
 from runtime.jobs.plans import turn_input
 from runtime.jobs.specs import FunctionTool, ResponseSpec
 from runtime.sessions.turn import TurnResult
-from workflows import agent, chat
+from workflows import agent, chat, structured
 from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
 
 
 def run(turns: Turns, spec: ResponseSpec) -> dict[str, Any]:
     counted = Counted(turns)
+    try:
+        fmt = structured.requested(spec.request.get("text"))
+    except ValueError as e:  # a stored spec is not trusted
+        raise BadInput(str(e)) from None
+    if fmt is not None and (chat.speaks(turns.profile) or spec.mode != "text"):
+        raise BadInput("text.format json_schema and json_object are written by setflow's own models, in a response "
+                       "without tools the model calls; not yet by an imported chat model or the agent")
     if chat.speaks(turns.profile):  # an imported chat model: its own template and tool-call format
         out = {**chat.run(counted, spec), "turns": counted.summaries}
     else:
-        out = _text(counted, spec) if spec.mode == "text" else _agent(counted, spec)
+        out = _text(counted, spec, fmt) if spec.mode == "text" else _agent(counted, spec)
     return {**out, "usage": counted.usage()}
 
 
-def _text(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
-    """One turn; incomplete where it stopped at its token limit before its end."""
+def _text(turns: Counted, spec: ResponseSpec, fmt: structured.Format | None = None) -> dict[str, Any]:
+    """One turn; incomplete where it stopped at its token limit before its end.  With a format,
+    a JSON document: guided by its grammar, checked before it is a success (Unfinished where the
+    limit came first)."""
     assert spec.text is not None
     ids = turn_input(turns.profile, turns.tokenizer, spec.text)
     if not ids:
         raise BadInput("the input text encodes to no tokens")
     params = with_stops(turns, decode_params(spec.params))
-    if turns.profile.facts == "slots":  # no fact and no tool was given: a slot or a call would point at nothing
+    if fmt is not None:  # a JSON document: the schema's grammar guides every position
+        params = replace(params, guide=structured.JsonGuide(turns.tokenizer, turns.cfg.vocab_size, turns.cfg.eos_id, fmt))
+    elif turns.profile.facts == "slots":  # no fact and no tool was given: a slot or a call would point at nothing
         end_by = params.max_new_tokens if params.max_new_tokens >= TEXT_LIMIT else None
         params = replace(params, guide=PlainText(turns.tokenizer, turns.cfg.eos_id, end_by))
     turns.report(text_at=turns.cached + len(ids))  # where its text starts: a stream's deltas follow it from there
     r = turns.turn(ids, params, text=spec.text)
+    if fmt is not None:  # checked before it is a success: closed, and valid against the schema
+        structured.document(text_of(turns, r.tokens), fmt, ended(turns, r.tokens))
     cut = not ended(turns, r.tokens) and len(r.tokens) >= params.max_new_tokens
     return {"session": r.session, "status": "incomplete" if cut else "completed",
             "incomplete": "max_output_tokens" if cut else None,

@@ -30,13 +30,19 @@ import numpy as np
 
 from domain import schemas
 from model.tokenizer import Tokenizer
-from runtime.errors import Unfinished, Unverified
+from runtime.errors import BadInput, Unfinished, Unverified
 
 #: the grammar's JSON layout: compact (no whitespace between a document's tokens), so a model
 #: cannot spend its tokens on spaces and newlines
 LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-#: what `json_object` asks for: any JSON object
-ANY_OBJECT: dict[str, Any] = {"type": "object"}
+#: what `json_object` is held to: a JSON object of at most 4 members, each named by up to 16
+#: identifier characters, each value any JSON value (an object of the same kind), so that it
+#: closes within a token limit (the grammar engine bounds no property name: no propertyNames)
+ANY_OBJECT: dict[str, Any] = {"$ref": "#/$defs/object", "$defs": {
+    "object": {"type": "object", "patternProperties": {"^[A-Za-z_][A-Za-z0-9_]{0,15}$": {"$ref": "#/$defs/value"}},
+               "additionalProperties": False, "maxProperties": 4},
+    "value": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+                        {"$ref": "#/$defs/object"}, {"type": "array", "items": {"$ref": "#/$defs/value"}}]}}}
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,21 @@ class Format:
         return cls(schema, str(fmt.get("name") or "output"), bool(fmt.get("strict") or False))
 
 
+def requested(text: dict[str, Any] | None) -> Format | None:
+    """A Responses request's `text` field -> the Format it asks for (None: text).  ValueError
+    with the reason where its format is not one setflow writes."""
+    return Format.of((text or {}).get("format"))
+
+
+def planned(spec: dict[str, Any], text: dict[str, Any] | None) -> dict[str, Any]:
+    """A response's job spec, refused (BadInput) where it asks for a JSON document from the
+    agent (tools the model calls): a structured answer of the agent is not written yet."""
+    if spec.get("mode") == "agent" and requested(text) is not None:
+        raise BadInput("text.format json_schema and json_object are written for a response without tools the model "
+                       "calls (setflow_metric, setflow_calc, a function it calls); drop the tools or the format")
+    return spec
+
+
 def problems(schema: Any) -> str | None:
     """Why `schema` may not hold a turn's output (the first reason); None: it may.  A tenant's
     schema's limits (domain/schemas.py: size, depth, local $ref only, RE2 patterns), then what
@@ -98,9 +119,11 @@ NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
 
 def bounded(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` with a bound on what it leaves unbounded: a free string at most STRING_CAP
-    characters, an array at most ITEMS_CAP items.  Every document valid against the bounded
-    schema is valid against `schema`; a model that never closes a string or an array (a small
-    one repeats itself) closes it by then, within its token limit."""
+    characters, an array at most ITEMS_CAP items, an object with named properties (that names
+    every required one) no others unless it says what they are.  Every document valid against
+    the bounded schema is valid against `schema`; a model that never closes a string, an array
+    or a run of made-up members (a small one repeats itself) closes it by then, within its
+    token limit."""
     out = copy.deepcopy(schema)
     for s in schemas.subschemas(out):
         t = s.get("type")
@@ -109,6 +132,10 @@ def bounded(schema: dict[str, Any]) -> dict[str, Any]:
             s["maxLength"] = max(STRING_CAP, int(s.get("minLength", 0)))
         if "array" in kinds and "maxItems" not in s:
             s["maxItems"] = max(ITEMS_CAP, int(s.get("minItems", 0)))
+        named = s.get("properties")
+        if (isinstance(named, dict) and not any(k in s for k in ("additionalProperties", "patternProperties"))
+                and all(r in named for r in s.get("required", []))):
+            s["additionalProperties"] = False
     return out
 
 

@@ -72,7 +72,7 @@ def view(job: JobRecord, *, snapshot: str | None = None) -> dict[str, Any]:
         "completed_at": _ts(job.finished_at) if final and st == "completed" else None,
         "max_output_tokens": req.get("max_output_tokens"), "previous_response_id": req.get("previous_response_id"),
         "conversation": {"id": req["conversation"]} if req.get("conversation") else None,
-        "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "text": {"format": (req.get("text") or {}).get("format") or {"type": "text"}}, "truncation": "disabled",
         "usage": None if usage is None else {
             "input_tokens": usage["input"], "input_tokens_details": {"cached_tokens": usage["cached"]},
             "output_tokens": usage["output"], "output_tokens_details": {"reasoning_tokens": 0},

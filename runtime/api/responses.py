@@ -21,6 +21,7 @@ from runtime.api.input_files import file_text
 from runtime.errors import BadInput, NotFound
 from runtime.jobs.specs import FunctionTool
 from runtime.tables import JobRecord
+from workflows import structured
 
 #: the routes whose errors and ids are OpenAI's (runtime/api/errors.py)
 OPENAI_PATHS = ("/v1/responses", "/v1/conversations", "/v1/models")
@@ -203,7 +204,7 @@ class CreateResponse(BaseModel):
     service_tier, safety_identifier, prompt_cache_key, prompt_cache_retention, top_logprobs: no
     logprobs are returned); max_tool_calls bounds the agent's calls; one that would change what
     comes back and that setflow does not do is refused (top_p other than 1, a text format other
-    than text)."""
+    than text, json_object or a json_schema it writes: workflows/structured.py)."""
 
     model_config = ConfigDict(extra="forbid")
     model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
@@ -266,9 +267,7 @@ class CreateResponse(BaseModel):
     @field_validator("text")
     @classmethod
     def _format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        fmt = (v or {}).get("format") or {"type": "text"}
-        if fmt.get("type") != "text":
-            raise ValueError("setflow writes text: text.format is {\"type\": \"text\"} or left out")
+        structured.requested(v)  # text, json_object, or a json_schema it writes (workflows/structured.py), or why not
         return v
 
     def items(self) -> list[dict[str, Any]]:
@@ -352,7 +351,7 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                     builtin=parked.spec.get("builtin", []), dataset=parked.spec.get("dataset"))
         if len(by_call) == 1:
             spec["output"] = next(iter(by_call.values()))
-        return spec
+        return structured.planned(spec, req.text)
     if outputs:
         raise BadInput(f"no call waits for an output here; got {[o['call_id'] for o in outputs]}")
     users = [m for m in messages if m["role"] == "user"]
@@ -364,7 +363,7 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                     dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
     else:  # the messages in order, each a line, read from `messages` (ResponseSpec): what a text model continues
         spec.update(mode="text")
-    return spec
+    return structured.planned(spec, req.text)
 
 
 def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[BuiltinTool]) -> str | None:

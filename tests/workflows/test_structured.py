@@ -30,7 +30,7 @@ def tok() -> Tokenizer:
 
 def test_a_text_format_is_read_or_refused_with_its_reason() -> None:
     assert Format.of(None) is None and Format.of({"type": "text"}) is None
-    assert Format.of({"type": "json_object"}) == Format({"type": "object"}, "json_object", False)
+    assert Format.of({"type": "json_object"}) == Format(structured.ANY_OBJECT, "json_object", False)
     f = Format.of({"type": "json_schema", "name": "person", "schema": PERSON, "strict": True})
     assert f == Format(PERSON, "person", True)
     refusals = {
@@ -51,9 +51,13 @@ def test_a_bounded_schema_closes_what_the_client_left_open_and_nothing_else() ->
     assert b["properties"]["tags"]["maxItems"] == structured.ITEMS_CAP
     assert b["properties"]["tags"]["items"]["maxLength"] == structured.STRING_CAP
     assert "maxLength" not in PERSON["properties"]["name"], "the client's schema is not changed"
+    open_ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    assert structured.bounded(open_)["additionalProperties"] is False, "no made-up members"
+    for kept_open in ({**open_, "required": ["a", "b"]}, {**open_, "additionalProperties": {"type": "integer"}}):
+        assert structured.bounded(kept_open) == kept_open
     kept = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"},
                                              "kind": {"type": "string", "enum": ["a", "b"]},
-                                             "long": {"type": "string", "maxLength": 500}}}
+                                             "long": {"type": "string", "maxLength": 500}}, "additionalProperties": False}
     assert structured.bounded(kept) == kept
 
 

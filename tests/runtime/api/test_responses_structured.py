@@ -1,0 +1,109 @@
+"""Structured output through the Responses API, against real worker processes, a real Redis and
+SQLite (app.demo.Stack), driven by the official `openai` SDK: text.format json_schema (a raw
+schema with strict) and json_object.  Every document that comes back as a success is
+valid against its schema (checked here again, by jsonschema); one the token limit cut fails with
+unfinished_document; a schema setflow does not take is refused at submission, with its reason,
+and changes nothing.
+
+The shipped model is small and was trained on narratives and agent calls, not JSON: what it
+writes in a string or a number is its own (often nonsense).  Values are asserted only where the
+schema fixes them (an enum, a bound, a const); validity always."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from app.demo import Stack
+from runtime.settings import Settings
+from tests.runtime.api.conftest import delete_keys
+
+pytestmark = pytest.mark.slow
+KEY = "sk-struct-acme-001"
+QUESTION = "Which region grew the most in 2025-Q4, and by how much?"
+GROWTH: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["region", "direction", "share", "rank", "note"],
+    "properties": {"region": {"type": "string", "enum": ["AMER", "EMEA", "APAC", "LATAM"]},
+                   "direction": {"type": "string", "enum": ["up", "down"]},
+                   "share": {"type": "number", "minimum": 0, "maximum": 1},
+                   "rank": {"type": "integer", "minimum": 1, "maximum": 4},
+                   "note": {"type": "string", "maxLength": 40},
+                   "source": {"type": "string", "const": "setflow"}}}
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    prefix = f"sfjson-{uuid.uuid4().hex[:10]}"
+    s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("structured"),
+                 api_keys={KEY: "acme"}, api_port=0, tenant_burst=1000, tenant_rate_per_s=1000.0)
+    st = Stack(s, workers=1).start()
+    try:
+        yield st
+    finally:
+        st.stop()
+        delete_keys(redis_url, f"{prefix}*")
+
+
+@pytest.fixture()
+def sdk(stack: Stack) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0, timeout=120) as c:
+        yield c
+
+
+@pytest.mark.parametrize("policy", ["prefix", "set", "ar"])
+def test_a_json_schema_response_is_a_document_valid_against_it(sdk: openai.OpenAI, policy: str) -> None:
+    fmt = {"type": "json_schema", "name": "growth", "schema": GROWTH, "strict": True}
+    r = sdk.responses.create(model="small", input=QUESTION, text={"format": fmt},  # type: ignore[arg-type]
+                             extra_body={"setflow": {"policy": policy, "window": 4 if policy != "ar" else 1,
+                                                     "tau": 0.9 if policy != "ar" else None}})
+    assert r.status == "completed", r.error
+    doc = json.loads(r.output_text)
+    jsonschema.validate(doc, GROWTH)
+    assert doc["region"] in ("AMER", "EMEA", "APAC", "LATAM") and 0 <= doc["share"] <= 1 and 1 <= doc["rank"] <= 4
+    assert doc.get("source", "setflow") == "setflow"
+    assert r.text.format.type == "json_schema" and r.text.format.name == "growth"  # type: ignore[union-attr]
+
+
+def test_json_object_is_a_json_object(sdk: openai.OpenAI) -> None:
+    """Held to a small object (workflows/structured.py ANY_OBJECT), so that it closes in time."""
+    r = sdk.responses.create(model="small", input="Describe EMEA's revenue as JSON.", text={"format": {"type": "json_object"}})
+    assert r.status == "completed", r.error
+    doc = json.loads(r.output_text)
+    assert isinstance(doc, dict) and len(doc) <= 4
+
+
+def test_a_document_the_limit_cuts_fails_and_is_never_a_success(sdk: openai.OpenAI) -> None:
+    fmt = {"type": "json_schema", "name": "growth", "schema": GROWTH, "strict": True}
+    r = sdk.responses.create(model="small", input=QUESTION, text={"format": fmt}, max_output_tokens=6)  # type: ignore[arg-type]
+    assert r.status == "failed" and r.error is not None
+    assert r.error.code == "unfinished_document", r.error  # type: ignore[comparison-overlap]
+    assert "token limit" in r.error.message and r.output == []
+
+
+@pytest.mark.parametrize("fmt, why", [
+    ({"type": "json_schema", "name": "x", "schema": {"$ref": "https://example.com/schema.json"}}, "points outside the document"),
+    ({"type": "json_schema", "name": "x", "schema": {"type": "string", "pattern": "(a)\\1"}}, "RE2"),
+    ({"type": "json_schema", "name": "x", "schema": {"type": "object", "description": "x" * 70_000}}, "bytes as JSON"),
+    ({"type": "json_schema", "name": "x"}, "needs its `schema`"),
+    ({"type": "grammar", "syntax": "lark", "definition": "start: /a+/"}, "text, json_schema or json_object"),
+])
+def test_a_schema_setflow_does_not_take_is_refused_with_its_reason(sdk: openai.OpenAI, fmt: dict[str, Any], why: str) -> None:
+    before = sdk.get("/jobs", cast_to=httpx.Response).json()["jobs"]
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.responses.create(model="small", input=QUESTION, text={"format": fmt})  # type: ignore[arg-type]
+    assert why in str(e.value.body)
+    assert sdk.get("/jobs", cast_to=httpx.Response).json()["jobs"] == before
+
+
+def test_a_json_answer_from_the_agent_is_refused_at_submission(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.responses.create(model="small", input="What was churn in EMEA in 2026-Q3?", tools=[{"type": "setflow_calc"}],  # type: ignore[list-item]
+                             text={"format": {"type": "json_schema", "name": "growth", "schema": GROWTH}})  # type: ignore[arg-type]
+    assert "without tools the model" in str(e.value.body)
