@@ -1,6 +1,7 @@
 """Structured output through the Responses API, against real worker processes, a real Redis and
-SQLite (app.demo.Stack), driven by the official `openai` SDK: text.format json_schema (a raw
-schema with strict) and json_object.  Every document that comes back as a success is
+SQLite (app.demo.Stack), driven by the clients that ask for it: the official `openai` SDK's
+text.format json_schema (responses.parse with a pydantic model, and a raw schema with strict)
+and json_object, and openai-agents' output_type.  Every document that comes back as a success is
 valid against its schema (checked here again, by jsonschema); one the token limit cut fails with
 unfinished_document; a schema setflow does not take is refused at submission, with its reason,
 and changes nothing.
@@ -11,14 +12,16 @@ schema fixes them (an enum, a bound, a const); validity always."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import jsonschema
 import openai
+import pydantic
 import pytest
 
 from app.demo import Stack
@@ -36,6 +39,15 @@ GROWTH: dict[str, Any] = {
                    "rank": {"type": "integer", "minimum": 1, "maximum": 4},
                    "note": {"type": "string", "maxLength": 40},
                    "source": {"type": "string", "const": "setflow"}}}
+
+
+class Growth(pydantic.BaseModel):
+    """What a client's pydantic model asks for (responses.parse, openai-agents' output_type)."""
+
+    region: Literal["AMER", "EMEA", "APAC", "LATAM"]
+    direction: Literal["up", "down"]
+    rank: int
+    note: str
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +81,13 @@ def test_a_json_schema_response_is_a_document_valid_against_it(sdk: openai.OpenA
     assert doc["region"] in ("AMER", "EMEA", "APAC", "LATAM") and 0 <= doc["share"] <= 1 and 1 <= doc["rank"] <= 4
     assert doc.get("source", "setflow") == "setflow"
     assert r.text.format.type == "json_schema" and r.text.format.name == "growth"  # type: ignore[union-attr]
+
+
+def test_the_sdks_parse_gives_the_clients_pydantic_model(sdk: openai.OpenAI) -> None:
+    r = sdk.responses.parse(model="small", input=QUESTION, text_format=Growth)
+    assert r.status == "completed", r.error
+    parsed = r.output_parsed
+    assert isinstance(parsed, Growth) and parsed.region in ("AMER", "EMEA", "APAC", "LATAM")
 
 
 def test_json_object_is_a_json_object(sdk: openai.OpenAI) -> None:
@@ -107,3 +126,22 @@ def test_a_json_answer_from_the_agent_is_refused_at_submission(sdk: openai.OpenA
         sdk.responses.create(model="small", input="What was churn in EMEA in 2026-Q3?", tools=[{"type": "setflow_calc"}],  # type: ignore[list-item]
                              text={"format": {"type": "json_schema", "name": "growth", "schema": GROWTH}})  # type: ignore[arg-type]
     assert "without tools the model" in str(e.value.body)
+
+
+def test_openai_agents_output_type_is_the_clients_model(stack: Stack) -> None:
+    """openai-agents sends output_type's schema as text.format json_schema (strict) and parses the
+    message into the client's model."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+
+    async def run() -> Any:
+        async with openai.AsyncOpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0) as client:
+            model = agents.OpenAIResponsesModel(model="small", openai_client=client)
+            return await agents.Runner.run(agents.Agent(name="analyst", instructions="Answer as the schema asks.",
+                                                        output_type=Growth, model=model), QUESTION)
+
+    result = asyncio.run(run())
+    assert isinstance(result.final_output, Growth) and result.final_output.direction in ("up", "down")
+    with openai.OpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0) as c:
+        fmt = c.responses.retrieve(result.raw_responses[-1].response_id).text.format  # type: ignore[union-attr]
+    assert fmt.type == "json_schema" and fmt.strict is True  # type: ignore[union-attr]
