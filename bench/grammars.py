@@ -145,11 +145,11 @@ def vocabulary(path: Path) -> tuple[str, int, int, Any]:
     return text, n, eos, hf
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--big", type=Path, default=None, help="a large tokenizers JSON vocabulary")
     ap.add_argument("--repeat", type=int, default=3, help="walks of each document (the times pooled)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     vocabs = {"shipped": SHIPPED} | ({"big": args.big} if args.big else {})
     out: dict[str, Any] = {"bench": "grammars", "rows": []}
     for vname, path in vocabs.items():
@@ -176,6 +176,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             out["rows"].append(row)
     print(json.dumps(out))
+    return out
 
 
 if __name__ == "__main__":
