@@ -124,14 +124,14 @@ def masked(allowed: Any, j: int, logits: Tensor, tok: Tensor, conf: Tensor, ids:
     the document it ends with."""
     if allowed is None:
         return
-    a = torch.from_numpy(allowed).to(logits.device)  # (vocab,) bool
-    assert a.numel() == logits.shape[-1], f"the guide's mask has {a.numel()} ids, the logits {logits.shape[-1]}"
-    n = int(a.sum())
+    assert len(allowed) == logits.shape[-1], f"the guide's mask has {len(allowed)} ids, the logits {logits.shape[-1]}"
+    n = int(allowed.sum())  # on the host, as the guide made it: no device op unless a token is refused
     if n == 1:
-        t = int(a.nonzero()[0, 0])
+        t = int(allowed.argmax())
         ids[j] = t
         tok[j], conf[j] = t, 1.0
-    elif n and not bool(a[ids[j]]):
+    elif n and not allowed[ids[j]]:
+        a = torch.from_numpy(allowed).to(logits.device)  # (vocab,) bool
         row = logits[j].float().clone()
         row[mask_id] = -torch.inf
         probs = row.softmax(-1)
