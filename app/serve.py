@@ -17,6 +17,7 @@ from celery import Celery
 from fastapi import FastAPI
 
 from runtime.api.app import create_app
+from runtime.api.routes.response_socket import WS_MAX_QUEUE, frame_ceiling
 from runtime.embedded import EmbeddedRedis
 from runtime.settings import Settings
 from workers.celery_app import make_app, sender
@@ -53,7 +54,8 @@ class ApiServer:
         self.port = port or free_port(self.host)
         self.app, self.celery = api_app(settings)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
-                                                   lifespan="on", timeout_graceful_shutdown=2))
+                                                   lifespan="on", timeout_graceful_shutdown=2,
+                                                   ws_max_size=frame_ceiling(settings), ws_max_queue=WS_MAX_QUEUE))
         self.thread = threading.Thread(target=self.server.run, name="setflow-api", daemon=True)
 
     @property
@@ -110,7 +112,8 @@ def serve(host: str | None, port: int | None) -> int:
         print(f"setflow API on http://{host}:{port} (docs: /docs)", flush=True)
         # open event streams end within 5 s of SIGTERM/SIGINT (clients resume with Last-Event-ID)
         with sigterm_as_ctrl_c():
-            uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+            uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
+                        ws_max_size=frame_ceiling(s), ws_max_queue=WS_MAX_QUEUE)
     except KeyboardInterrupt:  # the signal that stopped uvicorn, raised again: the expected end
         pass
     finally:

@@ -3,6 +3,7 @@ same conversation through the native API, and against a stateless client that re
 history every turn.
 
     python bench/responses.py [--quick] [--turns N] [--repeats R] [--max-output-tokens T] [--eos]
+    python bench/responses.py --tools [--quick] [--calls C] [--repeats R]
 
 One stack (app/demo.py Stack: the embedded Redis unless REDIS_URL, a SQLite file, the API on a
 thread of this process, one worker process of one torch thread), then R conversations of N user
@@ -38,6 +39,14 @@ The issue's targets, reported (never asserted): with state, turn N takes <= 1.2x
 native); the Responses route adds <= 10% to the native route (the median over every (repeat,
 turn) of sdk / native).  Memory: Redis used_memory after the warm-up and at the end, the
 worker's RSS now and its peak (VmHWM, summed over its process group).  Ends with one JSON line.
+
+--tools: a chain of C client tool calls (20: OpenAI's WebSocket mode is for loops of 20 and
+more) over one WebSocket (the SDK's responses.connect(), each turn a response.create frame with
+previous_response_id and the new items only) against the same chain over HTTP (responses.create
+per response, the SDK's pooled connection), R chains each way, the order alternating.  The
+chain: TOOL_QUESTION with one lookup function, each call answered from the sample dataset, the
+question asked again after each answer until C calls are made (two a question).  Timed: the
+wall clock around a whole chain, the socket's opening included.  Both ways must say the same.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ import openai  # noqa: E402
 
 from app.client import Client  # noqa: E402
 from app.demo import Stack  # noqa: E402
+from domain.tools import Dataset  # noqa: E402
 from runtime.db import make_engine  # noqa: E402
 from runtime.embedded import from_url  # noqa: E402
 from runtime.sessions.records import Records  # noqa: E402
@@ -83,6 +93,13 @@ LINES = ["Revenue in EMEA rose 4% in Q3.", "Churn in APAC fell to 2.1% in Q3.",
          "Revenue in LATAM rose 11% in Q3.", "Tickets in EMEA fell 4% after the fix.",
          "Latency in APAC rose to 240 ms.", "Revenue in AMER reached 427 in Q3."]
 EXT = {"policy": "ar", "window": 1, "tau": None}  # greedy AR: one token a step
+TOOL_QUESTION = "By how much did revenue in EMEA change from 2026-Q2 to 2026-Q3, in percent?"
+LOOKUP: dict[str, Any] = {"type": "function", "name": "get_kpi", "description": "a KPI's value in a market and quarter",
+                          "parameters": {"type": "object", "required": ["kpi", "market", "quarter"],
+                                         "properties": {"kpi": {"type": "string"}, "market": {"type": "string"},
+                                                        "quarter": {"type": "string"}}}}
+TOOL_WAYS = ("socket", "http")
+TOOLS_QUICK = {"calls": 20, "repeats": 2}
 
 
 def expected(way: str, k: int) -> str:
@@ -211,6 +228,70 @@ def summarise(convs: list[Conversation], n_turns: int) -> dict[str, Any]:
     return rows
 
 
+def tool_chain(sdk: openai.OpenAI, socket: bool, calls: int) -> dict[str, Any]:
+    """One chain of `calls` tool calls (--tools), over a socket or HTTP: its wall time and what it said."""
+    data, said, prev = Dataset(2026), [], None  # the worker's sample dataset's values
+    inp: str | list[dict[str, Any]] = TOOL_QUESTION
+    made = 0
+    t = time.perf_counter()
+    conn = sdk.responses.connect().enter() if socket else None
+    try:
+        while True:
+            kw: dict[str, Any] = {"model": MODEL, "input": inp, "tools": [LOOKUP],
+                                  **({"previous_response_id": prev} if prev else {})}
+            if conn is None:
+                r = sdk.responses.create(**kw)
+            else:
+                conn.response.create(**kw)
+                r = next(ev for ev in conn if ev.type in ("response.completed", "response.incomplete",
+                                                           "response.failed", "error"))
+                if r.type == "error":
+                    raise RuntimeError(f"socket: {r.error}")
+                r = r.response
+            if r.status != "completed":
+                raise RuntimeError(f"response {r.id} ({'socket' if socket else 'http'}) is {r.status}: {r.error}")
+            prev, item = r.id, r.output[0]
+            if item.type == "function_call":
+                a, made = json.loads(item.arguments), made + 1
+                said.append(item.arguments)
+                inp = [{"type": "function_call_output", "call_id": item.call_id,
+                        "output": data.lookup(a["kpi"], a["market"], a["quarter"])}]
+            else:
+                said.append(r.output_text)
+                if made >= calls:
+                    break
+                inp = TOOL_QUESTION
+    finally:
+        if conn is not None:
+            conn.close()
+    return {"ms": 1000 * (time.perf_counter() - t), "responses": len(said), "calls": made, "said": said}
+
+
+def tools(stack: Stack, calls: int, repeats: int) -> dict[str, Any]:
+    """--tools: R chains each way, the order alternating, after one short chain each way (warm-up)."""
+    sdk = openai.OpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0, timeout=120)
+    try:
+        for way in TOOL_WAYS:
+            tool_chain(sdk, way == "socket", 2)
+        print(f"responses benchmark, tools: 1 worker; {repeats} chains of {calls} tool calls per way", flush=True)
+        runs: dict[str, list[dict[str, Any]]] = {w: [] for w in TOOL_WAYS}
+        for rep in range(repeats):
+            for way in TOOL_WAYS[::1 if rep % 2 == 0 else -1]:
+                runs[way].append(tool_chain(sdk, way == "socket", calls))
+            print(f"  repeat {rep + 1}: " + "; ".join(f"{w} {runs[w][-1]['ms']:.0f} ms" for w in TOOL_WAYS), flush=True)
+    finally:
+        sdk.close()
+    ms = {w: med([x["ms"] for x in runs[w]]) for w in TOOL_WAYS}
+    n = runs["http"][0]["responses"]
+    same = all(x["said"] == runs["http"][0]["said"] for w in TOOL_WAYS for x in runs[w])
+    out = {"bench": "responses", "mode": "tools", "calls": calls, "repeats": repeats, "workers": 1,
+           "responses_per_chain": n, "chain_ms_p50": ms, "ms_per_response_p50": {w: round(ms[w] / n, 1) for w in ms},
+           "socket_over_http_p50": ratio(ms["socket"], ms["http"]), "same_output": same}
+    print(f"chain of {calls} tool calls ({n} responses), median: socket {ms['socket']} ms, http {ms['http']} ms; "
+          f"socket / http {out['socket_over_http_p50']}; both ways said the same: {same}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -220,7 +301,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--max-output-tokens", type=int, default=16, help="tokens each answer has (default 16)")
     ap.add_argument("--eos", action="store_true", help="answers end at EOS (at most --max-output-tokens): their "
                                                         "decode then differs from turn to turn")
+    ap.add_argument("--tools", action="store_true", help="a chain of tool calls over a WebSocket against over HTTP")
+    ap.add_argument("--calls", type=int, default=20, help="--tools: tool calls per chain (default 20, even)")
     args = ap.parse_args(argv)
+    if args.tools and (args.calls < 2 or args.calls % 2 or args.repeats < 1):
+        ap.error("--calls: an even number >= 2 (two lookups a question); --repeats >= 1")
     if min(args.turns, args.repeats, args.max_output_tokens) < 1 or args.turns > len(LINES):
         ap.error(f"--turns in [1, {len(LINES)}], --repeats and --max-output-tokens >= 1")
     n_turns, repeats = (QUICK["turns"], QUICK["repeats"]) if args.quick else (args.turns, args.repeats)
@@ -231,7 +316,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                      tenant_burst=10_000, tenant_rate_per_s=10_000.0, max_streams_per_tenant=1000)
         stack = Stack(s, workers=1).start()
         try:
-            result = _run(stack, n_turns, repeats, args.max_output_tokens, args.eos)
+            if args.tools:
+                result = tools(stack, TOOLS_QUICK["calls"] if args.quick else args.calls,
+                               TOOLS_QUICK["repeats"] if args.quick else args.repeats)
+            else:
+                result = _run(stack, n_turns, repeats, args.max_output_tokens, args.eos)
         finally:
             external = stack.redis_server is None
             stack.stop()

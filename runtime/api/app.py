@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from runtime.api import errors, gate
 from runtime.api.idempotency import Idempotent
 from runtime.api.routes import conversations, datasets, docs, jobs, models, ops, page, responses, schedules, sessions, webhooks
+from runtime.api.routes.response_socket import router as response_socket
 from runtime.api.services import Services
 from runtime.api.shares import ApiShares
 from runtime.embedded import from_url
@@ -67,8 +68,8 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     app.add_middleware(gate.Paced, shares=shares, inflight=settings.tenant_max_inflight)
     app.add_middleware(errors.Caught)  # outermost: whatever escapes is a JSON 500 and one log line
 
-    for r in (sessions.router, jobs.router, datasets.router, responses.router, conversations.router, models.router,
-              webhooks.router, schedules.router, ops.router, page.router, docs.router):
+    for r in (sessions.router, jobs.router, datasets.router, responses.router, response_socket, conversations.router,
+              models.router, webhooks.router, schedules.router, ops.router, page.router, docs.router):
         app.include_router(r)
     app.mount(docs.ASSETS, docs.assets)
     return app

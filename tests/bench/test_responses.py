@@ -55,3 +55,14 @@ def test_bad_arguments_exit_with_a_usage_error() -> None:
     with pytest.raises(SystemExit) as e:
         _bench_main("responses")(["--turns", "0"], prog="responses")
     assert e.value.code == 2
+
+
+def test_a_tool_chain_over_a_socket_and_over_http_says_the_same(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    result = _bench_main("responses")(["--tools", "--calls", "2", "--repeats", "1"], prog="responses")
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == json.loads(json.dumps(result)) and result["mode"] == "tools"
+    assert result["calls"] == 2 and result["responses_per_chain"] == 3 and result["same_output"] is True
+    assert set(result["chain_ms_p50"]) == {"socket", "http"} and all(v > 0 for v in result["chain_ms_p50"].values())
+    assert result["socket_over_http_p50"] > 0

@@ -19,8 +19,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import aclosing, contextmanager
 from typing import Annotated, Any
 
 import redis
@@ -532,10 +532,7 @@ def _sse(ev: dict[str, Any]) -> str:
 
 async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: bool,
                   created: bool) -> AsyncIterator[str]:
-    """The response's events with sequence_number > after: translated from the job's event
-    stream from its start (response_stream.Translator: the same events and numbers on every read), the
-    last ones from its row once it has ended (SQL is the truth: read every second too, so the
-    stream ends with the job even if its final event was lost)."""
+    """The response's events (events) as server-sent events, in one of the tenant's stream slots."""
     # checked and counted in one step (no await between them): of streams that passed the route's
     # check together, the one over the cap says so (OpenAI's error event), and the response it
     # created is cancelled, as a 429 before it would have left nothing running
@@ -547,52 +544,65 @@ async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: boo
                 _abandon(svc, job)
         return
     with svc.stream_slot(who):  # counted while it runs (a stream never started holds nothing)
-        r = svc.aclient()
-        key, at = svc.keys.events(job.id), "0"
-        tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""),
-                                        steps=bool(job.spec.get("request", {}).get("step_events")))
-        quiet = checked = time.monotonic()
-        try:
-            for ev in tr.start():
-                if ev["sequence_number"] > after:
-                    yield _sse(ev)
-            while True:
-                ended = False
-                try:
-                    for eid, raw in entries(await r.xread({key: at}, count=1000, block=1000)):
-                        at, quiet = eid, time.monotonic()
+        async with aclosing(events(svc, job, after, drop)) as evs:
+            async for ev in evs:
+                yield ": keep-alive\n\n" if ev is None else _sse(ev)
+
+
+async def events(svc: Services, job: JobRecord, after: int,
+                 drop: bool) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """The response's events with sequence_number > after: translated from the job's event
+    stream from its start (response_stream.Translator: the same events and numbers on every read), the
+    last ones from its row once it has ended (SQL is the truth: read every second too, so the
+    stream ends with the job even if its final event was lost).  None: KEEPALIVE_S went by
+    without one.  `drop` (store false): forgotten at its end, abandoned where the reader leaves
+    first.  The SSE stream (_events) and a WebSocket (routes/response_socket.py) read it alike."""
+    r = svc.aclient()
+    key, at = svc.keys.events(job.id), "0"
+    tr = response_stream.Translator(job, await run_sync(svc.tokenizer, ""),
+                                    steps=bool(job.spec.get("request", {}).get("step_events")))
+    quiet = checked = time.monotonic()
+    try:
+        for ev in tr.start():
+            if ev["sequence_number"] > after:
+                yield ev
+        while True:
+            ended = False
+            try:
+                for eid, raw in entries(await r.xread({key: at}, count=1000, block=1000)):
+                    at, quiet = eid, time.monotonic()
+                    for ev in tr.feed(raw):
+                        if ev["sequence_number"] > after:
+                            yield ev
+                    ended = ended or (raw.get("type") == "status" and raw.get("status") in TERMINAL)
+            except redis.RedisError:
+                await asyncio.sleep(0.5)
+                continue
+            now = time.monotonic()
+            if ended or now - checked >= 1.0:
+                checked = now
+                final = await run_sync(svc.jobs.get, job.id)
+                if final.status in TERMINAL:
+                    # what the stream holds that this read has not reached yet comes first
+                    for eid, raw in entries(await r.xread({key: at}, count=100_000)):
+                        at = eid
                         for ev in tr.feed(raw):
                             if ev["sequence_number"] > after:
-                                yield _sse(ev)
-                        ended = ended or (raw.get("type") == "status" and raw.get("status") in TERMINAL)
-                except redis.RedisError:
-                    await asyncio.sleep(0.5)
-                    continue
-                now = time.monotonic()
-                if ended or now - checked >= 1.0:
-                    checked = now
-                    final = await run_sync(svc.jobs.get, job.id)
-                    if final.status in TERMINAL:
-                        # what the stream holds that this read has not reached yet comes first
-                        for eid, raw in entries(await r.xread({key: at}, count=100_000)):
-                            at = eid
-                            for ev in tr.feed(raw):
-                                if ev["sequence_number"] > after:
-                                    yield _sse(ev)
-                        for ev in tr.finish(final):
-                            if ev["sequence_number"] > after:
-                                yield _sse(ev)
-                        if drop:
-                            drop = False
-                            await run_sync(forget, svc, final)
-                        return
-                if now - quiet >= KEEPALIVE_S:
-                    quiet = now
-                    yield ": keep-alive\n\n"
-        finally:
-            if drop:  # the client left before the end (or this read failed): nobody can read it now
-                _abandon(svc, job)
-            await r.aclose()
+                                yield ev
+                    for ev in tr.finish(final):
+                        if ev["sequence_number"] > after:
+                            yield ev
+                    if drop:
+                        drop = False
+                        await run_sync(forget, svc, final)
+                    return
+            if now - quiet >= KEEPALIVE_S:
+                quiet = now
+                yield None
+    finally:
+        if drop:  # the client left before the end (or this read failed): nobody can read it now
+            _abandon(svc, job)
+        await r.aclose()
 
 
 _LATER: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to its tasks
