@@ -4,7 +4,7 @@ against real worker processes, a real Redis and SQLite (test_responses.py's stac
 between responses with the worker that holds the session killed (-9), once in the middle of a
 response, and resumed each time on a new socket from previous_response_id, ends token for token
 as the same chain over one unbroken socket and over HTTP; the upgrade itself, refused and
-accepted, as uvicorn answers it."""
+accepted, as uvicorn answers it; frames sent while a response runs wait their turn, four at most."""
 
 from __future__ import annotations
 
@@ -155,3 +155,22 @@ def test_the_upgrade_refused_and_accepted_as_uvicorn_answers_it(stack: Stack) ->
         with pytest.raises(websockets.ConnectionClosed) as closed:
             ws.recv(timeout=30)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+def test_frames_sent_while_a_response_runs_wait_in_order_four_at_most(stack: Stack) -> None:
+    url = stack.api.url.replace("http://", "ws://") + "/v1/responses"
+    long = {"type": "response.create", "model": "small", "input": "Revenue rose in EMEA", "max_output_tokens": 48,
+            "setflow": {"policy": "ar", "window": 1, "tau": None, "ignore_eos": True}}
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        ws.send(json.dumps(long))
+        assert json.loads(ws.recv(timeout=30))["type"] == "response.created"
+        for i in range(6):  # while it runs: four wait their turn, two are refused
+            ws.send(json.dumps({"type": f"not.an.event.{i}", "stream_id": f"lane-{i}"}))
+        evs = []
+        while len([e for e in evs if e["type"] == "error"]) < 6:
+            evs.append(json.loads(ws.recv(timeout=60)))
+    ended = next(i for i, e in enumerate(evs) if e["type"] in TERMINAL)
+    assert evs[ended]["type"] == "response.incomplete" and all(e["type"] != "error" for e in evs[:ended])
+    errs = evs[ended + 1:]
+    assert [e["error"]["code"] for e in errs] == ["rate_limited"] * 2 + ["bad_input"] * 4
+    assert [e["stream_id"] for e in errs[2:]] == [f"lane-{i}" for i in range(4)]  # the four that waited, in order
