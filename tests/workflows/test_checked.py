@@ -236,7 +236,7 @@ def test_an_answer_with_no_result_to_rest_on_is_decoded_again_then_fails_unverif
     """No call made: the answer is checked all the same (never `verified: None`); its retry is the
     question alone, as a document of its own (tests/workflows/test_agent.py: flagged instead)."""
     model, tok = loaded
-    turns = Scripted(tok, model.cfg, ["A: 7.", "A: 7."])
+    turns = Scripted(tok, model.cfg, ["A: The result is 7.", "A: The result is 7."])  # an answer form
     with pytest.raises(Unverified) as e:
         agent.run(turns, AgentSpec(question="What is 3 + 4?"))
     assert e.value.code == "unverified" and e.value.problems == ["the answer rests on no result: no call was made"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
 
 from runtime.errors import BadInput, ClaimLost, Duplicate, NotFound, OverBudget, RateLimited
 from runtime.jobs.rows import Jobs
@@ -183,13 +183,18 @@ def test_a_tenant_over_its_unfinished_jobs_cap_is_refused_and_others_are_not(db_
 
 
 def test_a_job_in_a_busy_shared_queue_is_stale_only_past_three_times_the_bound(db_engine: Engine, session: str) -> None:
-    jobs = Jobs(db_engine, Settings(job_requeue_after_s=0.1))
+    jobs = Jobs(db_engine, Settings(job_requeue_after_s=60))
     job, _ = jobs.create("turn", "acme", SPEC, session)
     jobs.mark_dispatched(job.id, "sf.interactive")
-    time.sleep(0.15)
+
+    def sent_ago(s: float) -> None:  # the dispatch moved back in time (a state, whatever the machine's pace)
+        with db_engine.begin() as db:
+            db.execute(update(JobRecord).where(JobRecord.id == job.id).values(dispatched_at=time.time() - s))
+
+    sent_ago(90)  # past the bound, within 3 times it
     assert [j.id for j in jobs.stale([])] == [job.id]
     assert jobs.stale([], ["sf.interactive"]) == [], "it waits its turn in a backlog every worker serves"
-    time.sleep(0.2)
+    sent_ago(200)
     assert [j.id for j in jobs.stale([], ["sf.interactive"])] == [job.id], "lost after all: resent"
 
 
