@@ -34,6 +34,11 @@ pdf-libs:
 	  echo "make: libharfbuzz-subset0 is absent and could not be installed: PDFs embed whole fonts"
 
 # ruff first (seconds): a lint error fails the run before the suite starts
+# the suite in two processes (pytest-xdist), a test file to each at a time: its tests share their
+# module's fixtures (a stack of real workers) as in one process; every test isolates its own state
+# (key prefix, database schema, ports), so files need no order
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
 test: $(STAMP) browser pdf-libs
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

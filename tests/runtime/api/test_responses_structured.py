@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -25,11 +24,11 @@ import pydantic
 import pytest
 
 from app.demo import Stack
-from runtime.settings import Settings
-from tests.runtime.api.conftest import delete_keys
+from tests.runtime.api import test_responses as base
+from tests.runtime.api.test_responses import KEY
 
 pytestmark = pytest.mark.slow
-KEY = "sk-struct-acme-001"
+stack = base.stack  # test_responses.py's stack (its own, for this module)
 QUESTION = "Which region grew the most in 2025-Q4, and by how much?"
 GROWTH: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["region", "direction", "share", "rank", "note"],
@@ -48,19 +47,6 @@ class Growth(pydantic.BaseModel):
     direction: Literal["up", "down"]
     rank: int
     note: str
-
-
-@pytest.fixture(scope="module")
-def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prefix = f"sfjson-{uuid.uuid4().hex[:10]}"
-    s = Settings(redis_url=redis_url, key_prefix=prefix, data_dir=tmp_path_factory.mktemp("structured"),
-                 api_keys={KEY: "acme"}, api_port=0, tenant_burst=1000, tenant_rate_per_s=1000.0)
-    st = Stack(s, workers=1).start()
-    try:
-        yield st
-    finally:
-        st.stop()
-        delete_keys(redis_url, f"{prefix}*")
 
 
 @pytest.fixture()
