@@ -34,13 +34,14 @@ def solo(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
 def interactive_goes_first(c: LocalCluster, slots: int, timeout_s: float = 60) -> tuple[JobRecord, JobRecord]:
     """Fill every slot with long jobs, queue a batch job, then an interactive one: the interactive
     one starts first.  Returns (batch, interactive) as submitted."""
-    # long enough that none ends before the two small jobs are queued (a few hundred ms in all),
+    # long enough that none ends before the two small jobs are queued (a few hundred ms in all, seconds
+    # on a loaded machine, where the last slot's first step can come well after the first's),
     # and one clearly first: the slot it frees decides (busy jobs ending together would free two
     # slots at once, and which small job claims first would be a race)
     def long(n: int) -> dict[str, object]:
         return {**LONG, "params": {**LONG["params"], "max_new_tokens": n}}  # type: ignore[dict-item]
 
-    busy = [c.submit(c.open("acme"), long(480 if i == 0 else 960)) for i in range(slots)]
+    busy = [c.submit(c.open("acme"), long(900 if i == 0 else 1800)) for i in range(slots)]
     for job in busy:
         steps_seen(c, job, 1)
     assert all(c.jobs.get(j.id).status == "running" for j in busy), "every slot busy when the two arrive"

@@ -699,6 +699,9 @@ def test_a_pass_does_not_wait_for_a_slow_receiver(db_engine: Engine, jobs: Jobs,
         second = sender.deliver_due()
         in_flight = time.monotonic() - t0 < settings.webhook_timeout_s
         assert second["delivered"] == 1 and len(rx.got) == 1 and (second["retried"] == 0 or not in_flight), second
+        deadline = time.monotonic() + 30  # the first delivery's connection, accepted by the receiver's thread
+        while slow.connections < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert slow.connections == 1, "one delivery at a time to an endpoint"
         sender.wait_s = math.inf
         assert sender.deliver_due()["retried"] + second["retried"] == 1
