@@ -32,14 +32,6 @@ AVX512 INLINE __m512 load16(const void *p, int bf16, long off) {
     return _mm512_loadu_ps((const float *)p + off);
 }
 
-INLINE float at1(const void *p, int bf16, long off) {
-    if (!bf16) return ((const float *)p)[off];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[off] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static inline uint16_t to_bf16(float f) { /* nearest even (no NaN here: a row attends >= 1 key) */
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -92,7 +84,7 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
     const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
     for (int i = 0; i < R; i++) {
         const void *qr = (const char *)a->q + (b * a->qsb + t * a->qst + (h + i) * a->qsh) * esz;
-        for (long d = 0; d < D; d++) r->qf[i][d] = at1(qr, a->bf16, d);
+        for (long d = 0; d < D; d++) r->qf[i][d] = at(qr, a->bf16, d);
     }
     float sums[16];
     long j = 0;
@@ -190,8 +182,8 @@ AVX512 static void pair(const att_t *a, const room_t *r, long b, long g) {
             _mm512_storeu_ps(r->vp + s * D + d, load16(vr, a->bf16, d));
         }
         for (long d = D16; d < D; d++) {
-            r->kp[s * D + d] = at1(kr, a->bf16, d);
-            r->vp[s * D + d] = at1(vr, a->bf16, d);
+            r->kp[s * D + d] = at(kr, a->bf16, d);
+            r->vp[s * D + d] = at(vr, a->bf16, d);
         }
     }
     for (long t = 0; t < a->T; t++) {
@@ -206,7 +198,7 @@ AVX512 static void pair(const att_t *a, const room_t *r, long b, long g) {
             n += __builtin_popcount(on);
         }
         for (; s < S; s++) {
-            float m = at1(mr, a->mbf16, s);
+            float m = at(mr, a->mbf16, s);
             if (m != -INFINITY) {
                 r->idx[n] = (int)s;
                 r->madd[n++] = m;

@@ -1,14 +1,26 @@
-/* The lane sums both kernels reduce by (model/rowdot.c, model/attend.c): one fixed tree each, so
-   an output's bits do not depend on which of them, or how many at once, summed it.  Included,
-   never compiled alone. */
+/* What both kernels (model/rowdot.c, model/attend.c) share: an element read as fp32, and the
+   lane sums they reduce by (one fixed tree each, so an output's bits do not depend on which of
+   them, or how many at once, summed it).  Included, never compiled alone. */
 
 #ifndef SETFLOW_LANES_H
 #define SETFLOW_LANES_H
 
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline))
+
+static inline float bf16_at(const void *p, long off) {
+    uint32_t u = (uint32_t)((const uint16_t *)p)[off] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* element off of an fp32 or bf16 array, as fp32 (a bf16 widens exactly) */
+INLINE float at(const void *p, int bf16, long off) { return bf16 ? bf16_at(p, off) : ((const float *)p)[off]; }
 
 /* 8 lanes: l + l+4, then + 2, then + 1 */
 static inline float hsum8(__m256 v) {

@@ -25,15 +25,6 @@
 
 #define MAX_THREADS 64
 
-static inline float bf16_at(const void *p, long off) {
-    uint32_t u = (uint32_t)((const uint16_t *)p)[off] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* an element of x or w as fp32 (the tail's scalar FMAs) */
-INLINE float at(const void *p, int bf16, long off) { return bf16 ? bf16_at(p, off) : ((const float *)p)[off]; }
 
 
 /* ---- kind 0: AVX2 + FMA, 8 lanes.  mr rows of x (fp32) times nr rows of w; y[i][j] at
