@@ -23,7 +23,7 @@ from app.client import Client
 from app.serve import ApiServer, port_free, sigterm_as_ctrl_c
 from runtime.db import database_url
 from runtime.embedded import EmbeddedRedis, from_url
-from runtime.jobs import models
+from runtime.jobs import hosts
 from runtime.jobs.routing import Routing
 from runtime.settings import Settings, redact
 from workers.local import spawn_worker, worker_env
@@ -106,7 +106,7 @@ class Stack:
         try:
             for name, p in zip(names, procs):
                 # alive, and its model's card published: what the API checks submissions against
-                while not routing.alive(name) or models.read(client, self.s) is None:
+                while not routing.alive(name) or hosts.read(client, self.s) is None:
                     if p.poll() is not None or time.monotonic() > deadline:
                         tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
                         raise RuntimeError(f"worker {name} did not start:\n{tail}")

@@ -3,7 +3,7 @@ first job) and kept for the process's life:
 the model (Settings.model_dir, else the shipped one) with its profile, on its device (CUDA with
 bf16 when present, else CPU with capped torch threads; Settings.dtype), the
 engine with its warm sessions, and clients of Redis and the database.  Once built, its model's
-card (fingerprint, config, tokenizer) is published for the API (runtime/jobs/models.py).
+card (fingerprint, config, tokenizer) is published for the API (runtime/jobs/hosts.py).
 Celery's prefork pool forks before the first job, so nothing here (torch above all) is loaded in
 the parent."""
 
@@ -27,7 +27,7 @@ from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.embedded import client as redis_client
-from runtime.jobs import models
+from runtime.jobs import hosts
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.hosts import Host
 from runtime.jobs.rows import Jobs
@@ -136,6 +136,6 @@ def _build() -> Runtime:
     # and which model and numerics this worker hosts (with the card, every heartbeat): what
     # submissions are bound to and routed by
     name, host = worker_name(s), Host(eng.model_name, eng.fp, eng.numerics)
-    models.keep_published(client, s, models.ModelCard(eng.fp, model.cfg, tok.to_str(), profile.to_json()),
+    hosts.keep_published(client, s, hosts.ModelCard(eng.fp, model.cfg, tok.to_str(), profile.to_json()),
                           every_s=s.worker_heartbeat_s, stop=threading.Event(), host=(name, host))
     return Runtime(s, name, eng, tok, jobs, Dispatcher(client, jobs, sender(app)), profile, host)

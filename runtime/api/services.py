@@ -22,14 +22,13 @@ from runtime.embedded import async_from_url
 from runtime.errors import BadInput
 from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Admission, Dispatcher, Send
-from runtime.jobs.hosts import Host, Hosts
-from runtime.jobs.metrics import TurnMetrics
-from runtime.jobs.models import Cards
+from runtime.jobs.fairness import RateLimiter
+from runtime.jobs.hosts import Cards, Host, Hosts
 from runtime.jobs.plans import check_ids
-from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import AgentSpec, check_spec
 from runtime.keys import Keys, model_name
+from runtime.sessions.metrics import TurnMetrics
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings

@@ -28,9 +28,8 @@ from redis.exceptions import LockError
 
 from runtime.errors import BadInput, NotFound
 from runtime.jobs.events import JobEvents
-from runtime.jobs.fairness import Fairness
+from runtime.jobs.fairness import Fairness, RateLimiter
 from runtime.jobs.hosts import Host
-from runtime.jobs.ratelimit import RateLimiter
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import check_spec, resolved

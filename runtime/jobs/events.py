@@ -9,7 +9,7 @@ Every entry has one field, `data`, a JSON object with a `type`:
     {"type": "cancel_requested"}
 
 The stream is trimmed to Settings.events_maxlen entries and expires events_ttl_s after its last
-event.  A worker sends step events in batches, every FLUSH_S (runtime/jobs/channel.py).
+event.  A worker sends step events in batches, every FLUSH_S (runtime/jobs/context.py JobChannel).
 
 A tenant's streams are in its byte account (what runtime/sessions/budget.py checks):
 after each write the stream's size (MEMORY USAGE: what it holds after trimming, not the sum of
@@ -358,7 +358,7 @@ class JobEvents:
 
     def request_cancel(self, tenant: str, job: str) -> None:
         """The flag (for a worker that starts the job later) and a message on the same name (for
-        the worker running it now: runtime/jobs/channel.py)."""
+        the worker running it now: runtime/jobs/context.py JobChannel)."""
         with self.r.pipeline(transaction=False) as p:
             p.set(self.k.cancel(job), 1, ex=self.s.events_ttl_s)
             p.publish(self.k.cancel(job), 1)

@@ -19,11 +19,11 @@ from model import shipped
 from runtime.db import make_engine
 from runtime.embedded import EmbeddedRedis
 from runtime.jobs.dispatch import Dispatcher
-from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.rows import Jobs
 from runtime.keys import Keys
 from runtime.sessions.engine import Engine
+from runtime.sessions.metrics import TurnMetrics
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings

@@ -29,7 +29,6 @@ from runtime.db import make_engine
 from runtime.errors import Unverified
 from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.events import JobEvents
-from runtime.jobs.metrics import TurnMetrics
 from runtime.jobs.params import ParamsSpec
 from runtime.jobs.payload import PayloadSpec
 from runtime.jobs.routing import Routing
@@ -37,6 +36,7 @@ from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import AgentSpec, NarrativeSpec
 from runtime.sessions.engine import Engine
 from runtime.sessions.local import LocalTurns
+from runtime.sessions.metrics import TurnMetrics
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult

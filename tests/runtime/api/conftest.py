@@ -26,7 +26,7 @@ from app.serve import ApiServer
 from model import checkpoint, shipped
 from runtime.api.app import create_app
 from runtime.api.services import Services
-from runtime.jobs import models
+from runtime.jobs import hosts as models
 from runtime.keys import Keys
 from runtime.sessions.engine import FP_LEN
 from runtime.settings import Settings

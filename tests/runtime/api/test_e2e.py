@@ -27,7 +27,7 @@ from model import shipped
 from model.decode import generate
 from model.params import DecodeParams
 from runtime.db import make_engine
-from runtime.jobs import models
+from runtime.jobs import hosts as models
 from runtime.jobs.events import JobEvents
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import Records

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from runtime.jobs.ratelimit import RateLimiter
+from runtime.jobs.fairness import RateLimiter
 from tests.runtime.api.conftest import ACME, AGENT, GLOBEX, INFILL, NARRATIVE, REPORT, TURN, Api, running_api
 from tests.runtime.api.test_exports import narrative_result
 

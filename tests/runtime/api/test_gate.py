@@ -14,7 +14,7 @@ import pytest
 from starlette.types import Message
 
 from runtime.api.gate import charset_problem, lone_surrogate
-from runtime.jobs import ratelimit
+from runtime.jobs import fairness as ratelimit
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api
 
 BAD_JSON = b'{"kind": "narrative", "spec": '  # cut short: a 422 if it were parsed

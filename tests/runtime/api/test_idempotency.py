@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.serve import ApiServer
 from runtime.api import idempotency
-from runtime.jobs import models
+from runtime.jobs import hosts as models
 from runtime.tables import IdempotencyRecord
 from tests.conftest import pg_schema
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, Api, api_server, api_settings, delete_keys, shipped_card

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.jobs import models
+from runtime.jobs import hosts as models
 from tests.runtime.api.conftest import ACME, NARRATIVE, TURN, Api, shipped_card
 
 

@@ -1,5 +1,5 @@
-"""runtime/jobs/dispatch.py, reaper.py (its jobs passes), ratelimit.py, routing.py and schemas.py on a real Redis and a real
-database.  The transport is a list here (what would be sent, to which queue); the real Celery
+"""runtime/jobs/dispatch.py, reaper.py (its jobs passes), fairness.py (its rate limit), routing.py and
+schemas.py on a real Redis and a real database.  The transport is a list here (what would be sent, to which queue); the real Celery
 path is tested in tests/workers/."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy import update
 from runtime.db import make_engine
 from runtime.errors import BadInput, NotFound, RateLimited
 from runtime.jobs.dispatch import Admission, Dispatcher
-from runtime.jobs.ratelimit import RateLimiter
+from runtime.jobs.fairness import RateLimiter
 from runtime.jobs.reaper import Reaper
 from runtime.jobs.routing import Routing, consumed_by
 from runtime.jobs.rows import Jobs

@@ -1,4 +1,4 @@
-"""runtime/jobs/models.py on a real Redis: a card round-trips (config, tokenizer), the pointer
+"""runtime/jobs/hosts.py (its model cards) on a real Redis: a card round-trips (config, tokenizer), the pointer
 names the current one, a card is found by its fingerprint after another took the pointer, a
 hash that is not a card reads as none; the cache sees a first card at once and a new pointer
 after its recheck interval."""
@@ -14,9 +14,8 @@ import redis
 
 import model
 from model.config import ModelConfig
-from runtime.jobs import models
-from runtime.jobs.hosts import Host, Hosts
-from runtime.jobs.models import Cards, ModelCard, NoModel
+from runtime.jobs import hosts as models
+from runtime.jobs.hosts import Cards, Host, Hosts, ModelCard, NoModel
 from runtime.keys import Keys
 from runtime.settings import Settings
 
