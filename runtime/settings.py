@@ -131,10 +131,10 @@ class Settings(BaseSettings):
     #: wait for another writer's lock); the pool pings a connection before handing it out
     database_timeout_s: float = Field(default=10.0, gt=0, le=600)
 
-    # ---- webhooks (runtime/jobs/webhooks.py; each worker's sender, workers/watch.py) -----------
+    # ---- webhooks (runtime/webhooks/outbox.py; each worker's sender, workers/watch.py) -----------
     tenant_max_webhooks: int = Field(default=10, ge=1)  #: a tenant's webhook endpoints, at most (409 beyond)
     #: one delivery's HTTP request, whole (connect to the answer's last header byte), ends within
-    #: this (runtime/jobs/webhook_http.py); an endpoint's batch starts no request after it
+    #: this (runtime/webhooks/transport.py); an endpoint's batch starts no request after it
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=60)
     webhook_retry_base_s: float = Field(default=5.0, gt=0)  #: the first retry's delay, doubled after each failure
     webhook_retry_max_s: float = Field(default=3600.0, gt=0)  #: the longest delay between two attempts
@@ -149,7 +149,7 @@ class Settings(BaseSettings):
     #: each delivery where its name resolves to one
     webhook_allow_private: bool = False
     #: the deployment's key (SETFLOW_SECRET_KEY, 16 characters at least, the same on every process):
-    #: webhook signing secrets are kept sealed under it (runtime/jobs/webhook_secrets.py).  None:
+    #: webhook signing secrets are kept sealed under it (runtime/webhooks/sealed.py).  None:
     #: they are kept in the clear, as before it was set (the workers seal those once it is);
     #: changed or lost, the sealed ones no longer open (their deliveries fail saying so)
     secret_key: str | None = Field(default=None, min_length=16, repr=False)

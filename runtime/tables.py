@@ -18,7 +18,7 @@ A tenant sees only its own records: `owned` reads one (another tenant's is NotFo
 unknown one), `listing` selects its list.
 
 A tenant's webhook endpoints receive its jobs' endings: the transaction that ends a job writes
-one outbox message per endpoint that takes the event (runtime/jobs/webhooks.py), and the
+one outbox message per endpoint that takes the event (runtime/webhooks/outbox.py), and the
 workers' sender delivers each until its receiver answers 2xx or its retries run out.
 """
 
@@ -162,7 +162,7 @@ class JobRecord(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     #: the schedule whose tick submitted it, and that tick (epoch seconds); None: submitted otherwise.
-    #: A succeeded one's webhook also says report.ready with its links (runtime/jobs/webhooks.py)
+    #: A succeeded one's webhook also says report.ready with its links (runtime/webhooks/outbox.py)
     schedule_id: Mapped[str | None] = mapped_column(String(32), default=None)
     tick_at: Mapped[float | None] = mapped_column(Float, default=None)
 
@@ -181,8 +181,8 @@ class DatasetRecord(Base):
 
 
 class WebhookEndpointRecord(Base):
-    """A tenant's receiver of job endings (runtime/jobs/webhooks.py).  Its secret is kept sealed
-    under the deployment's secret_key (runtime/jobs/webhook_secrets.py; in the clear where none
+    """A tenant's receiver of job endings (runtime/webhooks/outbox.py).  Its secret is kept sealed
+    under the deployment's secret_key (runtime/webhooks/sealed.py; in the clear where none
     is set): the sender opens it to sign."""
 
     __tablename__ = "webhook_endpoints"

@@ -1,7 +1,7 @@
 """The tree is the architecture: imports run one way only,
 
-    app -> workers -> runtime/api -> workflows -> runtime/schedules -> runtime/jobs -> runtime/sessions -> model
-        -> domain
+    app -> workers -> runtime/api -> workflows -> runtime/schedules -> runtime/jobs -> runtime/webhooks
+        -> runtime/sessions -> model -> domain
 
 plus the shared leaves (runtime/settings, errors, keys, db, tables, embedded, migrations), which
 import only each other and domain/.  domain/ imports nothing of the project but itself.  A
@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("app", "workers", "workflows", "runtime", "model", "domain")
 #: floor -> rank; a module may import a floor of the same or a lower rank
-FLOORS = {"domain": -1, "model": 0, "runtime.sessions": 1, "runtime.jobs": 2, "runtime.schedules": 3, "workflows": 4,
-          "runtime.api": 5, "workers": 6, "app": 7}
+FLOORS = {"domain": -1, "model": 0, "runtime.sessions": 1, "runtime.webhooks": 2, "runtime.jobs": 3, "runtime.schedules": 4,
+          "workflows": 5, "runtime.api": 6, "workers": 7, "app": 8}
 LEAVES = ("runtime.settings", "runtime.errors", "runtime.keys", "runtime.db", "runtime.tables", "runtime.embedded",
           "runtime.migrations", "runtime")  # `runtime` itself: the package's __init__
 NO_TORCH = ("workflows", "runtime.api", "runtime.schedules", "domain")  # floors that must not reach torch through any import

@@ -24,10 +24,10 @@ from runtime.jobs.hosts import Hosts
 from runtime.jobs.reaper import Reaper
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
-from runtime.jobs.webhook_sender import WebhookSender
 from runtime.schedules.ticker import Ticker
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
+from runtime.webhooks.sender import WebhookSender
 from workers.celery_app import app, sender
 
 log = logging.getLogger("setflow.worker")

@@ -21,7 +21,7 @@ Jobs on one session run one at a time, in submission order (`seq`): a job is `bl
 earlier job of its session has not finished; the one finishing sends the next (runtime/jobs/dispatch.py).
 
 Every write that ends a job (finish, cancel, expire_waits, _give_up) writes its webhook messages
-in the same transaction (runtime/jobs/webhooks.py enqueue).
+in the same transaction (runtime/webhooks/outbox.py enqueue).
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
 from runtime.errors import BadInput, Busy, Duplicate, NotFound, RateLimited
-from runtime.jobs import hosts, webhooks
+from runtime.jobs import hosts
 from runtime.jobs.hosts import Host
 from runtime.jobs.sweeps import JobSweeps
 from runtime.jobs.table import matched, waits_for_an_earlier_job
 from runtime.jobs.waits import JobWaits
 from runtime.sessions import quota
 from runtime.tables import PRIORITIES, TERMINAL, JobRecord, SessionRecord, owned
+from runtime.webhooks import outbox
 
 
 @dataclass
@@ -345,7 +346,7 @@ class Jobs(JobWaits, JobSweeps):
                 job.status, job.owner, job.action, job.finished_at = "cancelled", None, None, datetime.now(UTC)
                 job.error = {"code": "cancelled", "message": "cancelled while waiting for tool outputs" if waited
                              else "cancelled while queued"}
-                webhooks.enqueue(db, job_id)
+                outbox.enqueue(db, job_id)
             if ended or job.status == "running":  # a running one: its holder stops at its next step
                 job.cancel_requested = True
         return self.get(job_id), ended

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import and_, delete, or_, select, update
 
-from runtime.jobs import webhooks
 from runtime.jobs.table import JobTable, matched, waits_for_an_earlier_job
 from runtime.sessions import quota
 from runtime.tables import TERMINAL, JobRecord
+from runtime.webhooks import outbox
 
 
 class JobSweeps(JobTable):
@@ -89,6 +89,6 @@ class JobSweeps(JobTable):
                                  error={"code": "worker_lost",
                                         "message": f"gave up after {job.attempts} attempts (worker lost or time limit)"})))
             if n == 1:
-                webhooks.enqueue(db, job.id)
+                outbox.enqueue(db, job.id)
         return n == 1
 

@@ -13,11 +13,11 @@ from sqlalchemy.orm import aliased, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import ClaimLost, NotFound
-from runtime.jobs import webhooks
 from runtime.sessions import quota
 from runtime.sessions.quota import Quota
 from runtime.settings import Settings
 from runtime.tables import TERMINAL, JobRecord, owned
+from runtime.webhooks import outbox
 
 JOB_ID = re.compile(r"[0-9a-f]{24}")
 
@@ -53,7 +53,7 @@ class JobTable:
                 quota.charge(db, db.scalar(select(JobRecord.tenant).where(JobRecord.id == job_id)) or "", quota.COUNTED,
                              stored=stored)
             if n == 1 and values.get("status") in TERMINAL:  # finish: the ending's webhooks, in its transaction
-                webhooks.enqueue(db, job_id)
+                outbox.enqueue(db, job_id)
         if n != 1:
             raise ClaimLost(f"job {job_id}: no longer held by this worker (lease expired, requeued or cancelled)")
 

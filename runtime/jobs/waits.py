@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import select, update
 
 from runtime.errors import AlreadyAnswered, ClaimLost, DeadlinePassed, NotFound, NotWaiting, UnknownCall
-from runtime.jobs import webhooks
 from runtime.jobs.table import JobTable, matched
 from runtime.tables import JobRecord
+from runtime.webhooks import outbox
 
 
 class JobWaits(JobTable):
@@ -82,7 +82,7 @@ class JobWaits(JobTable):
                             error={"code": "tool_deadline",
                                    "message": f"no output of {calls} came before its deadline"})))
                 if n == 1:
-                    webhooks.enqueue(db, job.id)
+                    outbox.enqueue(db, job.id)
             if n == 1:
                 out.append(self.get(job.id))
         return out

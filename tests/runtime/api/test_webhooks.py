@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
 from runtime.api.routes import webhooks as routes
-from runtime.jobs.webhook_sender import WebhookSender
 from runtime.tables import IdempotencyRecord, WebhookEndpointRecord, WebhookMessageRecord
+from runtime.webhooks.sender import WebhookSender
 from tests.receiver import receiver
 from tests.runtime.api.conftest import ACME, GLOBEX, Api
 

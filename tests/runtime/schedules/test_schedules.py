@@ -23,13 +23,13 @@ from runtime.errors import BadInput, NotFound, OverBudget, RateLimited
 from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.rows import Jobs
-from runtime.jobs.webhooks import Endpoints
 from runtime.schedules import cron, templates
 from runtime.schedules.crud import Schedules
 from runtime.schedules.templates import DataSource
 from runtime.schedules.ticker import MIN_PAUSE_S, RETRY_S, Ticker
 from runtime.settings import Settings
 from runtime.tables import JobRecord, ScheduleRecord, TickRecord, WebhookMessageRecord
+from runtime.webhooks.outbox import Endpoints
 from tests.runtime.schedules.schedule_data import BERLIN, NARRATIVE, PAYLOAD, REGIONS, T0, local, rows
 
 # ---- cron in a time zone ------------------------------------------------------------------------

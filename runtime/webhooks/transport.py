@@ -1,4 +1,4 @@
-"""The webhook sender's HTTP client (runtime/jobs/webhook_sender.py sends with it): what a receiver may
+"""The webhook sender's HTTP client (runtime/webhooks/sender.py sends with it): what a receiver may
 cost one delivery, and where a tenant's URL may lead.
 
 - A delivery ends by its deadline, whatever the receiver does: `bounded(deadline_s)` around a

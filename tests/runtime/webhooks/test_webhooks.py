@@ -1,4 +1,4 @@
-"""runtime/jobs/webhooks.py and webhook_sender.py on a real database (SQLite file; PostgreSQL where one answers) and a
+"""runtime/webhooks/outbox.py and sender.py on a real database (SQLite file; PostgreSQL where one answers) and a
 real HTTP receiver on a loopback port: the transaction that ends a job writes its messages (and
 one rolled back writes none), the sender signs them in the Standard Webhooks format (checked by
 the standardwebhooks library and by the openai SDK's `webhooks.unwrap`), retries with backoff
@@ -25,12 +25,14 @@ from sqlalchemy import Engine, select, update
 from standardwebhooks import Webhook
 
 from runtime.errors import BadInput, NotFound, OverBudget
-from runtime.jobs import webhook_http, webhook_secrets, webhooks
 from runtime.jobs.rows import Jobs
-from runtime.jobs.webhook_sender import PER_ENDPOINT, WebhookSender, backoff, epoch
-from runtime.jobs.webhooks import Endpoints, event_type
 from runtime.settings import Settings
 from runtime.tables import Base, WebhookEndpointRecord, WebhookMessageRecord
+from runtime.webhooks import outbox as webhooks
+from runtime.webhooks import sealed as webhook_secrets
+from runtime.webhooks import transport as webhook_http
+from runtime.webhooks.outbox import Endpoints, event_type
+from runtime.webhooks.sender import PER_ENDPOINT, WebhookSender, backoff, epoch
 from tests.receiver import Received, closed_port_url, raw_receiver, receiver
 
 S = Settings(webhook_retry_base_s=5.0, webhook_retry_max_s=3600.0, webhook_retry_for_s=26 * 3600.0,
@@ -736,7 +738,7 @@ def test_the_embedded_default_seals_secrets_under_a_key_of_its_own(tmp_path: Pat
     0600, the same for every process of the machine; a database of its own needs the setting."""
     import stat
 
-    from runtime.jobs.webhook_secrets import deployment_key
+    from runtime.webhooks.sealed import deployment_key
     s = Settings(data_dir=tmp_path / "data")
     key = deployment_key(s)
     assert key and deployment_key(s) == key, "one key, read again by the next process"

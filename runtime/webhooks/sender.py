@@ -1,5 +1,5 @@
-"""The webhook sender (`WebhookSender`): delivers the outbox messages due (runtime/jobs/webhooks.py
-writes them), signed, each within its deadline (runtime/jobs/webhook_http.py), in fair shares of
+"""The webhook sender (`WebhookSender`): delivers the outbox messages due (runtime/webhooks/outbox.py
+writes them), signed, each within its deadline (runtime/webhooks/transport.py), in fair shares of
 its slots, retried with backoff for up to webhook_retry_for_s, each with one id on every attempt
 (receivers deduplicate by it: delivery is at least once).  Knows nothing of workers or routes."""
 
@@ -22,11 +22,11 @@ from sqlalchemy.orm import sessionmaker
 from standardwebhooks import Webhook
 
 from runtime.db import writer
-from runtime.jobs.webhook_http import bounded, client
-from runtime.jobs.webhook_secrets import CLEAR, Unsealable, deployment_key, key_of, seal, unseal
-from runtime.jobs.webhooks import matched_rows
 from runtime.settings import Settings
 from runtime.tables import WebhookEndpointRecord, WebhookMessageRecord
+from runtime.webhooks.outbox import matched_rows
+from runtime.webhooks.sealed import CLEAR, Unsealable, deployment_key, key_of, seal, unseal
+from runtime.webhooks.transport import bounded, client
 
 LEASE_MARGIN_S = 30.0  # a claim outlasts the latest end of its request by this much before another sender may take it
 POOL = 16  # deliveries one pass makes at once (each endpoint's messages go one after the other)

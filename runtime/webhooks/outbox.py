@@ -1,7 +1,7 @@
 """Webhooks for job endings, in the Standard Webhooks format (https://www.standardwebhooks.com):
 the outbox messages the transaction that ends a job writes (`enqueue`) and a tenant's endpoints
-(`Endpoints`); runtime/jobs/webhook_sender.py delivers the messages.  A URL reaches public
-addresses only, unless webhook_allow_private (runtime/jobs/webhook_http.py: no request from
+(`Endpoints`); runtime/webhooks/sender.py delivers the messages.  A URL reaches public
+addresses only, unless webhook_allow_private (runtime/webhooks/transport.py: no request from
 inside the deployment's network on a tenant's behalf).  Knows nothing of workers or routes."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
-from runtime.jobs.webhook_http import public
-from runtime.jobs.webhook_secrets import key_of, seal
 from runtime.tables import TERMINAL, JobRecord, WebhookEndpointRecord, WebhookMessageRecord, listing, owned
+from runtime.webhooks.sealed import key_of, seal
+from runtime.webhooks.transport import public
 
 RESPONSE = "response"  #: the job kind of the Responses API; such a job's public id is "resp_" + its id
 #: every event type an endpoint may ask for (its `events`; none: all of them)
@@ -135,7 +135,7 @@ def check_events(events: Iterable[str]) -> list[str]:
 
 class Endpoints:
     """A tenant's webhook endpoints: another tenant's look unknown (NotFound).  Their secrets are
-    kept sealed under secret_key where one is given (runtime/jobs/webhook_secrets.py)."""
+    kept sealed under secret_key where one is given (runtime/webhooks/sealed.py)."""
 
     def __init__(self, engine: Engine, max_per_tenant: int = 10, allow_private: bool = False,
                  secret_key: str | None = None) -> None:
