@@ -6,7 +6,7 @@ are evicted first (a leased session never is).  A tenant's account is one counte
 its sessions' manifests name (a fork counts its shared segments again, as a copy would) plus
 their pending writes, so it moves by a delta per commit (O(1) in the number of sessions).  The
 budget is checked against that account plus the bytes of the tenant's job event streams (kept
-by runtime/jobs/events.py in a hash of its own): a tenant whose streams are large has its idle
+by streams.py in a hash of its own): a tenant whose streams are large has its idle
 sessions evicted sooner.
 
 No orphan: segments a writer wrote and never named (it crashed, or lost its lease) stay in its
