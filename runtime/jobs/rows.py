@@ -34,14 +34,12 @@ from typing import Any
 
 from sqlalchemy import and_, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
 from runtime.errors import BadInput, Busy, Duplicate, NotFound, RateLimited
 from runtime.jobs import hosts
 from runtime.jobs.hosts import Host
-from runtime.jobs.sweeps import JobSweeps
-from runtime.jobs.table import matched, waits_for_an_earlier_job
-from runtime.jobs.waits import JobWaits
+from runtime.jobs.table import JobSweeps, JobWaits, matched, waits_for_an_earlier_job
 from runtime.sessions import quota
 from runtime.tables import PRIORITIES, TERMINAL, JobRecord, SessionRecord, owned
 from runtime.webhooks import outbox
@@ -55,8 +53,8 @@ class Claim:
 
 
 class Jobs(JobWaits, JobSweeps):
-    """One short transaction per call (runtime/jobs/table.py); a wait for a client's outputs is
-    runtime/jobs/waits.py's, the reaper's queries runtime/jobs/sweeps.py's."""
+    """One short transaction per call; the plumbing and reads, a wait for a client's outputs and
+    the reaper's queries are runtime/jobs/table.py's."""
 
     # ---- submission -------------------------------------------------------------------------
 
@@ -164,61 +162,6 @@ class Jobs(JobWaits, JobSweeps):
         owner.updated_at = datetime.now(UTC)
         seq = int(db.scalar(select(func.max(JobRecord.seq)).where(JobRecord.session_id == session)) or 0) + 1
         return seq, pool
-
-    def _exists(self, job_id: str) -> bool:
-        with self._db() as db:
-            return db.scalar(select(JobRecord.id).where(JobRecord.id == job_id)) is not None
-
-    def existing(self, job_ids: list[str]) -> set[str]:
-        """Those of the ids a job holds."""
-        if not job_ids:
-            return set()
-        with self._db() as db:
-            return set(db.scalars(select(JobRecord.id).where(JobRecord.id.in_(job_ids))))
-
-    def listing(self, tenant: str, status: str | None = None, kind: str | None = None, session: str | None = None,
-             limit: int = 50) -> list[JobRecord]:
-        """The tenant's jobs, newest first, without their specs (a listing shows none)."""
-        q = select(JobRecord).options(defer(JobRecord.spec, raiseload=True)).where(JobRecord.tenant == tenant)
-        if status is not None:
-            q = q.where(JobRecord.status == status)
-        if kind is not None:
-            q = q.where(JobRecord.kind == kind)
-        if session is not None:
-            q = q.where(JobRecord.session_id == session)
-        with self._db() as db:
-            return list(db.scalars(q.order_by(JobRecord.created_at.desc(), JobRecord.id).limit(limit)))
-
-    def unfinished_jobs(self, session: str) -> list[JobRecord]:
-        """The session's jobs not yet finished, in submission order."""
-        with self._db() as db:
-            return list(db.scalars(select(JobRecord).where(
-                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)).order_by(JobRecord.seq)))
-
-    def planned(self, session: str) -> list[tuple[str, int | None]]:
-        """(id, positions) of the session's jobs not yet finished: what they append to it at
-        most, as planned at their submission (None: not planned then)."""
-        with self._db() as db:
-            return [(i, n) for i, n in db.execute(select(JobRecord.id, JobRecord.positions).where(
-                JobRecord.session_id == session, JobRecord.status.not_in(TERMINAL)))]
-
-    def specs(self, job_ids: list[str]) -> list[JobRecord]:
-        """The jobs (their specs) by id."""
-        if not job_ids:
-            return []
-        with self._db() as db:
-            return list(db.scalars(select(JobRecord).where(JobRecord.id.in_(job_ids))))
-
-    def counts(self) -> dict[tuple[str, str], int]:
-        """(kind, status) -> jobs, over every tenant (the metrics)."""
-        with self._db() as db:
-            rows = db.execute(select(JobRecord.kind, JobRecord.status, func.count()).group_by(
-                JobRecord.kind, JobRecord.status)).all()
-        return {(k, s): int(n) for k, s, n in rows}
-
-    def check_session(self, session: str, tenant: str) -> None:
-        with self._db() as db:
-            owned(db.get(SessionRecord, session), tenant, f"session {session!r}")
 
     def admissible(self, tenant: str, cap: int, in_flight: int | None = None) -> list[JobRecord]:
         """The tenant's queued jobs not yet sent that may go now: none waits for an earlier job
