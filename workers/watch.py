@@ -1,5 +1,5 @@
 """The worker's main process keeps three things going while it lives, each on a daemon thread:
-its heartbeat (the liveness key that affinity routing checks), the reaper (runtime/jobs/reaper.py: requeue jobs
+its heartbeat (the liveness key that affinity routing checks), the reaper (workers/reaper.py: requeue jobs
 whose lease expired, resend jobs stranded on a dead worker's queue or never sent, then delete
 K/V segments no session names), the webhook sender (deliver the outbox messages due) and the
 schedules' ticker (submit the ticks due: runtime/schedules/ticker.py).
@@ -21,7 +21,6 @@ from runtime.db import make_engine
 from runtime.embedded import client as redis_client
 from runtime.jobs.dispatch import Dispatcher
 from runtime.jobs.hosts import Hosts
-from runtime.jobs.reaper import Reaper
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
 from runtime.schedules.ticker import Ticker
@@ -29,6 +28,7 @@ from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from runtime.webhooks.sender import WebhookSender
 from workers.celery_app import app, sender
+from workers.reaper import Reaper
 
 log = logging.getLogger("setflow.worker")
 _stop = threading.Event()

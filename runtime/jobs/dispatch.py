@@ -1,5 +1,5 @@
 """Submitting, routing and cancelling jobs: what the API (and tests, benchmarks) call; the
-reaper (runtime/jobs/reaper.py) sends again what this could not.
+reaper (workers/reaper.py) sends again what this could not.
 
     submit: check the spec (once: parsed here) -> take a rate-limit token -> the tenant's event
             quota -> the caller's costly checks (`admit` gets the parsed model) -> SQL job row (queued)

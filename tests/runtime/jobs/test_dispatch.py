@@ -1,6 +1,6 @@
-"""runtime/jobs/dispatch.py, reaper.py (its jobs passes), fairness.py (its rate limit), routing.py and
-schemas.py on a real Redis and a real database.  The transport is a list here (what would be sent, to which queue); the real Celery
-path is tested in tests/workers/."""
+"""runtime/jobs/dispatch.py, fairness.py (its rate limit), routing.py and schemas.py, and
+workers/reaper.py (its jobs passes), on a real Redis and a real database.  The transport is a
+list here (what would be sent, to which queue); the real Celery path is tested in tests/workers/."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from runtime.db import make_engine
 from runtime.errors import BadInput, NotFound, RateLimited
 from runtime.jobs.dispatch import Admission, Dispatcher
 from runtime.jobs.fairness import RateLimiter
-from runtime.jobs.reaper import Reaper
 from runtime.jobs.routing import Routing, consumed_by
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import TurnSpec
@@ -27,6 +26,7 @@ from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from runtime.tables import JobRecord
 from tests.conftest import pg_schema
+from workers.reaper import Reaper
 
 SPEC = {"text": "hello", "params": {"max_new_tokens": 8}}
 

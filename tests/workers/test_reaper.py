@@ -1,4 +1,4 @@
-"""runtime/jobs/reaper.py: one reaper pass, as the reaper thread runs it, on a real Redis and a
+"""workers/reaper.py: one reaper pass, as the reaper thread runs it, on a real Redis and a
 SQLite file: the jobs' pass, the sessions idle past their retention, then the sessions' sweep (a
 crashed writer's segments past their deadline), by the worker that took the pass; a failing
 sweep is logged, never fatal.  The jobs' passes themselves: test_dispatch.py."""
@@ -15,12 +15,12 @@ from sqlalchemy import update
 
 from runtime.db import make_engine
 from runtime.jobs.dispatch import Dispatcher
-from runtime.jobs.reaper import Reaper
 from runtime.jobs.rows import Jobs
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from runtime.tables import SessionRecord
+from workers.reaper import Reaper
 
 
 def _old_segment(store: SessionStore, client: redis.Redis) -> str:
