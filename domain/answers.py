@@ -10,7 +10,8 @@ readers:
 - `verify` says, with no task, whether an answer and the calls it rests on hold: the calls fit
   the question (names it names, no call repeated, a calc's numbers from earlier results or the
   question) and the answer states the last call's result and no number nobody said (the
-  runtime's checked answer, workflows/agent.py).
+  runtime's checked answer, workflows/agent.py); a result in words (a client's function's
+  output, is_text) is stated by quoting it whole, never read for its numbers.
 
 domain/agent.py holds what the tools do, what training writes and the guide; this module what
 is accepted of a transcript, which reads calls and numbers as they do (parse_call, NUMBER).
@@ -37,8 +38,10 @@ from domain.tools import (
     NUMBER,
     ToolError,
     holds,
+    is_text,
     metric_name,
     parse_call,
+    question_names,
 )
 
 # ---- checking against a task -------------------------------------------------------------
@@ -136,15 +139,18 @@ def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: 
     read are the sample dataset's, whose metrics have units (default: sample; a client's metric
     tool has the sample's names but its own data).  forms: the model was trained on the answer
     forms (setflow's): its answer's words are theirs (form_problems)."""
-    return (call_problems(question, made, sample) + intent_problems(question, made, names)
+    return (call_problems(question, made, sample, names) + intent_problems(question, made, names)
             + answer_problems(question, made, answer) + unit_problems(made, answer, sample if units is None else units)
             + (form_problems(made, answer) if forms else []))
 
 
-def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False) -> list[str]:
+def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False,
+                  names: Collection[str] | None = None) -> list[str]:
     """What makes the calls not fit the question; [] = they fit.  A call that failed (its result
     "error: ...") gave nothing to rest on and is not held to these; every other call
     - names, in a metric call, what the question names (_asks): no region or period it did not ask about;
+    - reads, in a call of one argument that holds a letter (a client's function of one text: a
+      read by a name, not arithmetic), a name the question writes (named_call);
     - repeats no earlier call that gave a result: one row read twice is no total ("6114+6114");
     - computes, in a calc, from the numbers of earlier results, or, where no metric call was made
       (arithmetic: the corpus never asks both), from the numbers the question writes
@@ -171,11 +177,38 @@ def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool =
         if tool == "metric":
             problems += [f"{call} reads {FIELDS[f]} {a!r}, which the question does not name"
                          for f, a in enumerate(args) if not _asks(question, f, a, sample)]
+        elif _has_letter(args[0]):  # a read by a name: named_call, or nothing it can be told from
+            if not named_call(question, args, names):
+                problems.append(f"{call} reads {args[0]!r}, which is no name the question writes")
         else:
             problems += [f"{call} uses {n}, which {nobody}"
                          for n in _operands(args[0], question, results) if n not in results and n not in asked]
         results.update(NUMBER.findall(result))
     return problems
+
+
+def _has_letter(text: str) -> bool:
+    return any(c.isalpha() for c in text)
+
+
+def text_arguments(question: str) -> list[str]:
+    """The names a call of one text argument (a client's function: `get_weather(location)`,
+    `lookup_user(email)`) may take: those the question writes (question_names) that hold a
+    letter, where it writes no number as a number (question_numbers: then it asks arithmetic
+    of a calculator, whose argument is an expression); else none."""
+    if question_numbers(question):
+        return []
+    return [n for n in question_names(question) if _has_letter(n)]
+
+
+def named_call(question: str, args: Sequence[str], names: Collection[str] | None = None) -> bool:
+    """A call of one argument that reads by a name: the argument holds a letter and is a name
+    the question writes (text_arguments) or one its source holds that it holds whole (`names`)."""
+    if len(args) != 1 or not _has_letter(args[0]):
+        return False
+    a = grammar.canonical(args[0])
+    return a in map(grammar.canonical, text_arguments(question)) or any(
+        grammar.canonical(n) == a and holds(question, n) for n in (names or ()))
 
 
 def _asks(question: str, field: int, name: str, sample: bool) -> bool:
@@ -220,7 +253,8 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     - a percent change: the last calc is (a-b)/b*100 of two rows, b the one whose name the question
       says first ("from P1 to P2");
     - more than one operation asked: which one cannot be told;
-    - no metric call (arithmetic): each calc is an expression the question writes out."""
+    - no metric call (arithmetic): each calc is an expression the question writes out;
+    - a read by a name (named_call): it is the one call that gave a result."""
     parsed: list[tuple[str, list[str], str]] = []
     for call, result in made:
         if result.startswith("error:"):
@@ -229,6 +263,13 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
             parsed.append((*parse_call(call), result))
         except ToolError:
             return []  # call_problems says so
+    by_name = [args[0] for tool, args, _ in parsed if tool == "calc" and named_call(question, args, names)]
+    if by_name:  # a read by a name: the answer rests on that one call
+        read = {grammar.canonical(a) for a in by_name}
+        return [*(f"the question names {n!r}, which no call reads" for n in (names or ())
+                  if grammar.canonical(n) not in read),
+                *([] if len(parsed) == 1 else [f"the answer rests on {len(parsed)} calls, one of them a read by the "
+                                               f"name {by_name[0]!r}: which one answers cannot be told"])]
     reads = [(args, r) for tool, args, r in parsed if tool == "metric"]
     calcs = [args[0].replace(" ", "") for tool, args, _ in parsed if tool == "calc"]
     read = {grammar.canonical(a) for args, _ in reads for a in args}
@@ -320,19 +361,35 @@ def _said_first(question: str, a: list[str], b: list[str]) -> int:
 
 def answer_problems(question: str, made: Sequence[tuple[str, str]], answer: str) -> list[str]:
     """What makes the answer not the calls': it states the number the last call returned, and no
-    number that no result and no name of the question holds (stray_numbers); and, written out,
-    it holds no fact slot (a slot that names no fact of its table stays as its text: garbled)."""
+    number that no result and no name of the question holds (stray_numbers); a result in words
+    (is_text) it quotes whole, once, and its other words state no number; and, written out, it
+    holds no fact slot (a slot that names no fact of its table stays as its text: garbled)."""
     if (slot := SLOT.search(answer)) is not None:
         return [f"the answer holds {slot[0]}, a fact slot that names no fact"]
     if not made or made[-1][1].startswith("error:"):
         why = "no call was made" if not made else "the last call failed"
         return [f"the answer rests on no result: {why}"]
     number = made[-1][1]
-    nums = answer_numbers(answer)
+    if is_text(number):
+        if answer.count(number) != 1:
+            return [f"the answer does not quote {number!r}, what the last call returned, whole and once"]
+        rest = answer_numbers(unquoted(answer, made))
+        stray = stray_numbers(rest, question, [r for _, r in made if not is_text(r)])
+        return [f"the answer states {stray} beside its quote, which no result and no name in the question holds"
+                ] if stray else []
+    nums = answer_numbers(unquoted(answer, made))
     if number not in nums:
         return [f"the answer states {nums}, not {number}, the number the last call returned"]
     stray = stray_numbers(nums, question, [r for _, r in made])
     return [f"the answer states {stray} too, which no result and no name in the question holds"] if stray else []
+
+
+def unquoted(answer: str, made: Sequence[tuple[str, str]]) -> str:
+    """The answer with each result in words it quotes (is_text) blanked, its length kept: a
+    quote's digits ("64 degrees") are the tool's words, no number the answer states."""
+    for t in sorted({r for _, r in made if is_text(r)}, key=len, reverse=True):
+        answer = answer.replace(t, " " * len(t))
+    return answer
 
 
 def slot_problems(answer: str) -> list[str]:
@@ -448,24 +505,24 @@ class AnswerForms:
         open() of a text that `text` goes on from."""
         def still(f: int, i: int, k: int) -> bool:
             parts, rest = _FORMS[f], text[k:]
-            if not rest:
-                return True
             if i == len(parts):
-                return False
+                return not rest
             m = _FIELD.fullmatch(parts[i])
             return parts[i].startswith(rest) if m is None else self.fields[m[1]].begun(rest)
         return tuple(sorted(st for st in self._reach(text, self._starts() if after is None else after) if still(*st)))
 
-    @staticmethod
-    def _starts() -> list[State]:
-        return [(f, 0, 0) for f in range(len(_FORMS))]
+    def _starts(self) -> list[State]:
+        """A form each of whose fields can hold something (no metric call read, no form with a
+        name: one that starts "Total " would be a dead end)."""
+        return [(f, 0, 0) for f, parts in enumerate(_FORMS)
+                if all(m is None or self.fields[m[1]].begun("") for m in map(_FIELD.fullmatch, parts))]
 
 
 def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
     """What makes an answer not one of the forms training writes (domain/agent.py ANSWERS): outside
     its facts, every word is one of a form's, and each fact is of its kind: a name that a metric
     call which gave a result read (any case; a sample metric's key also by its name), a list of
-    two or more of them, a number, a unit or none.  For a model trained on those forms (setflow's,
+    two or more of them, a number or a result in words whole, a unit or none.  For a model trained on those forms (setflow's,
     which points at facts); a text model's answers are its own.  answer_problems and unit_problems
     hold the number and the unit to the calls'."""
     text = answer.strip()
@@ -481,16 +538,25 @@ def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
     def name_begun(f: int, x: str) -> bool:
         return any(n.startswith(grammar.canonical(x).lower()) for n in read[f])
 
-    if AnswerForms(form_fields(name, name_begun)).whole(text):
+    quoted = {r for _, r in made if is_text(r)}  # a result in words stands where a number does, whole
+    fields = form_fields(name, name_begun, lambda x: x in quoted or _RESULT.fullmatch(x) is not None,
+                         lambda x: any(t.startswith(x) for t in quoted) or _BEGUN_RESULT.fullmatch(x) is not None)
+    if AnswerForms(fields).whole(text):
         return []
     return [f"the answer's words are not those of any answer form training writes: {text!r}"]
 
 
-def answer_forms(names: Sequence[Collection[str]], results: Collection[str]) -> AnswerForms:
+def answer_forms(names: Sequence[Collection[str]], results: Collection[str], quote: str | None = None) -> AnswerForms:
     """The answer forms as a model that points at facts writes them (slot form): its names those
     its metric calls read (`names`, per argument: a slot, or copied text), its number a result's
-    slot or a number; what a guide asks while the model writes (workflows/tools.py AnswerGuide).
-    form_problems holds the finished answer to the calls'."""
+    slot or a number, or, where the last result is words (`quote`: its slot), that slot only (the
+    runtime writes the words back: no number may stand for them); what a guide asks while the
+    model writes (workflows/tools.py AnswerGuide).  form_problems holds the finished answer to
+    the calls'."""
+    if quote is not None:
+        return AnswerForms(form_fields(
+            lambda f, x: x in names[f], lambda f, x: any(n.startswith(x) for n in names[f]),
+            lambda x: x == quote, quote.startswith))
     return AnswerForms(form_fields(
         lambda f, x: x in names[f], lambda f, x: any(n.startswith(x) for n in names[f]),
         lambda x: x in results or _RESULT.fullmatch(x) is not None,
@@ -519,8 +585,9 @@ def unit_problems(made: Sequence[tuple[str, str]], answer: str, units: bool) -> 
     gives them (answer_problems holds the numbers, this what they are in): a percent change's
     result is in % ("percent"); a row of the sample dataset (`units`), and a calc over rows of one
     such metric, in that metric's unit (or none written); anything else (a tenant's table, a
-    client's tool, plain arithmetic) has no unit.  "Total revenue across EMEA and APAC in
-    2026-Q3 was 15412 %." states a revenue in percent: its unit is k USD."""
+    client's tool, plain arithmetic) has no unit, and neither has a result in words (is_text:
+    its quote is whole as the tool wrote it).  "Total revenue across EMEA and APAC in 2026-Q3 was
+    15412 %." states a revenue in percent: its unit is k USD."""
     if not made:
         return []
     parsed, result = _parsed(made), made[-1][1]
@@ -528,10 +595,12 @@ def unit_problems(made: Sequence[tuple[str, str]], answer: str, units: bool) -> 
     keys = {METRIC_KEYS.get(k, k) for k in (grammar.canonical(args[0]).lower() for tool, args, _ in parsed if tool == "metric")}
     unit = METRIC[next(iter(keys))][2] if units and len(keys) == 1 and keys <= METRIC.keys() else None
     results = {r for _, r in made if not r.startswith("error:")}
-    text = answer
+    problems = [f"the answer writes {u[1]} after {t!r}, and nothing it read gives a unit"
+                for t in sorted({r for r in results if is_text(r)}) for i in _at(answer, t)
+                if (u := _UNIT_AFTER.match(answer, i + len(t)))]
+    text = unquoted(answer, made)
     for p in PERIODS:  # a period is a name, not a number (answer_numbers): blanked, its length kept
         text = text.replace(p, " " * len(p))
-    problems = []
     for m in _ANSWER_NUM.finditer(text):
         n = m.group(0)
         if n not in results or not (u := _UNIT_AFTER.match(text, m.end())):

@@ -28,7 +28,19 @@ from domain.agent_facts import AgentFacts, source_names
 from domain.answers import answer_of, slot_problems, verify
 from domain.facts import SLOT, Slots
 from domain.guide import CallNames
-from domain.tools import CALL, END_CALL, END_RESULT, RESULT, SAMPLE_NAMES, Dataset, ToolError, error_result, held_names, parse_call
+from domain.tools import (
+    CALL,
+    END_CALL,
+    END_RESULT,
+    RESULT,
+    SAMPLE_NAMES,
+    Dataset,
+    ToolError,
+    error_result,
+    held_names,
+    is_text,
+    parse_call,
+)
 from model.params import DecodeError, DecodeParams, Guide
 from model.profiles import Profile
 from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
@@ -196,8 +208,10 @@ class _Agent:
                                         {tok.token_id(x): c["result"] for c, x in zip(self.calls, self.read_results)
                                          if SLOT.fullmatch(x) and tok.has_token(x)}, self.units)
                 if spec.guided:  # and its words, those of an answer form
+                    last = self.read_results[-1]  # a result in words: the answer quotes its slot
                     guide = tools.AnswerGuide(tok, guide, self.read_names(),
-                                              [x for x in self.read_results if SLOT.fullmatch(x)], turns.cfg.eos_id)
+                                              [x for x in self.read_results if SLOT.fullmatch(x)], turns.cfg.eos_id,
+                                              quote=last if SLOT.fullmatch(last) and is_text(self.calls[-1]["result"]) else None)
             if forced:
                 guide = tools.ForcedCall(tok, None if spec.first_call == "any" else spec.first_call, guide)
                 forced = False

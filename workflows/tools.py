@@ -20,7 +20,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from domain.answers import UNITS, State, answer_forms, unit_problems
+from domain.answers import UNITS, State, answer_forms, text_arguments, unit_problems
 from domain.grammar import canonical
 from domain.guide import CallNames, guided_call
 from domain.tools import CALL, END_CALL, MAX_EXPR, ToolError, calc, error_result, held_names, no_row, parse_call
@@ -151,15 +151,18 @@ class CallGuide:
     copied, not miscopied ("st1m7" -> "s1m7" is refused: the model's most probable token that
     keeps a name is taken instead).  In a call of a tool in `unguided` (the client's: it names
     what its client holds), and in a calc with no number known, only the call's form is guided
-    (call_form: its tool's number of quoted arguments, then `)</call>`).  With `tools` (a
-    response's tools: the ones offered), a call names one of them.  Outside a call it does not
-    guide.  A pure function of the segment's tokens: the same on every worker."""
+    (call_form: its tool's number of quoted arguments, then `)</call>`), but a client's function
+    of one text (calc's shape) whose question writes names and no number: its argument is one of
+    those names (text_call), filled from the question's facts.  With `tools` (a response's tools:
+    the ones offered), a call names one of them.  Outside a call it does not guide.  A pure
+    function of the segment's tokens: the same on every worker."""
 
     def __init__(self, tok: Tokenizer, names: CallNames, unguided: Sequence[str] = (),
                  tools: Collection[str] | None = None) -> None:
         self._tok, self._names = tok, names
         self._tools = None if tools is None else frozenset(tools)
         self._unguided = tuple(f"{t}(" for t in unguided)
+        self._texts = tuple(text_arguments(names.question)) if "calc" in unguided else ()
         self._call = Profile.markup(tok, CALL)
         self._last: tuple[tuple[int, ...], tuple[list[int], int, str] | None] = ((), None)  # a refused position asks about many tokens
 
@@ -174,7 +177,11 @@ class CallGuide:
         call = self._tok.decode([*ids, token])[at:]  # in context: a character may take two tokens
         if call.endswith("\ufffd"):  # a character's first bytes, judged once it is whole
             return None
-        verdict = None if call.startswith(self._unguided) else guided_call(call, self._names)  # the client's: its names
+        verdict: bool | None
+        if self._texts and call.startswith(_TEXT_CALL):
+            verdict = text_call(call, self._texts)
+        else:
+            verdict = None if call.startswith(self._unguided) else guided_call(call, self._names)  # the client's: its names
         if verdict is None:
             verdict = call_form(call, self._tools)
         # a token that writes nothing (an id the tokenizer lacks) is no way on inside a call
@@ -199,6 +206,19 @@ class CallGuide:
             at += len(CALL)
             text = full[at:]
         return None if END_CALL in text else (ids, at, text)
+
+
+_TEXT_CALL = 'calc("'  # a call of one argument, up to it
+
+
+def text_call(call: str, texts: Collection[str]) -> bool:
+    """call: the text after `<call>` so far, from `calc("` on.  Whether it can still become
+    `calc("<one of texts>")</call>`: a client's function of one text argument called with a name
+    its question writes (domain/answers.py text_arguments), copied whole."""
+    arg, quote, tail = call[len(_TEXT_CALL):].partition('"')
+    if not quote:
+        return any(t.startswith(arg) for t in texts)
+    return arg in texts and (")" + END_CALL).startswith(tail)
 
 
 def call_form(call: str, tools: Collection[str] | None) -> bool | None:
@@ -305,12 +325,15 @@ class AnswerGuide:
     checker still reads the whole answer back (form_problems).  A token `inner` (the units', the
     calls' guide) refuses stays refused; the end (`eos_id`) is allowed, and is the way on from a
     whole answer.  For setflow's models,
-    which point at facts: `names` and `results` in slot form.  A pure function of the segment's
-    tokens: the same on every worker."""
+    which point at facts: `names` and `results` in slot form; `quote`: the last result's slot
+    where that result is words (a client's function's output), the only thing its number may
+    be (the answer quotes it; answers.answer_forms).  A pure function of the segment's tokens:
+    the same on every worker."""
 
     def __init__(self, tok: Tokenizer, inner: Guide | None, names: Sequence[Collection[str]], results: Collection[str],
-                 eos_id: int | None = None) -> None:
-        self._tok, self._inner, self._forms, self._eos = tok, inner, answer_forms(names, results), eos_id
+                 eos_id: int | None = None, quote: str | None = None) -> None:
+        self._tok, self._inner, self._eos = tok, inner, eos_id
+        self._forms = answer_forms(names, results, quote)
         # the text before and where its answer stands (None: no answer yet, or a call): a refused
         # position asks about many tokens after the same text
         self._last: tuple[tuple[int, ...], str, tuple[State, ...] | None] = ((), "", None)

@@ -341,3 +341,62 @@ def test_an_answer_begins_a_form_only_while_one_can_still_be_written() -> None:
     assert not answers.begins_answer("[F1] in [F5]", names, results)  # a row no call read
     assert not answers.begins_answer("[F1] in [F1]", names, results)  # a metric where a region goes
     assert not answers.begins_answer("[F1] in [F2] in [F4] was [F7] or so", names, results)
+
+
+WEATHER_Q = "Use the weather tool to get the temperature in San Francisco."
+WEATHER_CALL = [('calc("San Francisco")', "64 degrees and clear")]  # a client's get_weather(location), its words
+
+
+def test_a_functions_words_quoted_whole_are_verified() -> None:
+    """A client's function of one text argument, called with a name its question writes, returns
+    words: the answer form's number is the quote of them, whole, and nothing else."""
+    assert answers.verify(WEATHER_Q, WEATHER_CALL, "The result is 64 degrees and clear.", forms=True) == []
+    who = [('calc("ann@example.com")', "Ann Lee, admin since 2019")]
+    assert answers.verify("Who is ann@example.com?", who, "The result is Ann Lee, admin since 2019.", forms=True) == []
+    # a number it returns is the answer's number, as any result's
+    temp = [('calc("San Francisco")', "64")]
+    assert answers.verify(WEATHER_Q, temp, "The result is 64.", forms=True) == []
+    assert answers.verify(WEATHER_Q, temp, "The result is 65.", forms=True) != []
+
+
+@pytest.mark.parametrize("answer", [
+    "The result is 64 degrees and cloudy.",  # a word of the output changed
+    "The result is 65 degrees and clear.",  # its number changed
+    "The result is 64 degrees.",  # a part of it
+    "The result is 64 degrees and clear and 64 degrees and clear.",  # twice
+    "The result is 64 degrees and clear %.",  # a unit nothing gives
+    "The result is 64 degrees and clear, 12.",  # a number beside the quote
+    "The result is 64.",  # a number of its words stated as the answer's number
+])
+def test_an_answer_that_misquotes_a_functions_words_is_not_verified(answer: str) -> None:
+    """Refused by what it says, not only by its words: a text model (no forms) is held to it too."""
+    assert answers.verify(WEATHER_Q, WEATHER_CALL, answer, forms=True) != []
+    assert answers.verify(WEATHER_Q, WEATHER_CALL, answer) != [], answer
+
+
+@pytest.mark.parametrize("question, arg", [
+    (WEATHER_Q, "Francisco"),  # a part of the name the question writes
+    (WEATHER_Q, "the temperature"),  # words of the question, no name
+    (WEATHER_Q, "Paris"),  # a name the question does not write
+    ("What is the weather in 4821 + 37?", "weather"),  # a question that writes numbers asks arithmetic
+])
+def test_a_functions_text_argument_is_a_name_its_question_writes(question: str, arg: str) -> None:
+    made = [(f'calc("{arg}")', "64 degrees and clear")]
+    assert answers.verify(question, made, "The result is 64 degrees and clear.", forms=True) != []
+
+
+def test_the_names_a_text_argument_may_take() -> None:
+    assert answers.text_arguments(WEATHER_Q) == ["San Francisco"]  # "Use" only opens the sentence
+    assert answers.text_arguments("What's the weather like in San Francisco?") == ["San Francisco"]
+    assert answers.text_arguments("Who is ann@example.com?") == ["ann@example.com"]
+    assert answers.text_arguments('Look up user "bob smith".') == ["bob smith"]
+    assert answers.text_arguments("What was [F1] in [F2] in 2026-Q3?") == ["[F1]", "[F2]", "2026-Q3"]
+    assert answers.text_arguments("What is 4821 + 37?") == []  # arithmetic: a calculator's expression
+
+
+def test_with_no_name_read_only_the_forms_without_names_are_open() -> None:
+    """No metric call read a name: "Total " would be a dead end (no name can follow), so no
+    form with a name is begun; the words result's slot is the only number there."""
+    forms = answers.answer_forms([set(), set(), set()], ["[F1]"], quote="[F1]")
+    assert forms.open("Total ") == () and forms.open("T") != ()
+    assert forms.whole("The result is [F1].") and not forms.whole("The result is 64.")

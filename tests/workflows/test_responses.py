@@ -139,7 +139,32 @@ def test_a_function_of_one_string_is_called_with_its_one_argument(loaded: tuple[
         {"mode": "agent", "functions": [WEATHER], "question": question, **({"force": force} if force else {})}))
     [item] = out["output"]
     assert item["type"] == "function_call" and item["name"] == "get_weather", out
-    assert list(json.loads(item["arguments"])) == ["location"] and out["status"] == "completed"
+    assert json.loads(item["arguments"]) == {"location": "San Francisco"} and out["status"] == "completed"
+
+
+LOOKUP_USER: dict[str, Any] = {"type": "function", "name": "lookup_user", "parameters": {
+    "type": "object", "required": ["email"], "properties": {"email": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize("function, question, argument, output", [
+    (WEATHER, "Use the weather tool to get the temperature in San Francisco.", "San Francisco", "64 degrees and clear"),
+    (WEATHER, "What's the weather like in San Francisco?", "San Francisco", "Sunny, 18 C"),
+    (LOOKUP_USER, "Who is ann@example.com?", "ann@example.com", "Ann Lee, admin since 2019"),
+])
+def test_a_function_of_one_text_is_called_with_the_questions_name_and_its_words_are_quoted(
+        loaded: tuple[SetDLM, Tokenizer], function: dict[str, Any], question: str, argument: str, output: str) -> None:
+    """A declared function of one string whose output is words (not a number): its argument is
+    the name the question writes (the guide, text_arguments), and the answer quotes the output
+    as its slot, which the runtime writes back: verified, the words as the client sent them."""
+    conv = LocalTurns(*loaded)
+    first = responses.run(conv, ResponseSpec.model_validate({"mode": "agent", "functions": [function], "question": question}))
+    [call] = first["output"]
+    assert call["type"] == "function_call" and list(json.loads(call["arguments"]).values()) == [argument], first
+    second = responses.run(conv, ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [function], "parked": first["parked"], "output": output}))
+    [message] = second["output"]
+    assert second["status"] == "completed" and second["verified"] is True, second
+    assert message["text"] == f"The result is {output}.", message
 
 
 @pytest.mark.parametrize("text", [

@@ -155,6 +155,31 @@ def test_a_functions_output_with_a_newline_is_the_number_it_holds(stack: Stack) 
     assert ANSWER in r.output_text and r.model_extra["setflow"]["verified"] is True, r
 
 
+#: the Open Responses suite's weather tool (function-call-roundtrip): one string, its output words
+WEATHER: dict[str, Any] = {"type": "function", "name": "get_weather", "description": "Get the current weather for a location",
+                           "parameters": {"type": "object", "required": ["location"], "properties": {
+                               "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"}}}}
+
+
+def test_a_weather_tools_words_come_back_quoted_in_a_verified_answer(stack: Stack) -> None:
+    """The suite's round trip as it sends it: the call forced by tool_choice, its output words
+    sent after the response by previous_response_id (no tools re-sent).  The call's location is
+    the name the question writes; the answer quotes the output whole: completed and verified (it
+    failed `unverified` before: nothing verified an answer from an output that is no number)."""
+    c = sdk(stack)
+    first = c.responses.create(model="small", input="Use the weather tool to get the temperature in San Francisco.",
+                               tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"})
+    [call] = first.output
+    assert call.type == "function_call" and call.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.arguments) == {"location": "San Francisco"}  # type: ignore[union-attr]
+    second = c.responses.create(model="small", previous_response_id=first.id, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "64 degrees and clear"}])  # type: ignore[union-attr]
+    assert second.status == "completed", second
+    assert second.output_text == "The result is 64 degrees and clear."
+    assert second.model_extra["setflow"]["verified"] is True
+    assert second.model_extra["setflow"]["session"] == first.model_extra["setflow"]["session"]
+
+
 def test_conversations_their_items_and_a_branch_from_an_earlier_response(stack: Stack) -> None:
     c = sdk(stack)
     conv = c.conversations.create(metadata={"topic": "kpis"})
