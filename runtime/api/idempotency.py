@@ -14,7 +14,7 @@ and changes nothing.
 The body is compared as the bytes sent (sha256): a client retries with the bytes it sent.  A
 stream (POST /v1/responses with stream) is kept as the response it streams (the route names it
 in a header); its replay streams that response's events again from the start.  Keys live in SQL
-(runtime/tables.py IdempotencyRecord) and survive restarts; rows past their TTL are pruned a
+(runtime/api/idempotency_keys.py) and survive restarts; rows past their TTL are pruned a
 batch at a time as new keys come.  A row still in flight long after any request could have
 answered (ABANDONED_S past response_wait_s: its process died mid-request) is taken over by the
 next request with its key, rather than holding the key for the whole TTL.
@@ -32,25 +32,16 @@ import asyncio
 import hashlib
 import json
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 from anyio.to_thread import run_sync
-from sqlalchemy import delete, func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
-from runtime.api.models import aware
-from runtime.db import writer
-from runtime.errors import OverBudget, RateLimited
-from runtime.jobs.table import matched
-from runtime.sessions import quota
-from runtime.sessions.quota import Quota
-from runtime.settings import Settings
+from runtime.api.idempotency_keys import Keys
+from runtime.errors import RateLimited
 from runtime.tables import IdempotencyRecord
 
 HEADER = "idempotency-key"
@@ -62,7 +53,6 @@ WAIT_S = 60.0  # a duplicate waits this long for the first request's answer (the
 POLL_S = 1.0  # a waiting duplicate checks SQL this often (a first request in another process)
 MAX_WAITING = 8  # a tenant's duplicates waiting at once in one process
 MAX_ANSWER = 256 * 1024  # bytes of an answer kept for replay
-PRUNE = 500  # expired rows deleted per new key, at most
 #: an in-flight row older than response_wait_s (the longest a POST runs: one that waits for its
 #: response) plus this was left by a process that died mid-request: the next request takes it over
 ABANDONED_S = 60.0
@@ -78,84 +68,6 @@ def _key_problem(key: str) -> str | None:
     if not 1 <= len(key) <= 255 or not all(33 <= ord(c) <= 126 for c in key):
         return "an Idempotency-Key is 1-255 visible ASCII characters (no spaces)"
     return None
-
-
-class Keys:
-    """The idempotency_keys rows (sync: the middleware runs them on a worker thread)."""
-
-    def __init__(self, engine: Any, ttl_s: float, abandoned_s: float, most: int | None = None,
-                 settings: Settings | None = None) -> None:
-        self._db = sessionmaker(engine, expire_on_commit=False)
-        self._write = sessionmaker(writer(engine), expire_on_commit=False)
-        self.ttl_s = ttl_s
-        self.abandoned_s = abandoned_s  # an in-flight row this old is nobody's any more
-        self.most = most  # keys a tenant holds within the TTL, at most (None: no ceiling)
-        self.quota = Quota.of(settings)
-
-    def claim(self, tenant: str, key: str, route: str, digest: str) -> IdempotencyRecord | None:
-        """None: this request holds the key now (run it); else the row another holds or held
-        (read first without a write transaction: most duplicates find it live)."""
-        now = datetime.now(UTC)
-        cutoff = now - timedelta(seconds=self.ttl_s)
-        live = self.get(tenant, key)
-        if live is not None and aware(live.created_at) >= cutoff and (
-                live.status is not None or aware(live.created_at) >= now - timedelta(seconds=self.abandoned_s)):
-            return live
-        try:
-            with self._write.begin() as db:
-                old = db.get(IdempotencyRecord, (tenant, key))
-                if old is not None and (aware(old.created_at) < cutoff or old.status is None
-                                        and aware(old.created_at) < now - timedelta(seconds=self.abandoned_s)):
-                    # expired, or abandoned in flight: the key is free again.  Deleted only as it
-                    # was read (its created_at): a duplicate that freed it first keeps the row it
-                    # wrote since, and the insert below loses on the primary key (PostgreSQL ran
-                    # both when the delete named the key alone)
-                    db.expunge(old)
-                    if matched(db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
-                                                                          IdempotencyRecord.key == key,
-                                                                          IdempotencyRecord.created_at == old.created_at))):
-                        quota.release(db, tenant, stored=quota.size(old.answer))
-                    old = None
-                if old is not None:
-                    return old
-                if self.most is not None and (db.scalar(select(func.count()).select_from(IdempotencyRecord).where(
-                        IdempotencyRecord.tenant == tenant, IdempotencyRecord.created_at >= cutoff)) or 0) >= self.most:
-                    raise RateLimited(f"tenant {tenant!r} holds {self.most} Idempotency-Keys, the most it may "
-                                      "(idempotency_max_keys): send this request without one, or wait for keys to "
-                                      "expire (idempotency_ttl_s)", retry_after_s=60.0)
-                db.add(IdempotencyRecord(tenant=tenant, key=key, route=route, body_hash=digest))
-                stale = select(IdempotencyRecord.tenant, IdempotencyRecord.key, IdempotencyRecord.answer).where(
-                    IdempotencyRecord.created_at < cutoff).order_by(IdempotencyRecord.tenant).limit(PRUNE)
-                for t, k, answer in db.execute(stale).all():
-                    if matched(db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == t,
-                                                                          IdempotencyRecord.key == k))):
-                        quota.release(db, t, stored=quota.size(answer))
-            return None
-        except IntegrityError:  # another request inserted it between our read and our insert
-            with self._db() as db:
-                row = db.get(IdempotencyRecord, (tenant, key))
-            return row if row is not None else self.claim(tenant, key, route, digest)
-
-    def get(self, tenant: str, key: str) -> IdempotencyRecord | None:
-        with self._db() as db:
-            return db.get(IdempotencyRecord, (tenant, key))
-
-    def answer(self, tenant: str, key: str, status: int, answer: dict[str, Any]) -> None:
-        """Keep the answer, its bytes counted to the tenant; one past its tenant_max_stored_bytes
-        is not kept (the key is released: a retry runs the request again)."""
-        try:
-            with self._write.begin() as db:
-                row = db.get(IdempotencyRecord, (tenant, key))
-                if row is not None:
-                    quota.charge(db, tenant, self.quota, stored=quota.size(answer))
-                    row.status, row.answer = status, answer
-        except OverBudget:
-            self.release(tenant, key)
-
-    def release(self, tenant: str, key: str) -> None:
-        with self._write.begin() as db:
-            db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.tenant == tenant,
-                                                       IdempotencyRecord.key == key))
 
 
 class Idempotent:
