@@ -74,7 +74,7 @@ def run(model: SetDLM, tok: Tokenizer, fmt: structured.Format | None, params: De
     seqs, guides, prompts = [], [], []
     for q in questions:
         ids = [cfg.bos_id, *tok.encode(q + "\n")]
-        g = structured.JsonGuide(tok, cfg.vocab_size, cfg.eos_id, fmt) if fmt is not None else None
+        g = structured.JsonGuide(tok, cfg.vocab_size, cfg.eos_id, fmt, params.max_new_tokens) if fmt is not None else None
         p = replace(params, guide=g)
         cache = pool.take()
         seqs.append((cache, begin_turn(model, cache, None, ids, p), p))
@@ -94,7 +94,8 @@ def run(model: SetDLM, tok: Tokenizer, fmt: structured.Format | None, params: De
         outs.append(state.tokens[n:])
         pool.give_back(cache)
     masks = [t for g in guides if g is not None for t in g.mask_s]
-    return {"outs": outs, "steps": steps, "held": held, "masks": masks}
+    broken = sum(g.broken for g in guides if g is not None)
+    return {"outs": outs, "steps": steps, "held": held, "masks": masks, "broken": broken}
 
 
 def verdict(tok: Tokenizer, eos: int, fmt: structured.Format, out: list[int]) -> str:
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     model, tok = shipped.load()
     policies = [p for p in POLICIES if not (args.quick and p == "ar")]
     rows = []
-    print(f"{'schema':9} {'policy':7} {'B':>2} {'valid':>6} {'unfin':>5} {'inval':>5} {'steps':>6} {'ms/step':>8} "
+    print(f"{'schema':9} {'policy':7} {'B':>2} {'valid':>6} {'unfin':>5} {'inval':>5} {'same':>4} {'steps':>6} {'ms/step':>8} "
           f"{'unguided':>8} {'ratio':>6} {'guide':>6} {'x step':>6} {'mask p50':>9} {'mask p99':>9}")
     for name, schema in SCHEMAS.items():
         if args.only not in name:
@@ -136,10 +137,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                 g = run(model, tok, fmt, params, qs)
                 u = run(model, tok, None, params, qs)
                 verdicts = [verdict(tok, model.cfg.eos_id, fmt, o) for o in g["outs"]]
+                alone = g["outs"] if B == 1 else [run(model, tok, fmt, params, [q])["outs"][0] for q in qs]
                 ms, ums = statistics.fmean(g["steps"]) * 1e3, statistics.fmean(u["steps"]) * 1e3
                 share = sum(g["held"]) / sum(g["steps"])  # the grammar's part of the guided steps' time
                 row = {"schema": name, "policy": policy, "batch": B, "valid": verdicts.count("valid") / B,
                        "unfinished": verdicts.count("unfinished"), "invalid": verdicts.count("invalid"),
+                       "identical": alone == g["outs"], "bound_broken": g["broken"],
                        "steps": len(g["steps"]), "ms_per_step": round(ms, 3), "unguided_ms_per_step": round(ums, 3),
                        "ratio": round(ms / ums, 3), "over_unguided_step": round(1 / (1 - share), 3),
                        "guide_ms_per_step": round(statistics.fmean(g["held"]) * 1e3, 3),
@@ -147,11 +150,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                        "mask_us_p99": round(pct(g["masks"], 0.99) * 1e6, 1), "masks": len(g["masks"])}
                 rows.append(row)
                 print(f"{name:9} {policy:7} {B:>2} {row['valid']:>6.2f} {row['unfinished']:>5} {row['invalid']:>5} "
-                      f"{row['steps']:>6} {ms:>8.3f} {ums:>8.3f} {row['ratio']:>6.2f} {row['guide_ms_per_step']:>6.2f} "
+                      f"{'yes' if row['identical'] else 'NO':>4} {row['steps']:>6} "
+                      f"{ms:>8.3f} {ums:>8.3f} {row['ratio']:>6.2f} {row['guide_ms_per_step']:>6.2f} "
                       f"{row['over_unguided_step']:>6.2f} {row['mask_us_p50']:>9.1f} "
                       f"{row['mask_us_p99']:>9.1f}", flush=True)
     summary = {"valid": round(sum(r["valid"] * r["batch"] for r in rows) / sum(r["batch"] for r in rows), 3),
-               "invalid": sum(r["invalid"] for r in rows),
+               "invalid": sum(r["invalid"] for r in rows), "identical": all(r["identical"] for r in rows),
+               "bound_broken": sum(r["bound_broken"] for r in rows),
                "over_unguided_step_b1": round(statistics.median(r["over_unguided_step"] for r in rows if r["batch"] == 1), 3),
                "over_unguided_step_bB": round(statistics.median(r["over_unguided_step"] for r in rows
                                                                 if r["batch"] == args.batch), 3),

@@ -72,7 +72,8 @@ def _text(turns: Counted, spec: ResponseSpec, fmt: structured.Format | None = No
         raise BadInput("the input text encodes to no tokens")
     params = with_stops(turns, decode_params(spec.params))
     if fmt is not None:  # a JSON document: the schema's grammar guides every position
-        params = replace(params, guide=structured.JsonGuide(turns.tokenizer, turns.cfg.vocab_size, turns.cfg.eos_id, fmt))
+        params = replace(params, guide=structured.JsonGuide(turns.tokenizer, turns.cfg.vocab_size, turns.cfg.eos_id, fmt,
+                                                             params.max_new_tokens))
     elif turns.profile.facts == "slots":  # no fact and no tool was given: a slot or a call would point at nothing
         end_by = params.max_new_tokens if params.max_new_tokens >= TEXT_LIMIT else None
         params = replace(params, guide=PlainText(turns.tokenizer, turns.cfg.eos_id, end_by))

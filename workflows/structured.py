@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -115,6 +116,8 @@ STRING_CAP = 64  # characters of a string whose schema gives no maxLength (nor p
 ITEMS_CAP = 16  # items of an array whose schema gives no maxItems
 NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
 NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
+QUIET = 4  # what a token of no bracket, quote, comma, colon or backslash adds to the closing tokens at most ("n" -> "ull")
+CLOSERS = ("}", "]", '"', ",", "0", ":")  # what closes a document soonest, first first (_closing)
 
 
 def bounded(schema: dict[str, Any]) -> dict[str, Any]:
@@ -163,13 +166,15 @@ class JsonGuide:
     follows them, rolled back to where a new `before` leaves the last one and fed the rest.
     `mask_s` keeps each mask's time (the benchmark's)."""
 
-    def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format) -> None:
-        self._eos, self._n = eos_id, n_vocab
-        self._m, self._numeric = _matcher(tok, n_vocab, eos_id, grammar(fmt.schema))
+    def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format, budget: int | None = None) -> None:
+        self._eos, self._n, self._budget = eos_id, n_vocab, budget
+        self._m, self._v, self._slack = _matcher(tok, n_vocab, eos_id, fmt.schema)
         self._ids: list[int] = []  # what the matcher has consumed
         self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # its mask after them
         self._bits = lnp.allocate_token_bitmask(1, n_vocab)
+        self._plan: tuple[int, list[int]] | None = None  # (at, the closing tokens from ids[:at])
         self.mask_s: list[float] = []
+        self.broken = 0  # closing walks longer than their bound said (the benchmark checks: 0)
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
         a = self.allowed(before)
@@ -182,14 +187,47 @@ class JsonGuide:
             return None  # a token the grammar refuses is before: nothing holds (document() says so)
         if self._mask is None:
             t0 = time.perf_counter()
-            lnp.fill_next_token_bitmask(self._m, self._bits, 0)
-            bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self._n]
-            self._mask = bits.astype(np.bool_)
-            run = len(before) - next((i + 1 for i in range(len(before) - 1, -1, -1) if not self._numeric[before[i]]), 0)
-            if run >= NUMBER_CAP and (self._mask & ~self._numeric).any():  # a number ends (a small model repeats its 0s)
-                self._mask &= ~self._numeric
+            close = self._close(len(before))
+            if close is not None:
+                self._mask = np.zeros(self._n, dtype=np.bool_)
+                self._mask[close] = True
+            else:
+                lnp.fill_next_token_bitmask(self._m, self._bits, 0)
+                bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self._n]
+                self._mask = bits.astype(np.bool_)
+                run = len(before) - next((i + 1 for i in range(len(before) - 1, -1, -1) if not self._v.numeric[before[i]]), 0)
+                if run >= NUMBER_CAP and (self._mask & ~self._v.numeric).any():  # a number ends (a small model repeats its 0s)
+                    self._mask &= ~self._v.numeric
             self.mask_s.append(time.perf_counter() - t0)
         return self._mask
+
+    def _close(self, at: int) -> int | None:
+        """The token that must come next for the document to close within the budget (the first
+        of its closing tokens, _closing); None: any token the grammar allows may come.  It must
+        once the closing tokens are within the slack (_slack: what one token may add to them) of
+        the positions left.  The closing walk is redone only where a bound on its length says
+        it may be that close: the last walk's length, plus for each token since that is not the
+        walk's own what such a token may add (QUIET for one of no bracket, quote, comma, colon
+        or backslash, the slack for others)."""
+        if self._budget is None:
+            return None
+        left = self._budget - at  # positions left, this one and the end of text's included
+        bound = sys.maxsize
+        if self._plan is not None:
+            at0, path = self._plan
+            since = self._ids[at0:at]
+            if since == path[:len(since)]:
+                if len(path) - len(since) + self._slack < left:
+                    return None
+                return path[len(since)]
+            bound = len(path) + sum(self._v.rise[t] for t in since)
+            if bound + self._slack < left:
+                return None
+        path = _closing(self._m, self._v.closers, self._eos, self._n, self._budget)
+        if len(path) > bound:
+            self.broken += 1
+        self._plan = (at, path)
+        return path[0] if len(path) + self._slack >= left else None
 
     def _follow(self, before: Sequence[int]) -> bool:
         """Bring the matcher to `before`; False where it refuses one of its tokens."""
@@ -200,6 +238,8 @@ class JsonGuide:
         if k < len(ids):
             self._m.rollback(len(ids) - k)
             del ids[k:]
+            if self._plan is not None and self._plan[0] > k:
+                self._plan = None
         rest = list(before[k:])
         self._mask = None
         if rest:
@@ -210,31 +250,99 @@ class JsonGuide:
         return True
 
 
+def _closing(m: Any, closers: list[int], eos: int, n_vocab: int, limit: int) -> list[int]:
+    """Tokens that take matcher `m` from its state to a closed document, the end of text last:
+    a greedy walk (the grammar's forced tokens, else the first of `closers` it allows, else its
+    lowest allowed id), `m` left where it was.  Longer than `limit` (a walk that never closes):
+    what it walked, cut there, without the end of text."""
+    path: list[int] = []
+    while len(path) <= limit:
+        if m.is_accepting():
+            path.append(eos)
+            break
+        ok = [t for t in closers if m.validate_tokens([t])]
+        if len(ok) > 1 and ok[:2] == closers[:2]:  # both brackets allowed: inside a string, which a quote closes
+            ok.remove(closers[0])
+            ok.remove(closers[1])
+        step = m.compute_ff_tokens() or ok[:1] or None
+        if step is None:
+            bits = lnp.allocate_token_bitmask(1, n_vocab)
+            lnp.fill_next_token_bitmask(m, bits, 0)
+            ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little")[:n_vocab])
+            step = [int(ids[0])] if len(ids) and ids[0] != eos else []
+        n = m.try_consume_tokens(step) if step else 0
+        if n == 0:
+            break
+        path.extend(step[:n])
+    m.rollback(len(path) - (path[-1:] == [eos]))
+    return path
+
+
+@dataclass(frozen=True)
+class _Vocab:
+    """A tokenizer's llguidance twin and what JsonGuide reads of its ids."""
+
+    lt: Any  # llguidance.LLTokenizer
+    numeric: np.ndarray[Any, np.dtype[np.bool_]]  # (n_vocab,) ids that are a number's characters only
+    closers: list[int]  # the ids of CLOSERS it has, in CLOSERS' order
+    rise: list[int]  # (n_vocab,) what a token may add to the closing tokens: QUIET, or sys.maxsize (walk again)
+    openers: int  # the most brackets, quotes, commas and colons one token holds (at least 1)
+
+
 _LOCK = threading.Lock()
-#: id(tok) (kept alive), n_vocab, eos -> (tok, its llguidance twin, which of its ids are a number's characters only)
-_TOKENIZERS: dict[tuple[int, int, int], tuple[Tokenizer, Any, np.ndarray[Any, np.dtype[np.bool_]]]] = {}
-_MATCHERS: OrderedDict[tuple[int, int, int, str], Any] = OrderedDict()  # a schema's first matcher, warm
+_VOCABS: dict[tuple[int, int, int], tuple[Tokenizer, _Vocab]] = {}  # id(tok) (kept alive), n_vocab, eos ->
+#: (id(tok), n_vocab, eos, grammar) -> the grammar's first matcher (warm) and its slack (_slack)
+_MATCHERS: OrderedDict[tuple[int, int, int, str], tuple[Any, int]] = OrderedDict()
 CACHED = 64  # schemas whose matcher a process keeps (each a few MB at most)
 
 
-def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, g: str) -> tuple[Any, np.ndarray[Any, np.dtype[np.bool_]]]:
-    """A fresh matcher of grammar `g` (a deep copy of the process's first one: its lexer, built
-    lazily, kept warm) and which ids are a number's characters only, over the tokenizer's llguidance twin
-    (built once: about a second on a large vocabulary)."""
+def _vocab(tok: Tokenizer, n_vocab: int, eos_id: int) -> _Vocab:
+    """The tokenizer's _Vocab, built once (about a second on a large vocabulary); under _LOCK."""
     key = (id(tok), n_vocab, eos_id)
+    if key not in _VOCABS:
+        texts = [tok.decode([i]) if i < tok.vocab_size else "" for i in range(n_vocab)]
+        first: dict[str, int] = {}
+        for i, t in enumerate(texts):
+            first.setdefault(t, i)
+        _VOCABS[key] = (tok, _Vocab(
+            llguidance.LLTokenizer(tok.to_str(), n_vocab=n_vocab, eos_token=eos_id),
+            np.array([t != "" and set(t) <= NUMERIC for t in texts], dtype=np.bool_),
+            [first[c] for c in CLOSERS if c in first],
+            [QUIET if not set(t) & set('{}[],:"\\') else sys.maxsize for t in texts],
+            max(1, max(sum(t.count(c) for c in '{[",:') for t in texts))))
+    return _VOCABS[key][1]
+
+
+def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, schema: dict[str, Any]) -> tuple[Any, _Vocab, int]:
+    """A fresh matcher of `schema`'s grammar (a deep copy of the process's first one: its lexer,
+    built lazily, kept warm), the tokenizer's _Vocab and the grammar's slack."""
+    g = grammar(schema)
+    key = (id(tok), n_vocab, eos_id, g)
     with _LOCK:
-        if key not in _TOKENIZERS:
-            lt = llguidance.LLTokenizer(tok.to_str(), n_vocab=n_vocab, eos_token=eos_id)
-            numeric = np.array([i < tok.vocab_size and set(tok.decode([i])) <= NUMERIC and tok.decode([i]) != ""
-                                for i in range(n_vocab)], dtype=np.bool_)
-            _TOKENIZERS[key] = (tok, lt, numeric)
-        _, lt, numeric = _TOKENIZERS[key]
-        first = _MATCHERS.get((*key, g))
-        if first is None:
-            first = _MATCHERS[(*key, g)] = llguidance.LLMatcher(lt, g, log_level=0)
+        v = _vocab(tok, n_vocab, eos_id)
+        if key not in _MATCHERS:
+            m = llguidance.LLMatcher(v.lt, g, log_level=0)
+            _MATCHERS[key] = (m, 0 if m.is_error() else _slack(bounded(schema), v, eos_id, n_vocab))
             if len(_MATCHERS) > CACHED:
                 _MATCHERS.popitem(last=False)
-        _MATCHERS.move_to_end((*key, g))
+        _MATCHERS.move_to_end(key)
+        first, slack = _MATCHERS[key]
         if first.is_error():
             raise Unverified(f"the schema's grammar does not load: {first.get_error()}", [])
-        return first.deep_copy(), numeric
+        return first.deep_copy(), v, slack
+
+
+def _slack(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
+    """How many tokens one token may add to a document's closing tokens (_closing), at most: a
+    token opens at most v.openers values (a bracket, a quote, a comma or a colon each), each of
+    them costing at most the closing walk of the costliest subschema's (not the root's) smallest
+    instance; plus
+    an escape's 6 characters (a string's \\uXXXX).  JsonGuide closes the document from the
+    point where its closing tokens are within this slack of its budget."""
+    defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
+    cost = 1
+    for s in list(schemas.subschemas(schema))[1:]:  # the root's own instance is opened once, at the start
+        m = llguidance.LLMatcher(v.lt, grammar({**defs, **s}), log_level=0)
+        if not m.is_error():
+            cost = max(cost, len(_closing(m, v.closers, eos, n_vocab, 4096)))
+    return v.openers * cost + 6

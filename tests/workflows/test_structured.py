@@ -111,3 +111,34 @@ def test_a_number_ends_within_its_cap(tok: Tokenizer) -> None:
     m = g.allowed(before)
     assert m is not None and not m[tok.encode("0")[0]] and m[tok.encode("}")[0]]
     assert json.loads(tok.decode([*before, tok.encode("}")[0]]))["x"] == 10 ** (structured.NUMBER_CAP - 1)
+
+
+@pytest.mark.parametrize("budget", [56, 80, 120, 200])
+def test_a_document_closes_within_its_budget_whatever_the_model_writes(tok: Tokenizer, budget: int) -> None:
+    """A model that wanders (here: a random token of the mask, the end of text never chosen while
+    anything else is allowed) still ends with a valid document within its token budget: from the
+    point where the closing tokens are within the slack of the positions left, the mask is the
+    next closing token alone.  The nested benchmark schema ended unfinished_document at 256 tokens
+    before."""
+    from bench.grammars import SCHEMAS
+    cfg = shipped.load()[0].cfg
+    for seed in range(3):
+        rng = random.Random(seed)
+        f = Format(SCHEMAS["nested"])
+        g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, budget)
+        out: list[int] = []
+        while (m := g.allowed(out)) is not None:
+            assert len(out) < budget, "the budget passed with the document still open"
+            ids = [int(i) for i in np.flatnonzero(m) if i != cfg.eos_id] or [cfg.eos_id]
+            out.append(rng.choice(ids))
+        assert out[-1] == cfg.eos_id and g.broken == 0
+        structured.document(tok.decode(out[:-1], skip_special=True), f, ended=True)
+
+
+def test_the_bench_finds_every_schema_valid_alone_and_batched_with_the_same_tokens() -> None:
+    """The nested benchmark schema, prefix and set at batch 1 and 2: every document valid, the
+    batched tokens those of each turn alone (bench/structured.py)."""
+    from bench import structured as bench
+    result = bench.main(["--quick", "--only", "nested", "--batch", "2"])
+    assert result["summary"]["valid"] == 1.0 and result["summary"]["identical"]
+    assert result["summary"]["bound_broken"] == 0
