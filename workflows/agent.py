@@ -144,8 +144,10 @@ class _Agent:
 
     @property
     def units(self) -> bool:
-        """The rows read have units: the sample dataset's (a tenant's table or a client's tool: none)."""
-        return self.spec.dataset is None and "metric" not in self.spec.client_tools
+        """The rows read have units: the sample dataset's (a tenant's table or a client's tool: none,
+        whether this run still offers that tool or goes on from a call its client answered)."""
+        return self.spec.dataset is None and "metric" not in self.spec.client_tools and not any(
+            c["by"] == "client" and c["tool"] == "metric" for c in self.calls)
 
     def written(self, text: str) -> str:
         """What the model wrote, its facts written out."""

@@ -84,21 +84,24 @@ def test_a_call_outside_the_schema_is_answered_here_and_never_reaches_the_client
                    for i in out["output"] if i["type"] == "function_call")
 
 
-@pytest.mark.parametrize("params, attempt", [
-    ({}, "first"),
+@pytest.mark.parametrize("params, attempt, resent", [
+    ({}, "first", [GET_METRIC]),
     # sampled hot: its answer's words held to the answer forms and its unit to the rows' (the
     # guides), it is verified on its first decode (before the answer guide it wrote a stray number)
-    ({"temperature": 1.5, "seed": 8}, "first"),
+    ({"temperature": 1.5, "seed": 8}, "first", [GET_METRIC]),
+    # the output sent with no tools (the Open Responses suite's way): the call was the client's all
+    # the same, and its output gives no unit (the sample metric's "%" was written, and verified)
+    ({}, "first", []),
 ])
 def test_the_readmes_question_answered_by_the_clients_tool_writes_no_unit_its_output_lacks(
-        loaded: tuple[SetDLM, Tokenizer], params: dict[str, Any], attempt: str) -> None:
+        loaded: tuple[SetDLM, Tokenizer], params: dict[str, Any], attempt: str, resent: list[dict[str, Any]]) -> None:
     conv = LocalTurns(*loaded)
     first = responses.run(conv, ResponseSpec.model_validate(
         {"mode": "agent", "functions": [GET_METRIC], "question": README_QUESTION}))
     [call] = first["output"]
     assert json.loads(call["arguments"]) == {"metric": "churn", "region": "APAC", "period": "2026-Q3"}
     second = responses.run(conv, ResponseSpec.model_validate(
-        {"mode": "agent", "functions": [GET_METRIC], "parked": first["parked"], "output": "2.7", "params": params}))
+        {"mode": "agent", "functions": resent, "parked": first["parked"], "output": "2.7", "params": params}))
     [message] = second["output"]
     assert second["status"] == "completed" and second["verified"] is True and second["attempt"] == attempt
     assert message["text"].endswith("was 2.7."), message["text"]  # no "%": the output "2.7" gives no unit
