@@ -9,10 +9,11 @@ TurnResult.  Per turn it takes the session's lease, then loads the state by one 
 
 choosing restore or recompute by a cost model calibrated on this machine (Redis bytes/s and
 prefill tokens/s, measured once per engine); a restore that fails its checks falls back to
-recompute and says so in the result.  After decoding, the last pending set is committed (one
-forward, so the cache holds every token of the turn); the turn's row is written to SQL (the turn
-is durable from then on); then the new slots go to Redis as segments and the manifest advances
-by compare-and-set under the lease (renewed during long turns).  A crash or a failed save
+recompute and says so in the result (resume.py; the warm sessions are warm.py's).  After
+decoding, the last pending set is committed (one forward, so the cache holds every token of the
+turn); the turn's row is written to SQL (the turn is durable from then on); then the new slots
+go to Redis as segments and the manifest advances by compare-and-set under the lease (renewed
+during long turns).  A crash or a failed save
 between the two leaves Redis one turn behind SQL, which the next turn detects (the manifest
 counts turns) and recomputes.  A turn abandoned midway (the caller stops iterating) writes
 nothing and leaves no warm state behind.
@@ -31,29 +32,28 @@ every path (tests/runtime/sessions/test_engine.py)."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Generator, Iterator
-from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Generator
+from contextlib import closing
 
 from model import checkpoint
-from model.decode import StepEvent, prefill
-from model.kv_cache import KVCache
-from model.params import DecodeError, DecodeParams, DecodeState
-from model.pool import KVPool, PooledCache
+from model.decode import StepEvent
+from model.params import DecodeError, DecodeParams
+from model.pool import KVPool
 from model.transformer import SetDLM
-from runtime.errors import BadInput, Busy, CorruptState
+from runtime.errors import BadInput
 from runtime.keys import model_name
-from runtime.sessions import kv, warmfork
+from runtime.sessions import warmfork
 from runtime.sessions.batcher import Batcher
 from runtime.sessions.decoding import Stepper, TurnDecode, infill_holes
+from runtime.sessions.lease import Held
 from runtime.sessions.lifecycle import delete_session, fork_session
 from runtime.sessions.records import JobStep, Records
-from runtime.sessions.state import params_json, read_state, replayed
-from runtime.sessions.store import Manifest, SessionStore
+from runtime.sessions.resume import Loaded, Resume
+from runtime.sessions.state import params_json
+from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult
+from runtime.sessions.warm import Warm
 from runtime.sessions.writer import TurnWriter
 from runtime.settings import Settings
 from runtime.tables import SessionRecord
@@ -62,30 +62,9 @@ FP_LEN = 16  # the fingerprint prefix segments and records carry
 PATHS = ("auto", "restore", "recompute")
 
 
-@dataclass
-class _Warm:
-    cache: KVCache
-    state: DecodeState
-    turns: int  # the session's turn count it holds (SQL's count is the truth)
-    ident: tuple[str, str]  # (tenant, created_at) of the session it was: an id deleted and used again is another
+class Engine(Resume):
+    """The recipe of a turn; its loading is Resume's (resume.py), its warm sessions WarmSessions' (warm.py)."""
 
-
-@dataclass
-class _Loaded:
-    """Where a turn starts: the session's cache and decode state, and how they were had."""
-
-    cache: KVCache
-    state: DecodeState | None
-    path: str  # "new", "warm", "restore" or "recompute"
-    turns: int  # SQL's turn count: this turn's index
-    ident: tuple[str, str]
-    manifest: Manifest | None  # as read under the lease
-    reuse: bool = False  # the manifest's segments hold this very cache (TurnWriter starts from them)
-    costs: dict[str, float] = field(default_factory=dict)
-    events: list[str] = field(default_factory=list)
-
-
-class Engine:
     WRITE_BEHIND = 64  #: default slots per write-behind batch
 
     def __init__(self, model: SetDLM, store: SessionStore, records: Records, settings: Settings,
@@ -101,21 +80,10 @@ class Engine:
         self.fp = checkpoint.fingerprint(model)[:FP_LEN]
         # what its sessions are bound to besides the weights: the model's name and numerics
         self.model_name, self.numerics = model_name(model.cfg.name), checkpoint.numerics(model)
-        self.warm: OrderedDict[str, _Warm] = OrderedDict()
-        self.warm_sessions = warm_sessions
-        self._rates: dict[str, float] | None = None
+        self._rates: dict[str, float] | None = None  # the cost model's, measured at its first use
         self.write_behind = write_behind
         self.batcher = batcher
-        self.pool = pool
-        self._rows = threading.Condition()  # guards warm and pool: turns of many threads share them
-        # turns holding a pool cache now, at most as many as it holds whole contexts: a running
-        # turn then always finds its next block (an idle warm session gives its own back)
-        self._turns, self._max_turns = 0, 1
-        if pool is not None:
-            pool.reclaim = self._reclaim  # a cache that must grow evicts an idle warm session
-            # (a pool below one whole context, as tests and benchmarks build, still admits one turn: it
-            # may then meet PoolExhausted mid-decode; a worker's pool holds batch_sessions contexts)
-            self._max_turns = max(1, pool.blocks // -(-model.cfg.max_seq_len // pool.block_size))
+        super().__init__(warm_sessions, pool, model.cfg.max_seq_len)  # the warm sessions (warm.py)
 
     # ---- sessions ---------------------------------------------------------------------------
 
@@ -133,7 +101,7 @@ class Engine:
                 w = self.warm.get(session)
                 got = warmfork.shared(w.cache, rows) if w is not None else None
                 if got is not None:
-                    self._keep_warm(child.id, _Warm(*got, len(rows), (rec.tenant, str(rec.created_at))))
+                    self._keep_warm(child.id, Warm(*got, len(rows), (rec.tenant, str(rec.created_at))))
         return child.id
 
     def delete(self, session: str, tenant: str) -> None:
@@ -176,30 +144,43 @@ class Engine:
                 yield done
                 return
             with self._admitted():  # a place among the turns that hold pool caches
-                with lease.busy():  # a restore or a recompute may outlast the lease: kept meanwhile
+                with lease.busy():  # 1. load: a restore or a recompute may outlast the lease, kept meanwhile
                     load = self._load(session, tenant, rec, prefer)
                 try:
-                    lease.keep()  # the load may have been long
-                    t = time.perf_counter()
-                    with lease.busy():  # an infill prefills its context here
-                        turn = self._begin(session, load, input_ids, params, infill)
-                    with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
-                        with closing(turn.steps(self._stepper(priority))) as steps:  # closed before _drop frees
-                            for ev in lease.busily(steps):  # each step's forwards with the lease kept
-                                lease.keep()  # a long turn keeps its lease
-                                w.add(turn.cache, ev)
-                                yield ev
-                    load.costs["decode_s"] = time.perf_counter() - t
-                    lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
-                    with lease.busy():  # the writes, however long they take, under a lease kept
-                        self._append(session, tenant, load, turn, params, text, job)
-                        self._save(session, load, turn, w, params)
+                    turn, w = yield from self._decode(session, tenant, lease, load, input_ids, params, infill, priority)
+                    self._commit(session, tenant, lease, load, turn, w, params, text, job)
                 finally:  # a turn that does not complete leaves no warm state, and frees its blocks
                     if not self._is_warm(session, load.cache):
                         self._drop(load.cache)
             yield TurnResult(session, turn.tokens, load.path, load.costs, load.events, turn.nfe, load.turns)
 
     # ---- a turn's parts ---------------------------------------------------------------------
+
+    def _decode(self, session: str, tenant: str, lease: Held, load: Loaded, input_ids: list[int], params: DecodeParams,
+                infill: bool, priority: str) -> Generator[StepEvent, None, tuple[TurnDecode, TurnWriter]]:
+        """2. Decode with the writer: each step yielded as it ends, its K/V written behind to
+        Redis, the lease kept throughout."""
+        lease.keep()  # the load may have been long
+        t = time.perf_counter()
+        with lease.busy():  # an infill prefills its context here
+            turn = self._begin(session, load, input_ids, params, infill)
+        with TurnWriter(self.store, lease, tenant, self.fp, load.manifest, load.reuse, self.write_behind) as w:
+            with closing(turn.steps(self._stepper(priority))) as steps:  # closed before _drop frees
+                for ev in lease.busily(steps):  # each step's forwards with the lease kept
+                    lease.keep()  # a long turn keeps its lease
+                    w.add(turn.cache, ev)
+                    yield ev
+        load.costs["decode_s"] = time.perf_counter() - t
+        return turn, w
+
+    def _commit(self, session: str, tenant: str, lease: Held, load: Loaded, turn: TurnDecode, w: TurnWriter,
+                params: DecodeParams, text: str, job: JobStep | None) -> None:
+        """3. Commit: the turn's SQL row (durable from then on), then its K/V and manifest in
+        Redis, under a lease renewed first."""
+        lease.renew()  # LeaseLost here: another holder may have moved on; write nothing
+        with lease.busy():  # the writes, however long they take, under a lease kept
+            self._append(session, tenant, load, turn, params, text, job)
+            self._save(session, load, turn, w, params)
 
     def _check(self, session: str, tenant: str, input_ids: list[int], prefer: str, infill: bool) -> SessionRecord:
         """The session (NotFound for unknown or another tenant's), checked against the request:
@@ -233,17 +214,17 @@ class Engine:
         return TurnResult(session, tokens, "done", events=[f"turn {done.index} was written by this job step already"],
                           turn=done.index)
 
-    def _begin(self, session: str, load: _Loaded, input_ids: list[int], params: DecodeParams,
+    def _begin(self, session: str, load: Loaded, input_ids: list[int], params: DecodeParams,
                infill: bool) -> TurnDecode:
         try:
             commit = self.batcher.commit if self.batcher is not None else None
             return TurnDecode(self.model, load.cache, load.state, input_ids, params, infill, commit)
         except DecodeError:  # refused before anything changed: a warm session stays warm
             if load.path == "warm" and load.state is not None:
-                self._keep_warm(session, _Warm(load.cache, load.state, load.turns, load.ident))
+                self._keep_warm(session, Warm(load.cache, load.state, load.turns, load.ident))
             raise
 
-    def _append(self, session: str, tenant: str, load: _Loaded, turn: TurnDecode, params: DecodeParams, text: str,
+    def _append(self, session: str, tenant: str, load: Loaded, turn: TurnDecode, params: DecodeParams, text: str,
                 job: JobStep | None) -> None:
         """The turn's SQL row, at the index read under the lease: a late writer's row is refused
         (StaleWrite), never appended after another turn that did not see it."""
@@ -257,12 +238,12 @@ class Engine:
                                  model=(self.model_name, self.numerics))
         load.costs["sql_s"] = time.perf_counter() - t
 
-    def _save(self, session: str, load: _Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> None:
+    def _save(self, session: str, load: Loaded, turn: TurnDecode, writer: TurnWriter, params: DecodeParams) -> None:
         """Redis after SQL (the turn is durable already: a failed save is an event, and costs the
         next turn elsewhere a recompute), then the session stays warm here."""
         t = time.perf_counter()
         events = writer.save(turn.cache, turn.state, params_json(params), load.turns + 1)
-        self._keep_warm(session, _Warm(turn.cache, turn.state, load.turns + 1, load.ident))
+        self._keep_warm(session, Warm(turn.cache, turn.state, load.turns + 1, load.ident))
         load.events += events
         load.costs["store_s"] = time.perf_counter() - t
 
@@ -272,180 +253,4 @@ class Engine:
         batcher = self.batcher
         return lambda cache, state, params: batcher.steps(cache, state, params, priority)  # type: ignore[arg-type]
 
-    # ---- loading ----------------------------------------------------------------------------
-
-    def _load(self, session: str, tenant: str, rec: SessionRecord, prefer: str) -> _Loaded:
-        t = time.perf_counter()
-        turns = self.records.turn_count(session, tenant)
-        m = self.store.read(session)
-        load = self._pick(session, tenant, turns, m, prefer, (rec.tenant, str(rec.created_at)))
-        # keep the stored segments when they are this cache's: restored from them, or warm with
-        # a manifest that holds this very turn count and cache length
-        load.reuse = load.path == "restore" or (load.path == "warm" and m is not None and m.fingerprint == self.fp
-                                                and m.state.get("turns") == turns and m.slots == load.cache.length)
-        load.costs["load_s"] = time.perf_counter() - t
-        return load
-
-    def _pick(self, session: str, tenant: str, turns: int, m: Manifest | None, prefer: str,
-              ident: tuple[str, str]) -> _Loaded:
-        with self._rows:
-            w = self.warm.pop(session, None)  # the turn mutates it: back in only when the turn completes
-        if w is not None and w.turns == turns and w.ident == ident:  # SQL is the truth: no other holder added a turn
-            return _Loaded(w.cache, w.state, "warm", turns, ident, m)
-        if w is not None:
-            self._drop(w.cache)
-        if turns == 0:
-            return _Loaded(self._empty(), None, "new", turns, ident, m)
-        costs: dict[str, float] = {}
-        events: list[str] = []
-        fresh = m is not None and m.fingerprint == self.fp and int(m.state.get("turns", -1)) == turns
-        if m is not None and not fresh:
-            events.append("redis state is stale or of another model: recomputed from SQL")
-        if fresh and m is not None:
-            rates = self.rates()
-            costs["restore_est_s"] = m.nbytes / rates["redis_bytes_per_s"]
-            costs["recompute_est_s"] = int(m.slots) / rates["prefill_tokens_per_s"]
-            cheaper = "restore" if costs["restore_est_s"] <= costs["recompute_est_s"] else "recompute"
-            if (cheaper if prefer == "auto" else prefer) == "restore":
-                try:
-                    cache, state = self._restore(m)
-                    return _Loaded(cache, state, "restore", turns, ident, m, costs=costs, events=events)
-                except CorruptState as e:
-                    events.append(f"restore failed ({e.message}): recomputed from SQL")
-        cache, state = self._recompute(session, tenant)
-        return _Loaded(cache, state, "recompute", turns, ident, m, costs=costs, events=events)
-
-    def _empty(self, slots: int = 0) -> KVCache:
-        """A new cache with room for `slots`: without a pool, its own; else an empty one of the
-        pool holding the blocks they need (the least recently used warm sessions give theirs
-        back until enough are free; Busy if turns still hold them at the lease's wait)."""
-        if self.pool is None:
-            p = next(self.model.parameters())
-            return KVCache.for_model(self.model.cfg, dtype=p.dtype, device=p.device)
-        need = -(-slots // self.pool.block_size)
-        deadline = time.monotonic() + self.s.lease_wait_ms / 1000
-        with self._rows:
-            while len(self.pool.free) < need:
-                if self._reclaim():  # an idle warm session makes room (it restores from Redis later)
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Busy(f"the KV pool's {self.pool.blocks} blocks are held by running turns: "
-                               f"{need} needed, {len(self.pool.free)} free")
-                self._rows.wait(left)  # a turn that ends gives its blocks back or keeps them warm
-            cache = self.pool.take()
-            cache.reserve(slots)
-            return cache
-
-    @contextmanager
-    def _admitted(self) -> Iterator[None]:
-        """A turn's place among those that hold pool caches (none without a pool): waits while
-        they are as many as the pool holds whole contexts; Busy after the lease's wait."""
-        if self.pool is None:
-            yield
-            return
-        deadline = time.monotonic() + self.s.lease_wait_ms / 1000
-        with self._rows:
-            while self._turns >= self._max_turns:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Busy(f"the KV pool's {self._max_turns} whole contexts all run turns: none is free")
-                self._rows.wait(left)  # a turn that ends leaves its place
-            self._turns += 1
-        try:
-            yield
-        finally:
-            with self._rows:
-                self._turns -= 1
-                self._rows.notify_all()
-
-    def _reclaim(self) -> bool:
-        """The least recently used warm session gives its blocks back; False if none is warm.
-        The pool calls it too (model/pool.py: a cache must grow and no block is free)."""
-        with self._rows:
-            if not self.warm:
-                return False
-            _, w = self.warm.popitem(last=False)
-            self._give_back(w.cache)
-            return True
-
-    def _restore(self, m: Manifest) -> tuple[KVCache, DecodeState]:
-        w = next(self.model.parameters())
-        state, positions, tokens = read_state(m.state)
-        blobs = self.store.get_segments(m.segments)
-        if self.pool is None:
-            cache = kv.from_segments(blobs, self.fp, positions, tokens, w.device)
-        else:  # straight into the blocks of a pool cache
-            cache = self._empty(len(positions))
-            with self._owned(cache):
-                kv.from_segments(blobs, self.fp, positions, tokens, w.device, into=cache)
-        if cache.k.dtype != w.dtype:
-            self._drop(cache)
-            raise CorruptState(f"segments hold {cache.k.dtype}, the model runs {w.dtype}")
-        return cache, state
-
-    @contextmanager
-    def _owned(self, cache: KVCache) -> Iterator[None]:
-        """A new cache being filled: on a failure its blocks go back (nobody holds it yet)."""
-        try:
-            yield
-        except BaseException:
-            self._drop(cache)
-            raise
-
-    def _is_warm(self, session: str, cache: KVCache) -> bool:
-        with self._rows:
-            w = self.warm.get(session)
-            return w is not None and w.cache is cache
-
-    def _drop(self, cache: KVCache) -> None:
-        """A cache nobody holds any more: its blocks go back."""
-        with self._rows:
-            self._give_back(cache)
-
-    def _give_back(self, cache: KVCache) -> None:
-        """Under self._rows."""
-        if self.pool is not None and isinstance(cache, PooledCache) and cache.live:
-            self.pool.give_back(cache)
-            self._rows.notify_all()
-
-    def _recompute(self, session: str, tenant: str) -> tuple[KVCache, DecodeState]:
-        turns = self.records.turns(session, tenant)
-        ledger = [(p, t) for turn in turns for p, t in turn.ledger]
-        cache = self._empty(len(ledger))
-        with self._owned(cache):
-            if ledger:  # one causal prefill in commit order gives the same K/V (model/decode.py invariant I5)
-                pos, tok = zip(*ledger)
-                prefill(self.model, cache, list(tok), list(pos))
-            return cache, replayed(ledger, turns[-1].meta.get("rng") if turns else None)
-
-    def _keep_warm(self, session: str, w: _Warm) -> None:
-        with self._rows:
-            if isinstance(w.cache, PooledCache):
-                w.cache.trim()  # a warm session holds the blocks of its tokens, not of its last step's scratch
-            old = self.warm.get(session)
-            if old is not None and old.cache is not w.cache:  # an id reused: its blocks are nobody's
-                self._give_back(old.cache)
-            self.warm[session] = w
-            self.warm.move_to_end(session)
-            while len(self.warm) > self.warm_sessions:
-                _, old = self.warm.popitem(last=False)
-                self._give_back(old.cache)
-            self._rows.notify_all()  # a turn waiting for blocks may evict this one now
-
-    # ---- the cost model ---------------------------------------------------------------------
-
-    def rates(self) -> dict[str, float]:
-        """Measured once per engine: pipelined Redis read bytes/s (through the store, 4 MiB in
-        segments) and causal prefill tokens/s of this model on this device (256 tokens)."""
-        if self._rates is None:
-            redis_bps = self.store.read_bytes_per_s(4)
-            n = min(256, self.model.cfg.max_seq_len)
-            w = next(self.model.parameters())
-            cache = KVCache.for_model(self.model.cfg, n, dtype=w.dtype, device=w.device)  # not the pool's
-            t = time.perf_counter()
-            prefill(self.model, cache, [self.model.cfg.bos_id] * n, list(range(n)))
-            tps = n / max(time.perf_counter() - t, 1e-6)
-            self._rates = {"redis_bytes_per_s": redis_bps, "prefill_tokens_per_s": tps}
-        return self._rates
 

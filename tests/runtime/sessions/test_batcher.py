@@ -310,7 +310,7 @@ def test_an_empty_turn_and_a_failed_batched_forward_disturb_no_other(
 def test_a_load_that_fails_gives_its_blocks_back(make_engine: Callable[..., Engine],
                                                    loaded: tuple[SetDLM, Tokenizer],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime.sessions.engine as engine_module
+    import runtime.sessions.resume as engine_module
 
     tok = loaded[1]
     e = make_engine(rows=2)
