@@ -274,3 +274,20 @@ def test_a_forced_call_is_how_the_first_segment_begins(loaded: tuple[SetDLM, Tok
             pass  # what the model makes of a statement is not this test's
     assert not free.written[0].startswith(CALL), free.written[0]
     assert forced.written[0].startswith(head), forced.written[0]
+
+
+@pytest.mark.parametrize("function, question, output, answer", [
+    (LOOKUP, "What was revenue in EMEA in 2026-Q2?", "not reported yet", "revenue in EMEA in 2026-Q2 was not reported yet."),
+    (GET_METRIC, README_QUESTION, "about 2.7 percent", "churn in APAC in 2026-Q3 was about 2.7 percent."),
+])
+def test_a_lookups_output_in_words_is_quoted_in_its_answer_form(loaded: tuple[SetDLM, Tokenizer], function: dict[str, Any],
+                                                                 question: str, output: str, answer: str) -> None:
+    """A function of three names whose output is words: the lookup's answer form, its number the
+    words' slot (its unit none: the words are the tool's, whole)."""
+    conv = LocalTurns(*loaded)
+    first = responses.run(conv, ResponseSpec.model_validate({"mode": "agent", "functions": [function], "question": question}))
+    [call] = first["output"]
+    assert call["type"] == "function_call", first
+    second = responses.run(conv, ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [function], "parked": first["parked"], "output": output}))
+    assert second["verified"] is True and second["output"][0]["text"] == answer, second
