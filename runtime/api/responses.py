@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from model.params import Policy, Seed, Tau, Window
 from runtime.api.input_files import file_text
 from runtime.errors import BadInput, NotFound
-from runtime.jobs.specs import FunctionTool
+from runtime.jobs.specs import FunctionTool, ResponseSpec
 from runtime.tables import JobRecord
 from workflows import structured
 
@@ -347,6 +347,9 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
                            f"function_call_output for each; got {given}")
         assert parked is not None and parked.result is not None
         by_call = {waiting[o["call_id"]]: o["output"].strip() for o in outputs}  # "512\n" is 512 (as the answer says it)
+        if len(by_call) == 1 and len(out := next(iter(by_call.values()))) > MAX_OUTPUT:
+            raise BadInput(f"a function_call_output the model reads is at most {MAX_OUTPUT} characters (it reads it as "
+                           f"one fact, and an answer quotes it whole); got {len(out)}: send the part the question asks for")
         spec.update(mode="agent", parked=parked.result["parked"], outputs=by_call,
                     builtin=parked.spec.get("builtin", []), dataset=parked.spec.get("dataset"))
         if len(by_call) == 1:
@@ -364,6 +367,10 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     else:  # the messages in order, each a line, read from `messages` (ResponseSpec): what a text model continues
         spec.update(mode="text")
     return structured.planned(spec, req.text)
+
+
+#: the most characters of a function's output the agent reads (ResponseSpec.output's bound)
+MAX_OUTPUT: int = next(m.max_length for m in ResponseSpec.model_fields["output"].metadata if hasattr(m, "max_length"))
 
 
 def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[BuiltinTool]) -> str | None:

@@ -172,6 +172,9 @@ def test_a_weather_tools_words_come_back_quoted_in_a_verified_answer(stack: Stac
     [call] = first.output
     assert call.type == "function_call" and call.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(call.arguments) == {"location": "San Francisco"}  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError, match="at most 207 characters"):  # more than the model reads as one fact
+        c.responses.create(model="small", previous_response_id=first.id, input=[
+            {"type": "function_call_output", "call_id": call.call_id, "output": "64 degrees " * 30}])  # type: ignore[union-attr]
     second = c.responses.create(model="small", previous_response_id=first.id, input=[
         {"type": "function_call_output", "call_id": call.call_id, "output": "64 degrees and clear"}])  # type: ignore[union-attr]
     assert second.status == "completed", second
