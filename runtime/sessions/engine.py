@@ -43,7 +43,6 @@ from model.pool import KVPool
 from model.transformer import SetDLM
 from runtime.errors import BadInput
 from runtime.keys import model_name
-from runtime.sessions import warmfork
 from runtime.sessions.batcher import Batcher
 from runtime.sessions.decoding import Stepper, TurnDecode, infill_holes
 from runtime.sessions.lease import Held
@@ -53,7 +52,7 @@ from runtime.sessions.resume import Loaded, Resume
 from runtime.sessions.state import params_json
 from runtime.sessions.store import SessionStore
 from runtime.sessions.turn import TurnResult
-from runtime.sessions.warm import Warm
+from runtime.sessions.warm import Warm, shared
 from runtime.sessions.writer import TurnWriter
 from runtime.settings import Settings
 from runtime.tables import SessionRecord
@@ -93,13 +92,13 @@ class Engine(Resume):
     def fork(self, session: str, tenant: str, turn: int, new_id: str | None = None) -> str:
         """A new session whose turns are copies of `session`'s turns 0..turn, sharing their K/V
         segments in Redis when the parent's manifest holds them (lifecycle.fork_session), and
-        their pool blocks when the parent is warm here (runtime/sessions/warmfork.py)."""
+        their pool blocks when the parent is warm here (warm.py shared)."""
         child = fork_session(self.store, self.records, session, tenant, turn, new_id)
         if self.pool is not None:
             rows, rec = self.records.turns(child.id, tenant), self.records.get_session(child.id, tenant)
             with self._rows:  # a warm session is idle: its cache is nobody's; the child's is kept at once
                 w = self.warm.get(session)
-                got = warmfork.shared(w.cache, rows) if w is not None else None
+                got = shared(w.cache, rows) if w is not None else None
                 if got is not None:
                     self._keep_warm(child.id, Warm(*got, len(rows), (rec.tenant, str(rec.created_at))))
         return child.id

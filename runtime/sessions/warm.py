@@ -7,7 +7,12 @@ place among those that hold pool caches (at most as many as the pool holds whole
 new cache takes the blocks it needs, and an idle warm session gives its blocks back when a cache
 must grow and none is free (reclaim).  One condition guards the warm sessions and the pool:
 turns of many threads share them.  Engine (engine.py) is a WarmSessions; the methods read its
-model, settings and pool."""
+model, settings and pool.
+
+A fork served warm (shared): when the parent session is warm in this worker's paged KV pool, the
+child's first slots are the parent's, their blocks shared (copy on write: model/pool.py), so
+the child's first turn starts warm instead of restoring.  Knows nothing of Redis or locks: the
+engine calls it on an idle parent's cache."""
 
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ from model.params import DecodeState
 from model.pool import KVPool, PooledCache
 from model.transformer import SetDLM
 from runtime.errors import Busy
+from runtime.sessions.state import replayed
 from runtime.settings import Settings
+from runtime.tables import TurnRecord
 
 
 @dataclass
@@ -144,3 +151,17 @@ class WarmSessions:
                 _, old = self.warm.popitem(last=False)
                 self._give_back(old.cache)
             self._rows.notify_all()  # a turn waiting for blocks may evict this one now
+
+
+def shared(cache: KVCache, rows: list[TurnRecord]) -> tuple[PooledCache, DecodeState] | None:
+    """The child's cache and decode state, given its turns (copies of the parent's turns 0..k)
+    and the parent's cache: the cache's first slots, sharing their blocks, if they are exactly
+    those turns' ledger (the slot boundary of turn k is the ledger length of turns 0..k), with
+    the state a recompute would rebuild; None otherwise (the child restores or recomputes)."""
+    ledger = [(p, t) for row in rows for p, t in row.ledger]
+    n = len(ledger)
+    if not isinstance(cache, PooledCache) or not rows or cache.length < n:
+        return None
+    if list(zip(cache.positions[:n], cache.tokens[:n])) != ledger:
+        return None  # the parent's slots are not these turns' (another history)
+    return cache.fork(n), replayed(ledger, (rows[-1].meta or {}).get("rng"))

@@ -26,7 +26,7 @@ from runtime.errors import CliError
 from runtime.sessions import ceilings
 from runtime.sessions.segments import split
 from runtime.sessions.store import Manifest, SessionStore
-from runtime.sessions.writebehind import WriteBehind
+from runtime.sessions.writer import WriteBehind
 from runtime.settings import MiB, Settings
 from tests.runtime.sessions.stored import FP, META
 from tests.runtime.sessions.stored import kv as _kv
