@@ -12,9 +12,12 @@ time per step (model/policy.py guided, timed around every sequence's call: the m
 stand-ins) and what it makes of a step at the same workload (`x step`: step / (step - guide)),
 and the mask's time at p50 and p99 (one position's next-token mask, llguidance on the calling
 thread, numpy-unpacked).
+With --vocab FILE (a tokenizers JSON file: Qwen3's, 151,669 ids), the mask's time on that
+vocabulary too: every valid document of the runs, with bench/grammars.py's examples, tokenized
+by it and walked by a JsonGuide over it (the same budget), each position's mask timed.
 Prints a table, then one JSON object as its last line.
 
-    python bench/structured.py [--quick] [--batch 8] [--max-new-tokens 256] [--threads 1]
+    python bench/structured.py [--quick] [--batch 8] [--max-new-tokens 256] [--threads 1] [--vocab FILE]
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root (b
 
 import torch
 
-from bench.grammars import SCHEMAS, pct
+from bench.grammars import EXAMPLES, SCHEMAS, SEPARATORS, pct, vocabulary
 from model import policy as decoding
 from model import shipped
 from model.batch import step_batch
@@ -111,6 +114,42 @@ def verdict(tok: Tokenizer, eos: int, fmt: structured.Format, out: list[int]) ->
     return "valid"
 
 
+class BigVocab:
+    """A tokenizers JSON vocabulary as JsonGuide reads a tokenizer (to_str, decode, vocab_size)."""
+
+    def __init__(self, path: Path) -> None:
+        self.text, self.vocab_size, self.eos, self.hf = vocabulary(path)
+
+    def to_str(self) -> str:
+        return self.text
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        return str(self.hf.decode(ids, skip_special_tokens=skip_special))
+
+
+def big_masks(path: Path, docs: dict[str, list[str]], budget: int) -> dict[str, Any]:
+    """Each schema's documents tokenized by the vocabulary at `path` and walked by a JsonGuide
+    over it (EOS last): the masks' times, us at p50 and p99, per schema and pooled."""
+    big = BigVocab(path)
+    pooled, rows = [], {}
+    for name, texts in docs.items():
+        fmt = structured.Format(SCHEMAS[name], name)
+        times: list[float] = []
+        for text in [json.dumps(EXAMPLES[name], separators=SEPARATORS), *texts]:
+            ids = [*big.hf.encode(text, add_special_tokens=False).ids, big.eos]
+            g = structured.JsonGuide(big, big.vocab_size, big.eos, fmt, budget)  # type: ignore[arg-type]
+            for k in range(len(ids)):
+                m = g.allowed(ids[:k])
+                assert m is not None and m[ids[k]], (name, text, k)
+            times += g.mask_s
+        pooled += times
+        rows[name] = {"masks": len(times), "mask_us_p50": round(pct(times, 0.5) * 1e6, 1),
+                      "mask_us_p99": round(pct(times, 0.99) * 1e6, 1)}
+    return {"vocab": str(path), "n_vocab": big.vocab_size, "masks": len(pooled),
+            "mask_us_p50": round(pct(pooled, 0.5) * 1e6, 1), "mask_us_p99": round(pct(pooled, 0.99) * 1e6, 1),
+            "schemas": rows}
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="prefix and set only (no ar)")
@@ -118,11 +157,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--batch", type=int, default=8, help="the batched row's sessions (1 is always run)")
     ap.add_argument("--max-new-tokens", type=int, default=256, help="each turn's limit (the response kind's own)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--vocab", type=Path, default=None, help="a large tokenizers JSON vocabulary (Qwen3's) to time masks on")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok = shipped.load()
     policies = [p for p in POLICIES if not (args.quick and p == "ar")]
-    rows = []
+    rows, docs = [], {}
     print(f"{'schema':9} {'policy':7} {'B':>2} {'valid':>6} {'unfin':>5} {'inval':>5} {'same':>4} {'steps':>6} {'ms/step':>8} "
           f"{'unguided':>8} {'ratio':>6} {'guide':>6} {'x step':>6} {'mask p50':>9} {'mask p99':>9}")
     for name, schema in SCHEMAS.items():
@@ -137,6 +177,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                 g = run(model, tok, fmt, params, qs)
                 u = run(model, tok, None, params, qs)
                 verdicts = [verdict(tok, model.cfg.eos_id, fmt, o) for o in g["outs"]]
+                docs.setdefault(name, []).extend(tok.decode(o[:o.index(model.cfg.eos_id)], skip_special=True)
+                                                 for o, v in zip(g["outs"], verdicts) if v == "valid")
                 alone = g["outs"] if B == 1 else [run(model, tok, fmt, params, [q])["outs"][0] for q in qs]
                 ms, ums = statistics.fmean(g["steps"]) * 1e3, statistics.fmean(u["steps"]) * 1e3
                 share = sum(g["held"]) / sum(g["steps"])  # the grammar's part of the guided steps' time
@@ -164,6 +206,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                "mask_us_p99_max": max(r["mask_us_p99"] for r in rows)}
     out = {"bench": "structured", "batch": args.batch, "max_new_tokens": args.max_new_tokens,
            "threads": args.threads, "summary": summary, "rows": rows}
+    if args.vocab is not None:
+        out["big_vocab"] = big = big_masks(args.vocab, docs, args.max_new_tokens)
+        summary["big_vocab_mask_us_p50"], summary["big_vocab_mask_us_p99"] = big["mask_us_p50"], big["mask_us_p99"]
+        print(f"masks on {args.vocab} ({big['n_vocab']} ids): {big['masks']}, p50 {big['mask_us_p50']} us, "
+              f"p99 {big['mask_us_p99']} us")
     print(json.dumps(out))
     return out
 

@@ -168,11 +168,14 @@ class JsonGuide:
 
     def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format, budget: int | None = None) -> None:
         self._eos, self._n, self._budget = eos_id, n_vocab, budget
-        self._m, self._v, self._slack = _matcher(tok, n_vocab, eos_id, fmt.schema)
+        self._m, self._v, self._slack, start = _matcher(tok, n_vocab, eos_id, fmt.schema)
         self._ids: list[int] = []  # what the matcher has consumed
         self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # its mask after them
-        self._bits = lnp.allocate_token_bitmask(1, n_vocab)
-        self._plan: tuple[int, list[int]] | None = None  # (at, the closing tokens from ids[:at])
+        self._bits = lnp.allocate_token_bitmask(1, n_vocab)  # (1, n_vocab / 32) int32, C-contiguous
+        self._ptr, self._bytes = self._bits.ctypes.data, self._bits.nbytes
+        #: (at, the closing tokens from ids[:at], whether ids[:at] ends inside a free string: its
+        #: quote first, then what follows it whatever quiet tokens the string goes on with)
+        self._plan: tuple[int, list[int], bool] | None = (0, start, False)
         self.mask_s: list[float] = []
         self.broken = 0  # closing walks longer than their bound said (the benchmark checks: 0)
 
@@ -192,12 +195,12 @@ class JsonGuide:
                 self._mask = np.zeros(self._n, dtype=np.bool_)
                 self._mask[close] = True
             else:
-                lnp.fill_next_token_bitmask(self._m, self._bits, 0)
-                bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self._n]
-                self._mask = bits.astype(np.bool_)
-                run = len(before) - next((i + 1 for i in range(len(before) - 1, -1, -1) if not self._v.numeric[before[i]]), 0)
-                if run >= NUMBER_CAP and (self._mask & ~self._v.numeric).any():  # a number ends (a small model repeats its 0s)
-                    self._mask &= ~self._v.numeric
+                self._m.unsafe_compute_mask_ptr(self._ptr, self._bytes)  # lnp.fill_next_token_bitmask, unchecked
+                self._mask = np.unpackbits(self._bits.view(np.uint8), count=self._n, bitorder="little").view(np.bool_)
+                num = self._v.numeric
+                if before and num[before[-1]] and len(before) >= NUMBER_CAP and all(num[t] for t in before[-NUMBER_CAP:]):
+                    if (self._mask & ~num).any():  # a number ends (a small model repeats its 0s)
+                        self._mask &= ~num
             self.mask_s.append(time.perf_counter() - t0)
         return self._mask
 
@@ -214,25 +217,28 @@ class JsonGuide:
         left = self._budget - at  # positions left, this one and the end of text's included
         bound = sys.maxsize
         if self._plan is not None:
-            at0, path = self._plan
+            at0, path, free = self._plan
             since = self._ids[at0:at]
+            rise = self._v.rise
+            if free and all(rise[t] == QUIET for t in since):  # still inside the string: the same walk
+                since = []
             if since == path[:len(since)]:
                 if len(path) - len(since) + self._slack < left:
                     return None
                 return path[len(since)]
-            bound = len(path) + sum(self._v.rise[t] for t in since)
+            bound = len(path) + sum(min(rise[t], self._slack) for t in since)
             if bound + self._slack < left:
                 return None
-        path = _closing(self._m, self._v.closers, self._eos, self._n, self._budget)
+        path, free = _closing(self._m, self._v.closers, self._eos, self._n, self._budget)
         if len(path) > bound:
             self.broken += 1
-        self._plan = (at, path)
+        self._plan = (at, path, free)
         return path[0] if len(path) + self._slack >= left else None
 
     def _follow(self, before: Sequence[int]) -> bool:
         """Bring the matcher to `before`; False where it refuses one of its tokens."""
         ids, n = self._ids, min(len(before), len(self._ids))
-        k = n if list(before[:n]) == ids[:n] else next(i for i in range(n) if before[i] != ids[i])
+        k = n if list(before[:n]) == (ids if n == len(ids) else ids[:n]) else next(i for i in range(n) if before[i] != ids[i])
         if k == len(ids) == len(before):
             return True
         if k < len(ids):
@@ -243,28 +249,32 @@ class JsonGuide:
         rest = list(before[k:])
         self._mask = None
         if rest:
-            if self._m.validate_tokens(rest) < len(rest):
-                return False
-            self._m.consume_tokens(rest)
-            ids.extend(rest)
+            took = self._m.try_consume_tokens(rest)
+            ids.extend(rest[:took])
+            return took == len(rest)
         return True
 
 
-def _closing(m: Any, closers: list[int], eos: int, n_vocab: int, limit: int) -> list[int]:
+def _closing(m: Any, closers: list[int], eos: int, n_vocab: int, limit: int) -> tuple[list[int], bool]:
     """Tokens that take matcher `m` from its state to a closed document, the end of text last:
     a greedy walk (the grammar's forced tokens, else the first of `closers` it allows, else its
     lowest allowed id), `m` left where it was.  Longer than `limit` (a walk that never closes):
-    what it walked, cut there, without the end of text."""
+    what it walked, cut there, without the end of text.  And whether `m` is inside a free
+    string (one both brackets may go on: no pattern, no enum), which the walk's quote closes."""
     path: list[int] = []
+    free = False
     while len(path) <= limit:
         if m.is_accepting():
             path.append(eos)
             break
-        ok = [t for t in closers if m.validate_tokens([t])]
-        if len(ok) > 1 and ok[:2] == closers[:2]:  # both brackets allowed: inside a string, which a quote closes
-            ok.remove(closers[0])
-            ok.remove(closers[1])
-        step = m.compute_ff_tokens() or ok[:1] or None
+        step = m.compute_ff_tokens()
+        if not step:
+            ok = (t for t in closers if m.validate_tokens([t]))
+            first = next(ok, None)
+            if first == closers[0] and next(ok, None) == closers[1]:  # both brackets: inside a string
+                first = next(ok, None)
+                free = free or (not path and first == closers[2])  # its quote closes it
+            step = None if first is None else [first]
         if step is None:
             bits = lnp.allocate_token_bitmask(1, n_vocab)
             lnp.fill_next_token_bitmask(m, bits, 0)
@@ -275,7 +285,7 @@ def _closing(m: Any, closers: list[int], eos: int, n_vocab: int, limit: int) -> 
             break
         path.extend(step[:n])
     m.rollback(len(path) - (path[-1:] == [eos]))
-    return path
+    return path, free
 
 
 @dataclass(frozen=True)
@@ -285,14 +295,15 @@ class _Vocab:
     lt: Any  # llguidance.LLTokenizer
     numeric: np.ndarray[Any, np.dtype[np.bool_]]  # (n_vocab,) ids that are a number's characters only
     closers: list[int]  # the ids of CLOSERS it has, in CLOSERS' order
-    rise: list[int]  # (n_vocab,) what a token may add to the closing tokens: QUIET, or sys.maxsize (walk again)
+    rise: list[int]  # (n_vocab,) what a token may add to the closing tokens: QUIET, or sys.maxsize (a grammar's slack)
     openers: int  # the most brackets, quotes, commas and colons one token holds (at least 1)
 
 
 _LOCK = threading.Lock()
 _VOCABS: dict[tuple[int, int, int], tuple[Tokenizer, _Vocab]] = {}  # id(tok) (kept alive), n_vocab, eos ->
-#: (id(tok), n_vocab, eos, grammar) -> the grammar's first matcher (warm) and its slack (_slack)
-_MATCHERS: OrderedDict[tuple[int, int, int, str], tuple[Any, int]] = OrderedDict()
+#: (id(tok), n_vocab, eos, grammar) -> the grammar's first matcher (warm), its slack (_slack) and
+#: its closing walk from the start (_closing: every guide's first)
+_MATCHERS: OrderedDict[tuple[int, int, int, str], tuple[Any, int, list[int]]] = OrderedDict()
 CACHED = 64  # schemas whose matcher a process keeps (each a few MB at most)
 
 
@@ -313,23 +324,27 @@ def _vocab(tok: Tokenizer, n_vocab: int, eos_id: int) -> _Vocab:
     return _VOCABS[key][1]
 
 
-def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, schema: dict[str, Any]) -> tuple[Any, _Vocab, int]:
+def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int,
+             schema: dict[str, Any]) -> tuple[Any, _Vocab, int, list[int]]:
     """A fresh matcher of `schema`'s grammar (a deep copy of the process's first one: its lexer,
-    built lazily, kept warm), the tokenizer's _Vocab and the grammar's slack."""
+    built lazily, kept warm), the tokenizer's _Vocab, the grammar's slack and its closing walk
+    from the start."""
     g = grammar(schema)
     key = (id(tok), n_vocab, eos_id, g)
     with _LOCK:
         v = _vocab(tok, n_vocab, eos_id)
         if key not in _MATCHERS:
             m = llguidance.LLMatcher(v.lt, g, log_level=0)
-            _MATCHERS[key] = (m, 0 if m.is_error() else _slack(bounded(schema), v, eos_id, n_vocab))
+            ok = not m.is_error()
+            _MATCHERS[key] = (m, _slack(bounded(schema), v, eos_id, n_vocab) if ok else 0,
+                              _closing(m, v.closers, eos_id, n_vocab, 4096)[0] if ok else [])
             if len(_MATCHERS) > CACHED:
                 _MATCHERS.popitem(last=False)
         _MATCHERS.move_to_end(key)
-        first, slack = _MATCHERS[key]
+        first, slack, start = _MATCHERS[key]
         if first.is_error():
             raise Unverified(f"the schema's grammar does not load: {first.get_error()}", [])
-        return first.deep_copy(), v, slack
+        return first.deep_copy(), v, slack, list(start)
 
 
 def _slack(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
@@ -344,5 +359,5 @@ def _slack(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
     for s in list(schemas.subschemas(schema))[1:]:  # the root's own instance is opened once, at the start
         m = llguidance.LLMatcher(v.lt, grammar({**defs, **s}), log_level=0)
         if not m.is_error():
-            cost = max(cost, len(_closing(m, v.closers, eos, n_vocab, 4096)))
+            cost = max(cost, len(_closing(m, v.closers, eos, n_vocab, 4096)[0]))
     return v.openers * cost + 6
