@@ -191,12 +191,23 @@ def _has_letter(text: str) -> bool:
     return any(c.isalpha() for c in text)
 
 
+#: two numbers with an operator between them, as arithmetic writes them ("4821 + 37", "(3+4)*2")
+_OPERATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\)*\s*[-+*/×÷]\s*\(*-?([0-9]+(?:\.[0-9]+)?)")
+
+
+def asks_arithmetic(question: str) -> bool:
+    """The question writes arithmetic: an operator between two numbers it writes as numbers
+    (question_numbers: not a period's "2026-03", not a name's "W41-2090")."""
+    numbers = question_numbers(question)
+    return any(m[1] in numbers and m[2] in numbers for m in _OPERATION.finditer(question))
+
+
 def text_arguments(question: str) -> list[str]:
     """The names a call of one text argument (a client's function: `get_weather(location)`,
     `lookup_user(email)`) may take: those the question writes (question_names) that hold a
-    letter, where it writes no number as a number (question_numbers: then it asks arithmetic
-    of a calculator, whose argument is an expression); else none."""
-    if question_numbers(question):
+    letter, where it writes no arithmetic (asks_arithmetic: then it asks a calculator, whose
+    argument is an expression); else none."""
+    if asks_arithmetic(question):
         return []
     return [n for n in question_names(question) if _has_letter(n)]
 

@@ -152,6 +152,7 @@ LOOKUP_USER: dict[str, Any] = {"type": "function", "name": "lookup_user", "param
 @pytest.mark.parametrize("function, question, argument, output", [
     (WEATHER, "Use the weather tool to get the temperature in San Francisco.", "San Francisco", "64 degrees and clear"),
     (WEATHER, "What's the weather like in San Francisco?", "San Francisco", "Sunny, 18 C"),
+    (WEATHER, "What will the weather be in San Francisco in 3 days?", "San Francisco", "rain"),  # a number, no arithmetic
     (LOOKUP_USER, "Who is ann@example.com?", "ann@example.com", "Ann Lee, admin since 2019"),
 ])
 def test_a_function_of_one_text_is_called_with_the_questions_name_and_its_words_are_quoted(
