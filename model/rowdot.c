@@ -12,8 +12,8 @@
              w[j][p:p+32]) (lane l adds the products of k = 2l + 1, then 2l, mod 32)
    then s = the lanes summed by one fixed tree (16 lanes: l + l+8 first; then 8: l + l+4, then
    + 2, then + 1), then for each p of the tail, in order: s = fma(x[i][p], w[j][p], s) in fp32.
-   Tiles differ only in how many (i, j) pairs they carry at once; each pair's arithmetic is the
-   sequence above, so a row's bits do not depend on the rows or threads beside it.  Threads
+   Tiles differ only in how many (i, j) pairs they carry at once, and a long k runs in slices
+   whose lanes carry over as they are; each pair's arithmetic is the sequence above, so a row's bits do not depend on the rows or threads beside it.  Threads
    split the outputs' columns (n), never k.  Compile without fast-math and with
    -ffp-contract=off. */
 
@@ -24,6 +24,10 @@
 #include <string.h>
 
 #define MAX_THREADS 64
+/* kinds 1 and 2 run k in slices of at most this many bytes of a row (a row tile's slice stays in
+   L1 while a block's columns pass; each output's lanes carry over from slice to slice as they
+   are, so the sequence of its arithmetic is the one above) */
+#define SLICE 4096
 
 
 
@@ -87,14 +91,15 @@ static void tile_k0(const void *x, const void *w, int bf16, long k, float *y, lo
 /* ---- kinds 1 and 2: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32);
    pfon: fetch the next tile's weights ahead (the first row tile of a block: later ones find
    them in L2) ---- */
-AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float *y, long ldy, int pfon, int mr, int nr) {
+AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, long p0, long p1, float *y, long ldy,
+                          float *part, int pfon, int mr, int nr) {
     __m512 acc[4][8];
     long esz = bf16 ? 2 : 4, step = bf16 ? 32 : 16; /* elements a step: one 64-byte line */
     const char *xb = (const char *)x, *wb = (const char *)w, *pf = wb + nr * k * esz;
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
     long kk = k - k % step;
-    for (long p = 0; p < kk; p += step) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = p0 ? _mm512_loadu_ps(part + (i * 8 + j) * 16) : _mm512_setzero_ps();
+    for (long p = p0; p < p1; p += step) {
         __m512i xv[4];
         for (int i = 0; i < mr; i++) xv[i] = _mm512_loadu_si512(xb + (i * k + p) * esz);
         for (int j = 0; j < nr; j++) {
@@ -104,6 +109,11 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float 
                 acc[i][j] = bf16 ? _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv[i], (__m512bh)wv)
                                  : _mm512_fmadd_ps(_mm512_castsi512_ps(xv[i]), _mm512_castsi512_ps(wv), acc[i][j]);
         }
+    }
+    if (p1 < kk) { /* a slice of k: the lanes carry on in the next call, exactly (stored, not summed) */
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nr; j++) _mm512_storeu_ps(part + (i * 8 + j) * 16, acc[i][j]);
+        return;
     }
     float sums[32];
     int done = 0;
@@ -122,14 +132,18 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, float 
         }
 }
 
-AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, float *y, long ldy, int pfon, int mr, int nr) {
+AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, long p0, long p1, float *y, long ldy,
+                            float *part, int pfon, int mr, int nr) {
+    /* pfon and bf16 as constants: each combination its own loop, with no branch inside it */
+#define ROWS_CASES(B, P)                                                                          \
+    if (mr == 1) { NR_CASES(tile16, 1, x, w, B, k, p0, p1, y, ldy, part, P) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, B, k, p0, p1, y, ldy, part, P) } \
+    else if (mr == 3) { NR_CASES(tile16, 3, x, w, B, k, p0, p1, y, ldy, part, P) } else { NR_CASES(tile16, 4, x, w, B, k, p0, p1, y, ldy, part, P) }
     if (bf16) {
-        if (mr == 1) { NR_CASES(tile16, 1, x, w, 1, k, y, ldy, pfon) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 1, k, y, ldy, pfon) }
-        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 1, k, y, ldy, pfon) } else { NR_CASES(tile16, 4, x, w, 1, k, y, ldy, pfon) }
+        if (pfon) { ROWS_CASES(1, 1) } else { ROWS_CASES(1, 0) }
     } else {
-        if (mr == 1) { NR_CASES(tile16, 1, x, w, 0, k, y, ldy, pfon) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, 0, k, y, ldy, pfon) }
-        else if (mr == 3) { NR_CASES(tile16, 3, x, w, 0, k, y, ldy, pfon) } else { NR_CASES(tile16, 4, x, w, 0, k, y, ldy, pfon) }
+        if (pfon) { ROWS_CASES(0, 1) } else { ROWS_CASES(0, 0) }
     }
+#undef ROWS_CASES
 }
 
 typedef struct {
@@ -150,19 +164,30 @@ static void run_cols(const job_t *jb, long n0, long n1) {
     int wb = jb->kind == 2 || (jb->kind == 0 && jb->wbf16);
     long k = jb->k, wsz = wb ? 2 : 4, xsz = jb->kind == 2 ? 2 : 4;
     int most = jb->kind == 0 ? 3 : 4;
-    long block = (256L * 1024) / (k * wsz);
+    long step = jb->kind == 2 ? 32 : 16, kk = k - k % step;
+    long kc = jb->kind == 0 || k * xsz <= SLICE ? (kk > 0 ? kk : 1) : SLICE / xsz;
+    long block = (256L * 1024) / ((kc < k ? kc : k) * wsz);
     block = block < 24 ? 24 : block - block % 24;
+    /* a row tile's lanes between slices, 32 x 16 floats a column tile: a block of at most
+       256 KiB / SLICE columns when sliced, tiles of at least 6 columns (kinds 1 and 2) */
+    float part[(256L * 1024 / SLICE / 6 + 2) * 32 * 16] __attribute__((aligned(64)));
     for (long b0 = n0; b0 < n1; b0 += block) {
         long b1 = b0 + block < n1 ? b0 + block : n1;
         for (long i = 0; i < jb->m;) {
             int mr = jb->m - i >= most ? most : (int)(jb->m - i);
             int nr = jb->kind == 0 ? NR0[mr] : NR12[mr];
-            for (long j = b0; j < b1; j += nr) {
-                int cols = b1 - j < nr ? (int)(b1 - j) : nr;
-                const void *x = (const char *)jb->x + i * k * xsz, *w = (const char *)jb->w + j * k * wsz;
-                float *y = jb->y + i * jb->n + j;
-                if (jb->kind == 0) tile_k0(x, w, wb, k, y, jb->n, mr, cols);
-                else tile_k12(x, w, jb->kind == 2, k, y, jb->n, i == 0, mr, cols);
+            const void *x = (const char *)jb->x + i * k * xsz;
+            for (long p0 = 0; p0 < kk || p0 == 0; p0 += kc) {
+                long p1 = p0 + kc < kk ? p0 + kc : kk;
+                float *pt = part;
+                for (long j = b0; j < b1; j += nr, pt += 32 * 16) {
+                    int cols = b1 - j < nr ? (int)(b1 - j) : nr;
+                    const void *w = (const char *)jb->w + j * k * wsz;
+                    float *y = jb->y + i * jb->n + j;
+                    if (jb->kind == 0) tile_k0(x, w, wb, k, y, jb->n, mr, cols);
+                    else tile_k12(x, w, jb->kind == 2, k, p0, p1, y, jb->n, pt, i == 0, mr, cols);
+                }
+                if (p1 >= kk) break;
             }
             i += mr;
         }
