@@ -47,7 +47,7 @@ from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
 from runtime.jobs.plans import agent_input
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.turn import TurnResult
-from workflows import tools
+from workflows import structured, tools
 from workflows.checked import Retry, check
 from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
 
@@ -97,7 +97,10 @@ def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str
     agent = _Agent.of(turns, spec, parked)
     ids, text_in = agent.resume(parked, output) if parked is not None else agent.first_input()
     last = agent.segments(ids, text_in, fits, offered)  # up to the segment that holds no call
-    return agent.answer(last)
+    out = agent.answer(last)
+    if (fmt := structured.Format.of(spec.format)) is not None:  # its document, after the answer (checked)
+        out["document"] = structured.written(turns, fmt, out["text"], decode_params(spec.params))
+    return out
 
 
 @dataclass

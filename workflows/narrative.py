@@ -4,7 +4,9 @@ writes them (workflows/turn.py written_out); what the model wrote is read back b
 text is returned (workflows/checked.py: a narrative that fails is decoded again, greedy AR).
 The result carries the payload's chart (a Vega-Lite spec) and drivers, computed from the payload,
 never from the model's text.  At detail `full` the text says the breakdown's drivers too: the
-model reads them as facts (slots) and phrases them (domain/narrative.py drivers_form)."""
+model reads them as facts (slots) and phrases them (domain/narrative.py drivers_form).  With a
+`format`, a JSON document too, written after the text under its grammar (workflows/structured.py
+written: valid, and its numbers those the text states)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from model.tokenizer import Tokenizer
 from runtime.jobs.plans import DEFAULT
 from runtime.jobs.specs import NarrativeSpec
 from runtime.sessions.turn import TurnResult
+from workflows import structured
 from workflows.checked import Retry, check
 from workflows.turn import Turns, decode_params, facts_table, readable, slot_form, summary, text_of, with_stops, written_out
 
@@ -46,9 +49,9 @@ def longest(tok: Tokenizer, form: corpus.Form, profile: Profile, slots: Slots) -
 
 
 def planned(spec: NarrativeSpec, tok: Tokenizer, profile: Profile = DEFAULT) -> int:
-    """A narrative's plan (workflows.PLANS): its prompt and what it may decode."""
+    """A narrative's plan (workflows.PLANS): its prompt and what it may decode, and its document's."""
     ids = narrative_input(tok, spec.payload.to_payload(), profile, drivers=spec.drivers)[0]
-    return len(ids) + spec.params.max_new_tokens
+    return len(ids) + spec.params.max_new_tokens + structured.document_positions(spec.format, tok, profile)
 
 
 def prompt_ids(tok: Tokenizer, payload: Payload, profile: Profile = DEFAULT) -> list[int]:
@@ -112,6 +115,9 @@ def run(turns: Turns, spec: NarrativeSpec) -> dict[str, Any]:
                  Retry(ids, params, text_in, facts=facts.slots),
                  allow_unverified=spec.allow_unverified)
     text, c = done.value
-    return {"session": done.turn.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
-            **summary(done.turn), **done.fields(), "chart": charts.chart(payload, f"{payload.tenant}, {payload.period}"),
-            "drivers": drivers.drivers(payload), "detail": spec.detail, "audience": spec.audience}
+    out = {"session": done.turn.session, "text": text, "facts_ok": c.facts_ok, "facts_total": c.facts_total,
+           **summary(done.turn), **done.fields(), "chart": charts.chart(payload, f"{payload.tenant}, {payload.period}"),
+           "drivers": drivers.drivers(payload), "detail": spec.detail, "audience": spec.audience}
+    if (fmt := structured.Format.of(spec.format)) is not None:  # its document, after the text (checked)
+        out["document"] = structured.written(turns, fmt, text, decode_params(spec.params))
+    return out

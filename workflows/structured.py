@@ -1,7 +1,7 @@
 """Structured output: a turn's text held to a JSON Schema.  The schema is checked at submission
-(problems: domain/schemas.py's limits, then the grammar engine's own), compiled to a grammar
-(llguidance: torch-free, so the API checks with the engine the workers decode with), and the
-turn is decoded under JsonGuide, whose next-token mask is the grammar's; the document it ends
+(domain/formats.py problems: domain/schemas.py's limits, then the grammar engine's own),
+compiled to a grammar (llguidance: torch-free, so the API checks with the engine the workers
+decode with), and the turn is decoded under JsonGuide, whose next-token mask is the grammar's; the document it ends
 with is read back and validated (document) before it is returned as a success.
 
 What "completable" means here: a step commits a token only where the committed text, that
@@ -15,14 +15,14 @@ Knows nothing of the model's forward or of torch; the mask is a numpy array."""
 
 from __future__ import annotations
 
-import copy
 import json
+import re
 import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import llguidance
@@ -30,51 +30,25 @@ import llguidance.numpy as lnp
 import numpy as np
 
 from domain import schemas
+from domain.formats import ANY_OBJECT as ANY_OBJECT
+from domain.formats import ITEMS_CAP as ITEMS_CAP
+from domain.formats import LAYOUT as LAYOUT
+from domain.formats import STRING_CAP as STRING_CAP
+from domain.formats import Format as Format
+from domain.formats import bounded as bounded
+from domain.formats import grammar as grammar
+from domain.formats import problems as problems
+from model.params import DecodeParams
+from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, Unfinished, Unverified
+from runtime.jobs.plans import turn_input
+from workflows.turn import Turns, ended, text_of
 
-#: the grammar's JSON layout: compact (no whitespace between a document's tokens), so a model
-#: cannot spend its tokens on spaces and newlines
-LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-#: what `json_object` is held to: a JSON object of at most 4 members, each named by up to 16
-#: identifier characters, each value any JSON value (an object of the same kind), so that it
-#: closes within a token limit (the grammar engine bounds no property name: no propertyNames)
-ANY_OBJECT: dict[str, Any] = {"$ref": "#/$defs/object", "$defs": {
-    "object": {"type": "object", "patternProperties": {"^[A-Za-z_][A-Za-z0-9_]{0,15}$": {"$ref": "#/$defs/value"}},
-               "additionalProperties": False, "maxProperties": 4},
-    "value": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
-                        {"$ref": "#/$defs/object"}, {"type": "array", "items": {"$ref": "#/$defs/value"}}]}}}
-
-
-@dataclass(frozen=True)
-class Format:
-    """A turn's output format: a JSON document valid against `schema`.  `name` and `strict` are
-    the client's (the Responses API's text.format); the document is held to the schema whether
-    strict or not."""
-
-    schema: dict[str, Any]
-    name: str = "output"
-    strict: bool = True
-
-    @classmethod
-    def of(cls, fmt: dict[str, Any] | None) -> Format | None:
-        """A Responses API text.format -> its Format; None for text (or none given).  ValueError
-        where it is neither text, json_object nor a json_schema setflow takes (problems)."""
-        kind = (fmt or {}).get("type", "text")
-        if kind == "text":
-            return None
-        if kind == "json_object":
-            return cls(ANY_OBJECT, "json_object", False)
-        if kind != "json_schema":
-            raise ValueError(f"text.format's type is text, json_schema or json_object; got {kind!r}")
-        assert fmt is not None
-        schema = fmt.get("schema")
-        if not isinstance(schema, dict):
-            raise ValueError("text.format json_schema needs its `schema`, a JSON Schema object")
-        if (why := problems(schema)) is not None:
-            raise ValueError(f"text.format's schema is not supported: {why}")
-        return cls(schema, str(fmt.get("name") or "output"), bool(fmt.get("strict") or False))
-
+NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
+NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
+QUIET = 4  # what a token of no bracket, quote, comma, colon or backslash adds to the closing tokens at most ("n" -> "ull")
+CLOSERS = ("}", "]", '"', ",", "0", ":")  # what closes a document soonest, first first (_closing)
 
 def requested(text: dict[str, Any] | None) -> Format | None:
     """A Responses request's `text` field -> the Format it asks for (None: text).  ValueError
@@ -89,57 +63,6 @@ def planned(spec: dict[str, Any], text: dict[str, Any] | None) -> dict[str, Any]
         raise BadInput("text.format json_schema and json_object are written for a response without tools the model "
                        "calls (setflow_metric, setflow_calc, a function it calls); drop the tools or the format")
     return spec
-
-
-def problems(schema: Any) -> str | None:
-    """Why `schema` may not hold a turn's output (the first reason); None: it may.  A tenant's
-    schema's limits (domain/schemas.py: size, depth, local $ref only, RE2 patterns), then what
-    the grammar engine compiles."""
-    if not isinstance(schema, dict):
-        return "it is not a JSON object"
-    if (why := schemas.problems(schema)) is not None:
-        return why
-    try:
-        err = llguidance.LLMatcher.validate_grammar(grammar(schema))
-    except ValueError as e:
-        return f"it does not compile to a grammar: {e}"[:300]
-    return f"it does not compile to a grammar: {err}"[:300] if err else None
-
-
-def grammar(schema: dict[str, Any]) -> str:
-    """The llguidance grammar of documents valid against `schema`, laid out compact (LAYOUT),
-    bounded (bounded)."""
-    return str(llguidance.LLMatcher.grammar_from_json_schema(bounded(schema), defaults=LAYOUT))  # type: ignore[arg-type]
-
-
-STRING_CAP = 64  # characters of a string whose schema gives no maxLength (nor pattern, format, enum, const)
-ITEMS_CAP = 16  # items of an array whose schema gives no maxItems
-NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
-NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
-QUIET = 4  # what a token of no bracket, quote, comma, colon or backslash adds to the closing tokens at most ("n" -> "ull")
-CLOSERS = ("}", "]", '"', ",", "0", ":")  # what closes a document soonest, first first (_closing)
-
-
-def bounded(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with a bound on what it leaves unbounded: a free string at most STRING_CAP
-    characters, an array at most ITEMS_CAP items, an object with named properties (that names
-    every required one) no others unless it says what they are.  Every document valid against
-    the bounded schema is valid against `schema`; a model that never closes a string, an array
-    or a run of made-up members (a small one repeats itself) closes it by then, within its
-    token limit."""
-    out = copy.deepcopy(schema)
-    for s in schemas.subschemas(out):
-        t = s.get("type")
-        kinds: list[Any] = t if isinstance(t, list) else [t]
-        if "string" in kinds and not any(k in s for k in ("maxLength", "pattern", "format", "enum", "const")):
-            s["maxLength"] = max(STRING_CAP, int(s.get("minLength", 0)))
-        if "array" in kinds and "maxItems" not in s:
-            s["maxItems"] = max(ITEMS_CAP, int(s.get("minItems", 0)))
-        named = s.get("properties")
-        if (isinstance(named, dict) and not any(k in s for k in ("additionalProperties", "patternProperties"))
-                and all(r in named for r in s.get("required", []))):
-            s["additionalProperties"] = False
-    return out
 
 
 def document(text: str, fmt: Format, ended: bool) -> Any:
@@ -157,6 +80,42 @@ def document(text: str, fmt: Format, ended: bool) -> Any:
     if errors:
         raise Unverified("the output's document is not valid against the schema", errors[:8])
     return doc
+
+
+FORMAT_PROMPT = "Write it as one JSON document."  # the document turn's input after a job's text
+DOCUMENT_TOKENS = 256  # the document turn's token limit (a Responses text's own); the job's if smaller
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def written(turns: Turns, fmt: Format, text: str, params: DecodeParams) -> Any:
+    """A native job's document (its spec's `format`): one more turn on its session after the
+    text it wrote (checked already), decoded under the format's grammar within DOCUMENT_TOKENS
+    (or the job's smaller limit), then checked (document).  Its numbers are facts: each must be one the text
+    states (Unverified where it is not, as an answer's is); its strings are not read back."""
+    ids = turn_input(turns.profile, turns.tokenizer, FORMAT_PROMPT)
+    params = replace(params, max_new_tokens=min(params.max_new_tokens, DOCUMENT_TOKENS))
+    guide = JsonGuide(turns.tokenizer, turns.cfg.vocab_size, turns.cfg.eos_id, fmt, params.max_new_tokens)
+    r = turns.turn(ids, replace(params, guide=guide), text=FORMAT_PROMPT)
+    doc = document(text_of(turns, r.tokens), fmt, ended(turns, r.tokens))
+    stated = {float(n) for n in NUMBER.findall(text.replace(",", ""))}
+    unstated = [n for n in _numbers(doc) if float(n) not in stated]
+    if unstated:
+        raise Unverified("the document states a number its text does not", [f"{n} is not in the text" for n in unstated[:8]])
+    return doc
+
+
+def document_positions(fmt: dict[str, Any] | None, tok: Tokenizer, profile: Profile) -> int:
+    """Positions a job's document turn appends at most (0: no format): its input and its limit."""
+    return 0 if Format.of(fmt) is None else len(turn_input(profile, tok, FORMAT_PROMPT)) + DOCUMENT_TOKENS
+
+
+def _numbers(doc: Any) -> list[int | float]:
+    """Every number in a JSON document (not its booleans), in order."""
+    if isinstance(doc, dict):
+        return [n for v in doc.values() for n in _numbers(v)]
+    if isinstance(doc, list):
+        return [n for v in doc for n in _numbers(v)]
+    return [doc] if isinstance(doc, (int, float)) and not isinstance(doc, bool) else []
 
 
 class JsonGuide:
@@ -249,7 +208,7 @@ class JsonGuide:
         rest = list(before[k:])
         self._mask = None
         if rest:
-            took = self._m.try_consume_tokens(rest)
+            took = int(self._m.try_consume_tokens(rest))
             ids.extend(rest[:took])
             return took == len(rest)
         return True
@@ -354,7 +313,7 @@ def _slack(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
     instance; plus
     an escape's 6 characters (a string's \\uXXXX).  JsonGuide closes the document from the
     point where its closing tokens are within this slack of its budget."""
-    defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
+    defs: dict[str, Any] = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
     cost = 1
     for s in list(schemas.subschemas(schema))[1:]:  # the root's own instance is opened once, at the start
         m = llguidance.LLMatcher(v.lt, grammar({**defs, **s}), log_level=0)

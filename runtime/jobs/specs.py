@@ -7,11 +7,11 @@ API process imports this."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from domain import schemas  # a tenant's JSON Schema as data: no fetch, RE2 patterns, size caps
+from domain import formats, schemas  # a tenant's JSON Schema as data: no fetch, RE2 patterns, size caps
 from domain.facts import SLOT  # plain Python: a fact slot's text, no torch
 from domain.grammar import clean_name, number_text
 from domain.markup import SPECIAL_TOKENS  # plain Python: text that encodes to a control token
@@ -23,6 +23,20 @@ from runtime.jobs.payload import Name, PayloadSpec
 
 HOLE = "<hole>"  # one masked token in an infill text
 MAX_TOOL_WAIT_S = 30 * 24 * 3600.0  # a job waits for its client's tool outputs for at most this
+
+
+def _format(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A job's `format` (the Responses API's text.format: json_schema or json_object; text: none),
+    checked as the Responses API checks one (domain/formats.py: ValueError with the reason)."""
+    try:
+        formats.Format.of(v)
+    except ValueError as e:
+        raise ValueError(str(e).replace("text.format", "format")) from None
+    return v
+
+
+#: a JSON document the job writes after its text, held to this (workflows/structured.py written)
+FormatField = Annotated[dict[str, Any] | None, AfterValidator(_format)]
 
 
 def _plain(v: str, allowed: tuple[str, ...] = ()) -> str:
@@ -102,6 +116,7 @@ class NarrativeSpec(Tuned):
     detail: Detail = "standard"
     #: who it is for (a label the exports print under the title; the model does not read it)
     audience: Name | None = None
+    format: FormatField = None
 
     @property
     def drivers(self) -> bool:
@@ -144,6 +159,7 @@ class AgentSpec(Tuned):
     #: skill, or "any" tool), guided from its first token (workflows/tools.ForcedCall); None: the
     #: model chooses
     first_call: Literal["metric", "calc", "any"] | None = None
+    format: FormatField = None
 
     # the names in a question as a dataset's rows hold them (clean_name): NFC, no spaces
     # (U+0020) at its ends, a run of them one; in any script.  The model reads it as text: no
