@@ -42,8 +42,7 @@ from runtime.embedded import connect
 from runtime.sessions import kv
 from runtime.sessions.engine import Engine
 from runtime.sessions.records import Records
-from runtime.sessions.state import replayed
-from runtime.sessions.store import SessionStore
+from runtime.sessions.store import SessionStore, replayed
 from runtime.sessions.turn import TurnResult
 from runtime.settings import Settings
 

@@ -49,8 +49,7 @@ from runtime.sessions.lease import Held
 from runtime.sessions.lifecycle import delete_session, fork_session
 from runtime.sessions.records import JobStep, Records
 from runtime.sessions.resume import Loaded, Resume
-from runtime.sessions.state import params_json
-from runtime.sessions.store import SessionStore
+from runtime.sessions.store import SessionStore, params_json
 from runtime.sessions.turn import TurnResult
 from runtime.sessions.warm import Warm, shared
 from runtime.sessions.writer import TurnWriter

@@ -11,8 +11,7 @@ import redis
 
 from runtime.errors import Busy, SetflowError
 from runtime.sessions.records import Records
-from runtime.sessions.state import read_state, replayed, turn_state
-from runtime.sessions.store import SessionStore
+from runtime.sessions.store import SessionStore, read_state, replayed, turn_state
 from runtime.tables import SessionRecord
 
 log = logging.getLogger("setflow.sessions")

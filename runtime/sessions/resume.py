@@ -22,8 +22,7 @@ from model.params import DecodeState
 from runtime.errors import CorruptState
 from runtime.sessions import kv
 from runtime.sessions.records import Records
-from runtime.sessions.state import read_state, replayed
-from runtime.sessions.store import Manifest, SessionStore
+from runtime.sessions.store import Manifest, SessionStore, read_state, replayed
 from runtime.sessions.warm import WarmSessions
 from runtime.tables import SessionRecord
 

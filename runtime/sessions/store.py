@@ -23,7 +23,10 @@ the forking process, COPY_BATCH at a time: Redis copies no key across slots).  O
 fork reads its parent's segment headers and the one segment its slot cuts, never its whole K/V.
 
 Keys are in runtime/keys.py.
-"""
+
+What a committed manifest's state holds, as JSON beside the K/V segments (no torch): the decode
+state, the last turn's parameters, the slots' (position, token) ledger in commit order, and how
+many turns it holds.  Written by a turn's save and by a fork; read by a restore."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from typing import Any
 
 import redis
 
+from model.params import DecodeParams, DecodeState
 from runtime.errors import BadInput, CorruptState, LeaseLost, NotFound, OverBudget, StaleWrite
 from runtime.keys import Keys, owner, segment_id
 from runtime.replies import text
@@ -293,3 +297,34 @@ class SessionStore(Leases, Budgets):
 def _named(m: Manifest | None) -> list[str]:
     """The segment ids a manifest names (committed, then written behind), each once."""
     return [] if m is None else list(dict.fromkeys(m.segments + m.behind))
+
+
+def params_json(p: DecodeParams) -> dict[str, Any]:
+    """A turn's parameters as its SQL row and the manifest keep them: every field a request can
+    give (DecodeParams.to_dict: the guide, a Python object, is not)."""
+    return p.to_dict()
+
+
+def turn_state(decode: DecodeState, params: dict[str, Any], positions: list[int], tokens: list[int],
+               turns: int) -> dict[str, Any]:
+    """The state of a manifest whose segments hold `turns` turns: slot i holds (positions[i], tokens[i])."""
+    return {"decode": decode.to_json(), "params": params, "ledger": [positions, tokens], "turns": turns}
+
+
+def read_state(state: dict[str, Any]) -> tuple[DecodeState, list[int], list[int]]:
+    """-> (decode state, positions, tokens) of a committed manifest; CorruptState when unreadable."""
+    try:
+        led = state["ledger"]
+        return DecodeState.from_json(state["decode"]), list(led[0]), list(led[1])
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise CorruptState(f"manifest state unreadable: {e!r}") from e
+
+
+def replayed(ledger: list[tuple[int, int]], rng: str | None) -> DecodeState:
+    """The decode state of a session whose turns committed `ledger` (commit order): its token at
+    every position, nothing pending, the last turn's RNG.  What a recompute rebuilds and a fork
+    stores."""
+    seq = [0] * (max(p for p, _ in ledger) + 1 if ledger else 0)
+    for p, t in ledger:
+        seq[p] = t
+    return DecodeState(tokens=seq, rng=rng)

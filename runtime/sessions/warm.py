@@ -28,7 +28,7 @@ from model.params import DecodeState
 from model.pool import KVPool, PooledCache
 from model.transformer import SetDLM
 from runtime.errors import Busy
-from runtime.sessions.state import replayed
+from runtime.sessions.store import replayed
 from runtime.settings import Settings
 from runtime.tables import TurnRecord
 

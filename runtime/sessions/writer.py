@@ -39,8 +39,7 @@ from runtime.errors import SetflowError
 from runtime.sessions import kv
 from runtime.sessions.ceilings import oom
 from runtime.sessions.lease import Held, Lease
-from runtime.sessions.state import turn_state
-from runtime.sessions.store import Manifest, SessionStore
+from runtime.sessions.store import Manifest, SessionStore, turn_state
 
 OOM_RETRY_S = 5.0  # a batch refused at maxmemory is tried again this long (the lease lasts lease_ms)
 

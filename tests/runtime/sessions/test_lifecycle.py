@@ -18,8 +18,7 @@ from runtime.jobs.rows import Jobs
 from runtime.sessions.lifecycle import delete_session, fork_session
 from runtime.sessions.records import Records
 from runtime.sessions.segments import SegmentMeta, decode, split
-from runtime.sessions.state import read_state, turn_state
-from runtime.sessions.store import Manifest, SessionStore
+from runtime.sessions.store import Manifest, SessionStore, read_state, turn_state
 from runtime.settings import Settings
 
 FP = "6cfff3ff2058a6b3"

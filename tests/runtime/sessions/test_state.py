@@ -1,10 +1,10 @@
-"""runtime/sessions/state.py: what a turn's row and its manifest keep of its parameters."""
+"""runtime/sessions/store.py (a manifest's state): what a turn's row and its manifest keep of its parameters."""
 
 from __future__ import annotations
 
 from model.params import DecodeParams
 from runtime.jobs.params import ParamsSpec
-from runtime.sessions.state import params_json
+from runtime.sessions.store import params_json
 
 
 def test_a_turns_params_are_kept_whole() -> None:

@@ -10,8 +10,7 @@ from model.decode import StepEvent, prefill
 from model.kv_cache import KVCache
 from model.params import DecodeState
 from runtime.sessions import kv
-from runtime.sessions.state import read_state
-from runtime.sessions.store import SessionStore
+from runtime.sessions.store import SessionStore, read_state
 from runtime.sessions.writer import TurnWriter
 from runtime.settings import Settings
 from tests.fakes import random_model
