@@ -19,6 +19,15 @@ static inline float bf16_at(const void *p, long off) {
     return f;
 }
 
+/* fp32 to bf16, rounded to nearest even as torch rounds; a NaN stays a NaN (0xFFFF, as torch's
+   vectorised rounding writes one) */
+static inline uint16_t bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (f != f) return 0xFFFF;
+    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
 /* element off of an fp32 or bf16 array, as fp32 (a bf16 widens exactly) */
 INLINE float at(const void *p, int bf16, long off) { return bf16 ? bf16_at(p, off) : ((const float *)p)[off]; }
 

@@ -110,10 +110,12 @@ class Linear(nn.Linear):
         grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
         if not grad and x.dtype == w.dtype and served(x.dtype):
             flat = x.reshape(rows, self.in_features).contiguous()  # (rows, in)
-            y = rowdot.product(flat, w.contiguous(), torch.get_num_threads())  # (rows, out) fp32
-            if self.bias is not None:
-                y += self.bias.to(torch.float32)
-            return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)  # bf16: nearest even
+            if self.bias is None:  # written in x's dtype (bf16: rounded to nearest even by the kernel)
+                y = rowdot.product(flat, w.contiguous(), torch.get_num_threads(), out=x.dtype)
+            else:  # the bias added in fp32, then rounded
+                y = rowdot.product(flat, w.contiguous(), torch.get_num_threads())
+                y = (y + self.bias.to(torch.float32)).to(x.dtype)
+            return y.reshape(*x.shape[:-1], self.out_features)
         r = blas_rows(x.dtype, torch.get_num_threads(), self.in_features, self.out_features)
         if r is None or rows >= r:
             return F.linear(x, self.weight, self.bias)

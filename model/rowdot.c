@@ -31,6 +31,19 @@
 
 
 
+/* where outputs go: y[i][j] at p + i * ld + j, fp32, or bf16 rounded to nearest even (as
+   torch rounds an fp32 tensor to bf16) */
+typedef struct {
+    void *p;
+    long ld;
+    int bf16;
+} out_t;
+
+INLINE void put(out_t o, long i, long j, float s) {
+    if (o.bf16) ((uint16_t *)o.p)[i * o.ld + j] = bf16_rne(s);
+    else ((float *)o.p)[i * o.ld + j] = s;
+}
+
 /* ---- kind 0: AVX2 + FMA, 8 lanes.  mr rows of x (fp32) times nr rows of w; y[i][j] at
    y + i * ldy + j; pf: the next tile's weights, fetched ahead ---- */
 INLINE __m256 load_w8(const void *w, int bf16, long off) {
@@ -41,7 +54,7 @@ INLINE __m256 load_w8(const void *w, int bf16, long off) {
     return _mm256_loadu_ps((const float *)w + off);
 }
 
-INLINE void tile8(const float *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+INLINE void tile8(const float *x, const void *w, int bf16, long k, out_t y, int mr, int nr) {
     __m256 acc[3][8];
     long esz = bf16 ? 2 : 4;
     const char *pf = (const char *)w + nr * k * esz;
@@ -61,7 +74,7 @@ INLINE void tile8(const float *x, const void *w, int bf16, long k, float *y, lon
         for (int j = 0; j < nr; j++) {
             float s = hsum8(acc[i][j]);
             for (long p = k8; p < k; p++) s = fmaf(x[i * k + p], at(w, bf16, j * k + p), s);
-            y[i * ldy + j] = s;
+            put(y, i, j, s);
         }
 }
 
@@ -77,21 +90,21 @@ INLINE void tile8(const float *x, const void *w, int bf16, long k, float *y, lon
     default: T(__VA_ARGS__, MR, 8); break;                                       \
     }
 
-static void tile_k0(const void *x, const void *w, int bf16, long k, float *y, long ldy, int mr, int nr) {
+static void tile_k0(const void *x, const void *w, int bf16, long k, out_t y, int mr, int nr) {
     const float *xf = (const float *)x;
     if (bf16) {
-        if (mr == 1) { NR_CASES(tile8, 1, xf, w, 1, k, y, ldy) } else if (mr == 2) { NR_CASES(tile8, 2, xf, w, 1, k, y, ldy) }
-        else { NR_CASES(tile8, 3, xf, w, 1, k, y, ldy) }
+        if (mr == 1) { NR_CASES(tile8, 1, xf, w, 1, k, y) } else if (mr == 2) { NR_CASES(tile8, 2, xf, w, 1, k, y) }
+        else { NR_CASES(tile8, 3, xf, w, 1, k, y) }
     } else {
-        if (mr == 1) { NR_CASES(tile8, 1, xf, w, 0, k, y, ldy) } else if (mr == 2) { NR_CASES(tile8, 2, xf, w, 0, k, y, ldy) }
-        else { NR_CASES(tile8, 3, xf, w, 0, k, y, ldy) }
+        if (mr == 1) { NR_CASES(tile8, 1, xf, w, 0, k, y) } else if (mr == 2) { NR_CASES(tile8, 2, xf, w, 0, k, y) }
+        else { NR_CASES(tile8, 3, xf, w, 0, k, y) }
     }
 }
 
 /* ---- kinds 1 and 2: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32);
    pfon: fetch the next tile's weights ahead (the first row tile of a block: later ones find
    them in L2) ---- */
-AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, long p0, long p1, float *y, long ldy,
+AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, long p0, long p1, out_t y,
                           float *part, int pfon, int mr, int nr) {
     __m512 acc[4][8];
     long esz = bf16 ? 2 : 4, step = bf16 ? 32 : 16; /* elements a step: one 64-byte line */
@@ -128,16 +141,16 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, long p
         for (int j = 0; j < nr; j++) {
             float s = sums[i * nr + j];
             for (long p = kk; p < k; p++) s = fmaf(at(x, bf16, i * k + p), at(w, bf16, j * k + p), s);
-            y[i * ldy + j] = s;
+            put(y, i, j, s);
         }
 }
 
-AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, long p0, long p1, float *y, long ldy,
+AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, long p0, long p1, out_t y,
                             float *part, int pfon, int mr, int nr) {
     /* pfon and bf16 as constants: each combination its own loop, with no branch inside it */
 #define ROWS_CASES(B, P)                                                                          \
-    if (mr == 1) { NR_CASES(tile16, 1, x, w, B, k, p0, p1, y, ldy, part, P) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, B, k, p0, p1, y, ldy, part, P) } \
-    else if (mr == 3) { NR_CASES(tile16, 3, x, w, B, k, p0, p1, y, ldy, part, P) } else { NR_CASES(tile16, 4, x, w, B, k, p0, p1, y, ldy, part, P) }
+    if (mr == 1) { NR_CASES(tile16, 1, x, w, B, k, p0, p1, y, part, P) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, B, k, p0, p1, y, part, P) } \
+    else if (mr == 3) { NR_CASES(tile16, 3, x, w, B, k, p0, p1, y, part, P) } else { NR_CASES(tile16, 4, x, w, B, k, p0, p1, y, part, P) }
     if (bf16) {
         if (pfon) { ROWS_CASES(1, 1) } else { ROWS_CASES(1, 0) }
     } else {
@@ -149,8 +162,9 @@ AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, long
 typedef struct {
     const void *x;
     const void *w;
-    float *y;
+    void *y;
     long m, k, n;
+    int ybf16; /* y is bf16 (else fp32) */
     int kind; /* 0, 1 or 2 (above) */
     int wbf16; /* kind 0: the weights are bf16 */
 } job_t;
@@ -183,9 +197,9 @@ static void run_cols(const job_t *jb, long n0, long n1) {
                 for (long j = b0; j < b1; j += nr, pt += 32 * 16) {
                     int cols = b1 - j < nr ? (int)(b1 - j) : nr;
                     const void *w = (const char *)jb->w + j * k * wsz;
-                    float *y = jb->y + i * jb->n + j;
-                    if (jb->kind == 0) tile_k0(x, w, wb, k, y, jb->n, mr, cols);
-                    else tile_k12(x, w, jb->kind == 2, k, p0, p1, y, jb->n, pt, i == 0, mr, cols);
+                    out_t y = {(char *)jb->y + (i * jb->n + j) * (jb->ybf16 ? 2 : 4), jb->n, jb->ybf16};
+                    if (jb->kind == 0) tile_k0(x, w, wb, k, y, mr, cols);
+                    else tile_k12(x, w, jb->kind == 2, k, p0, p1, y, pt, i == 0, mr, cols);
                 }
                 if (p1 >= kk) break;
             }
@@ -211,11 +225,11 @@ static void run_chunks(const job_t *jb, long n_chunks, atomic_long *next) {
     for (long c; (c = atomic_fetch_add(next, 1)) < n_chunks;) run_part(jb, c, n_chunks);
 }
 
-/* y (m, n) fp32 = x (m, k) times w (n, k) transposed, in `kind` (above; kind 0 reads bf16
-   weights when wbf16), over `threads` threads (an OpenMP team; one runs it in the caller).  Returns 0,
+/* y (m, n) = x (m, k) times w (n, k) transposed, in `kind` (above; kind 0 reads bf16
+   weights when wbf16), written fp32 or, when ybf16, bf16 rounded to nearest even, over `threads` threads (an OpenMP team; one runs it in the caller).  Returns 0,
    or -1 for a kind this build has not. */
-int rowdot(const void *x, const void *w, int kind, int wbf16, float *y, long m, long k, long n, int threads) {
-    job_t jb = {x, w, y, m, k, n, kind, wbf16};
+int rowdot(const void *x, const void *w, int kind, int wbf16, void *y, int ybf16, long m, long k, long n, int threads) {
+    job_t jb = {x, w, y, m, k, n, ybf16, kind, wbf16};
     if (kind < 0 || kind > 2) return -1;
     long units = (n + 23) / 24, parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     if (parts <= 1 || units < 2) {

@@ -94,7 +94,7 @@ def lib() -> ctypes.CDLL | None:
             log.warning("rowdot: cannot build or load %s (%s)", so, e)
             continue
         dll.rowdot.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                               ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
+                               ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.rowdot.restype = ctypes.c_int
         dll.attend.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_long] * 17 + [ctypes.c_float,
                                                                                                  ctypes.c_int]
@@ -111,20 +111,23 @@ def name() -> str:
     return f"rowdot-{_key()[:8]}-{k[torch.float32]}{k[torch.bfloat16]}" if lib() is not None else ""
 
 
-def product(x: Tensor, w: Tensor, threads: int) -> Tensor:
-    """x (M, K) and w (N, K), float32 or bfloat16, contiguous on the CPU -> x w^T (M, N) float32,
-    each element reduced in one order of rowdot.c (this CPU's kind for x's dtype) over `threads`
-    threads (split over N).  The caller checks lib() first."""
+def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32) -> Tensor:
+    """x (M, K) and w (N, K), float32 or bfloat16, contiguous on the CPU -> x w^T (M, N) in `out`
+    (float32, or bfloat16 rounded to nearest even as `.to(torch.bfloat16)` rounds), each element
+    reduced in one order of rowdot.c (this CPU's kind for x's dtype) over `threads` threads
+    (split over N).  The caller checks lib() first."""
     dll = lib()
     assert dll is not None, "rowdot is not available here"
     assert x.dtype in DTYPES and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
+    assert out in DTYPES, f"rowdot writes float32 or bfloat16, not {out}"
     (m, k), n = x.shape, w.shape[0]
     assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
     kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
     if kind != 2 and x.dtype != torch.float32:
         x = x.float()  # exact: kinds 0 and 1 read fp32 activations
-    y = torch.empty(m, n, dtype=torch.float32)
-    bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(), m, k, n, threads)
+    y = torch.empty(m, n, dtype=out)
+    bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(),
+                     int(out == torch.bfloat16), m, k, n, threads)
     assert bad == 0, f"rowdot refused kind {kind}"
     return y
 

@@ -120,6 +120,31 @@ def test_the_whole_vocabulary_is_row_invariant() -> None:
                                rtol=1e-2, atol=1e-2)
 
 
+
+@KERNEL
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_bf16_output_is_the_fp32_one_rounded_as_torch_rounds(dtype: torch.dtype) -> None:
+    """The kernel's bf16 output is its fp32 output rounded to nearest even, bit for bit as
+    `.to(torch.bfloat16)`: at ties, at overflow to inf, at subnormals; a NaN stays a NaN; a long
+    k (sliced) and a tail."""
+    g = torch.Generator().manual_seed(5)
+    for k, n in ((3100, 40), (1024, 96), (40, 7)):
+        x = torch.randn(9, k, generator=g).to(dtype)
+        w = torch.randn(n, k, generator=g).to(dtype)
+        x[0] *= 1e38  # products that overflow fp32, of both signs: inf - inf, a NaN
+        x[3] = x[3].abs() * 1e36  # a positive sum past fp32's largest: inf
+        w[0] = w[0].abs()
+        x[1] *= 1e-30  # sums in bf16's subnormal range
+        x[2, 0] = float("nan")
+        got, want = rowdot.product(x, w, 2, out=torch.bfloat16), rowdot.product(x, w, 2).to(torch.bfloat16)
+        assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any() and want.isinf().any(), (k, n)
+        real = ~want.isnan()
+        assert torch.equal(got[real].view(torch.int16), want[real].view(torch.int16)), (k, n)
+    ties = torch.tensor([[1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -(1.0 + 2.0 ** -8), 3.3895e38]], dtype=torch.float32)
+    eye = torch.eye(4, dtype=torch.float32)  # x times the identity: the values themselves, rounded
+    assert torch.equal(rowdot.product(ties, eye, 1, out=torch.bfloat16).view(torch.int16),
+                       ties.to(torch.bfloat16).view(torch.int16))
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k, n", [(128, 128), (128, 64), (512, 128), (128, 896), (100, 37)])
 def test_rows_round_alike_in_products_of_any_size(path: str, threads: int, dtype: torch.dtype, k: int, n: int) -> None:
