@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     session_budget_bytes: int = 256 * MiB  #: KV bytes one session may hold in Redis
     #: KV bytes one tenant's sessions may hold in Redis (its event streams counted in it too);
     #: with tenant_max_event_bytes, what one tenant may hold at most, checked at start-up against
-    #: Redis's maxmemory (runtime/sessions/ceilings.py): 1.25 GiB, 3 tenants at full budget in compose's 4 GB
+    #: Redis's maxmemory (runtime/sessions/budget.py): 1.25 GiB, 3 tenants at full budget in compose's 4 GB
     tenant_budget_bytes: int = 1024 * MiB
     max_input_tokens: int = 4096  #: one turn's input, in tokens
 

@@ -9,7 +9,7 @@ cores; default batch: 32 on a GPU (not measured: no GPU was lent), 6 on CPUs (Se
 on 2 cores, 2 processes of batch 6 served 1.6-1.7x the turns/s of 2 of batch 1, docs/BENCHMARKS.md).
 With no REDIS_URL the embedded Redis is started (or joined) first and stopped at the end if this
 process started it; the database schema is migrated once, before any worker starts; one tenant's
-budgets are checked against Redis's maxmemory (runtime/sessions/ceilings.py: refused to start
+budgets are checked against Redis's maxmemory (runtime/sessions/budget.py: refused to start
 where they do not fit).
 """
 
@@ -30,7 +30,7 @@ from runtime.embedded import client as redis_client
 from runtime.errors import CliError
 from runtime.jobs.hosts import pool
 from runtime.keys import model_name
-from runtime.sessions import ceilings
+from runtime.sessions import budget
 from runtime.settings import Settings
 
 SHIPPED = Path(__file__).resolve().parents[1] / "model" / "shipped"  # model/shipped.py's (that one imports torch)
@@ -53,7 +53,7 @@ def launch(name: str | None, processes: int | None, loglevel: str) -> int:
         server.start()
     make_engine(s).dispose()  # migrate once, before several processes open the database
     try:
-        ceilings.check(redis_client(s), s)  # CliError where one tenant's budgets exceed Redis's maxmemory
+        budget.check(redis_client(s), s)  # CliError where one tenant's budgets exceed Redis's maxmemory
         n, gpus = default_processes(s) if processes is None else (processes, 0)
         if n == 1:
             return _one(s, name, loglevel)

@@ -51,7 +51,7 @@ from runtime.jobs.context import JobContext, JobServices
 from runtime.jobs.rows import Claim
 from runtime.jobs.specs import check_spec
 from runtime.jobs.table import JOB_ID
-from runtime.sessions.ceilings import oom
+from runtime.sessions.budget import oom
 from runtime.tables import JobRecord
 from workers.process import Runtime
 from workflows import WORKFLOWS, Workflow

@@ -18,7 +18,7 @@ from runtime.api.services import Services
 from runtime.api.shares import ApiShares
 from runtime.embedded import from_url
 from runtime.jobs.dispatch import Send
-from runtime.sessions import ceilings
+from runtime.sessions import budget
 from runtime.settings import Settings
 
 DESCRIPTION = """\
@@ -37,12 +37,12 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     """client: the Redis client (default: from settings.redis_url, which must be set: `setflow
     serve` starts the embedded server first when it is not); send: how a job id reaches its
     queue (app/serve.py hands in Celery's: the API imports no worker code).  Refused (CliError,
-    one line) where one tenant's budgets exceed Redis's maxmemory (runtime/sessions/ceilings.py)."""
+    one line) where one tenant's budgets exceed Redis's maxmemory (runtime/sessions/budget.py)."""
     if client is None:
         if settings.redis_url is None:
             raise ValueError("the API needs a redis_url (setflow serve starts the embedded Redis when none is set)")
         client = from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
-    ceilings.check(client, settings)  # CliError where one tenant's budgets exceed Redis's maxmemory
+    budget.check(client, settings)  # CliError where one tenant's budgets exceed Redis's maxmemory
     svc = Services.build(settings, client, send)
 
     @asynccontextmanager

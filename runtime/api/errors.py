@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.api.auth import Unauthorized
 from runtime.api.responses import OPENAI_PATHS
 from runtime.errors import SetflowError
-from runtime.sessions.ceilings import oom
+from runtime.sessions.budget import oom
 
 log = logging.getLogger("setflow.api")
 STORE_FULL_RETRY_S = 30  # Retry-After of store_full: memory frees as idle sessions go and streams are compacted

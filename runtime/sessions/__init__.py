@@ -3,5 +3,5 @@ manifests' JSON state; segments, kv, writer), sessions and turns in SQL (records
 decoding (decoding), the engine that resumes a turn (engine) warm (warm), from Redis or
 recomputed (resume), a tenant's event streams in its byte account (streams), turn metrics
 (metrics), a session's delete and fork (lifecycle), Redis's memory ceiling against the budgets
-(ceilings), and the in-process runner over a bare model (local).  Knows nothing of jobs, Celery
+(budget), and the in-process runner over a bare model (local).  Knows nothing of jobs, Celery
 or HTTP."""

@@ -37,7 +37,7 @@ from model.kv_cache import KVCache
 from model.params import DecodeState
 from runtime.errors import SetflowError
 from runtime.sessions import kv
-from runtime.sessions.ceilings import oom
+from runtime.sessions.budget import oom
 from runtime.sessions.lease import Held, Lease
 from runtime.sessions.store import Manifest, SessionStore, turn_state
 

@@ -1,4 +1,4 @@
-"""runtime/sessions/ceilings.py against real servers: a Redis of its own (the bundled
+"""runtime/sessions/budget.py (its ceilings) against real servers: a Redis of its own (the bundled
 redis-server) pushed past its maxmemory, where a write is refused with OOM (an
 OutOfMemoryError, or from inside a script on Redis 6 a ResponseError that says so); what a
 worker's write-behind and its lease do there; and the start-up check of one tenant's budgets
@@ -23,7 +23,7 @@ from app.cli import main
 from runtime.api.app import create_app
 from runtime.embedded import EmbeddedRedis, from_url
 from runtime.errors import CliError
-from runtime.sessions import ceilings
+from runtime.sessions import budget as ceilings
 from runtime.sessions.segments import split
 from runtime.sessions.store import Manifest, SessionStore
 from runtime.sessions.writer import WriteBehind
