@@ -100,7 +100,7 @@ def new_secret() -> str:
 def check_url(url: str, allow_private: bool = False) -> str:
     """An absolute http(s) URL of at most MAX_URL characters whose host is not a non-public
     address (unless allow_private), or BadInput.  A name is resolved at each delivery instead
-    (webhook_http.Guarded): what it resolves to may change."""
+    (transport.Guarded): what it resolves to may change."""
     if not isinstance(url, str) or not 0 < len(url) <= MAX_URL:
         raise BadInput(f"a webhook url is 1..{MAX_URL} characters")
     try:

@@ -200,7 +200,7 @@ class WebhookSender:
             # a request starts within webhook_timeout_s of its batch and ends within as much again
 
     def _send(self, endpoint: WebhookEndpointRecord, m: Due) -> str | None:
-        """POST the message, signed, within its deadline (webhook_http.bounded); None when the
+        """POST the message, signed, within its deadline (transport.bounded); None when the
         receiver answered 2xx, else why not."""
         try:
             secret = unseal(endpoint.secret, endpoint.tenant, endpoint.id, self.key)
