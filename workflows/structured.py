@@ -123,7 +123,11 @@ class JsonGuide:
     grammar's mask of the tokens that may follow what is before it; after the end of text (EOS),
     no guidance (the turn has ended there).  A pure function of the tokens before: one matcher
     follows them, rolled back to where a new `before` leaves the last one and fed the rest.
-    `mask_s` keeps each mask's time (the benchmark's)."""
+    `mask_s` keeps each mask's time (the benchmark's).
+
+    With a `budget` (the turn's token limit), the document closes within it whatever the model
+    writes: from where its closing tokens (_closing) come within the grammar's slack of the
+    positions left, the mask is the next closing token alone (_close)."""
 
     def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format, budget: int | None = None) -> None:
         self._eos, self._n, self._budget = eos_id, n_vocab, budget
@@ -135,7 +139,8 @@ class JsonGuide:
         #: (at, the closing tokens from ids[:at], whether ids[:at] ends inside a free string: its
         #: quote first, then what follows it whatever quiet tokens the string goes on with)
         self._plan: tuple[int, list[int], bool] | None = (0, start, False)
-        self.mask_s: list[float] = []
+        self.mask_s: list[float] = []  # each mask's time, its closing walk's (walk_s) included
+        self.walk_s: list[float] = []  # each mask's closing-walk part (_close)
         self.broken = 0  # closing walks longer than their bound said (the benchmark checks: 0)
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
@@ -150,6 +155,7 @@ class JsonGuide:
         if self._mask is None:
             t0 = time.perf_counter()
             close = self._close(len(before))
+            self.walk_s.append(time.perf_counter() - t0)
             if close is not None:
                 self._mask = np.zeros(self._n, dtype=np.bool_)
                 self._mask[close] = True
@@ -179,7 +185,7 @@ class JsonGuide:
             at0, path, free = self._plan
             since = self._ids[at0:at]
             rise = self._v.rise
-            if free and all(rise[t] == QUIET for t in since):  # still inside the string: the same walk
+            if free and all(self._v.stays[t] for t in since):  # still inside the string: the same walk
                 since = []
             if since == path[:len(since)]:
                 if len(path) - len(since) + self._slack < left:
@@ -255,6 +261,7 @@ class _Vocab:
     numeric: np.ndarray[Any, np.dtype[np.bool_]]  # (n_vocab,) ids that are a number's characters only
     closers: list[int]  # the ids of CLOSERS it has, in CLOSERS' order
     rise: list[int]  # (n_vocab,) what a token may add to the closing tokens: QUIET, or sys.maxsize (a grammar's slack)
+    stays: list[bool]  # (n_vocab,) a token of no quote and no backslash: inside a free string, it stays there
     openers: int  # the most brackets, quotes, commas and colons one token holds (at least 1)
 
 
@@ -279,6 +286,7 @@ def _vocab(tok: Tokenizer, n_vocab: int, eos_id: int) -> _Vocab:
             np.array([t != "" and set(t) <= NUMERIC for t in texts], dtype=np.bool_),
             [first[c] for c in CLOSERS if c in first],
             [QUIET if not set(t) & set('{}[],:"\\') else sys.maxsize for t in texts],
+            ['"' not in t and "\\" not in t for t in texts],
             max(1, max(sum(t.count(c) for c in '{[",:') for t in texts))))
     return _VOCABS[key][1]
 
