@@ -65,7 +65,25 @@ typedef struct {
     long B, T, H, Hkv, S, D;
     long qsb, qst, qsh, ksb, kss, ksh, vsb, vss, vsh, msb, mst;
     float scale;
+    /* ragged (attend_ragged; NULL otherwise): sequence b's query rows qo[b] .. qo[b+1] - 1 of
+       q and out, its keys the slots slots[so[b]] .. slots[so[b+1] - 1] of k and v (strides
+       kss, vss a slot), its mask rows S_b wide from element mo[b] */
+    const long *qo, *so, *slots, *mo;
 } att_t;
+
+/* sequence b's query rows and keys */
+static inline long T_of(const att_t *a, long b) { return a->qo ? a->qo[b + 1] - a->qo[b] : a->T; }
+static inline long S_of(const att_t *a, long b) { return a->so ? a->so[b + 1] - a->so[b] : a->S; }
+/* element offsets: query row t of b at head h; key (value) s of b at key head g; mask row t of b;
+   output row t of b at head h */
+static inline long q_at(const att_t *a, long b, long t, long h) {
+    return a->qo ? (a->qo[b] + t) * a->qst + h * a->qsh : b * a->qsb + t * a->qst + h * a->qsh;
+}
+static inline long k_at(const att_t *a, long sb, long ss, long sh, long b, long s, long g) {
+    return a->so ? a->slots[a->so[b] + s] * ss + g * sh : b * sb + s * ss + g * sh;
+}
+static inline long m_at(const att_t *a, long b, long t) { return a->mo ? a->mo[b] + t * S_of(a, b) : b * a->msb + t * a->mst; }
+static inline long o_at(const att_t *a, long b, long t, long h) { return ((a->qo ? a->qo[b] : b * a->T) + t) * a->H * a->D + h * a->D; }
 
 /* one thread's room: a pair's keys and values (S x D fp32 each), a row's keys' indices and mask
    values, and for each of up to 2 heads its weights, its query and its output */
@@ -83,7 +101,7 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
     const int *idx = r->idx;
     const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
     for (int i = 0; i < R; i++) {
-        const void *qr = (const char *)a->q + (b * a->qsb + t * a->qst + (h + i) * a->qsh) * esz;
+        const void *qr = (const char *)a->q + q_at(a, b, t, h + i) * esz;
         for (long d = 0; d < D; d++) r->qf[i][d] = at(qr, a->bf16, d);
     }
     float sums[16];
@@ -159,7 +177,7 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
             for (long jj = 0; jj < n; jj++) sc = fmaf(r->p[i][jj], vp[idx[jj] * D + d], sc);
             o[d] = sc;
         }
-        long off = ((b * a->T + t) * a->H + h + i) * D;
+        long off = o_at(a, b, t, h + i);
         if (a->bf16)
             for (long d = 0; d < D; d++) ((uint16_t *)a->out)[off + d] = to_bf16(o[d] / dsum[i]);
         else
@@ -172,11 +190,11 @@ AVX512 static void rows2(const att_t *a, const room_t *r, long b, long t, long h
 
 /* every query row of sequence b whose head reads key head g */
 AVX512 static void pair(const att_t *a, const room_t *r, long b, long g) {
-    long D = a->D, S = a->S, G = a->H / a->Hkv, esz = a->bf16 ? 2 : 4;
+    long D = a->D, S = S_of(a, b), G = a->H / a->Hkv, esz = a->bf16 ? 2 : 4;
     long D16 = D & ~15L;
     for (long s = 0; s < S; s++) { /* widened to fp32, D floats a row */
-        const char *kr = (const char *)a->k + (b * a->ksb + s * a->kss + g * a->ksh) * esz;
-        const char *vr = (const char *)a->v + (b * a->vsb + s * a->vss + g * a->vsh) * esz;
+        const char *kr = (const char *)a->k + k_at(a, a->ksb, a->kss, a->ksh, b, s, g) * esz;
+        const char *vr = (const char *)a->v + k_at(a, a->vsb, a->vss, a->vsh, b, s, g) * esz;
         for (long d = 0; d < D16; d += 16) {
             _mm512_storeu_ps(r->kp + s * D + d, load16(kr, a->bf16, d));
             _mm512_storeu_ps(r->vp + s * D + d, load16(vr, a->bf16, d));
@@ -186,8 +204,8 @@ AVX512 static void pair(const att_t *a, const room_t *r, long b, long g) {
             r->vp[s * D + d] = at(vr, a->bf16, d);
         }
     }
-    for (long t = 0; t < a->T; t++) {
-        const char *mr = (const char *)a->mask + (b * a->msb + t * a->mst) * (a->mbf16 ? 2 : 4);
+    for (long t = 0, T = T_of(a, b); t < T; t++) {
+        const char *mr = (const char *)a->mask + m_at(a, b, t) * (a->mbf16 ? 2 : 4);
         long n = 0, s = 0;
         for (; s + 16 <= S; s += 16) { /* the attended keys' indices and mask values, in order */
             __m512 m = load16(mr, a->mbf16, s);
@@ -231,21 +249,39 @@ static void run_pairs(const att_t *a, atomic_long *next, atomic_int *failed) {
    contiguous) under the additive mask [b][t][s] (fp32, or bf16 when mbf16; s contiguous; msb 0
    for one mask for all b), over `threads` threads (an OpenMP team shared with torch, as
    rowdot's).  Returns 0; -1 where H is not a multiple of Hkv; -2 where memory ran out. */
-int attend(const void *q, const void *k, const void *v, const void *mask, void *out, int bf16, int mbf16,
-           long B, long T, long H, long Hkv, long S, long D, long qsb, long qst, long qsh, long ksb, long kss,
-           long ksh, long vsb, long vss, long vsh, long msb, long mst, float scale, int threads) {
-    if (Hkv < 1 || H % Hkv || D < 1) return -1;
-    att_t a = {q, k, v, mask, out, bf16, mbf16, B, T, H, Hkv, S, D,
-               qsb, qst, qsh, ksb, kss, ksh, vsb, vss, vsh, msb, mst, scale};
+static int run(const att_t *a, int threads) {
+    if (a->Hkv < 1 || a->H % a->Hkv || a->D < 1) return -1;
     atomic_long next = 0;
     atomic_int failed = 0;
     long parts = threads < 1 ? 1 : threads;
-    if (parts > B * Hkv) parts = B * Hkv;
+    if (parts > a->B * a->Hkv) parts = a->B * a->Hkv;
     if (parts <= 1)
-        run_pairs(&a, &next, &failed);
+        run_pairs(a, &next, &failed);
     else {
 #pragma omp parallel num_threads(parts)
-        run_pairs(&a, &next, &failed);
+        run_pairs(a, &next, &failed);
     }
     return atomic_load(&failed) ? -2 : 0;
+}
+
+int attend(const void *q, const void *k, const void *v, const void *mask, void *out, int bf16, int mbf16,
+           long B, long T, long H, long Hkv, long S, long D, long qsb, long qst, long qsh, long ksb, long kss,
+           long ksh, long vsb, long vss, long vsh, long msb, long mst, float scale, int threads) {
+    att_t a = {q, k, v, mask, out, bf16, mbf16, B, T, H, Hkv, S, D,
+               qsb, qst, qsh, ksb, kss, ksh, vsb, vss, vsh, msb, mst, scale, 0, 0, 0, 0};
+    return run(&a, threads);
+}
+
+/* B sequences packed in one call, each row's arithmetic the very one attend() gives it: out
+   (N, H, D) contiguous; sequence b's queries are rows qo[b] .. qo[b+1] - 1 of q (strides qst,
+   qsh), its keys and values the slots slots[so[b]] .. slots[so[b+1] - 1] of k and v [slot][g]
+   (strides kss, ksh; vss, vsh), in that order, its additive mask (T_b x S_b, row-major) from
+   element mo[b] of mask; S the largest S_b.  Returns as attend(). */
+int attend_ragged(const void *q, const void *k, const void *v, const void *mask, void *out, int bf16, int mbf16,
+                  long B, long H, long Hkv, long S, long D, const long *qo, const long *so, const long *slots,
+                  const long *mo, long qst, long qsh, long kss, long ksh, long vss, long vsh, float scale,
+                  int threads) {
+    att_t a = {q, k, v, mask, out, bf16, mbf16, B, 0, H, Hkv, S, D,
+               0, qst, qsh, 0, kss, ksh, 0, vss, vsh, 0, 0, scale, qo, so, slots, mo};
+    return run(&a, threads);
 }

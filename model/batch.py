@@ -3,9 +3,10 @@
 K/V into their blocks and gathers each one's keys from them; step_batch runs one forward over B
 sequences, each with its own positions, window, pending set, stop state and committed K/V, then
 chooses each one's next set exactly as step() does (model/decode.py: the same plan and advance).
-The linear layers run on the sequences' tokens packed into one row; on a CPU each sequence
-attends in the call it makes alone (its slots gathered as a batch-1 forward gathers them, nothing
-padded), so it decodes the same tokens alone or in any batch, in bf16 too; on a GPU the steps
+The linear layers run on the sequences' tokens packed into one row; on a CPU every row attends
+as the sequence's call alone would have it (model/attend.c: all sequences in one call that reads
+their slots in place, each row's arithmetic that of its own call; nothing padded), so it decodes
+the same tokens alone or in any batch, in bf16 too; on a GPU the steps
 attend in one padded call over their gathered blocks (padding masked), the same to float
 tolerance (tests/model/test_batch.py).  Knows nothing of sessions or threads.
 """
@@ -21,6 +22,7 @@ from itertools import accumulate
 import torch
 from torch import Tensor
 
+from model import rowdot
 from model.attention import additive, attention, heads
 from model.decode import StepEvent, StepPlan, advance, documents, greedy, plan, step
 from model.masks import step_mask
@@ -58,9 +60,10 @@ class BatchKV:
     b's n_b new tokens are tokens [o_b, o_b + n_b) of one row of N = sum(n_b) (the linear layers
     run on all N at once).  Sequence b has C_b cached slots; attend() writes its new K/V to its
     scratch slots [C_b, C_b + n_b) (their places in its blocks), then, on a device of ALONE_ON,
-    each sequence attends in a call of its own over its first C_b + n_b slots gathered from its
-    blocks, under its own step mask: the very call a batch-1 forward makes (model/kv_cache.py
-    KVCache.attend over model/pool.py Slots: the same gather, shapes, strides and mask).
+    each sequence attends over its first C_b + n_b slots under its own step mask, as a batch-1
+    forward does (model/kv_cache.py KVCache.attend over model/pool.py Slots): where
+    model/attend.c serves, all of them in one call reading the slots in place (each row the
+    bits of its own call), else a call each over its slots gathered.
     Elsewhere the steps (n_b <= LONG) attend in one call, unpacked into (B_g, T_g = max n_b)
     queries over their block tables' first max(C_b + n_b) slots (padding masked out:
     batch_mask), and each long input alone in a group of one.  The masks are each sequence's
@@ -101,6 +104,8 @@ class BatchKV:
             self.sizes.append(C + n)
             o += n
         self.gather = torch.cat(slots)
+        self.counts = list(counts)
+        self.masks = torch.cat([m.flatten() for _, m in self.seqs])  # each one's (n_b, S_b), flat
 
     def _group(self, caches: Sequence[PooledCache], ids: Tensor, pos: Tensor, counts: Sequence[int],
                pending: Sequence[int], bos_id: int | None, dtype: torch.dtype) -> None:
@@ -144,6 +149,9 @@ class BatchKV:
                 qs[g.unpack] = q[0, g.tokens]
                 out[g.tokens] = attention(qs, keys, values, g.mask)[g.unpack]
             return out[None]
+        if rowdot.attends(q, fk, fv, self.masks):  # every sequence in one call, its slots read in place
+            return rowdot.attend_ragged(q[0], fk, fv, self.gather, self.counts, self.sizes, self.masks,
+                                        torch.get_num_threads()).reshape(1, q.shape[1], -1)
         qh = q.transpose(1, 2)  # (1, H, N, D)
         out = torch.empty_like(qh)
         # every sequence's keys in one gather, each one's (S_b, Hkv, D) then contiguous, as the

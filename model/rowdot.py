@@ -99,6 +99,9 @@ def lib() -> ctypes.CDLL | None:
         dll.attend.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_long] * 17 + [ctypes.c_float,
                                                                                                  ctypes.c_int]
         dll.attend.restype = ctypes.c_int
+        dll.attend_ragged.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_long] * 5
+                                      + [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int])
+        dll.attend_ragged.restype = ctypes.c_int
         return dll
     return None
 
@@ -134,10 +137,11 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
 
 def attends(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
     """Does attend() run this call here: CPU tensors of one dtype of DTYPES, d (and the mask's
-    keys) contiguous, an additive fp32 or bf16 mask, no autograd, and a CPU with AVX-512?"""
-    return (q.device.type == "cpu" and q.dtype in DTYPES and k.dtype == v.dtype == q.dtype
-            and mask.dtype in DTYPES and mask.dim() == 4 and mask.shape[1] == 1
-            and kinds()[torch.float32] == 1 and lib() is not None
+    keys) contiguous, an additive fp32 or bf16 mask (B|1, 1, T, S), no autograd, and a CPU with
+    AVX-512?  (attend_ragged() asks the same of its operands, its mask flat.)"""
+    return ((mask.dim() == 4 and mask.shape[1] == 1 or mask.dim() == 1)
+            and q.device.type == "cpu" and q.dtype in DTYPES and k.dtype == v.dtype == q.dtype
+            and mask.dtype in DTYPES and kinds()[torch.float32] == 1 and lib() is not None
             and q.stride(-1) == k.stride(-1) == v.stride(-1) == mask.stride(-1) == 1
             and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
 
@@ -161,3 +165,39 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, threads: int) -> Tenso
         raise MemoryError(f"attend: no room for {S} keys of {D}")
     assert bad == 0, f"attend refused {H} heads over {Hkv}"
     return out.transpose(1, 2)
+
+
+def attend_ragged(q: Tensor, k: Tensor, v: Tensor, slots: Tensor, counts: list[int], sizes: list[int],
+                  mask: Tensor, threads: int) -> Tensor:
+    """B sequences in one call: q (N, H, D) their queries packed (sequence b's counts[b] rows
+    after the earlier ones'), k, v (slots, Hkv, D) a pool's flat keys and values, slots (sum
+    sizes,) long: sequence b's sizes[b] key slots in order, after the earlier ones'; mask: the
+    sequences' additive masks (counts[b] x sizes[b], row-major) one after another, flat ->
+    (N, H, D) in q's dtype, each row the very bits attend() gives it over those keys gathered.
+    The caller checks attends() on the same dtypes first."""
+    dll = lib()
+    assert dll is not None
+    N, H, D = q.shape
+    Hkv = k.shape[1]
+    assert k.shape == v.shape and k.shape[2] == D and slots.dtype == torch.long and slots.is_contiguous()
+    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and mask.is_contiguous() and len(counts) == len(sizes)
+    qo, so, mo = [0], [0], [0]
+    for c, s in zip(counts, sizes):
+        qo.append(qo[-1] + c)
+        so.append(so[-1] + s)
+        mo.append(mo[-1] + c * s)
+    mo.pop()
+    assert qo[-1] == N and so[-1] == slots.numel() and mask.numel() == sum(c * s for c, s in zip(counts, sizes))
+    offsets = torch.tensor(qo + so + mo, dtype=torch.long)
+    B = len(counts)
+    p = offsets.data_ptr()
+    out = torch.empty(N, H, D, dtype=q.dtype)
+    bad = dll.attend_ragged(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(), out.data_ptr(),
+                            int(q.dtype == torch.bfloat16), int(mask.dtype == torch.bfloat16), B, H, Hkv,
+                            max(sizes, default=0), D, p, p + 8 * (B + 1), slots.data_ptr(), p + 16 * (B + 1),
+                            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                            D ** -0.5, threads)
+    if bad == -2:
+        raise MemoryError(f"attend: no room for {max(sizes)} keys of {D}")
+    assert bad == 0, f"attend refused {H} heads over {Hkv}"
+    return out

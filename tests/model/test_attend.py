@@ -73,3 +73,33 @@ def test_autograd_and_other_masks_take_sdpa() -> None:
     assert not rowdot.attends(q, k, v, mask > -1)  # a boolean mask
     with torch.no_grad():
         assert rowdot.attends(q.detach().requires_grad_(), k, v, mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("H,Hkv,D", SHAPES)
+def test_sequences_packed_in_one_call_keep_each_rows_bits(dtype: torch.dtype, H: int, Hkv: int, D: int) -> None:
+    """attend_ragged (a batch's sequences in one call, their keys read in place from a pool's
+    slots, in any order): each row the very bits heads() gives it over its keys gathered, at 1
+    and 2 threads, with sequences of different rows and keys."""
+    g = torch.Generator().manual_seed(3)
+    counts, sizes = [3, 1, 7, 2], [40, 17, 9, 33]
+    pool_k = torch.randn(150, Hkv, D, generator=g).to(dtype)
+    pool_v = torch.randn(150, Hkv, D, generator=g).to(dtype)
+    slots = [torch.randperm(150, generator=g)[:s] for s in sizes]  # each sequence's slots, scattered
+    qs = [torch.randn(c, H, D, generator=g).to(dtype) for c in counts]
+    masks = []
+    for c, s in zip(counts, sizes):
+        keep = torch.rand(c, s, generator=g) > 0.3
+        keep[:, 0] = True
+        masks.append(additive(keep, dtype, torch.device("cpu")))
+    want = [heads(q.transpose(0, 1)[None], pool_k[i][None].transpose(1, 2), pool_v[i][None].transpose(1, 2),
+                  m[None, None])[0].transpose(0, 1) for q, i, m in zip(qs, slots, masks)]  # (c, H, D) each
+    flat = torch.cat([m.flatten() for m in masks])
+    before = torch.get_num_threads()
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            got = rowdot.attend_ragged(torch.cat(qs), pool_k, pool_v, torch.cat(slots), counts, sizes, flat, t)
+            assert torch.equal(got, torch.cat(want)), f"{t} thread(s)"
+    finally:
+        torch.set_num_threads(before)
