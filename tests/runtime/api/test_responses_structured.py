@@ -131,3 +131,17 @@ def test_openai_agents_output_type_is_the_clients_model(stack: Stack) -> None:
     with openai.OpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0) as c:
         fmt = c.responses.retrieve(result.raw_responses[-1].response_id).text.format  # type: ignore[union-attr]
     assert fmt.type == "json_schema" and fmt.strict is True  # type: ignore[union-attr]
+
+
+def test_langchain_with_structured_output_is_the_clients_model(stack: Stack) -> None:
+    """LangChain's ChatOpenAI over the Responses API: with_structured_output(Growth) sends its
+    schema as text.format json_schema (strict) and parses the message into the client's model."""
+    lc = pytest.importorskip("langchain_openai", reason="langchain-openai is not installed (a dev dependency)")
+    llm = lc.ChatOpenAI(model="small", api_key=KEY, base_url=stack.api.url + "/v1", use_responses_api=True,
+                        max_retries=0, timeout=120)
+    out = llm.with_structured_output(Growth, method="json_schema", strict=True, include_raw=True).invoke(QUESTION)
+    assert out["parsing_error"] is None and isinstance(out["parsed"], Growth), out
+    assert out["parsed"].region in ("AMER", "EMEA", "APAC", "LATAM") and out["parsed"].direction in ("up", "down")
+    with openai.OpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0) as c:
+        fmt = c.responses.retrieve(out["raw"].response_metadata["id"]).text.format  # type: ignore[union-attr]
+    assert fmt.type == "json_schema" and fmt.strict is True  # type: ignore[union-attr]
