@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     torch.set_num_threads(args.threads)
     model, tok = shipped.load()
     policies = [p for p in POLICIES if not (args.quick and p == "ar")]
-    rows, docs = [], {}
+    rows: list[dict[str, Any]] = []
+    docs: dict[str, list[str]] = {}
     print(f"{'schema':9} {'policy':7} {'B':>2} {'valid':>6} {'unfin':>5} {'inval':>5} {'same':>4} {'steps':>6} {'ms/step':>8} "
           f"{'unguided':>8} {'ratio':>6} {'guide':>6} {'x step':>6} {'mask p50':>9} {'mask p99':>9}")
     for name, schema in SCHEMAS.items():

@@ -47,7 +47,8 @@ from workflows.turn import Turns, ended, text_of
 
 NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
 NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
-QUIET = 4  # what a token of no bracket, quote, comma, colon or backslash adds to the closing tokens at most ("n" -> "ull")
+OPENERS = '{[",:'  # a token's characters that may open a value (an object, an array, a string, a member, an item)
+ESCAPE = 6  # what a token may add to the closing tokens besides the values it opens: an escape's \uXXXX, "n" -> "ull"
 CLOSERS = ("}", "]", '"', ",", "0", ":")  # what closes a document soonest, first first (_closing)
 
 def requested(text: dict[str, Any] | None) -> Format | None:
@@ -131,7 +132,8 @@ class JsonGuide:
 
     def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format, budget: int | None = None) -> None:
         self._eos, self._n, self._budget = eos_id, n_vocab, budget
-        self._m, self._v, self._slack, start = _matcher(tok, n_vocab, eos_id, fmt.schema)
+        self._m, self._v, self._cost, start = _matcher(tok, n_vocab, eos_id, fmt.schema)
+        self._slack = self._v.openers * self._cost + ESCAPE  # what one token may add to the closing tokens
         self._ids: list[int] = []  # what the matcher has consumed
         self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # its mask after them
         self._bits = lnp.allocate_token_bitmask(1, n_vocab)  # (1, n_vocab / 32) int32, C-contiguous
@@ -139,6 +141,7 @@ class JsonGuide:
         #: (at, the closing tokens from ids[:at], whether ids[:at] ends inside a free string: its
         #: quote first, then what follows it whatever quiet tokens the string goes on with)
         self._plan: tuple[int, list[int], bool] | None = (0, start, False)
+        self._rise: list[tuple[int, bool]] = [(0, True)]  # _close's sums over the plan's tokens since
         self.mask_s: list[float] = []  # each mask's time, its closing walk's (walk_s) included
         self.walk_s: list[float] = []  # each mask's closing-walk part (_close)
         self.broken = 0  # closing walks longer than their bound said (the benchmark checks: 0)
@@ -172,32 +175,37 @@ class JsonGuide:
     def _close(self, at: int) -> int | None:
         """The token that must come next for the document to close within the budget (the first
         of its closing tokens, _closing); None: any token the grammar allows may come.  It must
-        once the closing tokens are within the slack (_slack: what one token may add to them) of
+        once the closing tokens are within the slack (what one token may add to them: _cost) of
         the positions left.  The closing walk is redone only where a bound on its length says
         it may be that close: the last walk's length, plus for each token since that is not the
-        walk's own what such a token may add (QUIET for one of no bracket, quote, comma, colon
-        or backslash, the slack for others)."""
+        walk's own what it may add (its OPENERS' count times the grammar's cost, plus ESCAPE).
+        Inside a free string (no pattern, no enum) a token of no quote and no backslash leaves
+        the walk as it was: a quote, then the same."""
         if self._budget is None:
             return None
         left = self._budget - at  # positions left, this one and the end of text's included
         bound = sys.maxsize
         if self._plan is not None:
             at0, path, free = self._plan
+            n = at - at0
             since = self._ids[at0:at]
-            rise = self._v.rise
-            if free and all(self._v.stays[t] for t in since):  # still inside the string: the same walk
-                since = []
-            if since == path[:len(since)]:
-                if len(path) - len(since) + self._slack < left:
+            rise = self._rise  # rise[i]: what ids[at0:at0 + i] may add, and whether each stays in a string
+            for t in self._ids[at0 + len(rise) - 1:at]:
+                r, stays = rise[-1]
+                rise.append((r + self._v.opens[t] * self._cost + ESCAPE, stays and self._v.stays[t]))
+            if free and rise[n][1]:  # still inside the string: the same walk
+                n, since = 0, []
+            if since == path[:n]:
+                if len(path) - n + self._slack < left:
                     return None
-                return path[len(since)]
-            bound = len(path) + sum(min(rise[t], self._slack) for t in since)
+                return path[n]
+            bound = len(path) + rise[n][0]
             if bound + self._slack < left:
                 return None
         path, free = _closing(self._m, self._v.closers, self._eos, self._n, self._budget)
         if len(path) > bound:
             self.broken += 1
-        self._plan = (at, path, free)
+        self._plan, self._rise = (at, path, free), [(0, True)]
         return path[0] if len(path) + self._slack >= left else None
 
     def _follow(self, before: Sequence[int]) -> bool:
@@ -211,6 +219,8 @@ class JsonGuide:
             del ids[k:]
             if self._plan is not None and self._plan[0] > k:
                 self._plan = None
+            elif self._plan is not None:
+                del self._rise[k - self._plan[0] + 1:]
         rest = list(before[k:])
         self._mask = None
         if rest:
@@ -260,14 +270,14 @@ class _Vocab:
     lt: Any  # llguidance.LLTokenizer
     numeric: np.ndarray[Any, np.dtype[np.bool_]]  # (n_vocab,) ids that are a number's characters only
     closers: list[int]  # the ids of CLOSERS it has, in CLOSERS' order
-    rise: list[int]  # (n_vocab,) what a token may add to the closing tokens: QUIET, or sys.maxsize (a grammar's slack)
+    opens: list[int]  # (n_vocab,) each token's brackets, quotes, commas and colons: values it may open
     stays: list[bool]  # (n_vocab,) a token of no quote and no backslash: inside a free string, it stays there
     openers: int  # the most brackets, quotes, commas and colons one token holds (at least 1)
 
 
 _LOCK = threading.Lock()
 _VOCABS: dict[tuple[int, int, int], tuple[Tokenizer, _Vocab]] = {}  # id(tok) (kept alive), n_vocab, eos ->
-#: (id(tok), n_vocab, eos, grammar) -> the grammar's first matcher (warm), its slack (_slack) and
+#: (id(tok), n_vocab, eos, grammar) -> the grammar's first matcher (warm), its cost (_cost) and
 #: its closing walk from the start (_closing: every guide's first)
 _MATCHERS: OrderedDict[tuple[int, int, int, str], tuple[Any, int, list[int]]] = OrderedDict()
 CACHED = 64  # schemas whose matcher a process keeps (each a few MB at most)
@@ -285,16 +295,16 @@ def _vocab(tok: Tokenizer, n_vocab: int, eos_id: int) -> _Vocab:
             llguidance.LLTokenizer(tok.to_str(), n_vocab=n_vocab, eos_token=eos_id),
             np.array([t != "" and set(t) <= NUMERIC for t in texts], dtype=np.bool_),
             [first[c] for c in CLOSERS if c in first],
-            [QUIET if not set(t) & set('{}[],:"\\') else sys.maxsize for t in texts],
+            [sum(t.count(c) for c in OPENERS) for t in texts],
             ['"' not in t and "\\" not in t for t in texts],
-            max(1, max(sum(t.count(c) for c in '{[",:') for t in texts))))
+            max(1, max(sum(t.count(c) for c in OPENERS) for t in texts))))
     return _VOCABS[key][1]
 
 
 def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int,
              schema: dict[str, Any]) -> tuple[Any, _Vocab, int, list[int]]:
     """A fresh matcher of `schema`'s grammar (a deep copy of the process's first one: its lexer,
-    built lazily, kept warm), the tokenizer's _Vocab, the grammar's slack and its closing walk
+    built lazily, kept warm), the tokenizer's _Vocab, the grammar's cost (_cost) and its closing walk
     from the start."""
     g = grammar(schema)
     key = (id(tok), n_vocab, eos_id, g)
@@ -303,28 +313,27 @@ def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int,
         if key not in _MATCHERS:
             m = llguidance.LLMatcher(v.lt, g, log_level=0)
             ok = not m.is_error()
-            _MATCHERS[key] = (m, _slack(bounded(schema), v, eos_id, n_vocab) if ok else 0,
+            _MATCHERS[key] = (m, _cost(bounded(schema), v, eos_id, n_vocab) if ok else 0,
                               _closing(m, v.closers, eos_id, n_vocab, 4096)[0] if ok else [])
             if len(_MATCHERS) > CACHED:
                 _MATCHERS.popitem(last=False)
         _MATCHERS.move_to_end(key)
-        first, slack, start = _MATCHERS[key]
+        first, cost, start = _MATCHERS[key]
         if first.is_error():
             raise Unverified(f"the schema's grammar does not load: {first.get_error()}", [])
-        return first.deep_copy(), v, slack, list(start)
+        return first.deep_copy(), v, cost, list(start)
 
 
-def _slack(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
-    """How many tokens one token may add to a document's closing tokens (_closing), at most: a
-    token opens at most v.openers values (a bracket, a quote, a comma or a colon each), each of
-    them costing at most the closing walk of the costliest subschema's (not the root's) smallest
-    instance; plus
-    an escape's 6 characters (a string's \\uXXXX).  JsonGuide closes the document from the
-    point where its closing tokens are within this slack of its budget."""
+def _cost(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
+    """What a value one token opens may add to a document's closing tokens (_closing), at most:
+    the closing walk of the costliest subschema's (not the root's) smallest instance.  A token
+    then adds at most its OPENERS' count times this, plus ESCAPE; JsonGuide's slack is that of
+    the token with the most openers, and it closes the document from the point where its closing
+    tokens are within the slack of its budget."""
     defs: dict[str, Any] = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
     cost = 1
     for s in list(schemas.subschemas(schema))[1:]:  # the root's own instance is opened once, at the start
         m = llguidance.LLMatcher(v.lt, grammar({**defs, **s}), log_level=0)
         if not m.is_error():
             cost = max(cost, len(_closing(m, v.closers, eos, n_vocab, 4096)[0]))
-    return v.openers * cost + 6
+    return cost
