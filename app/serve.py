@@ -17,7 +17,7 @@ from celery import Celery
 from fastapi import FastAPI
 
 from runtime.api.app import create_app
-from runtime.api.routes.response_socket import WS_MAX_QUEUE, frame_ceiling
+from runtime.api.openai.websocket import WS_MAX_QUEUE, frame_ceiling
 from runtime.embedded import EmbeddedRedis
 from runtime.settings import Settings
 from workers.celery_app import make_app, sender

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from tests.test_layers import FLOORS, floor, imports, modules  # noqa: E402
 
 #: request -> (its route module, its workflow module)
-REQUESTS = {"POST /v1/responses": ("runtime.api.routes.responses", "workflows.responses"),
+REQUESTS = {"POST /v1/responses": ("runtime.api.openai.routes", "workflows.responses"),
             "POST /v1/jobs narrative": ("runtime.api.routes.jobs", "workflows.narrative")}
 WORKER = "workers.runner"  # runs every job on a worker
 REGISTRY = "workflows"  # the job kinds' registry: followed to the request's own kind only

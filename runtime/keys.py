@@ -127,7 +127,7 @@ class Keys:
     def affinity(self, session: str) -> str:
         return f"{self.prefix}:aff:{session}"
 
-    def going_on(self, session: str) -> str:  # a response being created from the session (routes/responses.py)
+    def going_on(self, session: str) -> str:  # a response being created from the session (runtime/api/openai/chain.py)
         return f"{self.prefix}:goon:{session}"
 
     def alive(self, worker: str) -> str:

@@ -1,4 +1,4 @@
-"""The `response` job kind: one response of the Responses API (runtime/api/routes/responses.py),
+"""The `response` job kind: one response of the Responses API (runtime/api/openai/routes.py),
 on its conversation's session.
 
     mode "text":  one turn; its input the messages' text (the profile's turn format), its output

@@ -12,8 +12,9 @@ from fastapi import FastAPI
 
 from runtime.api import errors, gate
 from runtime.api.idempotency import Idempotent
-from runtime.api.routes import conversations, datasets, docs, jobs, models, ops, page, responses, schedules, sessions, webhooks
-from runtime.api.routes.response_socket import router as response_socket
+from runtime.api.openai import routes as responses
+from runtime.api.openai.websocket import router as response_socket
+from runtime.api.routes import conversations, datasets, docs, jobs, models, ops, page, schedules, sessions, webhooks
 from runtime.api.services import Services
 from runtime.api.shares import ApiShares
 from runtime.embedded import from_url

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api.auth import Unauthorized
-from runtime.api.responses import OPENAI_PATHS
+from runtime.api.openai.ids import OPENAI_PATHS
 from runtime.errors import SetflowError
 from runtime.sessions.budget import oom
 
@@ -36,7 +36,7 @@ HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 
               415: "unsupported_media_type", 422: "bad_input", 429: "rate_limited"}
 
 
-#: on the routes of OpenAI's APIs (runtime/api/responses.OPENAI_PATHS) an error is OpenAI's: its
+#: on the routes of OpenAI's APIs (runtime/api/openai/ids.OPENAI_PATHS) an error is OpenAI's: its
 #: `type` beside the code, `param`, and a bad request is a 400 (what OpenAI's SDKs raise BadRequestError for)
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",

@@ -24,7 +24,7 @@ progress; its step events go, by XDEL, which keeps the other entries' ids (a cli
 Last-Event-ID still finds its place) and allocates nothing (it works at maxmemory too).  The
 wait lets a watcher a little behind read every step first.  EXCEPT a response's stream (kind
 "response"): GET /v1/responses/{id}?stream=true&starting_after=N replays it from its start
-through runtime/api/response_stream.Translator, numbering the events it derives as it goes, so a
+through runtime/api/openai/stream.Translator, numbering the events it derives as it goes, so a
 compacted stream would renumber them; it is kept whole, bounded by the quota and its TTL.
 A deleted session's jobs' streams go in bounded batches (drop(): DROP_BATCH keys per DEL, one
 script call per DROP_BATCH jobs).

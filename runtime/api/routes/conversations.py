@@ -20,12 +20,11 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.api import response_view
-from runtime.api import responses as shapes
 from runtime.api.deps import Svc, Tenant
 from runtime.api.models import ERRORS
-from runtime.api.responses import Item
-from runtime.api.routes.responses import page, referenced
+from runtime.api.openai import ids, mapping, view
+from runtime.api.openai.chain import referenced
+from runtime.api.openai.request import CreateResponse, Item
 from runtime.api.routes.sessions import delete_whole
 from runtime.api.services import Services
 from runtime.errors import BadInput, Busy, NotFound
@@ -55,12 +54,12 @@ class UpdateConversation(BaseModel):
 
 
 def _items(items: list[Any]) -> list[dict[str, Any]]:
-    """Items as a response's input stores them (runtime/api/responses.CreateResponse.items)."""
-    return shapes.CreateResponse(input=items).items() if items else []
+    """Items as a response's input stores them (runtime/api/openai/request.CreateResponse.items)."""
+    return CreateResponse(input=items).items() if items else []
 
 
 def _view(rec: ConversationRecord) -> dict[str, Any]:
-    return {"id": shapes.conversation_id(rec.session_id), "object": "conversation",
+    return {"id": ids.conversation_id(rec.session_id), "object": "conversation",
             "created_at": int(rec.created_at.timestamp()) if rec.created_at else 0, "metadata": rec.meta or {}}
 
 
@@ -74,11 +73,11 @@ def _readable(svc: Services, who: str, session: str | None, items: list[dict[str
     convs = Conversations(svc.sql, svc.settings)
     pending = list(convs.get(session, who).pending) if session is not None else []
     done = convs.responses(session) if session is not None else []
-    waiting = shapes.waiting_calls(done[-1] if done else None)
+    waiting = mapping.waiting_calls(done[-1] if done else None)
     answered = [x["call_id"] for x in [*pending, *items] if x["type"] == "function_call_output"]
     if bad := [c for c in answered if c not in waiting or answered.count(c) > 1]:
         raise BadInput(f"no call of this conversation waits for an output, or it has one already: {sorted(set(bad))}")
-    text, most = sum(len(shapes.message_text(x)) for x in [*pending, *items] if x["type"] == "message"), \
+    text, most = sum(len(mapping.message_text(x)) for x in [*pending, *items] if x["type"] == "message"), \
         4 * svc.settings.max_input_tokens
     if text > most:
         raise BadInput(f"the conversation's unread items would hold {text} characters of text; its next response "
@@ -95,13 +94,13 @@ def create_conversation(body: CreateConversation, who: Tenant, svc: Svc) -> JSON
 
 @router.get("/{conversation_id}", responses=ERRORS)
 def get_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) -> JSONResponse:
-    return JSONResponse(_view(Conversations(svc.sql, svc.settings).get(shapes.session_of(conversation_id), who)))
+    return JSONResponse(_view(Conversations(svc.sql, svc.settings).get(ids.session_of(conversation_id), who)))
 
 
 @router.post("/{conversation_id}", responses=ERRORS)
 def update_conversation(conversation_id: ConversationId, body: UpdateConversation, who: Tenant, svc: Svc
                         ) -> JSONResponse:
-    convs, session = Conversations(svc.sql, svc.settings), shapes.session_of(conversation_id)
+    convs, session = Conversations(svc.sql, svc.settings), ids.session_of(conversation_id)
     convs.set_meta(session, who, body.metadata)
     return JSONResponse(_view(convs.get(session, who)))
 
@@ -110,7 +109,7 @@ def update_conversation(conversation_id: ConversationId, body: UpdateConversatio
 def delete_conversation(conversation_id: ConversationId, who: Tenant, svc: Svc) -> JSONResponse:
     """Delete the conversation with its session (turns, K/V) and its responses; 409 busy while a
     response of it runs (cancel it first)."""
-    session = shapes.session_of(conversation_id)
+    session = ids.session_of(conversation_id)
     Conversations(svc.sql, svc.settings).get(session, who)  # NotFound first
     if svc.records.unfinished_jobs(session):
         raise Busy(f"conversation {conversation_id} has a response in progress; cancel it first")
@@ -124,8 +123,8 @@ def list_items(conversation_id: ConversationId, who: Tenant, svc: Svc,
                limit: Annotated[int, Query(ge=1, le=100)] = 20, order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
                after: Annotated[str | None, Query(max_length=128)] = None) -> JSONResponse:
     """Each response's input items and output items, in order, then the items added since."""
-    read, unread = _all_items(svc, who, shapes.session_of(conversation_id))
-    return JSONResponse(page(read + unread, limit, order, after))
+    read, unread = _all_items(svc, who, ids.session_of(conversation_id))
+    return JSONResponse(view.page(read + unread, limit, order, after))
 
 
 def _all_items(svc: Services, who: str, session: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -134,13 +133,13 @@ def _all_items(svc: Services, who: str, session: str) -> tuple[list[dict[str, An
     rec = convs.get(session, who)  # NotFound for another tenant's
     read: list[dict[str, Any]] = []
     for job in convs.responses(session):
-        read += response_view.input_items(job) + response_view.output_items(job)
+        read += view.input_items(job) + view.output_items(job)
     return read, list(rec.pending)
 
 
 @router.get("/{conversation_id}/items/{item_id}", responses=ERRORS)
 def get_item(conversation_id: ConversationId, item_id: ItemId, who: Tenant, svc: Svc) -> JSONResponse:
-    read, unread = _all_items(svc, who, shapes.session_of(conversation_id))
+    read, unread = _all_items(svc, who, ids.session_of(conversation_id))
     if (item := next((x for x in read + unread if x["id"] == item_id), None)) is None:
         raise NotFound(f"no item {item_id!r} in conversation {conversation_id}")
     return JSONResponse(item)
@@ -151,7 +150,7 @@ def delete_item(conversation_id: ConversationId, item_id: ItemId, who: Tenant, s
     """Take out an item no response has read; the conversation, as OpenAI answers.  An item a
     response read (or wrote) stays: its tokens are in the conversation's K/V and every later
     response was decoded after them (400; branch with previous_response_id from an earlier one)."""
-    session = shapes.session_of(conversation_id)
+    session = ids.session_of(conversation_id)
     read, _ = _all_items(svc, who, session)
     if any(x["id"] == item_id for x in read):
         raise BadInput(f"item {item_id!r} was read by a response of {conversation_id}: its tokens are in the "
@@ -165,7 +164,7 @@ def delete_item(conversation_id: ConversationId, item_id: ItemId, who: Tenant, s
 @router.post("/{conversation_id}/items", responses=ERRORS)
 def add_items(conversation_id: ConversationId, body: AddItems, who: Tenant, svc: Svc) -> JSONResponse:
     """Add items; the conversation's next response reads them before its own input."""
-    session = shapes.session_of(conversation_id)
+    session = ids.session_of(conversation_id)
     items = _readable(svc, who, session, _items(body.items))
     svc.limiter.take(who)
     added = Conversations(svc.sql, svc.settings).add(session, who, items)

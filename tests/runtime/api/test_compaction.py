@@ -1,4 +1,4 @@
-"""runtime/api/compaction.py: what a compaction keeps of a history (its latest messages, in
+"""runtime/api/openai/compaction.py: what a compaction keeps of a history (its latest messages, in
 order, within COMPACT_CHARS; calls and outputs dropped), sealed so that only this deployment
 opens it for the same tenant, and read back where it stands in an input."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.api import compaction
+from runtime.api.openai import compaction
 from runtime.errors import BadInput
 
 KEY = "a-deployment-secret-key-for-tests"

@@ -1,4 +1,4 @@
-"""runtime/api/input_files.py: an input_file read as its text: a text file as UTF-8, a PDF as its
+"""runtime/api/openai/input_files.py: an input_file read as its text: a text file as UTF-8, a PDF as its
 pages' text (PDFium); a PDF that does not open, that is too long or whose pages hold no text is
 refused in words (the Open Responses suite's file-input test sent a one-page PDF: a 400 before)."""
 
@@ -8,8 +8,8 @@ import base64
 
 import pytest
 
-from runtime.api import input_files
-from runtime.api.input_files import file_text
+from runtime.api.openai import input_files
+from runtime.api.openai.input_files import file_text
 
 
 def pdf(*pages: str) -> bytes:

@@ -1,4 +1,4 @@
-"""WebSocket mode on /v1/responses (runtime/api/routes/response_socket.py), the protocol without
+"""WebSocket mode on /v1/responses (runtime/api/openai/websocket.py), the protocol without
 workers (the app on the real Redis, its jobs left queued): a bad or missing key refused at the
 upgrade with OpenAI's 401, changing nothing; each bad frame answered with OpenAI's error event,
 changing nothing, and the socket goes on to run the next good one; the events of a created
@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from runtime.api.routes import response_socket
+from runtime.api.openai import websocket as response_socket
 from runtime.errors import NotFound
 from tests.runtime.api.conftest import ACME, Api
 

@@ -1,66 +1,22 @@
-"""The Responses API's request, as OpenAI's clients send it, and how it maps onto setflow: the
-ids, the input items and tools, and the request -> a `response` job's spec
-(runtime/jobs/specs.ResponseSpec).  A job row -> the response object is runtime/api/response_view.py;
-a job's event stream -> OpenAI's stream events, runtime/api/response_stream.py.
-
-Ids: a response is `resp_<job id>`, a conversation `conv_<session id>`; an output item is named
-after its response and its place (`msg_<job>_<i>`, `fc_<job>_<i>`), a call after its response and
-the agent's call (`call_<job>_<n>`), so every read names them alike.  setflow's own decoding
-parameters ride in one extension field, `setflow` (the SDK's `extra_body`), and the response
-object carries `setflow`: the job, its session, whether the answer was verified, the turns."""
+"""The Responses API's request, as OpenAI's clients send it: the input items, the tools, and
+setflow's own decoding parameters, which ride in one extension field, `setflow` (the SDK's
+`extra_body`).  The request -> a `response` job's spec is mapping.py; the ids, ids.py."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.params import Policy, Seed, Tau, Window
-from runtime.api.input_files import file_text
-from runtime.errors import BadInput, NotFound
-from runtime.jobs.specs import FunctionTool, ResponseSpec
-from runtime.tables import JobRecord
+from runtime.api.openai.input_files import file_text
+from runtime.jobs.specs import FunctionTool
 from workflows import structured
 
-#: the routes whose errors and ids are OpenAI's (runtime/api/errors.py)
-OPENAI_PATHS = ("/v1/responses", "/v1/conversations", "/v1/models")
-RESPONSE_ID = re.compile(r"resp_([0-9a-f]{24})")
-CONVERSATION_ID = re.compile(r"conv_([A-Za-z0-9_-]{1,64})")
-CALL_ID = re.compile(r"call_([0-9a-f]{24})_([0-9]{1,3})")
-MESSAGE_ID = re.compile(r"msg_([0-9a-f]{24})_([0-9]{1,3})")
-ITEM_ID = re.compile(r"(?:msg|fc|in)_([0-9a-f]{24})_([0-9]{1,3})")  # an output item (msg_, fc_) or an input item (in_)
-
-
-def response_id(job_id: str) -> str:
-    return f"resp_{job_id}"
-
-
-def job_of(rid: str) -> str:
-    """A response id's job; NotFound where it names none: an id of any other form is one no
-    response has (as OpenAI answers an unknown id, whatever its form)."""
-    m = RESPONSE_ID.fullmatch(rid)
-    if m is None:
-        raise NotFound(f"no response {rid[:80]!r}")
-    return m[1]
-
-
-def conversation_id(session: str) -> str:
-    return f"conv_{session}"
-
-
-def session_of(cid: str) -> str:
-    m = CONVERSATION_ID.fullmatch(cid)
-    if m is None:
-        raise BadInput(f"{cid!r} is not a conversation id (conv_...)")
-    return m[1]
-
-
-# ---- the request -------------------------------------------------------------------------------
 
 class Part(BaseModel):
     """A message's content part: text, or a file (input_file: read as its text, a PDF's too:
-    runtime/api/input_files.py).  An image is refused: setflow's models read text only."""
+    input_files.py).  An image is refused: setflow's models read text only."""
 
     model_config = ConfigDict(extra="ignore")
     type: Literal["input_text", "output_text", "text", "input_file"]
@@ -134,7 +90,7 @@ class FunctionCallOutputItem(BaseModel):
 
 class ItemReference(BaseModel):
     """An item of an earlier response named by its id (msg_, fc_: its output; in_: its input):
-    read as that item (runtime/api/routes/responses.py resolves it)."""
+    read as that item (chain.py resolves it)."""
 
     model_config = ConfigDict(extra="ignore")
     type: Literal["item_reference"]
@@ -143,7 +99,7 @@ class ItemReference(BaseModel):
 
 class CompactionItem(BaseModel):
     """The item POST /v1/responses/compact made, sent back: read as the messages it keeps
-    (runtime/api/compaction.py; runtime/api/routes/responses.py `referenced` expands it)."""
+    (compaction.py; chain.py `referenced` expands it)."""
 
     model_config = ConfigDict(extra="ignore")
     type: Literal["compaction"]
@@ -191,7 +147,7 @@ class Extension(BaseModel):
 
 class ContextManagement(BaseModel):
     """A context_management entry: compaction, past `compact_threshold` positions of the session
-    a response goes on from (runtime/api/routes/responses.py `_compacted`)."""
+    a response goes on from (chain.py `_compacted`)."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["compaction"]
@@ -299,7 +255,7 @@ class CreateResponse(BaseModel):
 
 
 class CompactRequest(BaseModel):
-    """POST /v1/responses/compact: the history to compact (runtime/api/compaction.py), the
+    """POST /v1/responses/compact: the history to compact (compaction.py), the
     previous response's chain, then `input`.  `model`, `instructions` and the fields the SDK
     sends beside them are taken and change nothing (no model runs; instructions are not carried
     to the next response)."""
@@ -318,101 +274,3 @@ class CompactRequest(BaseModel):
 
     def items(self) -> list[dict[str, Any]]:
         return CreateResponse(input=self.input if self.input is not None else []).items()
-
-
-def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | None) -> dict[str, Any]:
-    """The job spec (ResponseSpec) for the request, its input `items` (the request's, after the
-    conversation's pending ones), going on from `parked` (the previous response, when it ended at
-    function calls).  BadInput where the input does not fit what the previous response left:
-    calls waiting for their outputs get one each, and only waiting calls do."""
-    outputs = [x for x in items if x["type"] == "function_call_output"]
-    messages = [x for x in items if x["type"] == "message"]
-    tools = [t for t in req.tools if isinstance(t, FunctionTool)] if req.tool_choice != "none" else []
-    builtin = [t for t in req.tools if isinstance(t, BuiltinTool)] if req.tool_choice != "none" else []
-    ext = req.setflow
-    params = {k: v for k, v in {"policy": ext.policy, "window": ext.window, "tau": ext.tau, "seed": ext.seed,
-                                "ignore_eos": ext.ignore_eos, "max_new_tokens": req.max_output_tokens,
-                                "temperature": req.temperature}.items() if v is not None}
-    spec: dict[str, Any] = {"params": params, "allow_unverified": ext.allow_unverified,
-                            "functions": [t.model_dump() for t in tools]}  # the input: the request's items (stored once)
-    if (force := forced(req, tools, builtin)) is not None:
-        spec["force"] = force
-    if ext.max_calls is not None or req.max_tool_calls is not None:  # OpenAI's bound, within setflow's own
-        spec["max_calls"] = min(x for x in (ext.max_calls, req.max_tool_calls, 8) if x is not None)
-    waiting = waiting_calls(parked)
-    if waiting:
-        given = [o["call_id"] for o in outputs]
-        if sorted(given) != sorted(waiting):
-            raise BadInput(f"the previous response waits for the outputs of {list(waiting)}: give one "
-                           f"function_call_output for each; got {given}")
-        assert parked is not None and parked.result is not None
-        by_call = {waiting[o["call_id"]]: o["output"].strip() for o in outputs}  # "512\n" is 512 (as the answer says it)
-        if len(by_call) == 1 and len(out := next(iter(by_call.values()))) > MAX_OUTPUT:
-            raise BadInput(f"a function_call_output the model reads is at most {MAX_OUTPUT} characters (it reads it as "
-                           f"one fact, and an answer quotes it whole); got {len(out)}: send the part the question asks for")
-        spec.update(mode="agent", parked=parked.result["parked"], outputs=by_call,
-                    builtin=parked.spec.get("builtin", []), dataset=parked.spec.get("dataset"))
-        if len(by_call) == 1:
-            spec["output"] = next(iter(by_call.values()))
-        return structured.planned(spec, req.text)
-    if outputs:
-        raise BadInput(f"no call waits for an output here; got {[o['call_id'] for o in outputs]}")
-    users = [m for m in messages if m["role"] == "user"]
-    if not users:
-        raise BadInput("the input holds no user message")
-    if builtin or any(t.skill() is not None for t in tools):
-        spec.update(mode="agent",  # its question: the last user message, read from `messages` (stored once)
-                    builtin=[{"setflow_metric": "metric", "setflow_calc": "calc"}[t.type] for t in builtin],
-                    dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
-    else:  # the messages in order, each a line, read from `messages` (ResponseSpec): what a text model continues
-        spec.update(mode="text")
-    return structured.planned(spec, req.text)
-
-
-#: the most characters of a function's output the agent reads (ResponseSpec.output's bound)
-MAX_OUTPUT: int = next(m.max_length for m in ResponseSpec.model_fields["output"].metadata if hasattr(m, "max_length"))
-
-
-def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[BuiltinTool]) -> str | None:
-    """The tool the response's first decode must call (ResponseSpec.force): a named function's
-    skill (tool_choice {"type": "function", "name"}), or, for `required`, the one skill its tools
-    offer ("any" where they offer both); None for auto and none.  BadInput where the shipped
-    model cannot make the call asked for: a named function whose parameters fit no skill of its
-    (docs/api.md, "Function tools") or whose skill another tool takes, or `required` with no
-    tool it can call."""
-    choice = req.tool_choice
-    if choice in ("auto", "none"):
-        return None
-    own = {"setflow_metric": "metric", "setflow_calc": "calc"}
-    taken = {own[t.type] for t in builtin}
-    if isinstance(choice, NamedChoice):
-        f = next(t for t in tools if t.name == choice.name)
-        skill = f.skill()
-        if skill is None:
-            raise BadInput(f"tool_choice names {f.name}, which the model cannot call: it calls a lookup by three names "
-                           "(parameters: three required strings) or a calculator (one required string), and "
-                           f"{f.name}'s parameters are neither; leave tool_choice auto, or declare such a function")
-        first = next(t for t in tools if t.skill() == skill)
-        if skill in taken or first is not f:
-            raise BadInput(f"tool_choice names {f.name}, but the model calls "
-                           f"{'setflow_' + skill if skill in taken else first.name} for that skill: name that one")
-        return skill
-    skills = taken | {s for t in tools if (s := t.skill()) is not None}
-    if not skills:
-        raise BadInput("tool_choice is required, but the model can call none of the tools: it calls a lookup by "
-                       "three names (parameters: three required strings) or a calculator (one required string)")
-    return skills.pop() if len(skills) == 1 else "any"
-
-
-def waiting_calls(parked: JobRecord | None) -> dict[str, str]:
-    """The public ids of the calls the previous response waits for (it ended at function calls)
-    -> the workflow's ids ("call_<n>"); {} where it waits for none."""
-    if parked is None or parked.result is None or not parked.result.get("parked"):
-        return {}
-    pending = parked.result["parked"]["pending"]
-    calls = pending if isinstance(pending, list) else [pending]  # a chat model's several, the agent's one
-    return {f"call_{parked.id}_{c['id'].removeprefix('call_')}": c["id"] for c in calls}
-
-
-def message_text(message: dict[str, Any]) -> str:
-    return "".join(p["text"] for p in message["content"])

@@ -1,5 +1,5 @@
 """A response job's row -> the Responses API's response object and its input and output items,
-each named after the response and its place (runtime/api/responses.py names the ids).  Reads a
+each named after the response and its place (ids.py names the ids).  Reads a
 job row; knows nothing of the request's validation nor of the stream."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from model.params import DecodeParams
-from runtime.api.responses import response_id
+from runtime.api.openai.ids import response_id
+from runtime.errors import BadInput
 from runtime.jobs.hosts import pool_model
 from runtime.tables import JobRecord
 
@@ -23,7 +24,7 @@ def status(job: JobRecord) -> str:
 
 def output_items(job: JobRecord) -> list[dict[str, Any]]:
     """The response's output, each item named after the response and its place; first, the
-    compaction item where context_management compacted its chain (runtime/api/compaction.py)."""
+    compaction item where context_management compacted its chain (compaction.py)."""
     made = job.spec.get("request", {}).get("compaction")
     out = [made] if made is not None else []
     for i, x in enumerate((job.result or {}).get("output", [])):
@@ -104,3 +105,16 @@ def input_items(job: JobRecord) -> list[dict[str, Any]]:
 
 def _ts(t: datetime | None) -> int:
     return int(t.timestamp()) if t is not None else 0
+
+
+def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> dict[str, Any]:
+    """OpenAI's list: `data` in `order`, after the item `after`, at most `limit`."""
+    items = items if order == "asc" else items[::-1]
+    if after is not None:
+        ids = [x["id"] for x in items]
+        if after not in ids:
+            raise BadInput(f"no item {after!r} in this list")
+        items = items[ids.index(after) + 1:]
+    data = items[:limit]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": len(items) > limit}

@@ -1,7 +1,7 @@
 """WebSocket mode on /v1/responses, as OpenAI's: one socket, `response.create` frames that carry
 the body of POST /v1/responses (stream is implied; background is refused), each answered with
-the events its SSE stream sends, one JSON text frame each.  A frame runs routes/responses.py's
-`submit` and reads its `events`: there is no second Responses path here.  The socket holds no
+the events its SSE stream sends, one JSON text frame each.  A frame runs chain.py's
+`submit` and reads stream.py's `events`: there is no second Responses path here.  The socket holds no
 state of a chain: a response's session lives in Redis and its row in SQL, as over HTTP, so a
 client that reconnects goes on from previous_response_id on any socket and any worker.
 
@@ -35,8 +35,9 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from runtime.api import errors, gate
 from runtime.api.auth import Unauthorized, tenant_of
-from runtime.api.responses import CreateResponse
-from runtime.api.routes.responses import events, submit
+from runtime.api.openai.chain import submit
+from runtime.api.openai.request import CreateResponse
+from runtime.api.openai.stream import events
 from runtime.api.services import Services
 from runtime.errors import SetflowError
 from runtime.settings import Settings
