@@ -243,19 +243,75 @@ def _operands(expr: str, question: str, results: Collection[str]) -> list[str]:
     return nums
 
 
-#: the words by which a question asks for an operation over the rows it names: the agent models'
-#: phrasings and their common variants (English); a question that says none of them asks for one
-#: row.  Looked for in the question without its names (a metric may be called "Total revenue").
-ASKS = {"sum": re.compile(r"\b(total|sum|add up|combined)\b"),
-        "difference": re.compile(r"\b(higher|exceed|exceeds|exceeded|more than)\b"),
-        "percent change": re.compile(r"\bpercent\b|%")}
 _DIFFERENCE = re.compile(r"(-?[0-9.]+)-(-?[0-9.]+)")  # a-b, spaces left out
+Reads = list[tuple[list[str], str]]  # the metric calls that gave a result: (their arguments, the row read)
+
+
+def _sum_problems(question: str, expr: str, reads: Reads) -> list[str]:
+    """A sum: the last calc adds up every row read, each once."""
+    values = [r for _, r in reads]
+    if sorted(expr.split("+")) != sorted(values):
+        return [f"the question asks for a sum of the {len(values)} rows read, and calc({expr!r}) is not"]
+    return []
+
+
+def _difference(expr: str) -> tuple[tuple[str, str] | None, list[str]]:
+    """a-b as (a, b), a the row the question says first."""
+    m = _DIFFERENCE.fullmatch(expr)
+    return (None if m is None else (m[1], m[2])), []
+
+
+def _percent_change(expr: str) -> tuple[tuple[str, str] | None, list[str]]:
+    """(a-b)/b*100 as (b, a), b the row the question says first ("from P1 to P2"); from a value of
+    0 or below no percent change is given."""
+    m = _PERCENT_CHANGE.fullmatch(expr)
+    if m is None or m[2] != m[3]:
+        return None, []
+    if m[3].startswith("-") or not m[3].strip("0."):  # 0 or below: a narrative gives none; -80 -> -40 is "-50%"
+        return (m[2], m[1]), [f"calc({expr!r}) is a percent change from {m[3]}: from a value of 0 or below "
+                              "a percent change is not given (its sign would mislead)"]
+    return (m[2], m[1]), []
+
+
+def _of_two_rows(name: str, pair_of: Callable[[str], tuple[tuple[str, str] | None, list[str]]]
+                 ) -> Callable[[str, str, Reads], list[str]]:
+    """An operation over two rows: the last calc is `pair_of`'s form over the two rows read, in
+    the order the question says them."""
+    def problems(question: str, expr: str, reads: Reads) -> list[str]:
+        values = [r for _, r in reads]
+        pair, out = pair_of(expr)  # (the row the question says first, the other)
+        if len(reads) != 2 or pair is None or sorted(pair) != sorted(values):
+            return [*out, f"the question asks for a {name} of two rows, and calc({expr!r}) is not one of the rows read"]
+        if values.index(pair[0]) != _said_first(question, reads[0][0], reads[1][0]) and values[0] != values[1]:
+            out.append(f"calc({expr!r}) takes its rows in the other order than the question says them")
+        return out
+    return problems
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operation a question may ask for over the rows it names: the words by which it asks
+    (looked for in the question without its names: a metric may be called "Total revenue"), and
+    what is wrong with the last calc as that operation: (question, calc, rows read) -> problems."""
+
+    cue: re.Pattern[str]
+    problems: Callable[[str, str, Reads], list[str]]
+
+
+#: the operations a question asks for by its words: the agent models' phrasings and their common
+#: variants (English); a question that says none of them asks for one row
+OPERATIONS = {
+    "sum": Operation(re.compile(r"\b(total|sum|add up|combined)\b"), _sum_problems),
+    "difference": Operation(re.compile(r"\b(higher|exceed|exceeds|exceeded|more than)\b"),
+                            _of_two_rows("difference", _difference)),
+    "percent change": Operation(re.compile(r"\bpercent\b|%"), _of_two_rows("percent change", _percent_change)),
+}
 
 
 def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Collection[str] | None = None) -> list[str]:
     """What makes the calls not compute what the question asks (call_problems holds each call
     to the question's names; this, the whole of them to its question), as far as its words say
-    (ASKS), else nothing can be verified:
+    (OPERATIONS), else nothing can be verified:
     - every name the question holds that its source knows (`names`) is read by a metric call;
     - no operation asked: one row, read by one metric call, and no calc;
     - a sum: the last calc adds up every row read, each once;
@@ -292,7 +348,7 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     said = question
     for n in sorted({*(names or ()), *(a for args, _ in reads for a in args)} - {""}, key=len, reverse=True):
         said = _whole(n).sub(" ", said)
-    asked = [op for op, cue in ASKS.items() if cue.search(said.lower())]
+    asked = [name for name, op in OPERATIONS.items() if op.cue.search(said.lower())]
     if len(asked) > 1:
         return [*problems, f"the question asks for a {' and a '.join(asked)}: which one cannot be told"]
     op = asked[0] if asked else None
@@ -303,25 +359,7 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
         return problems
     if parsed[-1][0] != "calc":
         return [*problems, f"the question asks for a {op}, and the answer rests on no calc"]
-    expr, values = calcs[-1], [r for _, r in reads]
-    if op == "sum":
-        if sorted(expr.split("+")) != sorted(values):
-            problems.append(f"the question asks for a sum of the {len(values)} rows read, and calc({expr!r}) is not")
-        return problems
-    m = (_DIFFERENCE if op == "difference" else _PERCENT_CHANGE).fullmatch(expr)
-    pair: tuple[str, str] | None = None  # (the row the question says first, the other)
-    if m is not None and op == "difference":
-        pair = (m[1], m[2])
-    elif m is not None and m[2] == m[3]:
-        pair = (m[2], m[1])
-        if m[3].startswith("-") or not m[3].strip("0."):  # 0 or below: a narrative gives none; -80 -> -40 is "-50%"
-            problems.append(f"calc({expr!r}) is a percent change from {m[3]}: from a value of 0 or below "
-                            "a percent change is not given (its sign would mislead)")
-    if len(reads) != 2 or pair is None or sorted(pair) != sorted(values):
-        return [*problems, f"the question asks for a {op} of two rows, and calc({expr!r}) is not one of the rows read"]
-    if values.index(pair[0]) != _said_first(question, reads[0][0], reads[1][0]) and values[0] != values[1]:
-        problems.append(f"calc({expr!r}) takes its rows in the other order than the question says them")
-    return problems
+    return [*problems, *OPERATIONS[op].problems(question, calcs[-1], reads)]
 
 
 #: what a question writes as arithmetic: a run of numbers, operators and parentheses
