@@ -48,8 +48,8 @@ from sqlalchemy.exc import OperationalError
 from model.params import DecodeError
 from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, RequiresAction, SetflowError, StaleWrite, Unverified
 from runtime.jobs.context import JobContext, JobServices
+from runtime.jobs.kinds import check_spec
 from runtime.jobs.rows import Claim
-from runtime.jobs.specs import check_spec
 from runtime.jobs.table import JOB_ID
 from runtime.sessions.budget import oom
 from runtime.tables import JobRecord

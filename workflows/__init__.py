@@ -1,6 +1,6 @@
 """Product logic as plain functions, no Celery, no torch: each job kind's workflow takes the
 session's turns (workflows/turn.Turns: a job's, or a session in this process) and the kind's
-spec, parsed already (runtime/jobs/specs.SPECS), and returns the job's result (JSON).  Beside
+spec, parsed already (runtime/jobs/kinds.SPECS), and returns the job's result (JSON).  Beside
 each kind's workflow, its plan: the positions a job of it appends to its session at most, which
 the API checks against the model's context before it accepts the job."""
 
@@ -11,12 +11,12 @@ from typing import Any
 
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
+from runtime.jobs.kinds import ResponseSpec
 from runtime.jobs.plans import DEFAULT, turn_input
-from runtime.jobs.specs import ResponseSpec
 from workflows import agent, narrative, report, responses, turn
 from workflows.turn import Turns, fits
 
-#: a workflow: (the turns, the kind's spec model as runtime/jobs/specs.SPECS names it) -> result
+#: a workflow: (the turns, the kind's spec model as runtime/jobs/kinds.SPECS names it) -> result
 Workflow = Callable[[Turns, Any], dict[str, Any]]
 #: a plan: (the kind's spec model, the model's tokenizer, its profile) -> positions at most
 Plan = Callable[[Any, Tokenizer, Profile], int]

@@ -22,7 +22,7 @@ from typing import Any
 
 from model.profiles import Profile
 from runtime.errors import BadInput, NoAnswer
-from runtime.jobs.specs import FunctionTool, ResponseSpec
+from runtime.jobs.kinds import FunctionTool, ResponseSpec
 from workflows.turn import Turns, decode_params, ended, text_of, with_stops
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"

@@ -24,9 +24,10 @@ from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Admission, Dispatcher, Send
 from runtime.jobs.fairness import RateLimiter
 from runtime.jobs.hosts import Cards, Host, Hosts
+from runtime.jobs.kinds import check_spec
 from runtime.jobs.plans import check_ids
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import AgentSpec, check_spec
+from runtime.jobs.specs import AgentSpec
 from runtime.keys import Keys, model_name
 from runtime.sessions.metrics import TurnMetrics
 from runtime.sessions.records import Records

@@ -30,9 +30,9 @@ from runtime.errors import BadInput, NotFound
 from runtime.jobs.events import JobEvents
 from runtime.jobs.fairness import Fairness, RateLimiter
 from runtime.jobs.hosts import Host
+from runtime.jobs.kinds import check_spec, resolved
 from runtime.jobs.routing import Routing
 from runtime.jobs.rows import Jobs
-from runtime.jobs.specs import check_spec, resolved
 from runtime.keys import Keys
 from runtime.tables import TERMINAL, JobRecord
 

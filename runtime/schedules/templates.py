@@ -39,8 +39,8 @@ from domain.grammar import MAX_METRICS
 from domain.payload import METRIC
 from runtime.errors import BadInput
 from runtime.jobs.datasets import NAME
+from runtime.jobs.kinds import check_spec
 from runtime.jobs.payload import Name
-from runtime.jobs.specs import check_spec
 
 KINDS = ("report", "narrative")
 NUMBERS = {"narrative": "payload", "report": "data"}  #: where a kind's spec holds its payload

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from domain import schemas
-from runtime.jobs.specs import FunctionTool
+from runtime.jobs.kinds import FunctionTool
 
 
 @pytest.fixture

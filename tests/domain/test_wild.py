@@ -19,8 +19,9 @@ from domain.grammar import MAX_METRICS, MAX_NAME, MAX_ROWS, canonical, valid
 from domain.payload import METRIC, STYLES, Breakdown, Metric, Payload
 from domain.tools import run_call
 from runtime.errors import BadInput
+from runtime.jobs.kinds import check_spec
 from runtime.jobs.payload import PayloadSpec
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, ReportSpec, SectionSpec, check_spec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec, ReportSpec, SectionSpec
 
 # names in several scripts, with the signs a business name holds; each its own
 SCRIPTS = ["Müller & Söhne GmbH", "株式会社ヤマダ", "الرياض", "Ελλάδα", "Москва-Сити", "서울 (본사)",

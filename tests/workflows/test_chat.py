@@ -16,7 +16,7 @@ from model import profiles
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import BadInput
-from runtime.jobs.specs import FunctionTool, ResponseSpec
+from runtime.jobs.kinds import FunctionTool, ResponseSpec
 from tests.model.released import IM_END
 from tests.workflows.test_imported import Scripted, imported  # noqa: F401 - the module's fixture
 from tests.workflows.test_responses import LOOKUP

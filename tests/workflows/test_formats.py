@@ -12,9 +12,10 @@ import pytest
 
 from domain.payload import Metric, Payload
 from runtime.errors import BadInput, Unfinished, Unverified
+from runtime.jobs.kinds import check_spec
 from runtime.jobs.params import ParamsSpec
 from runtime.jobs.payload import PayloadSpec
-from runtime.jobs.specs import AgentSpec, NarrativeSpec, check_spec
+from runtime.jobs.specs import AgentSpec, NarrativeSpec
 from runtime.sessions.local import LocalTurns
 from workflows import agent, narrative, structured
 from workflows.structured import Format

@@ -16,7 +16,8 @@ from domain.tools import CALL, END_CALL, END_RESULT, RESULT
 from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.errors import NoAnswer
-from runtime.jobs.specs import AgentSpec, ResponseSpec
+from runtime.jobs.kinds import ResponseSpec
+from runtime.jobs.specs import AgentSpec
 from runtime.sessions.local import LocalTurns
 from tests.workflows.test_agent import ANSWER, DATA, QUESTION, V1, V2
 from workflows import agent, responses

@@ -1,4 +1,4 @@
-"""The request -> a `response` job's spec (runtime/jobs/specs.ResponseSpec): the mode (text or
+"""The request -> a `response` job's spec (runtime/jobs/kinds.ResponseSpec): the mode (text or
 agent), the decoding parameters, the tool the first decode must call, and the outputs of the
 calls a previous response waits for."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from runtime.api.openai.request import BuiltinTool, CreateResponse, NamedChoice
 from runtime.errors import BadInput
-from runtime.jobs.specs import FunctionTool, ResponseSpec
+from runtime.jobs.kinds import FunctionTool, ResponseSpec
 from runtime.tables import JobRecord
 from workflows import structured
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from model.params import Policy, Seed, Tau, Window
 from runtime.api.openai.input_files import file_text
-from runtime.jobs.specs import FunctionTool
+from runtime.jobs.kinds import FunctionTool
 from workflows import structured
 
 

@@ -20,7 +20,8 @@ from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
 from runtime.api.services import Services
 from runtime.errors import BadInput, RateLimited
 from runtime.jobs.events import entries
-from runtime.jobs.specs import SPECS, Detail, ToolOutputs
+from runtime.jobs.kinds import SPECS
+from runtime.jobs.specs import Detail, ToolOutputs
 from runtime.tables import STATUSES, TERMINAL
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

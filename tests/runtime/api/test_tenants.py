@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runtime.jobs.specs import check_spec
+from runtime.jobs.kinds import check_spec
 from tests.runtime.api.conftest import ACME, AGENT, GLOBEX, INFILL, NARRATIVE, REPORT, TURN, Api
 
 PUBLIC = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/"), ("GET", "/openapi.json")}

@@ -10,8 +10,8 @@ import pytest
 
 from model.params import DecodeParams
 from runtime.errors import BadInput
+from runtime.jobs.kinds import check_spec
 from runtime.jobs.params import ParamsSpec
-from runtime.jobs.specs import check_spec
 
 #: a value other than the default for every field a request may set
 EVERY = {"policy": "prefix", "window": 7, "tau": 0.5, "max_new_tokens": 33, "temperature": 0.7, "seed": 11,

@@ -1,0 +1,222 @@
+"""The job kinds: kind -> its spec model (SPECS) and the check each spec passes on its way in
+(check_spec, resolved: by Dispatcher.submit, and by the worker, which must not trust a stored
+payload); and the kind built over the others, the Responses API's `response` (ResponseSpec: a
+text turn, or an agent job over the functions its client declares, FunctionTool).  Each other
+kind's spec is runtime/jobs/specs.py's.  No torch here: the API process imports this."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from domain import schemas  # a tenant's JSON Schema as data: no fetch, RE2 patterns, size caps
+from domain.tools import MAX_REASON
+from runtime.errors import BadInput
+from runtime.jobs.params import ParamsSpec, Tuned, tuned
+from runtime.jobs.specs import AgentSpec, InfillSpec, NarrativeSpec, ReportSpec, TurnSpec, _plain
+
+# ---- the Responses API's job (runtime/api/openai/mapping.py builds it; chain.py submits it) -------
+
+#: a skill of setflow's agent models and the parameters a function must have to be called for it:
+#: the metric lookup reads a value by three names (what, where, when), calc one expression
+SKILLS: dict[str, int] = {"metric": 3, "calc": 1}
+
+
+class FunctionTool(BaseModel):
+    """A function the client runs (the Responses API's function tool).  The shipped model calls
+    one whose parameters fit a skill it has (skill()); the others are accepted and never called."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"] = "function"
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = Field(default=None, max_length=4096)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and (why := schemas.problems(v)):
+            raise ValueError(f"parameters: {why}")
+        return v
+
+    def fields(self) -> list[str]:
+        """Its parameters' names in the order the schema gives them."""
+        return list(((self.parameters or {}).get("properties") or {}).keys())
+
+    def skill(self) -> str | None:
+        """The skill it fits: its parameters an object of 3 (metric: what, where, when, in this
+        order) or 1 (calc: an expression) properties, each a string, each required; else None."""
+        p = self.parameters or {}
+        props = p.get("properties") or {}
+        if p.get("type") != "object" or set(p.get("required") or []) != set(props):
+            return None
+        if not all(isinstance(x, dict) and x.get("type") == "string" for x in props.values()):
+            return None
+        return next((k for k, n in SKILLS.items() if n == len(props)), None)
+
+    def names(self) -> list[str]:
+        """The names its schema lists (each string parameter's `enum`): the facts the model
+        reads as slots where a question holds them."""
+        props = (self.parameters or {}).get("properties") or {}
+        return [str(n) for x in props.values() for n in x.get("enum", []) if isinstance(n, str)]
+
+    def listed(self) -> list[bool]:
+        """Whether each parameter lists its values (an `enum`), in the schema's order."""
+        props = (self.parameters or {}).get("properties") or {}
+        return [bool(isinstance(x, dict) and x.get("enum")) for x in props.values()]
+
+    def arguments(self, args: dict[str, str]) -> dict[str, str]:
+        """A call's arguments (by the skill's fields, in order) under this function's names."""
+        return dict(zip(self.fields(), args.values(), strict=True))
+
+    def problem(self, args: dict[str, str]) -> str | None:
+        """Why arguments (under its names) do not fit its schema; None: they do."""
+        errors = sorted(schemas.validator(self.parameters or {}).iter_errors(args), key=str)
+        return None if not errors else f"{self.name}: {errors[0].message}"[:MAX_REASON]
+
+
+_PERIOD = re.compile(r"(?<![\w-])\d{4}-(?:Q[1-4]|H[12]|0[1-9]|1[0-2])(?![\w-])")  # a period in a common form
+
+
+class ResponseSpec(Tuned):
+    """A response of the Responses API, as a job on its conversation's session: a text turn
+    (mode "text": no tool to call), or the agent (workflows/agent.py) over the client's functions
+    and the built-in tools (mode "agent"), starting from `question` or going on from where the
+    previous response stopped at a function call (`parked`, with `output`: the client's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["text", "agent"]
+    text: str | None = Field(default=None, min_length=1, max_length=65536)  # mode text: the turn's input
+    question: str | None = None  # mode agent: the question (AgentSpec's rules), or None going on from `parked`
+    functions: list[FunctionTool] = Field(default_factory=list, max_length=64)
+    builtin: list[Literal["metric", "calc"]] = Field(default_factory=list, max_length=2)
+    dataset: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # the built-in metric's table
+    parked: dict[str, Any] | None = None  # the previous response's agent state (workflows/agent.Parked, its question)
+    output: str | None = Field(default=None, max_length=207)  # the client's output of the parked call
+    max_calls: int = Field(default=6, ge=0, le=8)
+    params: ParamsSpec = tuned(policy="prefix", window=4, tau=0.9, max_new_tokens=256)
+    allow_unverified: bool = False
+    #: the input as a chat model reads it (workflows/chat.py): [{"role", "content"}] for each
+    #: message (the instructions first, as "system"), [{"role": "tool", "call", "content"}] for
+    #: each function call's output; setflow's own models read `text` or `question` instead
+    messages: list[dict[str, str]] = Field(default_factory=list, max_length=256)
+    #: the client's outputs of a chat model's parked calls: call id ("call_<n>") -> output
+    outputs: dict[str, str] = Field(default_factory=dict, max_length=64)
+    #: what the client sent (its input items, instructions, tools, metadata...): the API echoes
+    #: it in the response object; the workflow reads none of it
+    request: dict[str, Any] = Field(default_factory=dict)
+    #: the job of the response this one went on from (None: a new session): the API follows
+    #: these links to see that a response descends from another; the workflow reads none of it
+    previous: str | None = Field(default=None, pattern=r"^[0-9a-f]{24}$")
+    #: the tool its first decode must call (tool_choice `required` or a named function:
+    #: runtime/api/openai/mapping.forced); None: the model chooses
+    force: Literal["metric", "calc", "any"] | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return None if v is None else _plain(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_messages(cls, v: Any) -> Any:
+        """The input is stored once, as the request's items: `messages` are its instructions (as
+        "system") and its messages' texts, in order; a text response's text is their contents,
+        each a line; an agent's question (not going on from a parked call) is the last user
+        message's."""
+        if not isinstance(v, dict):
+            return v
+        req = v.get("request")
+        if "messages" not in v and isinstance(req, dict) and isinstance(req.get("items"), list):
+            said = [x for x in req["items"] if isinstance(x, dict) and x.get("type") == "message"]
+            v = {**v, "messages": ([{"role": "system", "content": req["instructions"]}] if req.get("instructions") else [])
+                 + [{"role": x.get("role"), "content": "".join(p.get("text", "") for p in x.get("content") or [])}
+                    for x in said]}
+        if not isinstance(v.get("messages"), list):
+            return v
+        contents = [m.get("content") for m in v["messages"] if isinstance(m, dict)]
+        if v.get("mode") == "text" and v.get("text") is None and contents:
+            return {**v, "text": "\n".join(str(c) for c in contents) + "\n"}
+        users = [m.get("content") for m in v["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+        if v.get("mode") == "agent" and v.get("question") is None and v.get("parked") is None and users:
+            return {**v, "question": users[-1]}
+        return v
+
+    @model_validator(mode="after")
+    def _one_input(self) -> ResponseSpec:
+        if self.mode == "text" and self.text is None:
+            raise ValueError("a text response has a text")
+        if self.mode == "agent" and (self.question is None) == (self.parked is None):
+            raise ValueError("an agent response has a question, or goes on from a parked call")
+        if self.parked is not None and self.output is None and not self.outputs:
+            raise ValueError("a parked call goes on with its output")
+        if self.question is not None:
+            self.agent(self.question)  # its rules (ValueError names what is wrong)
+        return self
+
+    def offered(self) -> list[str]:
+        """The tools the model may call: calc always (the runtime's arithmetic, exact: no number
+        the model computes itself), the metric lookup where a function fits it or it was asked
+        for as a built-in."""
+        return sorted({"calc", *self.builtin, *self.callable()})
+
+    def agent(self, question: str) -> AgentSpec:
+        """The agent job this response runs: its client tools the skills its functions fit, the
+        names their schemas list (those its question holds enter the model as slots), and, where
+        the lookup's function lists its what and where but not its when (the README's `quarter`),
+        the periods the question writes in a common form (2026-Q3, 2026-03, 2026-H1): with no
+        slot to copy, the model miscopied them in a second call ("[F17]026-Q3") and ended with
+        no answer.  (Where it lists none, the periods stay text too: periods alone as slots
+        misled the model more than none.)"""
+        functions = self.callable()
+        names = [n for f in functions.values() for n in f.names()]
+        if "metric" in functions and functions["metric"].listed() == [True, True, False]:
+            names += _PERIOD.findall(question)
+        return AgentSpec.model_validate({
+            "question": question, "max_calls": self.max_calls, "params": self.params.model_dump(),
+            "dataset": self.dataset, "allow_unverified": self.allow_unverified, "client_tools": list(functions),
+            "names": list(dict.fromkeys(names)), "first_call": self.force})
+
+    def callable(self) -> dict[str, FunctionTool]:
+        """skill -> the client's function called for it (the first that fits it)."""
+        out: dict[str, FunctionTool] = {}
+        for f in self.functions:
+            skill = f.skill()
+            if skill is not None and skill not in out and skill not in self.builtin:
+                out[skill] = f
+        return out
+
+
+# ---- the registry: every kind's spec, and the check a spec passes on its way in ----------------------
+
+#: job kind -> its spec model, and whether it runs on a session (the API opens one for a job
+#: submitted without: each job's turns are a session, which can be read, forked and resumed)
+SPECS: dict[str, tuple[type[BaseModel], bool]] = {
+    "turn": (TurnSpec, True), "infill": (InfillSpec, True), "narrative": (NarrativeSpec, True),
+    "agent": (AgentSpec, True), "report": (ReportSpec, True), "response": (ResponseSpec, True)}
+
+
+def resolved(parsed: BaseModel, spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec to store: as sent, but each params field whole (the workflow's defaults for what
+    was left out, an explicit null kept), so that it means the same to every reader: a retry,
+    a worker of another version, whatever its defaults."""
+    return {**spec, **{name: value.model_dump() for name, value in parsed if isinstance(value, ParamsSpec)}}
+
+
+def check_spec(kind: str, spec: Any, session: str | None) -> BaseModel:
+    """The spec as its model; BadInput (with pydantic's reasons) when it is not one."""
+    if kind not in SPECS:
+        raise BadInput(f"unknown job kind {kind!r}; known: {sorted(SPECS)}")
+    model, needs_session = SPECS[kind]
+    if needs_session and session is None:
+        raise BadInput(f"a {kind!r} job runs on a session: give its id")
+    if not isinstance(spec, dict):
+        raise BadInput(f"a job spec is a JSON object, got {type(spec).__name__}")
+    try:
+        return model.model_validate(spec)
+    except ValidationError as e:
+        reasons = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'spec'}: {err['msg']}" for err in e.errors())
+        raise BadInput(f"bad {kind} spec: {reasons}") from None
