@@ -128,11 +128,15 @@ class JsonGuide:
 
     With a `budget` (the turn's token limit), the document closes within it whatever the model
     writes: from where its closing tokens (_closing) come within the grammar's slack of the
-    positions left, the mask is the next closing token alone (_close)."""
+    positions left, the mask is the next closing token alone (_close).  Its grammar then leaves a
+    free string uncapped (_grammar): the cap's grammar (a string's characters counted to
+    STRING_CAP) made the mask several times dearer on a large vocabulary.  The guide caps it
+    instead (_capped): from STRING_CAP characters on, the mask is the string's quote alone.
+    Without a budget the grammar's cap holds (domain/formats.py bounded)."""
 
     def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format, budget: int | None = None) -> None:
         self._eos, self._n, self._budget = eos_id, n_vocab, budget
-        self._m, self._v, self._cost, start = _matcher(tok, n_vocab, eos_id, fmt.schema)
+        self._m, self._v, self._cost, start = _matcher(tok, n_vocab, eos_id, fmt.schema, capped=budget is None)
         self._slack = self._v.openers * self._cost + ESCAPE  # what one token may add to the closing tokens
         self._ids: list[int] = []  # what the matcher has consumed
         self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # its mask after them
@@ -159,6 +163,8 @@ class JsonGuide:
             t0 = time.perf_counter()
             close = self._close(len(before))
             self.walk_s.append(time.perf_counter() - t0)
+            if close is None and self._budget is not None:
+                close = self._capped(before)
             if close is not None:
                 self._mask = np.zeros(self._n, dtype=np.bool_)
                 self._mask[close] = True
@@ -171,6 +177,24 @@ class JsonGuide:
                         self._mask &= ~num
             self.mask_s.append(time.perf_counter() - t0)
         return self._mask
+
+    def _capped(self, before: Sequence[int]) -> int | None:
+        """The quote, where `before` ends inside a free string of STRING_CAP characters or more
+        (counted from the last token with a quote: a partial character's token counts as one);
+        None: any token the grammar allows may come.  Free: the grammar allows the quote and takes
+        a letter more for every position of the budget (a string the client bounded stops it)."""
+        v = self._v
+        if v.quote is None or v.letter is None or not before or v.quoted[before[-1]]:
+            return None
+        chars, k = 0, len(before) - 1
+        while k >= 0 and not v.quoted[before[k]] and chars < STRING_CAP:
+            chars, k = chars + v.chars[before[k]], k - 1
+        if k < 0 or chars + v.tail[before[k]] < STRING_CAP:
+            return None
+        m, n = self._m, self._budget or 0
+        if not m.validate_tokens([v.quote]) or m.validate_tokens([v.letter] * n) < n:
+            return None
+        return v.quote
 
     def _close(self, at: int) -> int | None:
         """The token that must come next for the document to close within the budget (the first
@@ -273,6 +297,11 @@ class _Vocab:
     opens: list[int]  # (n_vocab,) each token's brackets, quotes, commas and colons: values it may open
     stays: list[bool]  # (n_vocab,) a token of no quote and no backslash: inside a free string, it stays there
     openers: int  # the most brackets, quotes, commas and colons one token holds (at least 1)
+    quoted: list[bool]  # (n_vocab,) a token with a quote
+    chars: list[int]  # (n_vocab,) each token's characters
+    tail: list[int]  # (n_vocab,) each token's characters after its last quote
+    quote: int | None  # the id of '"' (JsonGuide._capped)
+    letter: int | None  # the id of "a": a character a string takes and nothing else does
 
 
 _LOCK = threading.Lock()
@@ -297,16 +326,31 @@ def _vocab(tok: Tokenizer, n_vocab: int, eos_id: int) -> _Vocab:
             [first[c] for c in CLOSERS if c in first],
             [sum(t.count(c) for c in OPENERS) for t in texts],
             ['"' not in t and "\\" not in t for t in texts],
-            max(1, max(sum(t.count(c) for c in OPENERS) for t in texts))))
+            max(1, max(sum(t.count(c) for c in OPENERS) for t in texts)),
+            ['"' in t for t in texts], [len(t) for t in texts], [len(t) - 1 - t.rfind('"') for t in texts],
+            first.get('"'), first.get("a")))
     return _VOCABS[key][1]
 
 
-def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int,
-             schema: dict[str, Any]) -> tuple[Any, _Vocab, int, list[int]]:
+def _grammar(schema: dict[str, Any]) -> str:
+    """`schema`'s grammar as grammar() (domain/formats.py) compiles it, less the STRING_CAP that
+    bounded() gives a free string (no maxLength, pattern, format, enum nor const of the
+    client's); every other bound kept.  For a guide with a budget, which caps such a string
+    itself (JsonGuide._capped) and closes the document within the budget (JsonGuide._close)."""
+    out = bounded(schema)
+    for s, b in zip(schemas.subschemas(schema), schemas.subschemas(out), strict=True):  # bounded adds no subschema
+        if "maxLength" in b and "maxLength" not in s:
+            del b["maxLength"]
+    return str(llguidance.LLMatcher.grammar_from_json_schema(out, defaults=LAYOUT))  # type: ignore[arg-type]
+
+
+def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, schema: dict[str, Any],
+             capped: bool = True) -> tuple[Any, _Vocab, int, list[int]]:
     """A fresh matcher of `schema`'s grammar (a deep copy of the process's first one: its lexer,
     built lazily, kept warm), the tokenizer's _Vocab, the grammar's cost (_cost) and its closing walk
-    from the start."""
-    g = grammar(schema)
+    from the start.  `capped`: free strings at most STRING_CAP characters (grammar), else
+    uncapped (_grammar)."""
+    g = grammar(schema) if capped else _grammar(schema)
     key = (id(tok), n_vocab, eos_id, g)
     with _LOCK:
         v = _vocab(tok, n_vocab, eos_id)

@@ -135,6 +135,27 @@ def test_a_document_closes_within_its_budget_whatever_the_model_writes(tok: Toke
         structured.document(tok.decode(out[:-1], skip_special=True), f, ended=True)
 
 
+def test_a_free_string_closes_at_its_cap_in_the_guide_not_the_grammar(tok: Tokenizer) -> None:
+    """With a budget, the grammar leaves a free string uncapped (its counted characters made the
+    mask dearer on a large vocabulary) and the guide caps it: from STRING_CAP characters on, the
+    mask is the quote alone.  A string the client bounded keeps its own bound, a guide without a
+    budget the grammar's cap."""
+    cfg = shipped.load()[0].cfg
+    quote = tok.encode('"')[0]
+    for schema, capped in ((PERSON, True), ({**PERSON, "properties": {**PERSON["properties"],
+                                             "name": {"type": "string", "maxLength": 300}}}, False)):
+        g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(schema), 256)
+        out = tok.encode('{"name":"')
+        while len(tok.decode(out)) - len('{"name":"') < structured.STRING_CAP:
+            m = g.allowed(out)
+            assert m is not None and m.sum() > 1, "below the cap: the string goes on"
+            out += tok.encode("abc")
+        m = g.allowed(out)
+        assert m is not None and (np.flatnonzero(m).tolist() == [quote]) == capped
+    g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(PERSON))
+    assert g.allowed(tok.encode('{"name":"' + "abc" * 21)) is not None and g.allowed(tok.encode('{"name":"' + "abc" * 22)) is None
+
+
 def test_the_bench_finds_every_schema_valid_alone_and_batched_with_the_same_tokens() -> None:
     """The nested benchmark schema, prefix and set at batch 1 and 2: every document valid, the
     batched tokens those of each turn alone (bench/structured.py)."""
