@@ -7,9 +7,10 @@ alike in all of them, or a near-tie between two tokens (a confidence right at ta
 differently.  On a CPU with AVX2 and FMA the product is model/rowdot.c: every output element is
 reduced in one fixed order whatever the rows, the tiles or the threads (split over output
 columns, never over the reduction), so a row's bits are the same alone, in a batch and at any
-thread count, by construction; weights are read in place (nn.Linear's layout), fp32 or bf16
-(with AVX-512 BF16, bf16 dot products of bf16 activations), accumulated in fp32, and a bf16
-output rounded to nearest even.  Where it is not available (no
+thread count, by construction; weights are read in place (nn.Linear's layout), fp32 or bf16,
+accumulated in fp32, and a bf16 output rounded to nearest even; with AVX-512 BF16 a bf16 layer
+is model/packed.c's product instead, bf16 dot products over its weight's panels (packed once,
+kept beside the weight: a bf16 model holds its weights twice).  Where it is not available (no
 compiler, another CPU) a BLAS product of fewer rows than this machine's invariant minimum is
 padded with zero rows to it (the kernel is chosen by shapes, never by values): the minimum is
 probed once per (dtype, threads, shape), a model pads a short forward once to its layers'
@@ -110,10 +111,11 @@ class Linear(nn.Linear):
         grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
         if not grad and x.dtype == w.dtype and served(x.dtype):
             flat = x.reshape(rows, self.in_features).contiguous()  # (rows, in)
+            w, threads = w.contiguous(), torch.get_num_threads()
             if self.bias is None:  # written in x's dtype (bf16: rounded to nearest even by the kernel)
-                y = rowdot.product(flat, w.contiguous(), torch.get_num_threads(), out=x.dtype)
+                y = rowdot.product(flat, w, threads, out=x.dtype, packed=self._packed(w))
             else:  # the bias added in fp32, then rounded
-                y = rowdot.product(flat, w.contiguous(), torch.get_num_threads())
+                y = rowdot.product(flat, w, threads, packed=self._packed(w))
                 y = (y + self.bias.to(torch.float32)).to(x.dtype)
             return y.reshape(*x.shape[:-1], self.out_features)
         r = blas_rows(x.dtype, torch.get_num_threads(), self.in_features, self.out_features)
@@ -122,3 +124,13 @@ class Linear(nn.Linear):
         flat = x.reshape(rows, self.in_features)
         padded = torch.cat([flat, flat.new_zeros(r - rows, self.in_features)])  # (r, in)
         return F.linear(padded, self.weight, self.bias)[:rows].reshape(*x.shape[:-1], self.out_features)
+
+    def _packed(self, w: Tensor) -> Tensor | None:
+        """The weight's panels where this CPU's kind reads them (bf16: model/packed.c), packed
+        once and again only when the weight changes (its storage or version); else None."""
+        if rowdot.kinds()[w.dtype] != rowdot.PACKED:
+            return None
+        key = (w.data_ptr(), w._version, tuple(w.shape))
+        if getattr(self, "_pack_key", None) != key:
+            self._pack, self._pack_key = rowdot.pack(w), key
+        return self._pack

@@ -3,19 +3,17 @@
    y[i][j] for x (m, k) row-major and w (n, k) row-major (nn.Linear's own layout, read in
    place: nothing is packed) is, for every i and j and whatever m, the tile, the thread count or
    the split, one of these sequences (the caller picks one `kind` for the process: a kind is
-   part of what a row's bits are):
+   part of what a row's bits are; bf16 on a CPU with AVX-512 BF16 is kind 3, model/packed.c):
      kind 0 (AVX2+FMA; x fp32, w fp32 or bf16 widened exactly):
        acc = 8 fp32 lanes of 0;  for p = 0, 8, .. while p + 8 <= k:
              acc = fma(x[i][p:p+8], w[j][p:p+8], acc)        (lane l holds k = l mod 8)
      kind 1 (AVX-512F; x and w fp32): the same over 16 lanes (k = l mod 16), p += 16
-     kind 2 (AVX-512 BF16; x and w bf16): 16 lanes, p += 32, acc = dpbf16(acc, x[i][p:p+32],
-             w[j][p:p+32]) (lane l adds the products of k = 2l + 1, then 2l, mod 32)
    then s = the lanes summed by one fixed tree (16 lanes: l + l+8 first; then 8: l + l+4, then
    + 2, then + 1), then for each p of the tail, in order: s = fma(x[i][p], w[j][p], s) in fp32.
    Tiles differ only in how many (i, j) pairs they carry at once, and a long k runs in slices
-   whose lanes carry over as they are; each pair's arithmetic is the sequence above, so a row's bits do not depend on the rows or threads beside it.  Threads
-   split the outputs' columns (n), never k.  Compile without fast-math and with
-   -ffp-contract=off. */
+   whose lanes carry over as they are; each pair's arithmetic is the sequence above, so a row's
+   bits do not depend on the rows or threads beside it.  Threads split the outputs' columns
+   (n), never k.  Compile without fast-math and with -ffp-contract=off. */
 
 #include "lanes.h"
 #include <math.h>
@@ -24,7 +22,7 @@
 #include <string.h>
 
 #define MAX_THREADS 64
-/* kinds 1 and 2 run k in slices of at most this many bytes of a row (a row tile's slice stays in
+/* kind 1 runs k in slices of at most this many bytes of a row (a row tile's slice stays in
    L1 while a block's columns pass; each output's lanes carry over from slice to slice as they
    are, so the sequence of its arithmetic is the one above) */
 #define SLICE 4096
@@ -101,26 +99,23 @@ static void tile_k0(const void *x, const void *w, int bf16, long k, out_t y, int
     }
 }
 
-/* ---- kinds 1 and 2: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32);
+/* ---- kind 1: AVX-512, 16 lanes; up to 4 rows x 6 columns (24 accumulators of 32);
    pfon: fetch the next tile's weights ahead (the first row tile of a block: later ones find
    them in L2) ---- */
-AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, long p0, long p1, out_t y,
+AVX512 INLINE void tile16(const float *x, const float *w, long k, long p0, long p1, out_t y,
                           float *part, int pfon, int mr, int nr) {
     __m512 acc[4][8];
-    long esz = bf16 ? 2 : 4, step = bf16 ? 32 : 16; /* elements a step: one 64-byte line */
-    const char *xb = (const char *)x, *wb = (const char *)w, *pf = wb + nr * k * esz;
-    long kk = k - k % step;
+    const float *pf = w + nr * k;
+    long kk = k - k % 16;
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = p0 ? _mm512_loadu_ps(part + (i * 8 + j) * 16) : _mm512_setzero_ps();
-    for (long p = p0; p < p1; p += step) {
-        __m512i xv[4];
-        for (int i = 0; i < mr; i++) xv[i] = _mm512_loadu_si512(xb + (i * k + p) * esz);
+    for (long p = p0; p < p1; p += 16) { /* a step: one 64-byte line of each row */
+        __m512 xv[4];
+        for (int i = 0; i < mr; i++) xv[i] = _mm512_loadu_ps(x + i * k + p);
         for (int j = 0; j < nr; j++) {
-            if (pfon) _mm_prefetch(pf + (j * k + p) * esz, _MM_HINT_T0);
-            __m512i wv = _mm512_loadu_si512(wb + (j * k + p) * esz);
-            for (int i = 0; i < mr; i++)
-                acc[i][j] = bf16 ? _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv[i], (__m512bh)wv)
-                                 : _mm512_fmadd_ps(_mm512_castsi512_ps(xv[i]), _mm512_castsi512_ps(wv), acc[i][j]);
+            if (pfon) _mm_prefetch((const char *)(pf + j * k + p), _MM_HINT_T0);
+            __m512 wv = _mm512_loadu_ps(w + j * k + p);
+            for (int i = 0; i < mr; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
         }
     }
     if (p1 < kk) { /* a slice of k: the lanes carry on in the next call, exactly (stored, not summed) */
@@ -140,22 +135,18 @@ AVX512 INLINE void tile16(const void *x, const void *w, int bf16, long k, long p
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
             float s = sums[i * nr + j];
-            for (long p = kk; p < k; p++) s = fmaf(at(x, bf16, i * k + p), at(w, bf16, j * k + p), s);
+            for (long p = kk; p < k; p++) s = fmaf(x[i * k + p], w[j * k + p], s);
             put(y, i, j, s);
         }
 }
 
-AVX512 static void tile_k12(const void *x, const void *w, int bf16, long k, long p0, long p1, out_t y,
-                            float *part, int pfon, int mr, int nr) {
-    /* pfon and bf16 as constants: each combination its own loop, with no branch inside it */
-#define ROWS_CASES(B, P)                                                                          \
-    if (mr == 1) { NR_CASES(tile16, 1, x, w, B, k, p0, p1, y, part, P) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, B, k, p0, p1, y, part, P) } \
-    else if (mr == 3) { NR_CASES(tile16, 3, x, w, B, k, p0, p1, y, part, P) } else { NR_CASES(tile16, 4, x, w, B, k, p0, p1, y, part, P) }
-    if (bf16) {
-        if (pfon) { ROWS_CASES(1, 1) } else { ROWS_CASES(1, 0) }
-    } else {
-        if (pfon) { ROWS_CASES(0, 1) } else { ROWS_CASES(0, 0) }
-    }
+AVX512 static void tile_k1(const float *x, const float *w, long k, long p0, long p1, out_t y,
+                           float *part, int pfon, int mr, int nr) {
+    /* pfon a constant: each case its own loop, with no branch inside it */
+#define ROWS_CASES(P)                                                                              \
+    if (mr == 1) { NR_CASES(tile16, 1, x, w, k, p0, p1, y, part, P) } else if (mr == 2) { NR_CASES(tile16, 2, x, w, k, p0, p1, y, part, P) } \
+    else if (mr == 3) { NR_CASES(tile16, 3, x, w, k, p0, p1, y, part, P) } else { NR_CASES(tile16, 4, x, w, k, p0, p1, y, part, P) }
+    if (pfon) { ROWS_CASES(1) } else { ROWS_CASES(0) }
 #undef ROWS_CASES
 }
 
@@ -165,31 +156,31 @@ typedef struct {
     void *y;
     long m, k, n;
     int ybf16; /* y is bf16 (else fp32) */
-    int kind; /* 0, 1 or 2 (above) */
+    int kind; /* 0 or 1 (above) */
     int wbf16; /* kind 0: the weights are bf16 */
 } job_t;
 
 /* the widest tile (columns) for mr rows of each kind: accumulators and operands in the registers */
-static const int NR0[4] = {0, 8, 6, 4}, NR12[5] = {0, 8, 8, 6, 6};
+static const int NR0[4] = {0, 8, 6, 4}, NR1[5] = {0, 8, 8, 6, 6};
 
 /* columns [n0, n1) of every row: weight rows in blocks that stay in L2 while every row tile
    passes over them; a row tile's x stays in L1 across the block */
 static void run_cols(const job_t *jb, long n0, long n1) {
-    int wb = jb->kind == 2 || (jb->kind == 0 && jb->wbf16);
-    long k = jb->k, wsz = wb ? 2 : 4, xsz = jb->kind == 2 ? 2 : 4;
+    int wb = jb->kind == 0 && jb->wbf16;
+    long k = jb->k, wsz = wb ? 2 : 4, xsz = 4;
     int most = jb->kind == 0 ? 3 : 4;
-    long step = jb->kind == 2 ? 32 : 16, kk = k - k % step;
+    long kk = k - k % 16; /* kind 1 steps 16 elements */
     long kc = jb->kind == 0 || k * xsz <= SLICE ? (kk > 0 ? kk : 1) : SLICE / xsz;
     long block = (256L * 1024) / ((kc < k ? kc : k) * wsz);
     block = block < 24 ? 24 : block - block % 24;
     /* a row tile's lanes between slices, 32 x 16 floats a column tile: a block of at most
-       256 KiB / SLICE columns when sliced, tiles of at least 6 columns (kinds 1 and 2) */
+       256 KiB / SLICE columns when sliced, tiles of at least 6 columns (kind 1) */
     float part[(256L * 1024 / SLICE / 6 + 2) * 32 * 16] __attribute__((aligned(64)));
     for (long b0 = n0; b0 < n1; b0 += block) {
         long b1 = b0 + block < n1 ? b0 + block : n1;
         for (long i = 0; i < jb->m;) {
             int mr = jb->m - i >= most ? most : (int)(jb->m - i);
-            int nr = jb->kind == 0 ? NR0[mr] : NR12[mr];
+            int nr = jb->kind == 0 ? NR0[mr] : NR1[mr];
             const void *x = (const char *)jb->x + i * k * xsz;
             for (long p0 = 0; p0 < kk || p0 == 0; p0 += kc) {
                 long p1 = p0 + kc < kk ? p0 + kc : kk;
@@ -199,7 +190,7 @@ static void run_cols(const job_t *jb, long n0, long n1) {
                     const void *w = (const char *)jb->w + j * k * wsz;
                     out_t y = {(char *)jb->y + (i * jb->n + j) * (jb->ybf16 ? 2 : 4), jb->n, jb->ybf16};
                     if (jb->kind == 0) tile_k0(x, w, wb, k, y, mr, cols);
-                    else tile_k12(x, w, jb->kind == 2, k, p0, p1, y, pt, i == 0, mr, cols);
+                    else tile_k1(x, w, k, p0, p1, y, pt, i == 0, mr, cols);
                 }
                 if (p1 >= kk) break;
             }
@@ -230,7 +221,7 @@ static void run_chunks(const job_t *jb, long n_chunks, atomic_long *next) {
    or -1 for a kind this build has not. */
 int rowdot(const void *x, const void *w, int kind, int wbf16, void *y, int ybf16, long m, long k, long n, int threads) {
     job_t jb = {x, w, y, m, k, n, ybf16, kind, wbf16};
-    if (kind < 0 || kind > 2) return -1;
+    if (kind < 0 || kind > 1) return -1;
     long units = (n + 23) / 24, parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     if (parts <= 1 || units < 2) {
         run_part(&jb, 0, 1);

@@ -24,7 +24,7 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(f) for f in ("rowdot.c", "attend.c"))
+SOURCES = tuple(Path(__file__).with_name(f) for f in ("rowdot.c", "packed.c", "attend.c"))
 HEADERS = (Path(__file__).with_name("lanes.h"),)
 #: no fast-math and no contraction: the only fused operations are the source's explicit FMAs;
 #: OpenMP for threads, whose libgomp.so.1 resolves to the one torch has loaded (one pool for both)
@@ -58,12 +58,17 @@ def _flags() -> frozenset[str]:
     return frozenset(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"})
 
 
+#: the kind of bf16 products over packed weights (model/packed.c)
+PACKED = 3
+
+
 def kinds() -> dict[torch.dtype, int]:
     """rowdot.c's kind for each dtype on this CPU: fp32 by AVX-512 FMAs (1) or AVX2 ones (0);
-    bf16 by AVX-512 bf16 dot products (2) or AVX2 FMAs over widened bf16 (0)."""
+    bf16 by AVX-512 bf16 dot products over packed weights (3, model/packed.c) or AVX2 FMAs over
+    widened bf16 (0)."""
     f = _flags()
     wide = {"avx512f", "avx512bw", "avx512vl"} <= f
-    return {torch.float32: 1 if wide else 0, torch.bfloat16: 2 if wide and "avx512_bf16" in f else 0}
+    return {torch.float32: 1 if wide else 0, torch.bfloat16: PACKED if wide and "avx512_bf16" in f else 0}
 
 
 def _build(cc: str, folder: Path, so: Path) -> None:
@@ -102,6 +107,13 @@ def lib() -> ctypes.CDLL | None:
         dll.attend_ragged.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_long] * 5
                                       + [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int])
         dll.attend_ragged.restype = ctypes.c_int
+        dll.packed_size.argtypes = [ctypes.c_long, ctypes.c_long]
+        dll.packed_size.restype = ctypes.c_long
+        dll.pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+        dll.pack.restype = None
+        dll.rowdot_packed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_long,
+                                      ctypes.c_long, ctypes.c_long, ctypes.c_int]
+        dll.rowdot_packed.restype = ctypes.c_int
         return dll
     return None
 
@@ -114,11 +126,24 @@ def name() -> str:
     return f"rowdot-{_key()[:8]}-{k[torch.float32]}{k[torch.bfloat16]}" if lib() is not None else ""
 
 
-def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32) -> Tensor:
+def pack(w: Tensor) -> Tensor:
+    """w (N, K) bfloat16, contiguous on the CPU -> its panels (model/packed.c), a flat bfloat16
+    tensor: what product() reads for kind 3 (PACKED).  The caller checks lib() first."""
+    dll = lib()
+    assert dll is not None, "rowdot is not available here"
+    assert w.dtype == torch.bfloat16 and w.dim() == 2 and w.is_contiguous() and w.device.type == "cpu"
+    n, k = w.shape
+    out = torch.empty(dll.packed_size(n, k), dtype=torch.bfloat16)
+    dll.pack(w.data_ptr(), out.data_ptr(), n, k)
+    return out
+
+
+def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32, packed: Tensor | None = None) -> Tensor:
     """x (M, K) and w (N, K), float32 or bfloat16, contiguous on the CPU -> x w^T (M, N) in `out`
     (float32, or bfloat16 rounded to nearest even as `.to(torch.bfloat16)` rounds), each element
-    reduced in one order of rowdot.c (this CPU's kind for x's dtype) over `threads` threads
-    (split over N).  The caller checks lib() first."""
+    reduced in one order of this CPU's kind for x's dtype over `threads` threads (split over N).
+    Kind 3 reads w's panels: `packed` (pack(w), kept by the caller), else packed now.  The caller
+    checks lib() first."""
     dll = lib()
     assert dll is not None, "rowdot is not available here"
     assert x.dtype in DTYPES and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
@@ -126,9 +151,14 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
     (m, k), n = x.shape, w.shape[0]
     assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
     kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
-    if kind != 2 and x.dtype != torch.float32:
-        x = x.float()  # exact: kinds 0 and 1 read fp32 activations
     y = torch.empty(m, n, dtype=out)
+    if kind == PACKED:
+        pw = pack(w) if packed is None else packed
+        assert pw.numel() == dll.packed_size(n, k), "packed weights of another shape"
+        dll.rowdot_packed(x.data_ptr(), pw.data_ptr(), y.data_ptr(), int(out == torch.bfloat16), m, k, n, threads)
+        return y
+    if x.dtype != torch.float32:
+        x = x.float()  # exact: kinds 0 and 1 read fp32 activations
     bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(),
                      int(out == torch.bfloat16), m, k, n, threads)
     assert bad == 0, f"rowdot refused kind {kind}"

@@ -121,6 +121,23 @@ def test_the_whole_vocabulary_is_row_invariant() -> None:
 
 
 
+
+@pytest.mark.skipif(rowdot.lib() is None or rowdot.kinds()[torch.bfloat16] != rowdot.PACKED,
+                    reason="bf16 over packed weights needs AVX-512 BF16 (this CPU runs another kind)")
+@pytest.mark.parametrize("k, n", [(33, 1), (1001, 63), (64, 65), (7, 130), (3072, 129)])
+def test_packed_bf16_rows_have_their_bits_at_any_shape(k: int, n: int) -> None:
+    """Kind 3 (model/packed.c): an odd k (its last pair half zero), columns past a panel's 64,
+    one column: every row's bits alone, among others and at 1 and 2 threads, packed by the
+    caller or on the fly; and the product itself to bf16's tolerance."""
+    g = torch.Generator().manual_seed(k + n)
+    x = torch.randn(13, k, generator=g).to(torch.bfloat16)
+    w = torch.randn(n, k, generator=g).to(torch.bfloat16)
+    full = rowdot.product(x, w, 2, packed=rowdot.pack(w))
+    for t in (1, 2):
+        for a, m in ((0, 1), (5, 1), (2, 6), (0, 13), (7, 4)):
+            assert torch.equal(rowdot.product(x[a:a + m], w, t), full[a:a + m]), (t, a, m)
+    torch.testing.assert_close(full, x.float() @ w.float().T, rtol=1e-3, atol=1e-3)
+
 @KERNEL
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_bf16_output_is_the_fp32_one_rounded_as_torch_rounds(dtype: torch.dtype) -> None:
