@@ -34,10 +34,9 @@ pdf-libs:
 	  echo "make: libharfbuzz-subset0 is absent and could not be installed: PDFs embed whole fonts"
 
 # ruff first (seconds): a lint error fails the run before the suite starts
-# serial by default; `make test PYTEST_ARGS="-n 2 --dist loadfile"` runs it in two processes
-# (pytest-xdist, a test file to each: 7.5-10 min here against 13.5), not yet the default: one run
-# in three there met tests that wait for a moment, not a state (docs/BENCHMARKS.md)
-PYTEST_ARGS ?=
+# in two processes (pytest-xdist, a test file to each: about 9 min here against 14 serially);
+# `make test PYTEST_ARGS=` runs it serially
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 test: $(STAMP) browser pdf-libs
 	$(BIN)/ruff check .
