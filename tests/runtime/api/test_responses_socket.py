@@ -128,8 +128,10 @@ def test_a_20_call_chain_resumes_on_new_sockets_after_a_drop_a_kill_and_a_drop_m
     sessions = {r.model_extra["setflow"]["session"] for r in broken.responses}
     assert len(sessions) == 1  # one chain, one session: each response went on in it
     after_kill = broken.responses[7]
-    assert after_kill.usage is not None and after_kill.usage.input_tokens_details.cached_tokens > 0  # restored
-    assert after_kill.model_extra["setflow"]["turns"][0]["path"] == "restore"  # from Redis, by the other worker
+    assert after_kill.usage is not None and after_kill.usage.input_tokens_details.cached_tokens > 0
+    # not warm anywhere: the other worker loaded the session, from Redis or from SQL as its cost
+    # model chose (rates it measured at start, so the choice varies with the machine's load)
+    assert after_kill.model_extra["setflow"]["turns"][0]["path"] in ("restore", "recompute")
     ref, *others = [session_tokens(stack, chain[0].model_extra["setflow"]["session"])
                     for chain in (http, unbroken.responses, broken.responses)]
     assert ref and all(t == ref for t in others)  # the sessions' tokens, every turn's: the same
