@@ -62,6 +62,7 @@ def _flags() -> frozenset[str]:
 PACKED = 3
 
 
+@lru_cache(maxsize=1)
 def kinds() -> dict[torch.dtype, int]:
     """rowdot.c's kind for each dtype on this CPU: fp32 by AVX-512 FMAs (1) or AVX2 ones (0);
     bf16 by AVX-512 bf16 dot products over packed weights (3, model/packed.c) or AVX2 FMAs over
@@ -216,9 +217,8 @@ def attend_ragged(q: Tensor, k: Tensor, v: Tensor, slots: Tensor, counts: list[i
         qo.append(qo[-1] + c)
         so.append(so[-1] + s)
         mo.append(mo[-1] + c * s)
-    mo.pop()
-    assert qo[-1] == N and so[-1] == slots.numel() and mask.numel() == sum(c * s for c, s in zip(counts, sizes))
-    offsets = torch.tensor(qo + so + mo, dtype=torch.long)
+    assert qo[-1] == N and so[-1] == slots.numel() and mask.numel() == mo[-1]
+    offsets = torch.tensor(qo + so + mo[:-1], dtype=torch.long)
     B = len(counts)
     p = offsets.data_ptr()
     out = torch.empty(N, H, D, dtype=q.dtype)
