@@ -421,6 +421,10 @@ def test_a_batch_writes_what_submit_would_and_returns_the_specs_refused_for_good
     status event, a token each taken at once, and admitted (one sent: the tenant's room in the
     broker with no live worker); over the tenant's rate, nothing is written and no token taken."""
     d, sent, _ = env
+    # a refill too slow to matter between the calls: at the fixture's 10/s, 0.1 s of a loaded
+    # machine gave back the token the last call is refused for (CI, 2026-12-07)
+    d.s = d.jobs.s = d.s.model_copy(update={"tenant_rate_per_s": 1e-6})
+    d.limiter.s = d.s
     tick = ("sch_a", 60.0)
     good, bad = {"text": "hi", "params": {"max_new_tokens": 8}}, {"text": "hi", "params": {"window": "4"}}
     ids = [f"{i:024x}" for i in range(4)]
