@@ -18,7 +18,7 @@ from annotated_types import Ge, Le, Lt, MaxLen, MinLen
 Policy = Literal["set", "prefix", "block", "ar"]
 POLICIES: tuple[str, ...] = get_args(Policy)
 #: a token id as a request may give it: coarse (Qwen3 has 151936 ids); the model's own
-#: vocabulary is checked where it is known (runtime/jobs/plans.check_ids, the worker)
+#: vocabulary is checked where it is known (workflows/turn.check_ids, the worker)
 TokenId = Annotated[int, Ge(0), Lt(2**24)]
 #: the bounds a request may ask for, named where another request shape (the Responses API's
 #: setflow extension) takes the same fields

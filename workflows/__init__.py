@@ -12,9 +12,8 @@ from typing import Any
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.jobs.kinds import ResponseSpec
-from runtime.jobs.plans import DEFAULT, turn_input
 from workflows import agent, narrative, report, responses, turn
-from workflows.turn import Turns, fits
+from workflows.turn import DEFAULT, Turns, fits, turn_input
 
 #: a workflow: (the turns, the kind's spec model as runtime/jobs/kinds.SPECS names it) -> result
 Workflow = Callable[[Turns, Any], dict[str, Any]]

@@ -43,13 +43,18 @@ from domain.tools import (
 )
 from model.params import DecodeError, DecodeParams, Guide
 from model.profiles import Profile
+from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, NoAnswer, RequiresAction, Unverified
-from runtime.jobs.plans import agent_input
 from runtime.jobs.specs import AgentSpec
 from runtime.sessions.turn import TurnResult
 from workflows import structured, tools
 from workflows.checked import Retry, check
-from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
+from workflows.turn import DEFAULT, Turns, decode_params, ended, summary, text_of, with_stops
+
+
+def agent_input(tok: Tokenizer, question: str, profile: Profile = DEFAULT) -> list[int]:
+    """An agent's first input: the profile's `agent` format around the question."""
+    return profile.render("agent", corpus.prompt_text(question), tok)
 
 
 @dataclass

@@ -22,12 +22,11 @@ from domain.payload import Payload, Rendered
 from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
-from runtime.jobs.plans import DEFAULT
 from runtime.jobs.specs import NarrativeSpec
 from runtime.sessions.turn import TurnResult
 from workflows import structured
 from workflows.checked import Retry, check
-from workflows.turn import Turns, decode_params, facts_table, readable, slot_form, summary, text_of, with_stops, written_out
+from workflows.turn import DEFAULT, Turns, decode_params, facts_table, readable, slot_form, summary, text_of, with_stops, written_out
 
 LONGEST_SLACK = 8  # tokens: a text encoded whole may split otherwise at a join than its pieces alone
 

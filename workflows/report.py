@@ -20,13 +20,13 @@ from domain.report import HOLE, Section, Template, infill_tokens, template
 from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
-from runtime.jobs.plans import DEFAULT
 from runtime.jobs.specs import HOLE as HOLE_MARK
 from runtime.jobs.specs import ReportSpec
 from runtime.sessions.turn import TurnResult
 from workflows.checked import Retry, check, positions
 from workflows.narrative import guide, longest, problems
 from workflows.turn import (
+    DEFAULT,
     Turns,
     decode_params,
     facts_table,

@@ -40,10 +40,9 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, RequiresAction
 from runtime.jobs.kinds import FunctionTool, ResponseSpec
-from runtime.jobs.plans import turn_input
 from runtime.sessions.turn import TurnResult
 from workflows import agent, chat, structured
-from workflows.turn import Turns, decode_params, ended, summary, text_of, with_stops
+from workflows.turn import Turns, decode_params, ended, summary, text_of, turn_input, with_stops
 
 
 def run(turns: Turns, spec: ResponseSpec) -> dict[str, Any]:

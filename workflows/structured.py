@@ -42,8 +42,7 @@ from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, Unfinished, Unverified
-from runtime.jobs.plans import turn_input
-from workflows.turn import Turns, ended, text_of
+from workflows.turn import Turns, ended, text_of, turn_input
 
 NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
 NUMERIC = frozenset("0123456789.eE+-")  # a number's characters

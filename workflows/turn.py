@@ -1,8 +1,10 @@
 """The Turns seam every workflow is written over, and the simplest jobs on it: one turn (the input
 as token ids or text) and one infill (a template whose `<hole>` markers are decoded in place).
-Also the helpers every workflow shares: decode parameters from their JSON, a turn's summary, a
-fill, an input's facts as the profile's model reads and writes them, and the check that a job's
-plan (the positions it appends at most: workflows.PLANS) fits the context.  Who runs the turns
+Also the helpers every workflow shares: a turn's text input as the profile renders it, decode
+parameters from their JSON, a turn's summary, a fill, an input's facts as the profile's model
+reads and writes them, and the API's checks of a job before it is queued: its token ids against
+the model's vocabulary, and its plan (the positions it appends at most: workflows.PLANS) against
+the context.  Who runs the turns
 (a job's session, or a session in this process) is not known here."""
 
 from __future__ import annotations
@@ -18,10 +20,26 @@ from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput
 from runtime.jobs.params import ParamsSpec
-from runtime.jobs.plans import DEFAULT, turn_input
 from runtime.jobs.specs import HOLE, InfillSpec, TurnSpec
 from runtime.sessions.turn import TurnResult
 
+DEFAULT = Profile()  # setflow's own models' profile: BOS, then the prompt as it is; no extra stops
+
+
+def turn_input(profile: Profile, tok: Tokenizer, text: str) -> list[int]:
+    """A turn's text input: the profile's `turn` format around it, no BOS (a turn continues its
+    session; setflow's models: the text's ids as they are)."""
+    return profile.render("turn", text, tok, bos=False) if text else []
+
+
+def check_ids(spec: object, cfg: ModelConfig) -> None:
+    """BadInput for a token id the model cannot take: the input's ids and the stop sequences'
+    must lie in its vocabulary, and none may be the mask id (a hole is an infill's)."""
+    ids = list(getattr(spec, "input_ids", None) or [])
+    params = getattr(spec, "params", None)
+    ids += [t for seq in (params.stop if params is not None else []) for t in seq]
+    if not cfg.valid_ids(ids):
+        raise BadInput(f"token ids must be in [0, {cfg.vocab_size}) and not the mask id {cfg.mask_id} (holes: infill)")
 
 class Turns(Protocol):
     """One session's turns, as a workflow sees them: the job context's (runtime/jobs/context.py,

@@ -25,7 +25,6 @@ from runtime.jobs.dispatch import Admission, Dispatcher, Send
 from runtime.jobs.fairness import RateLimiter
 from runtime.jobs.hosts import Cards, Host, Hosts
 from runtime.jobs.kinds import check_spec
-from runtime.jobs.plans import check_ids
 from runtime.jobs.rows import Jobs
 from runtime.jobs.specs import AgentSpec
 from runtime.keys import Keys, model_name
@@ -35,6 +34,7 @@ from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from runtime.tables import JobRecord
 from workflows import check_fits, positions
+from workflows.turn import check_ids
 
 
 @dataclass
