@@ -3,6 +3,9 @@ below).  Every other module takes a Settings object; none reads os.environ."""
 
 from __future__ import annotations
 
+import os
+import secrets
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -151,7 +154,8 @@ class Settings(BaseSettings):
     #: the deployment's key (SETFLOW_SECRET_KEY, 16 characters at least, the same on every process):
     #: webhook signing secrets are kept sealed under it (runtime/webhooks/sealed.py).  None:
     #: they are kept in the clear, as before it was set (the workers seal those once it is);
-    #: changed or lost, the sealed ones no longer open (their deliveries fail saying so)
+    #: changed or lost, the sealed ones no longer open (their deliveries fail saying so).  The key
+    #: in use: deployment_key() below (on the embedded default, one of its own when none is set)
     secret_key: str | None = Field(default=None, min_length=16, repr=False)
 
     # ---- schedules (runtime/schedules/; each worker's ticker, workers/watch.py) --------
@@ -271,3 +275,35 @@ def redact(url: str) -> str:
         netloc = f"{user.split(':', 1)[0]}:***@{host}"
     query = "&".join(k + sep + ("***" if k.lower() == "password" else v) for k, sep, v in pairs)
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+KEY_FILE = "secret.key"  # the embedded default's key, beside its SQLite file
+
+
+def deployment_key(settings: Settings) -> str | None:
+    """The deployment's secret_key: the setting, or, on the embedded default (no database_url:
+    the SQLite file under data_dir, which only processes of this machine share), a random key
+    kept in data_dir/secret.key, created 0600 by the first process that needs it; None for a
+    database of its own with no key set (secrets then stay in the clear: set SETFLOW_SECRET_KEY)."""
+    if settings.secret_key is not None or settings.database_url:
+        return settings.secret_key
+    return _key_file(settings.data_dir / KEY_FILE)
+
+
+@lru_cache(maxsize=8)
+def _key_file(path: Path) -> str:
+    """The key kept in `path`, made whole by the first process to ask (a file written aside, then
+    linked in: another process reads a whole key or none), read once per process."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        aside = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # another process's key is the key
+        finally:
+            aside.unlink()
+    return path.read_text().strip()

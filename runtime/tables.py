@@ -181,7 +181,7 @@ class DatasetRecord(Base):
 
 
 class WebhookEndpointRecord(Base):
-    """A tenant's receiver of job endings (runtime/webhooks/outbox.py).  Its secret is kept sealed
+    """A tenant's receiver of job endings (runtime/webhooks/endpoints.py).  Its secret is kept sealed
     under the deployment's secret_key (runtime/webhooks/sealed.py; in the clear where none
     is set): the sender opens it to sign."""
 

@@ -18,15 +18,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
-import secrets
-from functools import lru_cache
-from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from runtime.settings import Settings
 
 PREFIX = "sealed1:"
 CLEAR = "whsec_"  # a secret in the clear, as Standard Webhooks writes one
@@ -35,38 +29,6 @@ LABEL = b"setflow/webhook-secrets/v1"  # the key is derived for this use only (H
 
 class Unsealable(Exception):
     """A sealed secret that does not open: no secret_key, another one, or a row it was not sealed for."""
-
-
-KEY_FILE = "secret.key"  # the embedded default's key, beside its SQLite file
-
-
-def deployment_key(settings: Settings) -> str | None:
-    """The deployment's secret_key: the setting, or, on the embedded default (no database_url:
-    the SQLite file under data_dir, which only processes of this machine share), a random key
-    kept in data_dir/secret.key, created 0600 by the first process that needs it; None for a
-    database of its own with no key set (secrets then stay in the clear: set SETFLOW_SECRET_KEY)."""
-    if settings.secret_key is not None or settings.database_url:
-        return settings.secret_key
-    return _key_file(settings.data_dir / KEY_FILE)
-
-
-@lru_cache(maxsize=8)
-def _key_file(path: Path) -> str:
-    """The key kept in `path`, made whole by the first process to ask (a file written aside, then
-    linked in: another process reads a whole key or none), read once per process."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.exists():
-        aside = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(aside, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32))
-        try:
-            os.link(aside, path)
-        except FileExistsError:
-            pass  # another process's key is the key
-        finally:
-            aside.unlink()
-    return path.read_text().strip()
 
 
 def key_of(secret_key: str | None) -> bytes | None:

@@ -22,10 +22,10 @@ from sqlalchemy.orm import sessionmaker
 from standardwebhooks import Webhook
 
 from runtime.db import writer
-from runtime.settings import Settings
+from runtime.settings import Settings, deployment_key
 from runtime.tables import WebhookEndpointRecord, WebhookMessageRecord
 from runtime.webhooks.outbox import matched_rows
-from runtime.webhooks.sealed import CLEAR, Unsealable, deployment_key, key_of, seal, unseal
+from runtime.webhooks.sealed import CLEAR, Unsealable, key_of, seal, unseal
 from runtime.webhooks.transport import bounded, client
 
 LEASE_MARGIN_S = 30.0  # a claim outlasts the latest end of its request by this much before another sender may take it

@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 from runtime.db import make_engine
 from runtime.jobs.rows import Jobs
 from runtime.settings import Settings
-from runtime.webhooks.outbox import Endpoints
+from runtime.webhooks.endpoints import Endpoints
 from runtime.webhooks.sender import WebhookSender
 from tests.receiver import receiver
 from workers.watch import deliver_pass

@@ -19,8 +19,8 @@ from runtime.errors import BadInput, NotFound
 from runtime.jobs.conversations import Conversations
 from runtime.jobs.hosts import Hosts
 from runtime.sessions import lifecycle
+from runtime.settings import deployment_key
 from runtime.tables import TERMINAL, JobRecord
-from runtime.webhooks.sealed import deployment_key
 
 GOING_ON_S = 30  # a request's hold on the session it goes on from (_going_on): past any submit
 MAX_CHAIN = 64  # responses _went_on walks back from a call's response to the one a request names

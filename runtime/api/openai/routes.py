@@ -39,8 +39,8 @@ from runtime.api.services import Services
 from runtime.errors import BadInput, Busy, RateLimited
 from runtime.jobs.conversations import Conversations
 from runtime.jobs.events import entries
+from runtime.settings import deployment_key
 from runtime.tables import TERMINAL, JobRecord
-from runtime.webhooks.sealed import deployment_key
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
 ResponseId = Annotated[str, Path(max_length=256)]  # any form: one that names no response is a 404 (ids.job_of)

@@ -1,4 +1,4 @@
-"""/v1/webhooks: a tenant's endpoints for its jobs' endings (runtime/webhooks/outbox.py): create
+"""/v1/webhooks: a tenant's endpoints for its jobs' endings (runtime/webhooks/endpoints.py): create
 (its signing secret shown then, once: never kept with an Idempotency-Key's answer, so a replay
 answers without it), list, read (with its deliveries' counts), delete."""
 
@@ -12,13 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.api import idempotency
 from runtime.api.deps import Limit, Svc, Tenant
 from runtime.api.models import ERRORS, Utc
+from runtime.settings import deployment_key
 from runtime.tables import WebhookEndpointRecord
-from runtime.webhooks import outbox
-from runtime.webhooks.outbox import Endpoints
-from runtime.webhooks.sealed import deployment_key
+from runtime.webhooks import endpoints, outbox
+from runtime.webhooks.endpoints import Endpoints
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
-EndpointId = Annotated[str, Path(pattern=f"^{outbox.ENDPOINT_ID.pattern}$")]
+EndpointId = Annotated[str, Path(pattern=f"^{endpoints.ENDPOINT_ID.pattern}$")]
 EventType = Literal["job.succeeded", "job.failed", "job.cancelled",
                     "response.completed", "response.incomplete", "response.failed", "response.cancelled", "report.ready"]
 assert get_args(EventType) == outbox.EVENT_TYPES, "the API's event types are the sender's"
@@ -28,7 +28,7 @@ class WebhookCreate(BaseModel):
     """A receiver of the tenant's job endings; no `events`: every type."""
 
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=1, max_length=outbox.MAX_URL, description="http or https")
+    url: str = Field(min_length=1, max_length=endpoints.MAX_URL, description="http or https")
     events: list[EventType] = Field(default_factory=list, max_length=len(outbox.EVENT_TYPES))
     description: str = Field(default="", max_length=512)
 
@@ -69,7 +69,7 @@ def _store(svc: Svc) -> Endpoints:
 
 
 def _view(r: WebhookEndpointRecord) -> WebhookView:
-    return WebhookView(id=r.id, url=outbox.shown(r.url), events=r.events, description=r.description, created_at=r.created_at)
+    return WebhookView(id=r.id, url=endpoints.shown(r.url), events=r.events, description=r.description, created_at=r.created_at)
 
 
 @router.post("", status_code=201, response_model=WebhookCreated, responses=ERRORS)

@@ -29,7 +29,7 @@ from runtime.schedules.templates import DataSource
 from runtime.schedules.ticker import MIN_PAUSE_S, RETRY_S, Ticker
 from runtime.settings import Settings
 from runtime.tables import JobRecord, ScheduleRecord, TickRecord, WebhookMessageRecord
-from runtime.webhooks.outbox import Endpoints
+from runtime.webhooks.endpoints import Endpoints
 from tests.runtime.schedules.schedule_data import BERLIN, NARRATIVE, PAYLOAD, REGIONS, T0, local, rows
 
 # ---- cron in a time zone ------------------------------------------------------------------------

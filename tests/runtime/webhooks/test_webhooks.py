@@ -28,10 +28,12 @@ from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.jobs.rows import Jobs
 from runtime.settings import Settings
 from runtime.tables import Base, WebhookEndpointRecord, WebhookMessageRecord
+from runtime.webhooks import endpoints as webhook_endpoints
 from runtime.webhooks import outbox as webhooks
 from runtime.webhooks import sealed as webhook_secrets
 from runtime.webhooks import transport as webhook_http
-from runtime.webhooks.outbox import Endpoints, event_type
+from runtime.webhooks.endpoints import Endpoints
+from runtime.webhooks.outbox import event_type
 from runtime.webhooks.sender import PER_ENDPOINT, WebhookSender, backoff, epoch
 from tests.receiver import Received, closed_port_url, raw_receiver, receiver
 
@@ -201,7 +203,7 @@ def test_a_response_completed_is_delivered_signed_and_verifies_with_both_librari
         got.body, got.headers, secret=ep.secret)
     assert unwrapped.type == "response.completed" and unwrapped.data.id == f"resp_{job_id}"
     with pytest.raises(Exception, match="signature"):  # another endpoint's secret does not verify it
-        Webhook(webhooks.new_secret()).verify(got.body, got.headers)
+        Webhook(webhook_endpoints.new_secret()).verify(got.body, got.headers)
     assert m.delivered_at is not None and m.attempts == 1
     assert endpoints.deliveries("acme", ep.id) == {"pending": 0, "delivered": 1, "failed": 0}
 
@@ -405,18 +407,18 @@ def test_a_name_that_resolves_to_a_private_address_is_not_delivered_to(db_engine
                                          ("http://0x7f000001/h", False), ("http://1.1/h", True)])
 def test_check_url_refuses_non_public_hosts(url: str, ok: bool) -> None:
     try:
-        webhooks.check_url(url)
+        webhook_endpoints.check_url(url)
         assert ok, url
     except BadInput:
         assert not ok, url
-    assert webhooks.check_url(url, allow_private=True) == url
+    assert webhook_endpoints.check_url(url, allow_private=True) == url
 
 
 def test_a_url_with_a_port_out_of_range_is_refused_and_a_password_is_never_listed() -> None:
     with pytest.raises(BadInput, match="port is 1..65535"):
-        webhooks.check_url("http://example.com:99999/h")
-    assert webhooks.shown("https://bob:s3cret@example.com/h?x=1") == "https://bob:***@example.com/h?x=1"
-    assert webhooks.shown("https://example.com/h") == "https://example.com/h"
+        webhook_endpoints.check_url("http://example.com:99999/h")
+    assert webhook_endpoints.shown("https://bob:s3cret@example.com/h?x=1") == "https://bob:***@example.com/h?x=1"
+    assert webhook_endpoints.shown("https://example.com/h") == "https://example.com/h"
 
 
 # ---- what a receiver may cost: a deadline per delivery, a capped head, fair passes ----------------
@@ -557,10 +559,10 @@ def test_an_ipv6_address_that_embeds_an_ipv4_one_is_judged_by_it(address: str, o
     assert webhook_http.public(address) is ok
     url = f"http://[{address}]/h"
     if ok:
-        assert webhooks.check_url(url) == url
+        assert webhook_endpoints.check_url(url) == url
     else:
         with pytest.raises(BadInput, match="public addresses only"):
-            webhooks.check_url(url)
+            webhook_endpoints.check_url(url)
 
 
 def test_a_name_that_resolves_to_a_nat64_address_of_a_private_one_is_not_connected_to(
@@ -738,7 +740,7 @@ def test_the_embedded_default_seals_secrets_under_a_key_of_its_own(tmp_path: Pat
     0600, the same for every process of the machine; a database of its own needs the setting."""
     import stat
 
-    from runtime.webhooks.sealed import deployment_key
+    from runtime.settings import deployment_key
     s = Settings(data_dir=tmp_path / "data")
     key = deployment_key(s)
     assert key and deployment_key(s) == key, "one key, read again by the next process"
