@@ -132,25 +132,29 @@ def question_numbers(question: str) -> set[str]:
 
 
 def verify(question: str, made: Sequence[tuple[str, str]], answer: str, sample: bool = False,
-           names: Collection[str] | None = None, units: bool | None = None, forms: bool = False) -> list[str]:
+           names: Collection[str] | None = None, units: bool | None = None, forms: bool = False,
+           texts: Collection[str] | None = None) -> list[str]:
     """What is wrong with an answer and the calls it rests on; [] = verified.  sample: the
     metrics are the sample dataset's (Dataset).  names: the question's names that its source
     holds (workflows/agent.py: its slots; None: not known, for a text model).  units: the rows
     read are the sample dataset's, whose metrics have units (default: sample; a client's metric
     tool has the sample's names but its own data).  forms: the model was trained on the answer
-    forms (setflow's): its answer's words are theirs (form_problems)."""
-    return (call_problems(question, made, sample, names) + intent_problems(question, made, names)
+    forms (setflow's): its answer's words are theirs (form_problems).  texts: what a call of one
+    text may take, where it is a client's function whose other arguments the question fills
+    (domain/arguments.py: the names it gives the one the model writes)."""
+    return (call_problems(question, made, sample, names, texts) + intent_problems(question, made, names, texts)
             + answer_problems(question, made, answer) + unit_problems(made, answer, sample if units is None else units)
             + (form_problems(made, answer) if forms else []))
 
 
 def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool = False,
-                  names: Collection[str] | None = None) -> list[str]:
+                  names: Collection[str] | None = None, texts: Collection[str] | None = None) -> list[str]:
     """What makes the calls not fit the question; [] = they fit.  A call that failed (its result
     "error: ...") gave nothing to rest on and is not held to these; every other call
     - names, in a metric call, what the question names (_asks): no region or period it did not ask about;
     - reads, in a call of one argument that holds a letter (a client's function of one text: a
-      read by a name, not arithmetic), a name the question writes (named_call);
+      read by a name, not arithmetic), a name the question writes (named_call); where `texts`
+      is given (a client's function whose other arguments the question fills), one of them;
     - repeats no earlier call that gave a result: one row read twice is no total ("6114+6114");
     - computes, in a calc, from the numbers of earlier results, or, where no metric call was made
       (arithmetic: the corpus never asks both), from the numbers the question writes
@@ -177,6 +181,9 @@ def call_problems(question: str, made: Sequence[tuple[str, str]], sample: bool =
         if tool == "metric":
             problems += [f"{call} reads {FIELDS[f]} {a!r}, which the question does not name"
                          for f, a in enumerate(args) if not _asks(question, f, a, sample)]
+        elif texts is not None:  # the client's function filled from the question: what it gives the one written
+            if args[0] not in texts:
+                problems.append(f"{call} reads {args[0]!r}, which the question does not give that function")
         elif _has_letter(args[0]):  # a read by a name: named_call, or nothing it can be told from
             if not named_call(question, args, names):
                 problems.append(f"{call} reads {args[0]!r}, which is no name the question writes")
@@ -308,7 +315,8 @@ OPERATIONS = {
 }
 
 
-def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Collection[str] | None = None) -> list[str]:
+def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Collection[str] | None = None,
+                    texts: Collection[str] | None = None) -> list[str]:
     """What makes the calls not compute what the question asks (call_problems holds each call
     to the question's names; this, the whole of them to its question), as far as its words say
     (OPERATIONS), else nothing can be verified:
@@ -321,7 +329,8 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
       says first ("from P1 to P2");
     - more than one operation asked: which one cannot be told;
     - no metric call (arithmetic): each calc is an expression the question writes out;
-    - a read by a name (named_call): it is the one call that gave a result."""
+    - a read by a name (named_call, or one of `texts`: call_problems): it is the one call that
+      gave a result."""
     parsed: list[tuple[str, list[str], str]] = []
     for call, result in made:
         if result.startswith("error:"):
@@ -330,7 +339,8 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
             parsed.append((*parse_call(call), result))
         except ToolError:
             return []  # call_problems says so
-    by_name = [args[0] for tool, args, _ in parsed if tool == "calc" and named_call(question, args, names)]
+    by_name = [args[0] for tool, args, _ in parsed
+               if tool == "calc" and (named_call(question, args, names) or (texts is not None and args[0] in texts))]
     if by_name:  # a read by a name: the answer rests on that one call
         read = {grammar.canonical(a) for a in by_name}
         return [*(f"the question names {n!r}, which no call reads" for n in (names or ())

@@ -147,6 +147,13 @@ class _Agent:
         return self.facts.question if self.facts is not None else self.spec.question
 
     @property
+    def texts(self) -> list[str] | None:
+        """What a call of one text may take (spec.texts) as the model writes it (its slots)."""
+        if self.spec.texts is None:
+            return None
+        return [self.facts.slots.delexicalise(t) for t in self.spec.texts] if self.facts is not None else self.spec.texts
+
+    @property
     def slots(self) -> Slots | None:
         return self.facts.slots if self.facts is not None else None
 
@@ -212,7 +219,7 @@ class _Agent:
             #    guided to copy the question's names and the numbers of the results so far
             guide: Guide | None = None if self.names is None else tools.CallGuide(
                 tok, self.names.after(x for c, x in zip(self.calls, self.read_results) if c["ok"]),
-                unguided=spec.client_tools, tools=offered)
+                unguided=spec.client_tools, tools=offered, texts=self.texts)
             if self.facts is not None and self.calls:  # the answer's units, after its results' slots
                 guide = tools.UnitGuide(tok, guide, [(c["call"], c["result"]) for c in self.calls],
                                         {tok.token_id(x): c["result"] for c, x in zip(self.calls, self.read_results)
@@ -268,7 +275,7 @@ class _Agent:
                 return text, [f"no answer: the last segment {why}"]
             pointed = slot_problems(answer_of(text) or "") if self.facts is not None else []  # its slots, before written out
             return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held,
-                                          units=self.units, forms=self.facts is not None)
+                                          units=self.units, forms=self.facts is not None, texts=spec.texts)
 
         retry = Retry(self.doc, replace(self.seg, guide=self.guide),  # the same rule as the segment's
                       corpus.prompt_text(self.question) + "".join(self.pieces[:-1]), facts=self.slots)

@@ -38,7 +38,7 @@ from model.config import ModelConfig
 from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
-from runtime.errors import BadInput, RequiresAction
+from runtime.errors import BadInput, NoAnswer, RequiresAction
 from runtime.jobs.kinds import FunctionTool, ResponseSpec
 from runtime.sessions.turn import TurnResult
 from workflows import agent, chat, structured
@@ -90,16 +90,21 @@ def _agent(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
     """The agent, from the question or from the parked call; ends at an answer (checked) or at a
     call of the client's function (the function_call item, the state parked with it)."""
     functions = spec.callable()  # skill -> the client's function called for it
-    question = str(spec.parked["question"]) if spec.parked is not None else spec.question or ""
+    question = spec.asked()
     try:
         a = spec.agent(question)
     except ValidationError as e:  # a stored payload is not trusted
         raise BadInput(f"bad response spec: {e.errors()[0]['msg']}") from None
     parked = agent.Parked.of(spec.parked) if spec.parked is not None else None
+    if parked is None and (uncalled := spec.uncalled()) and (spec.force == "calc" and "calc" not in functions
+                                                    or not (functions or spec.builtin)):
+        # the function the question is for needs what it does not give: no call with a value made up
+        raise NoAnswer(f"no function was called: the question does not give what it needs: {'; '.join(uncalled)}",
+                       [f"not called: {why}" for why in uncalled])
 
     def fits(call: dict[str, Any]) -> str | None:
         f = functions[call["tool"]]
-        return f.problem(f.arguments(call["arguments"]))
+        return f.problem(f.arguments(call["arguments"], question))
 
     try:
         res = agent.run(turns, a, parked, spec.output, fits=fits, offered=spec.offered())
@@ -107,19 +112,21 @@ def _agent(turns: Counted, spec: ResponseSpec) -> dict[str, Any]:
         [call] = e.calls
         f = functions[call["tool"]]
         return {"session": turns.session, "status": "completed", "incomplete": None, "turns": turns.summaries,
-                "output": [_function_call(f, call)], "parked": {**(e.state or {}), "question": question},
+                "output": [_function_call(f, call, question)],
+                "parked": {**(e.state or {}), "question": question, **({"texts": a.texts} if a.texts is not None else {})},
                 "calls": (e.state or {}).get("calls", [])}
     return {"session": res["session"], "status": "completed", "incomplete": None, "turns": turns.summaries,
             "output": [{"type": "message", "text": res["answer"]}], "calls": res["calls"],
             **{k: res[k] for k in ("verified", "attempt", "problems", "retried") if k in res}}
 
 
-def _function_call(f: FunctionTool, call: dict[str, Any]) -> dict[str, Any]:
+def _function_call(f: FunctionTool, call: dict[str, Any], question: str) -> dict[str, Any]:
     """The item a client runs: its function's name, the arguments under its parameters' names as
-    JSON (they fit its schema: agent.run answered the call itself otherwise), and the agent's
-    call id (the API names it after the response)."""
+    JSON (they fit its schema: agent.run answered the call itself otherwise; those the question
+    fills with the one the model wrote, FunctionTool.bind), and the agent's call id (the API
+    names it after the response)."""
     return {"type": "function_call", "name": f.name, "call": call["id"], "tool": call["tool"],
-            "arguments": json.dumps(f.arguments(call["arguments"]), ensure_ascii=False)}
+            "arguments": json.dumps(f.arguments(call["arguments"], question), ensure_ascii=False)}
 
 
 #: the response kind's own token limit (ResponseSpec's params default): a text response of

@@ -153,16 +153,19 @@ class CallGuide:
     what its client holds), and in a calc with no number known, only the call's form is guided
     (call_form: its tool's number of quoted arguments, then `)</call>`), but a client's function
     of one text (calc's shape) whose question writes names and no number: its argument is one of
-    those names (text_call), filled from the question's facts.  With `tools` (a response's tools:
+    those names (text_call), filled from the question's facts, or of `texts` where given (the
+    names the question gives the one parameter the model writes of a function whose others it
+    fills: domain/arguments.py), in the model's slot form.  With `tools` (a response's tools:
     the ones offered), a call names one of them.  Outside a call it does not guide.  A pure
     function of the segment's tokens: the same on every worker."""
 
     def __init__(self, tok: Tokenizer, names: CallNames, unguided: Sequence[str] = (),
-                 tools: Collection[str] | None = None) -> None:
+                 tools: Collection[str] | None = None, texts: Sequence[str] | None = None) -> None:
         self._tok, self._names = tok, names
         self._tools = None if tools is None else frozenset(tools)
         self._unguided = tuple(f"{t}(" for t in unguided)
-        self._texts = tuple(text_arguments(names.question)) if "calc" in unguided else ()
+        written = tuple(text_arguments(names.question)) if texts is None else tuple(texts)
+        self._texts = written if "calc" in unguided else ()
         self._call = Profile.markup(tok, CALL)
         self._last: tuple[tuple[int, ...], tuple[list[int], int, str] | None] = ((), None)  # a refused position asks about many tokens
 
@@ -252,13 +255,16 @@ def call_form(call: str, tools: Collection[str] | None) -> bool | None:
 class ForcedCall:
     """The guide of a segment that must call a tool (a response's tool_choice, `required` or a
     named function): its text begins with `<call>` and the tool's name and `(` (`<call>` alone
-    where any tool will do), each token the model's most probable one that keeps to it; once
-    written, `inner` (the calls' guide) decides.  A pure function of the segment's tokens: the
-    same on every worker."""
+    where any tool will do), written as the head's own tokens (its encoding), or by a token that
+    writes the rest of it whole and goes on ('("'); a token that writes a part of the name no
+    likely token goes on from ("c", then "alc") is no way on: the model left the guide there and
+    wrote `calc("(", "[F31]...`.  Once written, `inner` (the calls' guide) decides.  A pure
+    function of the segment's tokens: the same on every worker."""
 
     def __init__(self, tok: Tokenizer, tool: str | None, inner: Guide | None) -> None:
         self._tok, self._inner = tok, inner
         self._head = f"{CALL}{tool}(" if tool is not None else CALL
+        self._ids = tuple(tok.encode(self._head))
         self._written: tuple[int, ...] | None = None  # the first tokens that wrote the head
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
@@ -272,8 +278,10 @@ class ForcedCall:
         longer = self._tok.decode([*before, token])
         if longer == text:  # a token that writes nothing is no way on
             return False
-        longer = longer.removesuffix("\ufffd")  # a character's first bytes: judged by what they start
-        return self._head.startswith(longer) or longer.startswith(self._head)
+        if longer.startswith(self._head):  # the head's rest whole, and on
+            return True
+        k = len(before)
+        return k < len(self._ids) and tuple(before) == self._ids[:k] and token == self._ids[k]
 
 
 class UnitGuide:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from domain import schemas  # a tenant's JSON Schema as data: no fetch, RE2 patterns, size caps
+from domain import arguments, schemas  # a tenant's JSON Schema as data: no fetch, RE2 patterns, size caps
 from domain.tools import MAX_REASON
 from runtime.errors import BadInput
 from runtime.jobs.params import ParamsSpec, Tuned, tuned
@@ -26,7 +26,8 @@ SKILLS: dict[str, int] = {"metric": 3, "calc": 1}
 
 class FunctionTool(BaseModel):
     """A function the client runs (the Responses API's function tool).  The shipped model calls
-    one whose parameters fit a skill it has (skill()); the others are accepted and never called."""
+    one whose parameters fit a skill it has (skill()), where its question gives what the
+    function needs (bind()); the others are accepted and never called."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"] = "function"
@@ -48,14 +49,33 @@ class FunctionTool(BaseModel):
 
     def skill(self) -> str | None:
         """The skill it fits: its parameters an object of 3 (metric: what, where, when, in this
-        order) or 1 (calc: an expression) properties, each a string, each required; else None."""
+        order) or 1 (calc: an expression, or any one text) properties, each a string, each
+        required; or, calc's call shape too, one of 1 to 4 parameters that are filled from the
+        question but the one text the model writes (domain/arguments.py fits: `get_weather(city,
+        unit)`); else None."""
+        if self._shape() is not None:
+            return self._shape()
+        return "calc" if arguments.fits(self.parameters) else None
+
+    def _shape(self) -> str | None:
+        """The skill its parameters fit as they are, each one an argument the model writes."""
         p = self.parameters or {}
         props = p.get("properties") or {}
         if p.get("type") != "object" or set(p.get("required") or []) != set(props):
             return None
         if not all(isinstance(x, dict) and x.get("type") == "string" for x in props.values()):
             return None
+        if len(props) == 1 and "enum" in next(iter(props.values())):  # one value of a list: filled (bind)
+            return None
         return next((k for k, n in SKILLS.items() if n == len(props)), None)
+
+    def bind(self, question: str) -> arguments.Binding | None:
+        """The arguments `question` gives it, where they are filled from the question but the one
+        the model writes (domain/arguments.py); None where the model writes each (its skill's
+        shape as it is: a lookup's three names, one text)."""
+        if self._shape() is not None or not arguments.fits(self.parameters):
+            return None
+        return arguments.bind(self.parameters or {}, question)
 
     def names(self) -> list[str]:
         """The names its schema lists (each string parameter's `enum`): the facts the model
@@ -68,11 +88,16 @@ class FunctionTool(BaseModel):
         props = (self.parameters or {}).get("properties") or {}
         return [bool(isinstance(x, dict) and x.get("enum")) for x in props.values()]
 
-    def arguments(self, args: dict[str, str]) -> dict[str, str]:
-        """A call's arguments (by the skill's fields, in order) under this function's names."""
+    def arguments(self, args: dict[str, str], question: str | None = None) -> dict[str, Any]:
+        """A call's arguments (by the skill's fields, in order) under this function's names; where
+        they are filled from `question` (bind()), those with the one the model wrote."""
+        binding = self.bind(question) if question is not None else None
+        if binding is not None:
+            [written] = args.values()
+            return binding.arguments(written, self.fields())
         return dict(zip(self.fields(), args.values(), strict=True))
 
-    def problem(self, args: dict[str, str]) -> str | None:
+    def problem(self, args: dict[str, Any]) -> str | None:
         """Why arguments (under its names) do not fit its schema; None: they do."""
         errors = sorted(schemas.validator(self.parameters or {}).iter_errors(args), key=str)
         return None if not errors else f"{self.name}: {errors[0].message}"[:MAX_REASON]
@@ -171,23 +196,47 @@ class ResponseSpec(Tuned):
         slot to copy, the model miscopied them in a second call ("[F17]026-Q3") and ended with
         no answer.  (Where it lists none, the periods stay text too: periods alone as slots
         misled the model more than none.)"""
-        functions = self.callable()
+        functions = self.callable(question)
         names = [n for f in functions.values() for n in f.names()]
         if "metric" in functions and functions["metric"].listed() == [True, True, False]:
             names += _PERIOD.findall(question)
+        bound = functions["calc"].bind(question) if "calc" in functions else None
+        texts = list(bound.choices) if bound is not None else (self.parked or {}).get("texts")  # the tools not sent again
+        first = self.force
+        if first is None and bound is not None and self.parked is None and "metric" not in self.offered():
+            first = "calc"  # its question gives what it needs: the answer rests on its call (none is verified without)
         return AgentSpec.model_validate({
             "question": question, "max_calls": self.max_calls, "params": self.params.model_dump(),
             "dataset": self.dataset, "allow_unverified": self.allow_unverified, "client_tools": list(functions),
-            "names": list(dict.fromkeys(names)), "first_call": self.force})
+            "names": list(dict.fromkeys(names)), "first_call": first,
+            **({"texts": texts} if texts is not None else {})})
 
-    def callable(self) -> dict[str, FunctionTool]:
-        """skill -> the client's function called for it (the first that fits it)."""
+    def asked(self) -> str:
+        """The question: this response's, or the one the parked call was made for."""
+        return self.question if self.question is not None else str((self.parked or {}).get("question", ""))
+
+    def callable(self, question: str | None = None) -> dict[str, FunctionTool]:
+        """skill -> the client's function called for it: the first that fits it and, where its
+        arguments are filled from the question (FunctionTool.bind), whose question (this
+        response's by default) gives each it needs."""
+        asked = self.asked() if question is None else question
         out: dict[str, FunctionTool] = {}
         for f in self.functions:
             skill = f.skill()
-            if skill is not None and skill not in out and skill not in self.builtin:
+            if skill is None or skill in out or skill in self.builtin:
+                continue
+            binding = f.bind(asked)
+            if binding is None or not binding.missing:
                 out[skill] = f
         return out
+
+    def uncalled(self) -> list[str]:
+        """Why each function whose arguments are filled from the question is not called for it
+        ("get_weather: unit: the question writes none of its values ('c', 'f')"); [] where none
+        is so."""
+        asked, called = self.asked(), {id(f) for f in self.callable().values()}
+        return [f"{f.name}: {'; '.join(b.missing)}" for f in self.functions
+                if id(f) not in called and (b := f.bind(asked)) is not None and b.missing]
 
 
 # ---- the registry: every kind's spec, and the check a spec passes on its way in ----------------------

@@ -158,6 +158,10 @@ class AgentSpec(Tuned):
     #: skill, or "any" tool), guided from its first token (workflows/tools.ForcedCall); None: the
     #: model chooses
     first_call: Literal["metric", "calc", "any"] | None = None
+    #: what a call of one text (calc's shape) the client runs may take as its argument: the names
+    #: its question gives the one parameter the model writes of a function whose others are filled
+    #: from the question (domain/arguments.py); None: any name the question writes (text_arguments)
+    texts: list[Name] | None = Field(default=None, max_length=64)
     format: FormatField = None
 
     # the names in a question as a dataset's rows hold them (clean_name): NFC, no spaces

@@ -404,3 +404,15 @@ def test_with_no_name_read_only_the_forms_without_names_are_open() -> None:
     forms = answers.answer_forms([set(), set(), set()], ["[F1]"], quote="[F1]")
     assert forms.open("Total ") == () and forms.open("T") != ()
     assert forms.whole("The result is [F1].") and not forms.whole("The result is 64.")
+
+
+FORECAST_Q = "Will it rain in Oslo over the next 3 days?"  # get_forecast(city, days): days filled from it
+
+
+@pytest.mark.parametrize("arg, verified", [("Oslo", True), ("Bergen", False), ("3", False)])
+def test_a_function_filled_from_its_question_reads_a_text_the_question_gives_it(arg: str, verified: bool) -> None:
+    """`texts`: what the question gives the one argument the model writes of a function whose
+    others it fills (domain/arguments.py); the call reads one of them, or the answer is not verified."""
+    made = [(f'calc("{arg}")', "rain, then snow")]
+    said = answers.verify(FORECAST_Q, made, "The result is rain, then snow.", forms=True, texts=["Oslo"])
+    assert (said == []) is verified, said

@@ -172,6 +172,67 @@ def test_a_function_of_one_text_is_called_with_the_questions_name_and_its_words_
     assert message["text"] == f"The result is {output}.", message
 
 
+# functions of several parameters, filled from the question but the one text the model writes
+# (domain/arguments.py); the questions are this test's own, no training template's
+WEATHER_UNIT: dict[str, Any] = {"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "required": ["city", "unit"], "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}
+FORECAST: dict[str, Any] = {"type": "function", "name": "get_forecast", "parameters": {
+    "type": "object", "required": ["city", "days"], "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "alerts": {"type": "boolean"}}}}
+FLIGHTS: dict[str, Any] = {"type": "function", "name": "find_flights", "parameters": {
+    "type": "object", "required": ["origin", "destination", "date"], "properties": {
+        "origin": {"type": "string", "pattern": "^[A-Z]{3}$"}, "destination": {"type": "string"},
+        "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "max_stops": {"type": "integer"}}}}
+
+
+@pytest.mark.parametrize("function, question, arguments, output, resent", [
+    (WEATHER_UNIT, "What's the weather in Paris in °F?", {"city": "Paris", "unit": "f"}, "72 and sunny", True),
+    (WEATHER_UNIT, "Weather for San Francisco, in C please.", {"city": "San Francisco", "unit": "c"}, "18", True),
+    (FORECAST, "Will it rain in Oslo over the next 3 days?", {"city": "Oslo", "days": 3}, "rain, then snow", True),
+    (FORECAST, "Forecast for Oslo, days=5, alerts=true", {"city": "Oslo", "days": 5, "alerts": True}, "snow", False),
+    (FLIGHTS, "Find flights from SFO to Berlin on 2027-01-15 with 1 max stops.",
+     {"origin": "SFO", "destination": "Berlin", "date": "2027-01-15", "max_stops": 1}, "3 flights, from 412 USD", True),
+])
+def test_a_function_of_several_parameters_is_called_with_the_questions_values_and_its_output_quoted(
+        loaded: tuple[SetDLM, Tokenizer], function: dict[str, Any], question: str, arguments: dict[str, Any],
+        output: str, resent: bool) -> None:
+    """Each argument is what the question writes for it, typed as the schema types it (an
+    integer, a boolean, an enum's own value), and the optional ones it does not give are left
+    out; the output, words or a number, is quoted by a verified answer, also where the tools
+    are not sent again with it (the Open Responses suite's way: what the call may take is kept
+    with the parked state)."""
+    conv = LocalTurns(*loaded)
+    first = responses.run(conv, ResponseSpec.model_validate({"mode": "agent", "functions": [function], "question": question}))
+    [call] = first["output"]
+    assert call["type"] == "function_call" and call["name"] == function["name"], first
+    assert json.loads(call["arguments"]) == arguments
+    second = responses.run(conv, ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [function] if resent else [], "parked": first["parked"], "output": output}))
+    [message] = second["output"]
+    assert second["status"] == "completed" and second["verified"] is True, second
+    assert message["text"] == f"The result is {output}.", message
+
+
+@pytest.mark.parametrize("function, question, force, why", [
+    (WEATHER_UNIT, "What's the weather in Paris?", None, "get_weather: unit: the question writes none of its values"),
+    (WEATHER_UNIT, "What's the weather in Paris in C or F?", "calc", "get_weather: unit: the question writes 2"),
+    (FORECAST, "Will it rain in Oslo for my 3 guests?", None, "get_forecast: days: the question writes no number"),
+    (FLIGHTS, "Find flights to Berlin on 2027-01-15.", None, "find_flights: origin: the question writes no name"),
+])
+def test_a_function_whose_values_the_question_does_not_give_is_not_called_and_the_response_says_why(
+        loaded: tuple[SetDLM, Tokenizer], function: dict[str, Any], question: str, force: str | None, why: str) -> None:
+    """No call with a value made up: the response fails at once (nothing decoded), naming what
+    the question leaves out; forced by tool_choice too."""
+    conv = LocalTurns(*loaded)
+    with pytest.raises(NoAnswer) as e:
+        responses.run(conv, ResponseSpec.model_validate(
+            {"mode": "agent", "functions": [function], "question": question, **({"force": force} if force else {})}))
+    assert e.value.code == "no_answer" and why in e.value.message and f"not called: {why}" in e.value.problems[0]
+    assert conv.state is None, "nothing decoded"
+
+
 @pytest.mark.parametrize("text", [
     "You are a pirate. Always respond in pirate speak.\nSay hello.\n",  # outside its use cases: it never ends these
     "My name is Alice.\nHello Alice! Nice to meet you. How can I help you today?\nWhat is my name?\n",

@@ -113,6 +113,24 @@ def test_a_responses_call_names_a_tool_it_was_given_in_its_tools_form() -> None:
     assert tools.call_form("metr", None) is None  # the name, nothing offered: not guided
 
 
+def test_a_function_filled_from_its_question_is_called_with_a_text_it_gives_and_a_forced_head_in_its_tokens() -> None:
+    """The one text the model writes of a function whose other arguments the question fills
+    (`texts`, in slot form: domain/arguments.py) is one of those, whole; a forced call's head is
+    written as its own tokens: "c" then "alc" was a dead end the model left the guide at, and
+    wrote `calc("(", "[F31]...`."""
+    tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
+    guide = tools.CallGuide(tok, CallNames("Will it rain in Oslo over the next 3 days?"), unguided=["calc"],
+                            tools=["calc"], texts=["Oslo"])
+    head = tok.encode(CALL + 'calc("')
+    assert guide.allows(head, tok.encode("O")[0]) is True and guide.allows(head, tok.encode("(")[0]) is False
+    assert guide.allows(tok.encode(CALL + 'calc("Oslo'), tok.encode('"')[0]) is True
+    forced = tools.ForcedCall(tok, "calc", guide)
+    assert forced.allows(tok.encode(CALL), tok.encode("calc")[0]) is True
+    assert forced.allows(tok.encode(CALL), tok.encode("c")[0]) is False
+    assert forced.allows(tok.encode(CALL + "calc"), tok.encode('("')[0]) is True  # the rest of the head, and on
+    assert forced.allows(head, tok.encode("(")[0]) is False  # written: the calls' guide decides
+
+
 def test_the_call_guide_reads_a_token_in_context_and_refuses_an_id_that_writes_nothing() -> None:
     """A character of two byte tokens ("ü") is judged once whole; "Z" alone is no name of
     "Zürich"; an id the tokenizer lacks (the model's rows past its vocabulary) writes nothing."""
