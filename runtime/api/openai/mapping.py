@@ -83,8 +83,10 @@ def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[Builtin
         skill = f.skill()
         if skill is None:
             raise BadInput(f"tool_choice names {f.name}, which the model cannot call: it calls a lookup by three names "
-                           "(parameters: three required strings) or a calculator (one required string), and "
-                           f"{f.name}'s parameters are neither; leave tool_choice auto, or declare such a function")
+                           "(parameters: three required strings), a calculator (one required string), or a function "
+                           "of 1 to 4 strings, enums, integers, numbers and booleans, a string among those required, "
+                           f"whose values the question gives, and {f.name}'s parameters are neither; leave tool_choice "
+                           "auto, or declare such a function")
         first = next(t for t in tools if t.skill() == skill)
         if skill in taken or first is not f:
             raise BadInput(f"tool_choice names {f.name}, but the model calls "
@@ -93,7 +95,9 @@ def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[Builtin
     skills = taken | {s for t in tools if (s := t.skill()) is not None}
     if not skills:
         raise BadInput("tool_choice is required, but the model can call none of the tools: it calls a lookup by "
-                       "three names (parameters: three required strings) or a calculator (one required string)")
+                       "three names (parameters: three required strings), a calculator (one required string), or a "
+                       "function of 1 to 4 strings, enums, integers, numbers and booleans, a string among those "
+                       "required, whose values the question gives")
     return skills.pop() if len(skills) == 1 else "any"
 
 
