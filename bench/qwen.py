@@ -135,7 +135,7 @@ def machine(model: SetDLM, dtype: torch.dtype) -> dict[str, float]:
     bw = {"torch": w.numel() * w.element_size() / best_s(lambda: F.linear(x1, w))}
     rate = {"torch": 2 * 256 * 1024 * 3072 / best_s(lambda: F.linear(big_x, big_w), 3)}
     if served(dtype) and w.device.type == "cpu":
-        pw = rowdot.pack(w) if rowdot.kinds()[dtype] == rowdot.PACKED else None  # packed once, as a layer keeps it
+        pw = rowdot.pack(w) if rowdot.packs(dtype) else None  # packed once, as a layer keeps it
         pbig = rowdot.pack(big_w) if pw is not None else None
         bw["rowdot"] = w.numel() * w.element_size() / best_s(lambda: rowdot.product(x1, w, th, packed=pw))
         rate["rowdot"] = 2 * 256 * 1024 * 3072 / best_s(lambda: rowdot.product(big_x, big_w, th, packed=pbig), 3)

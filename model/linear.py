@@ -4,13 +4,14 @@ A batched forward (model/batch.py) runs the linear layers on all its sequences' 
 into one product; the same sequence alone runs them on its own few rows; a restored session's
 next step and a recomputed one differ in their products' row counts too.  Each row must round
 alike in all of them, or a near-tie between two tokens (a confidence right at tau) could decode
-differently.  On a CPU with AVX2 and FMA the product is model/rowdot.c: every output element is
-reduced in one fixed order whatever the rows, the tiles or the threads (split over output
-columns, never over the reduction), so a row's bits are the same alone, in a batch and at any
-thread count, by construction; weights are read in place (nn.Linear's layout), fp32 or bf16,
-accumulated in fp32, and a bf16 output rounded to nearest even; with AVX-512 BF16 a bf16 layer
-is model/packed.c's product instead, bf16 dot products over its weight's panels (packed once,
-kept beside the weight: a bf16 model holds its weights twice).  Where it is not available (no
+differently.  On a CPU with AVX2 and FMA the product is the row-invariant kernel
+(model/rowdot.py): every output element is reduced in one fixed order whatever the rows, the
+tiles or the threads (split over output columns, never over the reduction), so a row's bits
+are the same alone, in a batch and at any thread count, by construction; fp32 or bf16,
+accumulated in fp32, a bf16 output rounded to nearest even.  Most of its kinds read the weight
+packed into panels (model/packed.c: every kind on a CPU with AVX2 only, and bf16 with AVX-512
+BF16), packed once and kept beside the weight, so such a model holds its weights twice; fp32 on
+AVX-512 reads them in place (model/rowdot.c).  Where it is not available (no
 compiler, another CPU) a BLAS product of fewer rows than this machine's invariant minimum is
 padded with zero rows to it (the kernel is chosen by shapes, never by values): the minimum is
 probed once per (dtype, threads, shape), a model pads a short forward once to its layers'
@@ -126,11 +127,12 @@ class Linear(nn.Linear):
         return F.linear(padded, self.weight, self.bias)[:rows].reshape(*x.shape[:-1], self.out_features)
 
     def _packed(self, w: Tensor) -> Tensor | None:
-        """The weight's panels where this CPU's kind reads them (bf16: model/packed.c), packed
-        once and again only when the weight changes (its storage or version); else None."""
-        if rowdot.kinds()[w.dtype] != rowdot.PACKED:
+        """The weight's panels where this CPU's kind reads them (model/packed.c), packed once and
+        again only when the weight or the kind changes (its storage, version or shape); else
+        None."""
+        if not rowdot.packs(w.dtype):
             return None
-        key = (w.data_ptr(), w._version, tuple(w.shape))
+        key = (w.data_ptr(), w._version, tuple(w.shape), rowdot.kinds()[w.dtype])
         if getattr(self, "_pack_key", None) != key:
             self._pack, self._pack_key = rowdot.pack(w), key
         return self._pack

@@ -58,18 +58,33 @@ def _flags() -> frozenset[str]:
     return frozenset(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"})
 
 
-#: the kind of bf16 products over packed weights (model/packed.c)
-PACKED = 3
+#: the kinds whose products read packed weights (model/packed.c), and each one's dtype: bf16 by
+#: bf16 dot products (3, AVX-512 BF16); fp32 by FMAs in k's order (5, AVX2), bf16 widened to
+#: fp32 and so (6, AVX2)
+PACKED = {3: torch.bfloat16, 5: torch.float32, 6: torch.bfloat16}
+
+
+def avx512() -> bool:
+    """Has this CPU the AVX-512 (F, BW, VL) that the wide kinds and model/attend.c need?"""
+    return {"avx512f", "avx512bw", "avx512vl"} <= _flags()
 
 
 @lru_cache(maxsize=1)
 def kinds() -> dict[torch.dtype, int]:
-    """rowdot.c's kind for each dtype on this CPU: fp32 by AVX-512 FMAs (1) or AVX2 ones (0);
-    bf16 by AVX-512 bf16 dot products over packed weights (3, model/packed.c) or AVX2 FMAs over
-    widened bf16 (0)."""
-    f = _flags()
-    wide = {"avx512f", "avx512bw", "avx512vl"} <= f
-    return {torch.float32: 1 if wide else 0, torch.bfloat16: PACKED if wide and "avx512_bf16" in f else 0}
+    """The kernel's kind for each dtype on this CPU.  With AVX-512: fp32 in model/rowdot.c's
+    dot order by AVX-512 FMAs over weights in place (1); bf16 by bf16 dot products over packed
+    weights (3, model/packed.c) where it has AVX-512 BF16, else as AVX2 does.  With AVX2 only:
+    packed weights, FMAs in k's order (fp32 5; bf16 widened, 6).  (Kind 0, the dot order by AVX2
+    FMAs over weights in place, is what AVX2 ran before kinds 5 and 6: 1.5-2.5x slower at every
+    row count; kept for the tests and harnesses that compare.)"""
+    if avx512():
+        return {torch.float32: 1, torch.bfloat16: 3 if "avx512_bf16" in _flags() else 6}
+    return {torch.float32: 5, torch.bfloat16: 6}
+
+
+def packs(dtype: torch.dtype) -> bool:
+    """Do this CPU's products of `dtype` read packed weights (pack())?"""
+    return kinds().get(dtype) in PACKED
 
 
 def _build(cc: str, folder: Path, so: Path) -> None:
@@ -108,12 +123,12 @@ def lib() -> ctypes.CDLL | None:
         dll.attend_ragged.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_long] * 5
                                       + [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_float, ctypes.c_int])
         dll.attend_ragged.restype = ctypes.c_int
-        dll.packed_size.argtypes = [ctypes.c_long, ctypes.c_long]
+        dll.packed_size.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_int]  # n, k, kind
         dll.packed_size.restype = ctypes.c_long
-        dll.pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+        dll.pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.pack.restype = None
-        dll.rowdot_packed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_long,
-                                      ctypes.c_long, ctypes.c_long, ctypes.c_int]
+        dll.rowdot_packed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.rowdot_packed.restype = ctypes.c_int
         return dll
     return None
@@ -128,14 +143,15 @@ def name() -> str:
 
 
 def pack(w: Tensor) -> Tensor:
-    """w (N, K) bfloat16, contiguous on the CPU -> its panels (model/packed.c), a flat bfloat16
-    tensor: what product() reads for kind 3 (PACKED).  The caller checks lib() first."""
+    """w (N, K) bfloat16 or float32, contiguous on the CPU -> its panels for this CPU's kind of
+    its dtype (model/packed.c), a flat tensor of its dtype: what product() reads.  The caller
+    checks lib() and packs() first."""
     dll = lib()
     assert dll is not None, "rowdot is not available here"
-    assert w.dtype == torch.bfloat16 and w.dim() == 2 and w.is_contiguous() and w.device.type == "cpu"
-    n, k = w.shape
-    out = torch.empty(dll.packed_size(n, k), dtype=torch.bfloat16)
-    dll.pack(w.data_ptr(), out.data_ptr(), n, k)
+    assert packs(w.dtype) and w.dim() == 2 and w.is_contiguous() and w.device.type == "cpu"
+    (n, k), kind = w.shape, kinds()[w.dtype]
+    out = torch.empty(dll.packed_size(n, k, kind), dtype=w.dtype)
+    dll.pack(w.data_ptr(), out.data_ptr(), n, k, kind)
     return out
 
 
@@ -143,8 +159,8 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
     """x (M, K) and w (N, K), float32 or bfloat16, contiguous on the CPU -> x w^T (M, N) in `out`
     (float32, or bfloat16 rounded to nearest even as `.to(torch.bfloat16)` rounds), each element
     reduced in one order of this CPU's kind for x's dtype over `threads` threads (split over N).
-    Kind 3 reads w's panels: `packed` (pack(w), kept by the caller), else packed now.  The caller
-    checks lib() first."""
+    The packed kinds read w's panels: `packed` (pack(w), kept by the caller), else packed now.
+    The caller checks lib() first."""
     dll = lib()
     assert dll is not None, "rowdot is not available here"
     assert x.dtype in DTYPES and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
@@ -153,10 +169,14 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
     assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
     kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
     y = torch.empty(m, n, dtype=out)
-    if kind == PACKED:
+    if kind in PACKED:
+        if kind == 6:
+            x = x.float()  # exact: kind 6 reads its rows widened
         pw = pack(w) if packed is None else packed
-        assert pw.numel() == dll.packed_size(n, k), "packed weights of another shape"
-        dll.rowdot_packed(x.data_ptr(), pw.data_ptr(), y.data_ptr(), int(out == torch.bfloat16), m, k, n, threads)
+        assert pw.dtype == w.dtype and pw.numel() == dll.packed_size(n, k, kind), "packed weights of another shape"
+        bad = dll.rowdot_packed(x.data_ptr(), pw.data_ptr(), y.data_ptr(), int(out == torch.bfloat16), kind,
+                                m, k, n, threads)
+        assert bad == 0, f"rowdot_packed refused kind {kind}"
         return y
     if x.dtype != torch.float32:
         x = x.float()  # exact: kinds 0 and 1 read fp32 activations
@@ -172,7 +192,7 @@ def attends(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
     AVX-512?  (attend_ragged() asks the same of its operands, its mask flat.)"""
     return ((mask.dim() == 4 and mask.shape[1] == 1 or mask.dim() == 1)
             and q.device.type == "cpu" and q.dtype in DTYPES and k.dtype == v.dtype == q.dtype
-            and mask.dtype in DTYPES and kinds()[torch.float32] == 1 and lib() is not None
+            and mask.dtype in DTYPES and avx512() and lib() is not None
             and q.stride(-1) == k.stride(-1) == v.stride(-1) == mask.stride(-1) == 1
             and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
 

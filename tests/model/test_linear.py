@@ -26,14 +26,17 @@ def threads(request: pytest.FixtureRequest) -> Iterator[int]:
     torch.set_num_threads(before)
 
 
-@pytest.fixture(params=["kernel", "avx2", "padded"])
+@pytest.fixture(params=["kernel", "avx2", "dot", "padded"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every way a Linear makes a CPU product row-invariant: the kernel in this CPU's kinds, its
-    AVX2 kind (what a CPU without AVX-512 runs), and (where it is absent) the BLAS padded to its
-    minimum."""
+    """Every way a Linear makes a CPU product row-invariant: the kernel in this CPU's kinds, the
+    AVX2 kinds (what a CPU without AVX-512 runs: packed weights, 5 and 6), the AVX2 dot order
+    over weights in place (kind 0: what such a CPU ran before), and (where the kernel is absent)
+    the BLAS padded to its minimum."""
     if request.param != "padded" and rowdot.lib() is None:
         pytest.skip("no row-invariant kernel here")
     if request.param == "avx2":
+        monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 5, torch.bfloat16: 6})
+    if request.param == "dot":
         monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 0, torch.bfloat16: 0})
     if request.param == "padded":
         monkeypatch.setattr("model.linear.served", lambda dtype: False)
@@ -122,21 +125,43 @@ def test_the_whole_vocabulary_is_row_invariant() -> None:
 
 
 
-@pytest.mark.skipif(rowdot.lib() is None or rowdot.kinds()[torch.bfloat16] != rowdot.PACKED,
-                    reason="bf16 over packed weights needs AVX-512 BF16 (this CPU runs another kind)")
+@pytest.mark.parametrize("kind", sorted(rowdot.PACKED))
 @pytest.mark.parametrize("k, n", [(33, 1), (1001, 63), (64, 65), (7, 130), (3072, 129)])
-def test_packed_bf16_rows_have_their_bits_at_any_shape(k: int, n: int) -> None:
-    """Kind 3 (model/packed.c): an odd k (its last pair half zero), columns past a panel's 64,
-    one column: every row's bits alone, among others and at 1 and 2 threads, packed by the
-    caller or on the fly; and the product itself to bf16's tolerance."""
+def test_packed_rows_have_their_bits_at_any_shape(kind: int, k: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packed kinds (model/packed.c: bf16 3, fp32 5, bf16 6): an odd k (kind 3: its last
+    pair half zero), columns past a panel, one column, row tiles of every size: every row's
+    bits alone, among others and at 1 and 2 threads, packed by the caller or on the fly; and
+    the product itself to the dtype's tolerance."""
+    if rowdot.lib() is None or kind == 3 and rowdot.kinds()[torch.bfloat16] != 3:
+        pytest.skip("no row-invariant kernel here" if rowdot.lib() is None else "kind 3 needs AVX-512 BF16")
+    dtype = rowdot.PACKED[kind]
+    monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 5, torch.bfloat16: 6} | {dtype: kind})
     g = torch.Generator().manual_seed(k + n)
-    x = torch.randn(13, k, generator=g).to(torch.bfloat16)
-    w = torch.randn(n, k, generator=g).to(torch.bfloat16)
+    x = torch.randn(13, k, generator=g).to(dtype)
+    w = torch.randn(n, k, generator=g).to(dtype)
     full = rowdot.product(x, w, 2, packed=rowdot.pack(w))
     for t in (1, 2):
         for a, m in ((0, 1), (5, 1), (2, 6), (0, 13), (7, 4)):
             assert torch.equal(rowdot.product(x[a:a + m], w, t), full[a:a + m]), (t, a, m)
-    torch.testing.assert_close(full, x.float() @ w.float().T, rtol=1e-3, atol=1e-3)
+    tol = dict(rtol=1e-5, atol=1e-5 * k ** 0.5) if dtype == torch.float32 else dict(rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(full, x.float() @ w.float().T, **tol)  # type: ignore[arg-type]
+
+
+def test_fp32_packed_is_the_sum_in_k_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kind 5's order, stated: each output is fma(x[p], w[p], acc) for p = 0, 1, .. in turn,
+    nothing else.  Checked against that loop in float64: the product of two fp32 is exact
+    there, and so is its sum with the fp32 accumulator for these operands (exponents close), so
+    rounding it once to fp32 is one fma."""
+    if rowdot.lib() is None:
+        pytest.skip("no row-invariant kernel here")
+    monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 5, torch.bfloat16: 6})
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(3, 37, generator=g), torch.randn(5, 37, generator=g)
+    want = torch.zeros(3, 5, dtype=torch.float32)
+    for p in range(37):  # a float64 product of two fp32 is exact; + acc rounded once to fp32: an fma
+        want = (x[:, p:p + 1].double() * w[:, p].double() + want.double()).float()
+    assert torch.equal(rowdot.product(x, w, 1), want)
+
 
 @KERNEL
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
