@@ -2,8 +2,10 @@
 first job) and kept for the process's life:
 the model (Settings.model_dir, else the shipped one) with its profile, on its device (CUDA with
 bf16 when present, else CPU with capped torch threads; Settings.dtype), the
-engine with its warm sessions, and clients of Redis and the database.  Once built, its model's
-card (fingerprint, config, tokenizer) is published for the API (runtime/jobs/hosts.py).
+engine with its warm sessions, clients of Redis and the database, and the dispatcher over the
+`send` its caller hands in (workers/tasks.py hands in Celery's: nothing here knows Celery).
+Once built, its model's card (fingerprint, config, tokenizer) is published for the API
+(runtime/jobs/hosts.py).
 Celery's prefork pool forks before the first job, so nothing here (torch above all) is loaded in
 the parent."""
 
@@ -14,7 +16,6 @@ import os
 import socket
 import sys
 import threading
-from dataclasses import dataclass
 
 import redis
 import torch
@@ -22,13 +23,11 @@ import torch
 from model import profiles, shipped
 from model.linear import invariant_threads
 from model.pool import KVPool
-from model.profiles import Profile
-from model.tokenizer import Tokenizer
 from model.transformer import SetDLM
 from runtime.db import make_engine
 from runtime.embedded import client as redis_client
 from runtime.jobs import hosts
-from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.dispatch import Dispatcher, Send
 from runtime.jobs.hosts import Host
 from runtime.jobs.rows import Jobs
 from runtime.sessions.batcher import Batcher
@@ -36,21 +35,9 @@ from runtime.sessions.engine import Engine
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
-from workers.celery_app import app, sender
+from workers.runner import Runtime
 
 log = logging.getLogger("setflow.worker")
-
-
-@dataclass
-class Runtime:
-    settings: Settings
-    worker: str
-    engine: Engine
-    tokenizer: Tokenizer
-    jobs: Jobs
-    dispatcher: Dispatcher
-    profile: Profile | None = None  # the model's (beside its weights); None: its default
-    host: Host | None = None  # what it hosts: jobs of another pool are sent on (runner.py)
 
 
 _runtime: Runtime | None = None
@@ -68,11 +55,12 @@ def device(settings: Settings) -> tuple[str, torch.dtype]:
     return dev, getattr(torch, settings.numerics(dev).split("/")[1])
 
 
-def runtime() -> Runtime:
+def runtime(send: Send) -> Runtime:
+    """This process's runtime, built on the first call; send: how a job id reaches its queue."""
     global _runtime
     with _building:  # a batching worker's job threads may all ask at once
         if _runtime is None:
-            _runtime = _build()
+            _runtime = _build(send)
         return _runtime
 
 
@@ -114,7 +102,7 @@ def _invariant(model: SetDLM, dtype: torch.dtype, threads: int) -> None:
                     threads, got)
 
 
-def _build() -> Runtime:
+def _build(send: Send) -> Runtime:
     s = Settings()
     torch.set_num_threads(s.torch_threads)  # several processes share the cores: 4x slower without
     dev, dtype = device(s)
@@ -138,4 +126,4 @@ def _build() -> Runtime:
     name, host = worker_name(s), Host(eng.model_name, eng.fp, eng.numerics)
     hosts.keep_published(client, s, hosts.ModelCard(eng.fp, model.cfg, tok.to_str(), profile.to_json()),
                           every_s=s.worker_heartbeat_s, stop=threading.Event(), host=(name, host))
-    return Runtime(s, name, eng, tok, jobs, Dispatcher(client, jobs, sender(app)), profile, host)
+    return Runtime(s, name, eng, tok, jobs, Dispatcher(client, jobs, send), profile, host)

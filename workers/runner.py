@@ -46,14 +46,19 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from model.params import DecodeError
+from model.profiles import Profile
+from model.tokenizer import Tokenizer
 from runtime.errors import Busy, Cancelled, ClaimLost, LeaseLost, RequiresAction, SetflowError, StaleWrite, Unverified
 from runtime.jobs.context import JobContext, JobServices
+from runtime.jobs.dispatch import Dispatcher
+from runtime.jobs.hosts import Host
 from runtime.jobs.kinds import check_spec
-from runtime.jobs.rows import Claim
+from runtime.jobs.rows import Claim, Jobs
 from runtime.jobs.table import JOB_ID
 from runtime.sessions.budget import oom
+from runtime.sessions.engine import Engine
+from runtime.settings import Settings
 from runtime.tables import JobRecord
-from workers.process import Runtime
 from workflows import WORKFLOWS, Workflow
 
 log = logging.getLogger("setflow.worker")
@@ -82,6 +87,20 @@ def check_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 CLAIM_LOST = "claim lost"  #: the job is another holder's now: this one writes nothing more
 RETRY = "retry"  #: a transient failure: try again from the last committed step, after retry_in_s
+
+
+@dataclass
+class Runtime:
+    """What running a job needs of its worker process, built once per process (workers/process.py)."""
+
+    settings: Settings
+    worker: str
+    engine: Engine
+    tokenizer: Tokenizer
+    jobs: Jobs
+    dispatcher: Dispatcher
+    profile: Profile | None = None  # the model's (beside its weights); None: its default
+    host: Host | None = None  # what it hosts: jobs of another pool are sent on (_sent_on)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from celery.exceptions import Reject
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from runtime.errors import NotFound
-from workers.celery_app import TASK, app
+from workers.celery_app import TASK, app, sender
 
 log = logging.getLogger("setflow.worker")
 
@@ -25,7 +25,7 @@ def run_job(self: Task, *args: Any, **kwargs: Any) -> str:
     from workers import process, runner  # torch loads in the pool process, on its first job
 
     try:
-        rt = process.runtime()
+        rt = process.runtime(sender(app))
     except Exception as e:
         # this process cannot run jobs (the model did not load, the device is full, ...): the
         # message goes back to its queue for a healthy worker, after a pause so that this one
@@ -81,6 +81,6 @@ def _build_runtime(**_: Any) -> None:
     from workers import process
 
     try:
-        process.runtime()
+        process.runtime(sender(app))
     except Exception:  # noqa: BLE001 - logged; the task path reports it per message
         log.critical("this worker process could not build its runtime", exc_info=True)

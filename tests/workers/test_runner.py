@@ -29,7 +29,7 @@ from runtime.sessions.store import SessionStore
 from runtime.settings import Settings
 from tests.workflows.test_narrative import PAYLOAD
 from workers import runner
-from workers.process import Runtime
+from workers.runner import Runtime
 
 
 def refuted(r: Rendered, text: str) -> corpus.Check:
