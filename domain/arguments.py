@@ -13,7 +13,7 @@ parameter from what the question writes for it, and nothing else:
 - a free string one of the names the question writes (`candidates`) that fits the parameter's
   own schema: the model chooses among them for one; two or more are told apart only where
   their schemas leave each the same name whichever the model chooses for the one left (a
-  `pattern`, a length).
+  `pattern`, a length); an optional one only where its `pattern` fits one name alone.
 
 A required parameter the question gives no value for, or two values for, is why the function
 is not called (`Binding.missing`), never a value made up.  An optional one it gives none for is
@@ -109,9 +109,9 @@ def bind(parameters: dict[str, Any], question: str) -> Binding:
                 missing.append(f"{name}: the question does not write {name} true or false")
     key, choices, why = _texts(props, kinds, required, question, taken, values)
     missing += why
-    if key is None and not missing:  # no free string to write: the model writes a required enum's value
-        key = next(k for k in props if k in required and kinds[k] == "enum")
-        choices = (values.pop(key),)
+    if key is None and not missing:  # no free string to write: the model writes a required enum's value, if any
+        key = next((k for k in props if k in required and kinds[k] == "enum"), None)
+        choices = (values.pop(key),) if key is not None else ()
     return Binding(values, key if not missing else None, choices if not missing else (), tuple(missing))
 
 
@@ -189,8 +189,14 @@ def _texts(props: dict[str, Any], kinds: dict[str, str | None], required: set[st
     """The required free strings: every way to give each a different name of the question that
     fits its schema is found; a parameter that has the same name in every way is filled (into
     `values`), and the one that varies is the key, its choices the names it takes; two that vary
-    cannot be told apart.  An optional one is left out.  (key, choices, why not)."""
+    cannot be told apart.  An optional one is filled only where its `pattern` fits one name of
+    the question's (a date, a code), else left out.  (key, choices, why not)."""
     names = candidates(question, [*taken, *map(str, values.values())])
+    for k in props:
+        if kinds[k] == "string" and k not in required and "pattern" in props[k]:
+            if len(fitting := [n for n in names if _fits(props[k], n)]) == 1:
+                values[k] = fitting[0]
+                names.remove(fitting[0])
     free = [k for k in props if kinds[k] == "string" and k in required]
     if not free:
         return None, (), []

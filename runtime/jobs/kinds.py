@@ -49,53 +49,70 @@ class FunctionTool(BaseModel):
 
     def skill(self) -> str | None:
         """The skill it fits: its parameters an object of 3 (metric: what, where, when, in this
-        order) or 1 (calc: an expression, or any one text) properties, each a string, each
-        required; or, calc's call shape too, one of 1 to 4 parameters that are filled from the
-        question but the one text the model writes (domain/arguments.py fits: `get_weather(city,
-        unit)`); else None."""
+        order; beside them, optional parameters up to 4 in all, filled from the question) or 1
+        (calc: an expression, or any one text) required string properties; or, calc's call shape
+        too, one of 1 to 4 parameters that are filled from the question but the one text the
+        model writes (domain/arguments.py fits: `get_weather(city, unit)`); else None."""
         if self._shape() is not None:
             return self._shape()
         return "calc" if arguments.fits(self.parameters) else None
 
     def _shape(self) -> str | None:
-        """The skill its parameters fit as they are, each one an argument the model writes."""
+        """The skill its required parameters fit as they are, each one an argument the model
+        writes (a lookup's, with optional others the question fills, bind())."""
         p = self.parameters or {}
         props = p.get("properties") or {}
-        if p.get("type") != "object" or set(p.get("required") or []) != set(props):
+        required = set(p.get("required") or [])
+        if p.get("type") != "object" or not required <= set(props):
             return None
-        if not all(isinstance(x, dict) and x.get("type") == "string" for x in props.values()):
+        if not all(isinstance(props[k], dict) and props[k].get("type") == "string" for k in required):
+            return None
+        if required != set(props) and (len(required) != SKILLS["metric"] or len(props) > arguments.MAX_PARAMETERS
+                                       or any(arguments.kind(props[k]) is None for k in props if k not in required)):
             return None
         if len(props) == 1 and "enum" in next(iter(props.values())):  # one value of a list: filled (bind)
             return None
-        return next((k for k, n in SKILLS.items() if n == len(props)), None)
+        return next((k for k, n in SKILLS.items() if n == len(required)), None)
+
+    def _written(self) -> list[str]:
+        """The parameters the model writes, in the schema's order: the required ones of a lookup
+        with optional others (the question fills those), else all."""
+        required = set((self.parameters or {}).get("required") or [])
+        return [k for k in self.fields() if k in required] if self._shape() == "metric" else self.fields()
 
     def bind(self, question: str) -> arguments.Binding | None:
-        """The arguments `question` gives it, where they are filled from the question but the one
-        the model writes (domain/arguments.py); None where the model writes each (its skill's
-        shape as it is: a lookup's three names, one text)."""
+        """The arguments `question` gives it, where they are filled from the question
+        (domain/arguments.py): all but the one the model writes, or a lookup's optional ones
+        (its three names the model's); None where the model writes each (a lookup's three
+        names, one text)."""
+        p = self.parameters or {}
+        if self._shape() == "metric" and len(self._written()) < len(self.fields()):
+            optional = {k: v for k, v in p["properties"].items() if k not in self._written()}
+            return arguments.bind({"type": "object", "properties": optional}, question)
         if self._shape() is not None or not arguments.fits(self.parameters):
             return None
-        return arguments.bind(self.parameters or {}, question)
+        return arguments.bind(p, question)
 
     def names(self) -> list[str]:
-        """The names its schema lists (each string parameter's `enum`): the facts the model
-        reads as slots where a question holds them."""
+        """The names its schema lists (each string parameter's `enum` the model writes): the
+        facts the model reads as slots where a question holds them."""
         props = (self.parameters or {}).get("properties") or {}
-        return [str(n) for x in props.values() for n in x.get("enum", []) if isinstance(n, str)]
+        return [str(n) for k in self._written() for n in props[k].get("enum", []) if isinstance(n, str)]
 
     def listed(self) -> list[bool]:
-        """Whether each parameter lists its values (an `enum`), in the schema's order."""
+        """Whether each parameter the model writes lists its values (an `enum`), in the schema's order."""
         props = (self.parameters or {}).get("properties") or {}
-        return [bool(isinstance(x, dict) and x.get("enum")) for x in props.values()]
+        return [bool(isinstance(props[k], dict) and props[k].get("enum")) for k in self._written()]
 
     def arguments(self, args: dict[str, str], question: str | None = None) -> dict[str, Any]:
         """A call's arguments (by the skill's fields, in order) under this function's names; where
-        they are filled from `question` (bind()), those with the one the model wrote."""
+        the question fills some (bind()), those with the ones the model wrote, in the schema's order."""
         binding = self.bind(question) if question is not None else None
-        if binding is not None:
+        if binding is not None and binding.key is not None:
             [written] = args.values()
             return binding.arguments(written, self.fields())
-        return dict(zip(self.fields(), args.values(), strict=True))
+        given = {**dict(zip(self._written(), args.values(), strict=True)), **(binding.values if binding else {})}
+        return {k: given[k] for k in self.fields() if k in given}
 
     def problem(self, args: dict[str, Any]) -> str | None:
         """Why arguments (under its names) do not fit its schema; None: they do."""

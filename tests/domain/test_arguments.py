@@ -19,6 +19,8 @@ FLIGHTS: dict[str, Any] = {"type": "object", "required": ["origin", "destination
     "origin": {"type": "string", "pattern": "^[A-Z]{3}$"}, "destination": {"type": "string"},
     "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "max_stops": {"type": "integer"}}}
 PAIR: dict[str, Any] = {"type": "object", "required": ["a", "b"], "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+TRIP: dict[str, Any] = {"type": "object", "required": ["city"], "properties": {
+    "city": {"type": "string"}, "check_in": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}}}
 PRICE: dict[str, Any] = {"type": "object", "required": ["ticker", "scale"], "properties": {
     "ticker": {"type": "string"}, "scale": {"type": "number"}}}
 
@@ -35,6 +37,9 @@ PRICE: dict[str, Any] = {"type": "object", "required": ["ticker", "scale"], "pro
     (FLIGHTS, "Any flights from SFO to Rome or Milan on 2027-01-15 with 1 max stops?",
      {"origin": "SFO", "date": "2027-01-15", "max_stops": 1}, "destination", ("Rome", "Milan")),
     (PRICE, "Price of ACME at scale 2.5?", {"scale": 2.5}, "ticker", ("ACME",)),
+    # an optional string filled where its pattern fits one name alone, else left out
+    (TRIP, "Hotels in Lisbon from 2027-03-02?", {"check_in": "2027-03-02"}, "city", ("Lisbon",)),
+    (TRIP, "Hotels in Lisbon, any day?", {}, "city", ("Lisbon",)),
     # no free string: the model writes the enum's value
     ({"type": "object", "required": ["unit"], "properties": {"unit": {"type": "string", "enum": ["celsius", "kelvin"]}}},
      "Convert the reading to Kelvin.", {}, "unit", ("kelvin",)),

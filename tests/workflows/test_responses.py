@@ -182,7 +182,7 @@ FORECAST: dict[str, Any] = {"type": "function", "name": "get_forecast", "paramet
         "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14},
         "alerts": {"type": "boolean"}}}}
 FLIGHTS: dict[str, Any] = {"type": "function", "name": "find_flights", "parameters": {
-    "type": "object", "required": ["origin", "destination", "date"], "properties": {
+    "type": "object", "required": ["origin", "destination"], "properties": {
         "origin": {"type": "string", "pattern": "^[A-Z]{3}$"}, "destination": {"type": "string"},
         "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "max_stops": {"type": "integer"}}}}
 
@@ -213,6 +213,26 @@ def test_a_function_of_several_parameters_is_called_with_the_questions_values_an
     [message] = second["output"]
     assert second["status"] == "completed" and second["verified"] is True, second
     assert message["text"] == f"The result is {output}.", message
+
+
+def test_a_lookup_with_an_optional_parameter_gets_it_only_where_its_question_gives_it(
+        loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The README's get_metric with an optional `decimals`: the model writes the three names, the
+    question fills `decimals` where it writes it beside its name, and leaves it out where not
+    (never a default made up); the answer as the lookup's."""
+    rounded = {**GET_METRIC, "parameters": {**GET_METRIC["parameters"], "properties": {
+        **GET_METRIC["parameters"]["properties"], "decimals": {"type": "integer", "minimum": 0, "maximum": 4}}}}
+    conv = LocalTurns(*loaded)
+    first = responses.run(conv, ResponseSpec.model_validate({"mode": "agent", "functions": [rounded], "question": README_QUESTION}))
+    [call] = first["output"]
+    assert json.loads(call["arguments"]) == {"metric": "churn", "region": "APAC", "period": "2026-Q3"}
+    second = responses.run(conv, ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [rounded], "parked": first["parked"], "output": "2.7"}))
+    assert second["verified"] is True and second["output"][0]["text"] == "churn in APAC in 2026-Q3 was 2.7."
+    asked = responses.run(LocalTurns(*loaded), ResponseSpec.model_validate(
+        {"mode": "agent", "functions": [rounded], "question": "What was churn in APAC in 2026-Q3, to 2 decimals?"}))
+    [call] = asked["output"]
+    assert json.loads(call["arguments"]) == {"metric": "churn", "region": "APAC", "period": "2026-Q3", "decimals": 2}
 
 
 @pytest.mark.parametrize("function, question, force, why", [
@@ -261,6 +281,19 @@ def test_only_functions_of_three_or_one_required_strings_fit_a_skill() -> None:
                                                              "properties": {"e": {"type": "string"}}}}]})
     assert {k: f.name for k, f in spec.callable().items()} == {"metric": "get_kpi", "calc": "calc"}
     assert DATA.seed == 2026  # the sample dataset the outputs above come from
+
+
+def test_a_function_filled_from_its_question_takes_calcs_shape_and_a_lookup_may_have_optional_parameters() -> None:
+    def skill(parameters: dict[str, Any]) -> str | None:
+        return ResponseSpec.model_validate({"mode": "agent", "question": "What?", "functions": [
+            {"type": "function", "name": "f", "parameters": parameters}]}).functions[0].skill()
+
+    props = GET_METRIC["parameters"]["properties"]
+    assert skill(WEATHER_UNIT["parameters"]) == skill(FORECAST["parameters"]) == skill(FLIGHTS["parameters"]) == "calc"
+    assert skill({**GET_METRIC["parameters"], "properties": {**props, "unit": {"type": "string", "enum": ["%", "pp"]}}}) \
+        == "metric"  # its three names the model's, `unit` the question's
+    assert skill({**GET_METRIC["parameters"], "properties": {**props, "tags": {"type": "array"}}}) is None
+    assert skill(UNRELATED["parameters"]) is None  # no required string: nothing the model writes
 
 
 def test_the_built_in_tools_run_here_as_the_native_agents_do(loaded: tuple[SetDLM, Tokenizer]) -> None:
