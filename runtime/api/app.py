@@ -14,7 +14,19 @@ from runtime.api import errors, gate
 from runtime.api.idempotency import Idempotent
 from runtime.api.openai import routes as responses
 from runtime.api.openai.websocket import router as response_socket
-from runtime.api.routes import conversations, datasets, docs, jobs, models, ops, page, schedules, sessions, webhooks
+from runtime.api.routes import (
+    conversations,
+    datasets,
+    docs,
+    exports,
+    jobs,
+    models,
+    ops,
+    page,
+    schedules,
+    sessions,
+    webhooks,
+)
 from runtime.api.services import Services
 from runtime.api.shares import ApiShares
 from runtime.embedded import from_url
@@ -69,7 +81,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *, send: S
     app.add_middleware(gate.Paced, shares=shares, inflight=settings.tenant_max_inflight)
     app.add_middleware(errors.Caught)  # outermost: whatever escapes is a JSON 500 and one log line
 
-    for r in (sessions.router, jobs.router, datasets.router, responses.router, response_socket, conversations.router,
+    for r in (sessions.router, jobs.router, exports.router, datasets.router, responses.router, response_socket, conversations.router,
               models.router, webhooks.router, schedules.router, ops.router, page.router, docs.router):
         app.include_router(r)
     app.mount(docs.ASSETS, docs.assets)
