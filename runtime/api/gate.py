@@ -22,13 +22,12 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, MutableMapping
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
+from runtime.api.scope import RELEASE
 from runtime.api.shares import ApiShares
 
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
@@ -196,7 +195,7 @@ class Turns:
     tenant's request shares the process with at most `inflight` of the flooder's, and a
     flood's own rate falls to what those turns can serve.  A turn is held until the response
     starts: an event stream's long body holds none, and a route that waits long (a response
-    awaited on the loop) gives its turn back first (release_turn).  Requests without a valid
+    awaited on the loop) gives its turn back first (scope.release_turn).  Requests without a valid
     key pass (their 401 is cheap); so do the page, /docs and /healthz (not under /v1/).
     The time each request holds its turn is charged to its tenant's share of the process
     (runtime/api/shares.py: Paced holds a tenant over it at the door)."""
@@ -315,13 +314,3 @@ def _tenant(scope: Scope) -> str | None:
     except Unauthorized:
         return None
 
-
-RELEASE = "setflow.release_turn"
-
-
-def release_turn(scope: MutableMapping[str, Any]) -> None:
-    """Give the request's turn back (Turns) before a long wait that holds no thread: the
-    tenant's other requests need not wait for it.  A no-op outside Turns."""
-    release: Callable[[], None] | None = scope.get("state", {}).get(RELEASE)
-    if release is not None:
-        release()

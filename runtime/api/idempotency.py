@@ -41,14 +41,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.api import errors
 from runtime.api.auth import Unauthorized, tenant_of
 from runtime.api.idempotency_keys import Keys
+from runtime.api.scope import STREAMED, UNKEPT
 from runtime.errors import RateLimited
 from runtime.tables import IdempotencyRecord
 
 HEADER = "idempotency-key"
-STREAMED = "setflow-response-id"  # the header a streaming route names its response by
-#: the header a route names, comma-separated, the fields of its JSON answer that are never kept
-#: (a webhook's secret, shown once): its replay answers without them; the header is not sent
-UNKEPT = "setflow-unkept"
 WAIT_S = 60.0  # a duplicate waits this long for the first request's answer (then 409 in_flight)
 POLL_S = 1.0  # a waiting duplicate checks SQL this often (a first request in another process)
 MAX_WAITING = 8  # a tenant's duplicates waiting at once in one process

@@ -27,9 +27,8 @@ from anyio.to_thread import run_sync
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from runtime.api import gate
+from runtime.api import scope
 from runtime.api.deps import Svc, Tenant
-from runtime.api.idempotency import STREAMED
 from runtime.api.models import ERRORS
 from runtime.api.openai import chain, compaction, ids, view
 from runtime.api.openai.forget import abandon, forget
@@ -93,7 +92,7 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
         out.headers.update(limits)
         return out
     if not req.background:
-        gate.release_turn(request.scope)  # the wait holds no thread: nor the tenant's turn (gate.Turns)
+        scope.release_turn(request.scope)  # the wait holds no thread: nor the tenant's turn (gate.Turns)
         with svc.stream_slot(who):  # a wait holds what a stream holds (a Redis read): counted as one
             job = await _ended(svc, job, svc.settings.response_wait_s, gone=request.is_disconnected)
         if not req.store and await request.is_disconnected():  # its client left: nobody can read it now
@@ -197,7 +196,7 @@ def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool, 
         raise RateLimited(full, retry_after_s=KEEPALIVE_S)
     return StreamingResponse(_events(svc, who, job, after, drop, created), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-                                      STREAMED: ids.response_id(job.id)})  # what an Idempotency-Key keeps of it
+                                      scope.STREAMED: ids.response_id(job.id)})  # what an Idempotency-Key keeps of it
 
 
 def _sse(ev: dict[str, Any]) -> str:

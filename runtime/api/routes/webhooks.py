@@ -9,7 +9,7 @@ from typing import Annotated, Literal, get_args
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.api import idempotency
+from runtime.api import idempotency, scope
 from runtime.api.deps import Limit, Svc, Tenant
 from runtime.api.models import ERRORS, Utc
 from runtime.settings import deployment_key
@@ -79,7 +79,7 @@ def create_webhook(req: WebhookCreate, who: Tenant, svc: Svc, request: Request, 
     and its replay has no `secret`.  A url that is not http(s), an unknown event type: 422; past
     tenant_max_webhooks endpoints: 409 over_budget.  Nothing written then."""
     if idempotency.HEADER in request.headers:  # the middleware keeps this answer: not its secret
-        response.headers[idempotency.UNKEPT] = "secret"
+        response.headers[scope.UNKEPT] = "secret"
     rec = _store(svc).create(who, req.url, req.events, req.description)
     return WebhookCreated(**_view(rec).model_dump(), secret=rec.secret)
 

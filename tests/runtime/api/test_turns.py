@@ -14,7 +14,8 @@ from typing import Any
 from starlette.types import Message, Receive, Scope, Send
 
 from runtime.api.auth import KeyRing
-from runtime.api.gate import WAITING_PER_TURN, Turns, release_turn
+from runtime.api.gate import WAITING_PER_TURN, Turns
+from runtime.api.scope import release_turn
 from tests.runtime.api.conftest import ACME, Api
 
 KEYS = {"key-acme-0001": "acme", "key-globex-01": "globex"}
