@@ -9,8 +9,9 @@ request must leave as it was (SQL rows and the Redis keys under the prefix)."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -93,7 +94,31 @@ class Api:
             for k, t in zip(names, types):
                 getattr(p, size[t])(k) if t in size else p.exists(k)
             sizes = p.execute()
-        return {k: (t, int(n)) for k, t, n in zip(names, types, sizes)}
+        # a key that expired between the scan and its TYPE ("none") is not there
+        return {k: (t, int(n)) for k, t, n in zip(names, types, sizes) if t != "none"}
+
+    def expiring(self, keys: Iterable[str]) -> dict[str, float]:
+        """key -> the time.monotonic() from which it may have expired, for the keys that have a
+        TTL (or had one: gone already, -2): after that a snapshot may find it gone, or read half
+        of it (its type, then a size of 0), whatever a request did."""
+        keys, start = list(keys), time.monotonic()
+        with self.r.pipeline(transaction=False) as p:
+            for k in keys:
+                p.pttl(k)
+            ttls = p.execute()
+        return {k: start + max(ms, 0) / 1000 for k, ms in zip(keys, ttls) if ms != -1}
+
+    def unchanged(self, before: dict[str, Any], expiring: dict[str, float],
+                  rate_limits: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(before, a snapshot now), both without the keys whose TTL has run out since `expiring`
+        (expiring(before's keys)) was read: a test of "nothing changed" waits for a state, not a
+        moment (an earlier test's stream may expire in the middle of a request)."""
+        after, now = self.snapshot(rate_limits), time.monotonic()
+        gone = {k for k, at in expiring.items() if at <= now}
+
+        def kept(state: dict[str, Any]) -> dict[str, Any]:
+            return {**state, "redis": {k: v for k, v in state["redis"].items() if k not in gone}}
+        return kept(before), kept(after)
 
     def sql_state(self) -> dict[str, Any]:
         with self.svc.sql.connect() as c:
