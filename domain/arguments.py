@@ -1,23 +1,23 @@
 """A client's function of several parameters, its arguments taken from the question by
 construction (`get_weather(city, unit)`, `get_forecast(city, days)`): the model writes one of
 them, a text (the calculator's call shape, `calc("Paris")`: the one call of one text it was
-trained to write), chosen among the names the question writes; the runtime fills each other
-parameter from what the question writes for it, and nothing else:
+trained to write), guided whole to the one name the question gives it; the runtime fills each
+other parameter from what the question writes for it, and nothing else:
 
 - an `enum`'s value the question writes whole (any case; a value of one letter only as a
   capital standing alone, "°F", "in C", never the words "a" and "I");
 - a number (integer or number) the question writes as a number next to a word of the
   parameter's name ("in 3 days": `days`; "limit 5");
 - a boolean only where the question writes the parameter's name then true or false
-  ("metric=true");
-- a free string one of the names the question writes (`candidates`) that fits the parameter's
-  own schema: the model chooses among them for one; two or more are told apart only where
-  their schemas leave each the same name whichever the model chooses for the one left (a
-  `pattern`, a length); an optional one only where its `pattern` fits one name alone.
+  ("alerts=true");
+- a free string the one name the question writes (`candidates`) that fits the parameter's own
+  schema; two or more free strings are told apart only where their schemas leave each one name
+  (a `pattern`, a length); an optional one is filled only where its `pattern` fits one name.
 
-A required parameter the question gives no value for, or two values for, is why the function
-is not called (`Binding.missing`), never a value made up.  An optional one it gives none for is
-left out.  Pure: no torch, no decoding."""
+A required parameter the question gives no value for, or two values for (two names that fit a
+free string: which it means cannot be told, and the model's guess would be a call about the
+other), is why the function is not called (`Binding.missing`), never a value made up.  An
+optional one it gives none for is left out.  Pure: no torch, no decoding."""
 
 from __future__ import annotations
 
@@ -187,10 +187,10 @@ def _boolean(name: str, question: str) -> bool | None:
 def _texts(props: dict[str, Any], kinds: dict[str, str | None], required: set[str], question: str,
            taken: list[str], values: dict[str, Any]) -> tuple[str | None, tuple[str, ...], list[str]]:
     """The required free strings: every way to give each a different name of the question that
-    fits its schema is found; a parameter that has the same name in every way is filled (into
-    `values`), and the one that varies is the key, its choices the names it takes; two that vary
-    cannot be told apart.  An optional one is filled only where its `pattern` fits one name of
-    the question's (a date, a code), else left out.  (key, choices, why not)."""
+    fits its schema is found; each must have the same name in every way (filled into `values`,
+    but the key, the first: what the model writes); one that varies cannot be told.  An
+    optional one is filled only where its `pattern` fits one name of the question's (a date, a
+    code), else left out.  (key, choices, why not)."""
     names = candidates(question, [*taken, *map(str, values.values())])
     for k in props:
         if kinds[k] == "string" and k not in required and "pattern" in props[k]:
@@ -210,8 +210,12 @@ def _texts(props: dict[str, Any], kinds: dict[str, str | None], required: set[st
     if len(varies) > 1:
         return None, (), [f"{', '.join(varies)}: the question's names cannot be told apart for them"]
     key = varies[0] if varies else free[0]
+    choices = tuple(dict.fromkeys(w[key] for w in ways))
+    if len(choices) > 1:  # the model would guess which: a call about another name is a wrong success
+        return None, (), [f"{key}: the question writes {len(choices)} names that fit it "
+                          f"({', '.join(map(repr, choices))}): which one cannot be told"]
     values.update({k: ways[0][k] for k in free if k != key})
-    return key, tuple(dict.fromkeys(w[key] for w in ways)), []
+    return key, choices, []
 
 
 def candidates(question: str, given: Iterable[str]) -> list[str]:

@@ -148,11 +148,12 @@ def is_text(result: str) -> bool:
 _NUMBER_RESULT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 #: what a question names, as a client's function of one text argument may take it: a fact slot
 #: ([F3]), a quoted text, a word holding a digit, "@" or "_" (an email, an id, a code, a period),
-#: or a run of capitalised words (a proper name) that is more than the question's first word
+#: or a run of capitalised words (a proper name) that is more than a sentence's first word
 _SLOT_NAME = r"\[F[0-9]+\]"
 _QUOTED = re.compile(r'"([^"\n]{1,64})"|\u201c([^\u201d\n]{1,64})\u201d')
 _MARKED = re.compile(r"[^\s,;:!?()\"]*[0-9@_][^\s,;:!?()\"]*")
 _PROPER = re.compile(r"(?<![\w'])[A-Z][\w'.&-]*(?: [A-Z][\w'.&-]*)*")
+_OPENS = re.compile(r"(?:^|[.!?])\s*$")  # what comes before a sentence's first word
 MAX_NAME = 64  # a name a call's argument copies, in characters (MetricArgs' bound)
 
 
@@ -160,7 +161,8 @@ def question_names(question: str) -> list[str]:
     """The names a question writes (_QUOTED, _MARKED, _PROPER), in the order it writes them, each
     at most MAX_NAME characters, none ending in the sentence's punctuation.  "Use the weather tool
     to get the temperature in San Francisco." -> ["San Francisco"] ("Use" only opens the
-    sentence); "Who is ann@example.com?" -> ["ann@example.com"]."""
+    sentence, as "Answer" does in "Is it cold in Oslo? Answer in C."); "Who is ann@example.com?"
+    -> ["ann@example.com"]."""
     found: list[tuple[int, str]] = []
     for m in _QUOTED.finditer(question):
         found.append((m.start(1) if m[1] is not None else m.start(2), (m[1] or m[2]).strip()))
@@ -170,8 +172,8 @@ def question_names(question: str) -> list[str]:
         found.append((m.start(), m[0].rstrip(".'-")))
     for m in _PROPER.finditer(question):
         name = m[0].rstrip(".'-")
-        if (m.start() == len(question) - len(question.lstrip()) and " " not in name) or name == "I":
-            continue  # the sentence's first word, alone, or "I": no name
+        if (_OPENS.search(question[:m.start()]) and " " not in name) or name == "I":
+            continue  # a sentence's first word, alone, or "I": no name
         found.append((m.start(), name))
     names, end = [], -1
     for i, n in sorted(found, key=lambda x: (x[0], -len(x[1]))):

@@ -342,6 +342,11 @@ class AnswerGuide:
                  eos_id: int | None = None, quote: str | None = None) -> None:
         self._tok, self._inner, self._eos = tok, inner, eos_id
         self._forms = answer_forms(names, results, quote)
+        # the forms' words, units and (slot form) facts are ASCII but where a name copied as text
+        # is not: only then may a token write a character's first bytes in an answer (after a
+        # quote's slot, a byte token "\ufffd" was left unjudged, no form went on from it, and the
+        # model wrote on outside the guide: "The result is [F1]\ufffd went for Qo. [F60] mbb bad.")
+        self._wide = not all(n.isascii() for field in names for n in field)
         # the text before and where its answer stands (None: no answer yet, or a call): a refused
         # position asks about many tokens after the same text
         self._last: tuple[tuple[int, ...], str, tuple[State, ...] | None] = ((), "", None)
@@ -369,6 +374,8 @@ class AnswerGuide:
         if token == self._eos:  # the end: the way on from a whole answer (else the checker says what is missing)
             return True if self._forms.whole(so_far.partition("A:")[2].removeprefix(" ")) else None
         text = self._tok.decode([*before, token])
-        if text == so_far or text.endswith("\ufffd"):  # an end, a stop; a character's first bytes
+        if text.endswith("\ufffd"):  # a character's first bytes: judged whole, where a form may hold one
+            return None if self._wide else False
+        if text == so_far:  # an end, a stop
             return None
         return bool(self._forms.open(text.partition("A:")[2].removeprefix(" "), after=states))

@@ -392,6 +392,7 @@ def test_the_names_a_text_argument_may_take() -> None:
     assert answers.text_arguments('Look up user "bob smith".') == ["bob smith"]
     assert answers.text_arguments("What was [F1] in [F2] in 2026-Q3?") == ["[F1]", "[F2]", "2026-Q3"]
     assert answers.text_arguments("What is 4821 + 37?") == []  # arithmetic: a calculator's expression
+    assert answers.text_arguments("Is it cold in Oslo today? Answer in C.") == ["Oslo", "C"]  # "Answer" opens one
     assert answers.text_arguments("What is (4821+37) * 2 in Paris?") == []
     # a number that is no operand leaves the names: a period, a count of days
     assert answers.text_arguments("What's the weather in San Francisco in 3 days?") == ["San Francisco"]
