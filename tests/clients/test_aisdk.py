@@ -2,7 +2,8 @@
 stack (app.demo.Stack: worker processes, Redis, SQLite): the README's agent question with a
 client-run `get_metric` over a multi-step tool loop, by generateText and by streamText, then a
 second question in each of the three ways a client goes on: the messages re-sent,
-previousResponseId, a conversation.  aisdk/run.mjs drives the SDK and prints what it returned
+previousResponseId, a conversation; and a get_weather(city, unit) of two parameters, its unit
+filled from the question (issue 51).  aisdk/run.mjs drives the SDK and prints what it returned
 and the request bodies it sent; this module judges them.
 
 The packages are installed with `npm ci` from aisdk/package-lock.json into
@@ -171,3 +172,19 @@ def test_a_tool_loop_then_the_next_question_in_a_conversation(sdk_home: Path, st
     # each question once: the SDK re-sends the question with the call's output (the call it leaves out)
     assert said == [("message", "user"), ("function_call", None), ("function_call_output", None),
                     ("message", "assistant")] * 2, said
+
+
+@pytest.mark.parametrize("how", ["generate", "stream"])
+def test_a_function_of_two_parameters_in_a_tool_loop(sdk_home: Path, stack: Stack, how: str) -> None:
+    """get_weather(city, unit: c or f) declared with zod (issue 51): each call's arguments are
+    what its question writes ("in °F", "in C"), the SDK runs it, and the answer quotes its
+    output; the second question re-sent with the messages (generate) or after the first answer's
+    response (stream)."""
+    line = drive(sdk_home, stack, f"{how}-weather")
+    assert line["calls"] == [{"city": "Paris", "unit": "f"}, {"city": "Lisbon", "unit": "c"}]
+    for turn, output in ((line["first"], "72 and sunny"), (line["second"], "21")):
+        calls, answer = turn["steps"]
+        assert calls["finishReason"] == "tool-calls" and calls["toolResults"] == [output]
+        assert answer["finishReason"] == "stop" and turn["text"] == f"The result is {output}.", turn["text"]
+        if how == "stream":
+            assert turn["deltas"] == turn["text"] and not turn["errors"]

@@ -1,7 +1,8 @@
 // The Vercel AI SDK (`ai` with `@ai-sdk/openai`'s Responses provider) against setflow's
 // Responses API: the README's agent question answered with a client-run `get_metric`, by
 // generateText and by streamText over several steps, then a second question in each of the
-// three ways a client goes on (the messages re-sent, previousResponseId, a conversation).
+// three ways a client goes on (the messages re-sent, previousResponseId, a conversation); and a
+// get_weather(city, unit) of two parameters over a loop of two questions.
 // Knows nothing of setflow beyond its URL and key (SETFLOW_URL, SETFLOW_KEY): it prints one JSON
 // line per case, {case, ok, ...what the SDK returned, requests: the bodies it sent}, and the
 // test (tests/clients/test_aisdk.py) judges them.
@@ -53,6 +54,20 @@ const jsonMetric = tool({
   execute: async (input) => {
     calls.push(input);
     return VALUES[input.period] ?? "error: no such period";
+  },
+});
+
+// a function of two parameters (issue 51): setflow fills `unit` from what the question writes
+// ("°F", "in C") and the model writes `city`; the SDK runs it and its words are the answer's
+const WEATHER = "What's the weather in Paris in °F?";
+const WEATHER_NEXT = "How warm is it in Lisbon right now, in C?";
+const SKIES = { "Paris/f": "72 and sunny", "Lisbon/c": "21" }; // the client's weather service
+const weather = tool({
+  description: "The weather in a city, now",
+  inputSchema: z.object({ city: z.string(), unit: z.enum(["c", "f"]) }),
+  execute: async (input) => {
+    calls.push(input);
+    return SKIES[`${input.city}/${input.unit}`] ?? "error: no such city";
   },
 });
 
@@ -122,6 +137,22 @@ const CASES = {
     const first = await generate({ tools: { get_metric: zodMetric }, prompt: QUESTION, ...opts });
     const second = await generate({ tools: { get_metric: zodMetric }, prompt: FOLLOW_UP, ...opts });
     return { first, second, conversation: id };
+  },
+  // the weather function, its second question with the messages re-sent
+  "generate-weather": async () => {
+    const first = await generateText({ model, stopWhen: stepCountIs(5), tools: { get_weather: weather }, prompt: WEATHER });
+    const messages = [{ role: "user", content: WEATHER }, ...first.response.messages, { role: "user", content: WEATHER_NEXT }];
+    return { first: summary(first), second: await generate({ tools: { get_weather: weather }, messages }) };
+  },
+  // streamed, its second question going on from the first answer's response
+  "stream-weather": async () => {
+    const first = await stream({ tools: { get_weather: weather }, prompt: WEATHER });
+    const second = await stream({
+      tools: { get_weather: weather },
+      prompt: WEATHER_NEXT,
+      providerOptions: { openai: { previousResponseId: first.responseId } },
+    });
+    return { first, second };
   },
   "stream-resent": async () => {
     const first = await streamText({ model, stopWhen: stepCountIs(5), tools: { get_metric: zodMetric }, prompt: QUESTION });
