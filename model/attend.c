@@ -228,6 +228,164 @@ AVX512 static void pair(const att_t *a, const room_t *r, long b, long g) {
     }
 }
 
+/* ---- the same arithmetic on a CPU with AVX2 only: each 16-lane vector of the AVX-512 code is
+   two 8-lane halves (lanes 0-7, 8-15) and its tree (l + l+8, then hsum8) is the halves added,
+   then hsum8, so every score, weight and output is the sequence above, as the AVX-512 code
+   computes it.  Fewer scores at a time (16 registers, not 32). ---- */
+typedef struct {
+    __m256 lo, hi;
+} v16;
+
+INLINE v16 v16_zero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+INLINE v16 v16_load(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+INLINE v16 v16_fma(v16 a, v16 b, v16 c) { return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+INLINE float v16_sum(v16 a) { return hsum8(_mm256_add_ps(a.lo, a.hi)); } /* hsum16's tree */
+
+/* exp16's sequence, 8 lanes: floor for roundscale's round-down, and scalef(y, n) as y times
+   2^n built exactly (n in [-126, 0] here: a normal float), one correctly rounded product as
+   scalef's */
+INLINE __m256 exp8(__m256 x) {
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(tiny, y);
+}
+
+/* rows() on AVX2: R rows x K keys of scores at a time (R * K <= 4: 8 registers) */
+INLINE void rows8(const att_t *a, const room_t *r, long b, long t, long h, long n, int R) {
+    long D = a->D, D16 = D & ~15L, esz = a->bf16 ? 2 : 4, K = 4 / R;
+    const int *idx = r->idx;
+    const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
+    for (int i = 0; i < R; i++) {
+        const void *qr = (const char *)a->q + q_at(a, b, t, h + i) * esz;
+        for (long d = 0; d < D; d++) r->qf[i][d] = at(qr, a->bf16, d);
+    }
+    long j = 0;
+    for (; j + K <= n; j += K) { /* scores: R rows x K keys, each its own 16 lanes and tree */
+        v16 acc[4];
+        for (int u = 0; u < R * K; u++) acc[u] = v16_zero();
+        for (long d = 0; d < D16; d += 16) {
+            v16 qv[2];
+            for (int i = 0; i < R; i++) qv[i] = v16_load(r->qf[i] + d);
+            for (long u = 0; u < K; u++) {
+                v16 kv = v16_load(kp + idx[j + u] * D + d);
+                for (int i = 0; i < R; i++) acc[i * K + u] = v16_fma(qv[i], kv, acc[i * K + u]);
+            }
+        }
+        for (int i = 0; i < R; i++)
+            for (long u = 0; u < K; u++) {
+                float sc = v16_sum(acc[i * K + u]);
+                for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kp[idx[j + u] * D + d], sc);
+                r->p[i][j + u] = sc * a->scale + madd[j + u];
+            }
+    }
+    for (; j < n; j++)
+        for (int i = 0; i < R; i++) {
+            const float *kr = kp + idx[j] * D;
+            v16 acc = v16_zero();
+            for (long d = 0; d < D16; d += 16) acc = v16_fma(v16_load(r->qf[i] + d), v16_load(kr + d), acc);
+            float sc = v16_sum(acc);
+            for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kr[d], sc);
+            r->p[i][j] = sc * a->scale + madd[j];
+        }
+    float dsum[2];
+    for (int i = 0; i < R; i++) { /* weights, and their sum over 16 lanes (lanes past n: 0) */
+        float *p = r->p[i], mx = -INFINITY;
+        for (long jj = 0; jj < n; jj++) mx = p[jj] > mx ? p[jj] : mx;
+        __m256 mxv = _mm256_set1_ps(mx);
+        v16 den = v16_zero();
+        for (long jj = 0; jj < n; jj += 16) {
+            long live = n - jj < 16 ? n - jj : 16;
+            float in[16], e[16];
+            for (int l = 0; l < 16; l++) in[l] = l < live ? p[jj + l] : mx; /* a dead lane's weight is set 0 below */
+            __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(in), mxv)), hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(in + 8), mxv));
+            _mm256_storeu_ps(e, lo);
+            _mm256_storeu_ps(e + 8, hi);
+            for (int l = 0; l < 16; l++) e[l] = l < live ? e[l] : 0.0f;
+            memcpy(p + jj, e, live * sizeof(float));
+            den.lo = _mm256_add_ps(den.lo, _mm256_loadu_ps(e));
+            den.hi = _mm256_add_ps(den.hi, _mm256_loadu_ps(e + 8));
+        }
+        dsum[i] = v16_sum(den);
+    }
+    for (long d0 = 0; d0 < D16; d0 += 16) { /* o: 16 of each row's d at a time, every j in order */
+        v16 acc[2];
+        for (int i = 0; i < R; i++) acc[i] = v16_zero();
+        for (long jj = 0; jj < n; jj++) {
+            v16 vv = v16_load(vp + idx[jj] * D + d0);
+            for (int i = 0; i < R; i++) {
+                __m256 pj = _mm256_set1_ps(r->p[i][jj]);
+                acc[i] = v16_fma((v16){pj, pj}, vv, acc[i]);
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            _mm256_storeu_ps(r->o[i] + d0, acc[i].lo);
+            _mm256_storeu_ps(r->o[i] + d0 + 8, acc[i].hi);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        float *o = r->o[i];
+        for (long d = D16; d < D; d++) {
+            float sc = 0.0f;
+            for (long jj = 0; jj < n; jj++) sc = fmaf(r->p[i][jj], vp[idx[jj] * D + d], sc);
+            o[d] = sc;
+        }
+        long off = o_at(a, b, t, h + i);
+        if (a->bf16)
+            for (long d = 0; d < D; d++) ((uint16_t *)a->out)[off + d] = to_bf16(o[d] / dsum[i]);
+        else
+            for (long d = 0; d < D; d++) ((float *)a->out)[off + d] = o[d] / dsum[i];
+    }
+}
+
+static void rows8_1(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows8(a, r, b, t, h, n, 1); }
+static void rows8_2(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows8(a, r, b, t, h, n, 2); }
+
+/* pair() on AVX2 */
+static void pair8(const att_t *a, const room_t *r, long b, long g) {
+    long D = a->D, S = S_of(a, b), G = a->H / a->Hkv, esz = a->bf16 ? 2 : 4;
+    for (long s = 0; s < S; s++) { /* widened to fp32, D floats a row */
+        const char *kr = (const char *)a->k + k_at(a, a->ksb, a->kss, a->ksh, b, s, g) * esz;
+        const char *vr = (const char *)a->v + k_at(a, a->vsb, a->vss, a->vsh, b, s, g) * esz;
+        for (long d = 0; d < D; d++) {
+            r->kp[s * D + d] = at(kr, a->bf16, d);
+            r->vp[s * D + d] = at(vr, a->bf16, d);
+        }
+    }
+    for (long t = 0, T = T_of(a, b); t < T; t++) {
+        const char *mr = (const char *)a->mask + m_at(a, b, t) * (a->mbf16 ? 2 : 4);
+        long n = 0;
+        for (long s = 0; s < S; s++) { /* the attended keys' indices and mask values, in order */
+            float m = at(mr, a->mbf16, s);
+            if (m != -INFINITY) {
+                r->idx[n] = (int)s;
+                r->madd[n++] = m;
+            }
+        }
+        long h = g * G;
+        for (; h + 2 <= (g + 1) * G; h += 2) rows8_2(a, r, b, t, h, n);
+        if (h < (g + 1) * G) rows8_1(a, r, b, t, h, n);
+    }
+}
+
+/* AVX-512 (F, BW, VL) here?  Asked of the CPU once */
+static int wide(void) {
+    static int w = -1;
+    if (w < 0) w = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    return w;
+}
+
 static void run_pairs(const att_t *a, atomic_long *next, atomic_int *failed) {
     long S = a->S, D = a->D, E = D + 16;
     float *f = malloc(((2 * D + 3) * S + 4 * E) * sizeof(float));
@@ -238,7 +396,8 @@ static void run_pairs(const att_t *a, atomic_long *next, atomic_int *failed) {
         float *rest = f + (2 * D + 3) * S;
         room_t r = {f, f + D * S, f + 2 * D * S, {f + (2 * D + 1) * S, f + (2 * D + 2) * S},
                     {rest, rest + E}, {rest + 2 * E, rest + 3 * E}, idx};
-        for (long u; (u = atomic_fetch_add(next, 1)) < a->B * a->Hkv;) pair(a, &r, u / a->Hkv, u % a->Hkv);
+        void (*one)(const att_t *, const room_t *, long, long) = wide() ? pair : pair8;
+        for (long u; (u = atomic_fetch_add(next, 1)) < a->B * a->Hkv;) one(a, &r, u / a->Hkv, u % a->Hkv);
     }
     free(f);
     free(idx);

@@ -1,7 +1,7 @@
 """Attention as the model runs it, for every place that holds keys (model/kv_cache.py,
 model/batch.py) and the model itself: an additive mask, then grouped-query scaled dot-product
-attention: on a CPU with AVX-512, model/attend.c (each query row in one order over the keys it
-attends, whatever the call); elsewhere, and under autograd, torch's SDPA.  Knows nothing of
+attention: on a CPU with AVX2 (or AVX-512), model/attend.c (each query row in one order over
+the keys it attends, whatever the call); elsewhere, and under autograd, torch's SDPA.  Knows nothing of
 caches or models."""
 
 from __future__ import annotations

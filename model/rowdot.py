@@ -188,11 +188,12 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
 
 def attends(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
     """Does attend() run this call here: CPU tensors of one dtype of DTYPES, d (and the mask's
-    keys) contiguous, an additive fp32 or bf16 mask (B|1, 1, T, S), no autograd, and a CPU with
-    AVX-512?  (attend_ragged() asks the same of its operands, its mask flat.)"""
+    keys) contiguous, an additive fp32 or bf16 mask (B|1, 1, T, S), no autograd, and the
+    kernel built (AVX2 and FMA; attend.c runs AVX-512 where the CPU has it, the same
+    arithmetic)?  (attend_ragged() asks the same of its operands, its mask flat.)"""
     return ((mask.dim() == 4 and mask.shape[1] == 1 or mask.dim() == 1)
             and q.device.type == "cpu" and q.dtype in DTYPES and k.dtype == v.dtype == q.dtype
-            and mask.dtype in DTYPES and avx512() and lib() is not None
+            and mask.dtype in DTYPES and lib() is not None
             and q.stride(-1) == k.stride(-1) == v.stride(-1) == mask.stride(-1) == 1
             and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
 
