@@ -22,6 +22,7 @@ optional one it gives none for is left out.  Pure: no torch, no decoding."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from domain.answers import asks_arithmetic
 from domain.tools import NUMBER, holds, question_names
 
 MAX_PARAMETERS = 4  # a function's parameters that can be filled so (issue 52: 1 to 4)
+MAX_WAYS = 4096  # ways to give the free strings names that are tried, at most (4 of 8 names each)
 _BOOLEAN = {"true": True, "false": False}
 _WORD = re.compile(r"[^\s]+")
 _SPLIT = re.compile(r"[=:]")
@@ -201,6 +203,8 @@ def _texts(props: dict[str, Any], kinds: dict[str, str | None], required: set[st
     if not free:
         return None, (), []
     fit = {k: [n for n in names if _fits(props[k], n)] for k in free}
+    if math.prod(len(fit[k]) for k in free) > MAX_WAYS:  # a question of many names: bounded before any work
+        return None, (), [f"{', '.join(free)}: the question writes too many names that fit them to tell"]
     ways = [dict(zip(free, w, strict=True)) for w in itertools.product(*(fit[k] for k in free)) if len(set(w)) == len(w)]
     if not ways:
         bare = [k for k in free if not fit[k]]

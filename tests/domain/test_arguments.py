@@ -89,3 +89,11 @@ def test_an_optional_parameter_the_question_does_not_give_is_left_out() -> None:
 ])
 def test_parameters_that_cannot_be_filled_so_do_not_fit(parameters: dict[str, Any]) -> None:
     assert not fits(parameters)
+
+
+def test_a_question_of_many_names_is_bounded_before_any_work() -> None:
+    """Four free strings over a question of 40 names: 40^4 ways would be tried; refused at once."""
+    four = {"type": "object", "required": list("abcd"), "properties": {k: {"type": "string"} for k in "abcd"}}
+    question = "Compare " + ", ".join(f"City{i:02d}" for i in range(40)) + "."
+    b = bind(four, question)
+    assert b.key is None and b.missing == ("a, b, c, d: the question writes too many names that fit them to tell",)
