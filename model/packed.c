@@ -22,7 +22,7 @@
    for kinds 5 and 6); panel c holds, step after step, its C columns' elements of one
    step: kind 3, for q = 0 .. ceil(k/2) - 1, the pairs (w[Cc + j][2q], w[Cc + j][2q + 1]),
    j = 0 .. C-1 (an odd k's last element paired with 0); the others, for p = 0 .. k - 1,
-   w[Cc + j][p].  Columns past n are 0.  Compile without fast-math and with -ffp-contract=off. */
+   w[Cc + j][p] (kind 6 in the order 0, 8, 1, 9, .. 7, 15 of j).  Columns past n are 0.  Compile without fast-math and with -ffp-contract=off. */
 
 #include "lanes.h"
 #include <stdatomic.h>
@@ -53,7 +53,10 @@ void pack(const void *w, void *pw, long n, long k, int kind) {
             for (long j = 0; j < C; j++)
                 for (long h = 0; h <= pairs; h++) { /* kind 3: the pair's two elements, side by side */
                     long col = c * C + j, p = s + h;
-                    char *d = dst + (j * (1 + pairs) + h) * es;
+                    /* kind 6: column j's element in the 32-bit word j % 8, low half for j < 8
+                       and high half from 8 (one shift and one and widen the 16) */
+                    long at = kind == 6 ? 2 * (j % 8) + j / 8 : j * (1 + pairs) + h;
+                    char *d = dst + at * es;
                     int in = col < n && p < k;
                     if (es == 4) *(float *)d = in ? ((const float *)w)[col * k + p] : 0.0f;
                     else *(uint16_t *)d = in ? ((const uint16_t *)w)[col * k + p] : 0;
@@ -109,9 +112,12 @@ AVX512 INLINE void tile3(const uint16_t *x, long k, const uint16_t *panel, void 
     }
 }
 
-/* kinds 5 and 6 (AVX2): 8 bf16 elements widened exactly to fp32 */
-INLINE __m256 widen8(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+/* kind 6 (AVX2): a step's 16 bf16 elements, as packed (column j in word j % 8, low half for
+   j < 8), widened exactly to fp32: columns 0-7 the words shifted, 8-15 their high halves */
+INLINE void widen16(const uint16_t *p, __m256 *lo, __m256 *hi) {
+    __m256i u = _mm256_loadu_si256((const __m256i *)p);
+    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+    *hi = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
 /* kinds 5 (fp32 panels) and 6 (bf16 panels, widened): mr rows of x (fp32: kind 6's rows are
@@ -130,8 +136,13 @@ INLINE void tile56(const float *x, long k, const void *panel, long pstep, int wb
         for (int c = 0; c < np; c++) {
             const char *wp = (const char *)panel + (c * pstep + p * 16) * es;
             _mm_prefetch(wp + 16 * 64, _MM_HINT_T0); /* 16 steps ahead in this panel's stream */
-            __m256 w0 = wb ? widen8((const uint16_t *)wp) : _mm256_loadu_ps((const float *)wp);
-            __m256 w1 = wb ? widen8((const uint16_t *)wp + 8) : _mm256_loadu_ps((const float *)wp + 8);
+            __m256 w0, w1;
+            if (wb) {
+                widen16((const uint16_t *)wp, &w0, &w1);
+            } else {
+                w0 = _mm256_loadu_ps((const float *)wp);
+                w1 = _mm256_loadu_ps((const float *)wp + 8);
+            }
 #pragma GCC unroll 6
             for (int i = 0; i < mr; i++) {
                 __m256 xv = _mm256_broadcast_ss(x + i * k + p);
