@@ -319,7 +319,26 @@ INLINE void rows8(const att_t *a, const room_t *r, long b, long t, long h, long 
         }
         dsum[i] = v16_sum(den);
     }
-    for (long d0 = 0; d0 < D16; d0 += 16) { /* o: 16 of each row's d at a time, every j in order */
+    long D32 = D16 & ~31L;
+    for (long d0 = 0; d0 < D32; d0 += 32) { /* o: 32 of each row's d at a time (8 chains), every j in order */
+        v16 acc[2][2];
+        for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = v16_zero();
+        for (long jj = 0; jj < n; jj++) {
+            const float *vr = vp + idx[jj] * D + d0;
+            v16 v0 = v16_load(vr), v1 = v16_load(vr + 16);
+            for (int i = 0; i < R; i++) {
+                __m256 pj = _mm256_set1_ps(r->p[i][jj]);
+                acc[i][0] = v16_fma((v16){pj, pj}, v0, acc[i][0]);
+                acc[i][1] = v16_fma((v16){pj, pj}, v1, acc[i][1]);
+            }
+        }
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < 2; c++) {
+                _mm256_storeu_ps(r->o[i] + d0 + 16 * c, acc[i][c].lo);
+                _mm256_storeu_ps(r->o[i] + d0 + 16 * c + 8, acc[i][c].hi);
+            }
+    }
+    for (long d0 = D32; d0 < D16; d0 += 16) { /* the last 16 */
         v16 acc[2];
         for (int i = 0; i < R; i++) acc[i] = v16_zero();
         for (long jj = 0; jj < n; jj++) {
@@ -358,10 +377,14 @@ static void pair8(const att_t *a, const room_t *r, long b, long g) {
     for (long s = 0; s < S; s++) { /* widened to fp32, D floats a row */
         const char *kr = (const char *)a->k + k_at(a, a->ksb, a->kss, a->ksh, b, s, g) * esz;
         const char *vr = (const char *)a->v + k_at(a, a->vsb, a->vss, a->vsh, b, s, g) * esz;
-        for (long d = 0; d < D; d++) {
-            r->kp[s * D + d] = at(kr, a->bf16, d);
-            r->vp[s * D + d] = at(vr, a->bf16, d);
-        }
+        if (!a->bf16) {
+            memcpy(r->kp + s * D, kr, D * sizeof(float));
+            memcpy(r->vp + s * D, vr, D * sizeof(float));
+        } else
+            for (long d = 0; d < D; d++) {
+                r->kp[s * D + d] = bf16_at(kr, d);
+                r->vp[s * D + d] = bf16_at(vr, d);
+            }
     }
     for (long t = 0, T = T_of(a, b); t < T; t++) {
         const char *mr = (const char *)a->mask + m_at(a, b, t) * (a->mbf16 ? 2 : 4);
