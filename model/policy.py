@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -125,7 +126,7 @@ def masked(allowed: Any, j: int, logits: Tensor, tok: Tensor, conf: Tensor, ids:
     if allowed is None:
         return
     assert len(allowed) == logits.shape[-1], f"the guide's mask has {len(allowed)} ids, the logits {logits.shape[-1]}"
-    n = int(allowed.sum())  # on the host, as the guide made it: no device op unless a token is refused
+    n = int(np.count_nonzero(allowed))  # on the host, as the guide made it: no device op unless a token is refused
     if n == 1:
         t = int(allowed.argmax())
         ids[j] = t

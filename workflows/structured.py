@@ -22,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import llguidance
@@ -42,6 +42,8 @@ from model.params import DecodeParams
 from model.profiles import Profile
 from model.tokenizer import Tokenizer
 from runtime.errors import BadInput, Unfinished, Unverified
+from workflows import lengths
+from workflows.lengths import Lengths
 from workflows.turn import Turns, ended, text_of, turn_input
 
 NUMBER_CAP = 16  # tokens of a number's characters in a row, where the grammar allows another token (JsonGuide)
@@ -49,6 +51,7 @@ NUMERIC = frozenset("0123456789.eE+-")  # a number's characters
 OPENERS = '{[",:'  # a token's characters that may open a value (an object, an array, a string, a member, an item)
 ESCAPE = 6  # what a token may add to the closing tokens besides the values it opens: an escape's \uXXXX, "n" -> "ull"
 CLOSERS = ("}", "]", '"', ",", "0", ":")  # what closes a document soonest, first first (_closing)
+WALK_LIMIT = 4096  # tokens of a closing walk that has not closed by then (it never will: _closing)
 
 def requested(text: dict[str, Any] | None) -> Format | None:
     """A Responses request's `text` field -> the Format it asks for (None: text).  ValueError
@@ -82,6 +85,7 @@ def document(text: str, fmt: Format, ended: bool) -> Any:
     return doc
 
 
+HELD_VOCAB = 32768  # ids from which the guide holds a client's maxLength, not the grammar (_held)
 FORMAT_PROMPT = "Write it as one JSON document."  # the document turn's input after a job's text
 DOCUMENT_TOKENS = 256  # the document turn's token limit (a Responses text's own); the job's if smaller
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -130,20 +134,30 @@ class JsonGuide:
     positions left, the mask is the next closing token alone (_close).  Its grammar then leaves a
     free string uncapped (_grammar): the cap's grammar (a string's characters counted to
     STRING_CAP) made the mask several times dearer on a large vocabulary.  The guide caps it
-    instead (_capped): from STRING_CAP characters on, the mask is the string's quote alone.
-    Without a budget the grammar's cap holds (domain/formats.py bounded)."""
+    instead (_capped): from STRING_CAP characters on, the mask is the string's quote alone.  On
+    a large vocabulary (HELD_VOCAB) it leaves the client's maxLength out too, and a matcher of the
+    grammar that counts it, beside this one, holds it (_held, workflows/lengths.py).  Without a
+    budget the grammar's cap and bounds hold (domain/formats.py bounded)."""
 
     def __init__(self, tok: Tokenizer, n_vocab: int, eos_id: int, fmt: Format, budget: int | None = None) -> None:
         self._eos, self._n, self._budget = eos_id, n_vocab, budget
-        self._m, self._v, self._cost, start = _matcher(tok, n_vocab, eos_id, fmt.schema, capped=budget is None)
+        if budget is None:
+            self._m, self._v, self._cost, start = _matcher(tok, n_vocab, eos_id, fmt.schema, grammar(fmt.schema))
+            self._lengths: Lengths | None = None
+        else:  # the client's maxLengths held by the guide where it can (_held), not counted by the grammar
+            self._lengths = _held(tok, n_vocab, eos_id, fmt.schema)
+            g = _grammar(fmt.schema, counted=self._lengths is None)
+            self._m, self._v, self._cost, start = _matcher(tok, n_vocab, eos_id, fmt.schema, g)
         self._slack = self._v.openers * self._cost + ESCAPE  # what one token may add to the closing tokens
         self._ids: list[int] = []  # what the matcher has consumed
         self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # its mask after them
         self._bits = lnp.allocate_token_bitmask(1, n_vocab)  # (1, n_vocab / 32) int32, C-contiguous
         self._ptr, self._bytes = self._bits.ctypes.data, self._bits.nbytes
-        #: (at, the closing tokens from ids[:at], whether ids[:at] ends inside a free string: its
-        #: quote first, then what follows it whatever quiet tokens the string goes on with)
-        self._plan: tuple[int, list[int], bool] | None = (0, start, False)
+        #: (at, the closing tokens from ids[:at] (None: not tokenized yet), whether ids[:at] ends
+        #: inside a free string: its quote first, then what follows it whatever quiet tokens the
+        #: string goes on with, the closing bytes the tokens spell (None where the walk took a
+        #: choice of several bytes) and whether they close the document: the end of text last)
+        self._plan: tuple[int, list[int] | None, bool, bytes | None, bool] | None = (0, *start, start[0][-1:] == [eos_id])
         self._rise: list[tuple[int, bool]] = [(0, True)]  # _close's sums over the plan's tokens since
         self.mask_s: list[float] = []  # each mask's time, its closing walk's (walk_s) included
         self.walk_s: list[float] = []  # each mask's closing-walk part (_close)
@@ -174,6 +188,8 @@ class JsonGuide:
                 if before and num[before[-1]] and len(before) >= NUMBER_CAP and all(num[t] for t in before[-NUMBER_CAP:]):
                     if (self._mask & ~num).any():  # a number ends (a small model repeats its 0s)
                         self._mask &= ~num
+                if self._lengths is not None:
+                    self._lengths.hold(self._m, self._mask)
             self.mask_s.append(time.perf_counter() - t0)
         return self._mask
 
@@ -191,7 +207,8 @@ class JsonGuide:
         if k < 0 or chars + v.tail[before[k]] < STRING_CAP:
             return None
         m, n = self._m, self._budget or 0
-        if not m.validate_tokens([v.quote]) or m.validate_tokens([v.letter] * n) < n:
+        counted = m if self._lengths is None else self._lengths.m  # the client's bounds counted
+        if not m.validate_tokens([v.quote]) or counted.validate_tokens([v.letter] * n) < n:
             return None
         return v.quote
 
@@ -203,32 +220,45 @@ class JsonGuide:
         it may be that close: the last walk's length, plus for each token since that is not the
         walk's own what it may add (its OPENERS' count times the grammar's cost, plus ESCAPE).
         Inside a free string (no pattern, no enum) a token of no quote and no backslash leaves
-        the walk as it was: a quote, then the same."""
+        the walk as it was: a quote, then the same.  Tokens whose bytes begin the walk's bytes
+        leave the rest of them (a walk of one byte at a time, the same from any of its states):
+        the closing tokens are those bytes tokenized again, without a walk, and only where they
+        may be that close (a byte each, at most).  Whatever the path here, the answer is the
+        walk's from these tokens: its first token, or None where it is shorter than the positions
+        left by more than the slack (each shortcut on an upper bound of its length)."""
         if self._budget is None:
             return None
         left = self._budget - at  # positions left, this one and the end of text's included
         bound = sys.maxsize
         if self._plan is not None:
-            at0, path, free = self._plan
+            at0, path, free, walk, closed = self._plan
             n = at - at0
-            since = self._ids[at0:at]
             rise = self._rise  # rise[i]: what ids[at0:at0 + i] may add, and whether each stays in a string
             for t in self._ids[at0 + len(rise) - 1:at]:
                 r, stays = rise[-1]
                 rise.append((r + self._v.opens[t] * self._cost + ESCAPE, stays and self._v.stays[t]))
-            if free and rise[n][1]:  # still inside the string: the same walk
-                n, since = 0, []
-            if since == path[:n]:
-                if len(path) - n + self._slack < left:
-                    return None
-                return path[n]
-            bound = len(path) + rise[n][0]
+            if free and rise[n][1]:  # still inside the string: the same walk, from here
+                self._plan, self._rise, n = (at, path, free, walk, closed), [(0, True)], 0
+            elif n and walk is not None:
+                done = b"".join(self._v.raw[t] for t in self._ids[at0:at])
+                if walk.startswith(done):  # the walk's own bytes: the rest of it
+                    walk, path = walk[len(done):], None
+                    self._plan, self._rise, n = (at, path, False, walk, closed), [(0, True)], 0
+            if n == 0:
+                if path is None:
+                    assert walk is not None
+                    if len(walk) + closed + self._slack < left:  # no more tokens than bytes
+                        return None
+                    path = _tokens(self._v, walk) + [self._eos] * closed
+                    self._plan = (at, path, self._plan[2], walk, closed)
+                return None if len(path) + self._slack < left else path[0]
+            bound = (len(path) if path is not None else len(walk or b"") + closed) + rise[n][0]
             if bound + self._slack < left:
                 return None
-        path, free = _closing(self._m, self._v.closers, self._eos, self._n, self._budget)
+        path, free, walk = _closing(self._m, self._v, self._eos, self._n)
         if len(path) > bound:
             self.broken += 1
-        self._plan, self._rise = (at, path, free), [(0, True)]
+        self._plan, self._rise = (at, path, free, walk, path[-1:] == [self._eos]), [(0, True)]
         return path[0] if len(path) + self._slack >= left else None
 
     def _follow(self, before: Sequence[int]) -> bool:
@@ -239,6 +269,8 @@ class JsonGuide:
             return True
         if k < len(ids):
             self._m.rollback(len(ids) - k)
+            if self._lengths is not None:
+                self._lengths.m.rollback(len(ids) - k)
             del ids[k:]
             if self._plan is not None and self._plan[0] > k:
                 self._plan = None
@@ -248,42 +280,79 @@ class JsonGuide:
         self._mask = None
         if rest:
             took = int(self._m.try_consume_tokens(rest))
+            if self._lengths is not None and took:
+                counted = int(self._lengths.m.try_consume_tokens(rest[:took]))
+                if counted < took:  # a token past a client's bound (never one of this guide's masks)
+                    self._m.rollback(took - counted)
+                    took = counted
             ids.extend(rest[:took])
             return took == len(rest)
         return True
 
 
-def _closing(m: Any, closers: list[int], eos: int, n_vocab: int, limit: int) -> tuple[list[int], bool]:
+def _closing(m: Any, v: _Vocab, eos: int, n_vocab: int, limit: int = WALK_LIMIT) -> tuple[list[int], bool, bytes | None]:
     """Tokens that take matcher `m` from its state to a closed document, the end of text last:
-    a greedy walk (the grammar's forced tokens, else the first of `closers` it allows, else its
-    lowest allowed id), `m` left where it was.  Longer than `limit` (a walk that never closes):
-    what it walked, cut there, without the end of text.  And whether `m` is inside a free
-    string (one both brackets may go on: no pattern, no enum), which the walk's quote closes."""
-    path: list[int] = []
-    free = False
-    while len(path) <= limit:
+    a greedy walk (the grammar's forced bytes, tokenized: _forced; else the first of v.closers
+    it allows, else its lowest allowed one-byte token, else its lowest allowed id), `m` left
+    where it was.  Longer than `limit` tokens (a walk that never closes): what it walked, cut
+    there, without the end of text (one limit for every walk, whatever the budget: the walk
+    from a state of another walk is the rest of it).  And whether `m` is inside a free string (one both brackets may go
+    on: no pattern, no enum), which the walk's quote closes; and the walk's bytes (None where it
+    took a token of several bytes by choice, not forced: then it is not one byte at a time).
+    The tokens are the bytes tokenized as one (_tokens): the same from any state of the walk."""
+    took: list[int] = []
+    free, exact = False, True
+    while len(took) <= limit:
         if m.is_accepting():
-            path.append(eos)
             break
-        step = m.compute_ff_tokens()
+        step: list[int] | None = _forced(m, v)
         if not step:
-            ok = (t for t in closers if m.validate_tokens([t]))
+            ok = (t for t in v.closers if m.validate_tokens([t]))
             first = next(ok, None)
-            if first == closers[0] and next(ok, None) == closers[1]:  # both brackets: inside a string
+            if first == v.closers[0] and next(ok, None) == v.closers[1]:  # both brackets: inside a string
                 first = next(ok, None)
-                free = free or (not path and first == closers[2])  # its quote closes it
+                free = free or (not took and first == v.closers[2])  # its quote closes it
             step = None if first is None else [first]
         if step is None:
             bits = lnp.allocate_token_bitmask(1, n_vocab)
             lnp.fill_next_token_bitmask(m, bits, 0)
-            ids = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little")[:n_vocab])
+            allowed = np.unpackbits(bits.view(np.uint8), bitorder="little")[:n_vocab].view(np.bool_)
+            ids = np.flatnonzero(allowed & v.single)
+            if not len(ids):
+                ids, exact = np.flatnonzero(allowed), False
             step = [int(ids[0])] if len(ids) and ids[0] != eos else []
         n = m.try_consume_tokens(step) if step else 0
         if n == 0:
             break
-        path.extend(step[:n])
-    m.rollback(len(path) - (path[-1:] == [eos]))
-    return path, free
+        took.extend(step[:n])
+    closed = m.is_accepting()
+    m.rollback(len(took))
+    walk = b"".join(v.raw[t] for t in took)
+    if len(took) > limit:
+        return _tokens(v, walk), free, None
+    path = _tokens(v, walk) if exact else took
+    return path + [eos] * closed, free, walk if exact else None
+
+
+def _tokens(v: _Vocab, b: bytes) -> list[int]:
+    """Bytes as the vocabulary's tokens (llguidance's tokenizer), kept per byte string (_forced)."""
+    ids = v.forced.get(b)
+    if ids is None:
+        if len(v.forced) >= FORCED_CACHED:
+            v.forced.clear()
+        ids = v.forced[b] = list(v.lt.tokenize_bytes(b))
+    return ids
+
+
+FORCED_CACHED = 4096  # forced byte strings whose tokens a vocabulary keeps (a schema's names and punctuation)
+
+
+def _forced(m: Any, v: _Vocab) -> list[int]:
+    """The tokens of the bytes matcher `m` must take next (none: a choice is open), tokenized
+    once per byte string: llguidance's forced tokens cost 15-30 us a step on a large vocabulary
+    (they heal the last token), its forced bytes 2 us and a cached tokenization nothing."""
+    b = m.compute_ff_bytes()
+    return _tokens(v, b) if b else []
 
 
 @dataclass(frozen=True)
@@ -293,21 +362,26 @@ class _Vocab:
     lt: Any  # llguidance.LLTokenizer
     numeric: np.ndarray[Any, np.dtype[np.bool_]]  # (n_vocab,) ids that are a number's characters only
     closers: list[int]  # the ids of CLOSERS it has, in CLOSERS' order
-    opens: list[int]  # (n_vocab,) each token's brackets, quotes, commas and colons: values it may open
-    stays: list[bool]  # (n_vocab,) a token of no quote and no backslash: inside a free string, it stays there
+    # tuples, not lists: of ints and bools only, the collector stops tracking them (a list of a
+    # large vocabulary's ids is walked at every full collection: part of a 4-6 ms pause)
+    opens: tuple[int, ...]  # (n_vocab,) each token's brackets, quotes, commas and colons: values it may open
+    stays: tuple[bool, ...]  # (n_vocab,) a token of no quote and no backslash: inside a free string, it stays there
     openers: int  # the most brackets, quotes, commas and colons one token holds (at least 1)
-    quoted: list[bool]  # (n_vocab,) a token with a quote
-    chars: list[int]  # (n_vocab,) each token's characters
-    tail: list[int]  # (n_vocab,) each token's characters after its last quote
+    quoted: tuple[bool, ...]  # (n_vocab,) a token with a quote
+    chars: tuple[int, ...]  # (n_vocab,) each token's characters
+    tail: tuple[int, ...]  # (n_vocab,) each token's characters after its last quote
     quote: int | None  # the id of '"' (JsonGuide._capped)
     letter: int | None  # the id of "a": a character a string takes and nothing else does
+    raw: tuple[bytes, ...]  # (n_vocab,) each token's bytes, as the grammar engine reads them
+    single: np.ndarray[Any, np.dtype[np.bool_]]  # (n_vocab,) ids of one byte
+    forced: dict[bytes, list[int]] = field(default_factory=dict)  # bytes -> their tokens (_tokens)
 
 
 _LOCK = threading.Lock()
 _VOCABS: dict[tuple[int, int, int], tuple[Tokenizer, _Vocab]] = {}  # id(tok) (kept alive), n_vocab, eos ->
 #: (id(tok), n_vocab, eos, grammar) -> the grammar's first matcher (warm), its cost (_cost) and
 #: its closing walk from the start (_closing: every guide's first)
-_MATCHERS: OrderedDict[tuple[int, int, int, str], tuple[Any, int, list[int]]] = OrderedDict()
+_MATCHERS: OrderedDict[tuple[int, int, int, str], tuple[Any, int, tuple[list[int], bool, bytes | None]]] = OrderedDict()
 CACHED = 64  # schemas whose matcher a process keeps (each a few MB at most)
 
 
@@ -319,37 +393,59 @@ def _vocab(tok: Tokenizer, n_vocab: int, eos_id: int) -> _Vocab:
         first: dict[str, int] = {}
         for i, t in enumerate(texts):
             first.setdefault(t, i)
+        lt = llguidance.LLTokenizer(tok.to_str(), n_vocab=n_vocab, eos_token=eos_id)
+        raw = tuple(lt.decode_bytes([i]) if i < lt.vocab_size else b"" for i in range(n_vocab))
         _VOCABS[key] = (tok, _Vocab(
-            llguidance.LLTokenizer(tok.to_str(), n_vocab=n_vocab, eos_token=eos_id),
+            lt,
             np.array([t != "" and set(t) <= NUMERIC for t in texts], dtype=np.bool_),
             [first[c] for c in CLOSERS if c in first],
-            [sum(t.count(c) for c in OPENERS) for t in texts],
-            ['"' not in t and "\\" not in t for t in texts],
+            tuple(sum(t.count(c) for c in OPENERS) for t in texts),
+            tuple('"' not in t and "\\" not in t for t in texts),
             max(1, max(sum(t.count(c) for c in OPENERS) for t in texts)),
-            ['"' in t for t in texts], [len(t) for t in texts], [len(t) - 1 - t.rfind('"') for t in texts],
-            first.get('"'), first.get("a")))
+            tuple('"' in t for t in texts), tuple(len(t) for t in texts), tuple(len(t) - 1 - t.rfind('"') for t in texts),
+            first.get('"'), first.get("a"), raw, np.array([len(b) == 1 for b in raw], dtype=np.bool_)))
     return _VOCABS[key][1]
 
 
-def _grammar(schema: dict[str, Any]) -> str:
+def _grammar(schema: dict[str, Any], counted: bool = True) -> str:
     """`schema`'s grammar as grammar() (domain/formats.py) compiles it, less the STRING_CAP that
     bounded() gives a free string (no maxLength, pattern, format, enum nor const of the
     client's); every other bound kept.  For a guide with a budget, which caps such a string
-    itself (JsonGuide._capped) and closes the document within the budget (JsonGuide._close)."""
+    itself (JsonGuide._capped) and closes the document within the budget (JsonGuide._close).
+    `counted` False: less the client's maxLength too, on a string of no pattern, format, enum
+    nor const (_plain): the guide holds it (workflows/lengths.py)."""
     out = bounded(schema)
     for s, b in zip(schemas.subschemas(schema), schemas.subschemas(out), strict=True):  # bounded adds no subschema
-        if "maxLength" in b and "maxLength" not in s:
+        if "maxLength" in b and ("maxLength" not in s or (not counted and _plain(s))):
             del b["maxLength"]
     return str(llguidance.LLMatcher.grammar_from_json_schema(out, defaults=LAYOUT))  # type: ignore[arg-type]
 
 
+def _plain(s: dict[str, Any]) -> bool:
+    """A string subschema whose only bounds are on its length (its maxLength the guide may hold)."""
+    t = s.get("type")
+    return "string" in (t if isinstance(t, list) else [t]) and not any(k in s for k in ("pattern", "format", "enum", "const"))
+
+
+def _held(tok: Tokenizer, n_vocab: int, eos_id: int, schema: dict[str, Any]) -> Lengths | None:
+    """The client's maxLengths of `schema`'s plain strings (_plain), held by a matcher of the
+    grammar that counts them (_grammar) beside the guide's; None: it has none, its vocabulary is
+    small (below HELD_VOCAB ids the counted grammar's mask costs little more than the other's,
+    and holding them costs its probes: the grammar counts), or the vocabulary has no one-letter
+    token to measure a string's room with."""
+    bounds = [int(s["maxLength"]) for s in schemas.subschemas(schema) if "maxLength" in s and _plain(s)]
+    if not bounds or n_vocab < HELD_VOCAB:
+        return None
+    with _LOCK:
+        sp = lengths.spans(_vocab(tok, n_vocab, eos_id).lt, n_vocab)
+    return None if sp.letter is None else Lengths(_matcher(tok, n_vocab, eos_id, schema, _grammar(schema))[0], sp, bounds)
+
+
 def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, schema: dict[str, Any],
-             capped: bool = True) -> tuple[Any, _Vocab, int, list[int]]:
-    """A fresh matcher of `schema`'s grammar (a deep copy of the process's first one: its lexer,
-    built lazily, kept warm), the tokenizer's _Vocab, the grammar's cost (_cost) and its closing walk
-    from the start.  `capped`: free strings at most STRING_CAP characters (grammar), else
-    uncapped (_grammar)."""
-    g = grammar(schema) if capped else _grammar(schema)
+             g: str) -> tuple[Any, _Vocab, int, tuple[list[int], bool, bytes | None]]:
+    """A fresh matcher of grammar `g` (`schema`'s: grammar(), or _grammar() for a guide with a
+    budget; a deep copy of the process's first one: its lexer, built lazily, kept warm), the
+    tokenizer's _Vocab, the grammar's cost (_cost) and its closing walk from the start."""
     key = (id(tok), n_vocab, eos_id, g)
     with _LOCK:
         v = _vocab(tok, n_vocab, eos_id)
@@ -357,14 +453,14 @@ def _matcher(tok: Tokenizer, n_vocab: int, eos_id: int, schema: dict[str, Any],
             m = llguidance.LLMatcher(v.lt, g, log_level=0)
             ok = not m.is_error()
             _MATCHERS[key] = (m, _cost(bounded(schema), v, eos_id, n_vocab) if ok else 0,
-                              _closing(m, v.closers, eos_id, n_vocab, 4096)[0] if ok else [])
+                              _closing(m, v, eos_id, n_vocab) if ok else ([], False, None))
             if len(_MATCHERS) > CACHED:
                 _MATCHERS.popitem(last=False)
         _MATCHERS.move_to_end(key)
         first, cost, start = _MATCHERS[key]
         if first.is_error():
             raise Unverified(f"the schema's grammar does not load: {first.get_error()}", [])
-        return first.deep_copy(), v, cost, list(start)
+        return first.deep_copy(), v, cost, (list(start[0]), *start[1:])
 
 
 def _cost(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
@@ -378,5 +474,5 @@ def _cost(schema: dict[str, Any], v: _Vocab, eos: int, n_vocab: int) -> int:
     for s in list(schemas.subschemas(schema))[1:]:  # the root's own instance is opened once, at the start
         m = llguidance.LLMatcher(v.lt, grammar({**defs, **s}), log_level=0)
         if not m.is_error():
-            cost = max(cost, len(_closing(m, v.closers, eos, n_vocab, 4096)[0]))
+            cost = max(cost, len(_closing(m, v, eos, n_vocab)[0]))
     return cost

@@ -163,3 +163,80 @@ def test_the_bench_finds_every_schema_valid_alone_and_batched_with_the_same_toke
     result = bench.main(["--quick", "--only", "nested", "--batch", "2"])
     assert result["summary"]["valid"] == 1.0 and result["summary"]["identical"]
     assert result["summary"]["bound_broken"] == 0
+
+
+BOUNDED: dict[str, Any] = {"type": "object", "properties": {
+    "code": {"type": "string", "maxLength": 3}, "note": {"type": ["string", "null"], "minLength": 2, "maxLength": 7},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 1}, "maxItems": 3},
+    "kind": {"type": "string", "enum": ["alpha", "beta"]}, "id": {"type": "string", "pattern": "^[a-z]{2}[0-9]+$"}},
+    "required": ["code", "note", "tags", "kind", "id"], "additionalProperties": False}
+
+
+def _wander(g: JsonGuide, tok: Tokenizer, eos: int, seed: int, long_first: bool) -> list[int]:
+    """A document a wandering model writes under `g`: a random token of each mask (the longest
+    ones first where long_first: they press the strings' bounds), the end of text last."""
+    rng, out = random.Random(seed), []
+    while (m := g.allowed(out)) is not None:
+        ids = [int(i) for i in np.flatnonzero(m) if i != eos] or [eos]
+        if long_first:
+            ids.sort(key=lambda i: -len(tok.decode([i])))
+            ids = ids[:max(1, len(ids) // 8)]
+        out.append(rng.choice(ids))
+    return out
+
+
+def test_a_client_bounded_string_is_held_by_the_guide_not_the_grammar(tok: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a budget, on a large vocabulary (here the shipped one, HELD_VOCAB lowered), a
+    string's maxLength (no pattern, enum...) leaves the grammar (its counted characters made
+    every mask inside it dearer) and the guide holds it (workflows/lengths.py): every token it
+    allows is one the counting grammar accepts, the documents of a model pressing the bounds are
+    valid, and at the bound only what closes the string is allowed."""
+    monkeypatch.setattr(structured, "HELD_VOCAB", 0)
+    cfg = shipped.load()[0].cfg
+    assert JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(BOUNDED), 120)._lengths is not None
+    with monkeypatch.context() as m:
+        m.setattr(structured, "HELD_VOCAB", cfg.vocab_size + 1)
+        assert JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(BOUNDED), 120)._lengths is None, "small: the grammar counts"
+    f = Format(BOUNDED)
+    g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, 120)
+    assert g._lengths is not None
+    assert structured._grammar(BOUNDED).count('"maxLength"') == 3 and '"maxLength"' not in structured._grammar(BOUNDED, counted=False)
+    counted = structured._matcher(tok, cfg.vocab_size, cfg.eos_id, BOUNDED, structured._grammar(BOUNDED))[0]
+    for seed in range(6):
+        g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, 120)
+        out = _wander(g, tok, cfg.eos_id, seed, long_first=seed % 2 == 0)
+        m = counted.deep_copy()
+        for k, t in enumerate(out[:-1]):
+            allowed = g.allowed(out[:k])
+            assert allowed is not None
+            for a in np.flatnonzero(allowed).tolist():
+                assert a == cfg.eos_id or m.validate_tokens([a]), (tok.decode(out[:k]), tok.decode([a]))
+            assert m.consume_token(t)
+        doc = structured.document(tok.decode(out[:-1], skip_special=True), f, ended=True)
+        assert len(doc["code"]) <= 3 and all(len(t) <= 1 for t in doc["tags"]) and g.broken == 0
+    at = tok.encode('{"code":"abc')
+    m = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, 120).allowed(at)
+    assert m is not None and all(tok.decode([int(i)]).startswith('"') for i in np.flatnonzero(m)), "at the bound: the quote"
+
+
+@pytest.mark.parametrize("name", ["nested", "bounded"])
+def test_a_guide_with_a_budget_is_a_pure_function_of_the_tokens_before(tok: Tokenizer, name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a budget (closing walks reused from the bytes they spell, the client's bounds held by
+    the guide), masks asked in any order, or of a fresh guide each, are those asked in order."""
+    from bench.grammars import SCHEMAS
+    monkeypatch.setattr(structured, "HELD_VOCAB", 0)
+    cfg = shipped.load()[0].cfg
+    f = Format(BOUNDED if name == "bounded" else SCHEMAS[name])
+    for seed, budget in ((0, 40), (1, 90), (2, 256)):
+        ids = _wander(JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, budget), tok, cfg.eos_id, seed, long_first=True)
+        want = _masks(JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, budget), ids)
+        for k, m in enumerate(want):
+            fresh = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, budget).allowed(ids[:k])
+            assert (fresh is None and m is None) or np.array_equal(fresh, m), (name, budget, k)
+        g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, budget)
+        order = list(range(len(ids) + 1))
+        random.Random(seed).shuffle(order)
+        for k in order:
+            got = g.allowed(ids[:k])
+            assert (got is None and want[k] is None) or np.array_equal(got, want[k]), (name, budget, k)
