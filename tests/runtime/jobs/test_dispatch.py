@@ -502,6 +502,8 @@ def test_a_burst_placed_before_its_jobs_start_fills_each_workers_slots_and_no_mo
     and two, the fifth to the shared queue (the RabbitMQ interactive-first test caught three on
     one worker, the third waiting behind the two while the other worker had a slot free)."""
     d, sent, _ = env
+    d.s = d.jobs.s = d.routing.s = d.s.model_copy(update={"worker_heartbeat_s": 60.0})  # alive throughout: at the
+    # fixture's 0.2 s a loaded machine let the workers die between their beat and the placing
     p, r = d.s.key_prefix, d.routing
     r.beat("w1", 2)
     r.beat("w2", 2)
