@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from bench.batch import Turn, batched
 from bench.checkpoints import SHAPES, write
 from model import checkpoint, rowdot
-from model.decode import generate, prefill
+from model.decode import begin_turn, decode, prefill
 from model.importer import import_checkpoint
 from model.kv_cache import KVCache
 from model.linear import served
@@ -181,17 +181,27 @@ def hf_prefill(hf: Any, ids: list[int]) -> float:
 
 @torch.no_grad()
 def setflow_decode(model: SetDLM, ids: list[int], params: DecodeParams) -> tuple[float, int, int]:
-    """Seconds, new tokens, forwards (the prompt's prefill included)."""
-    t = clock()
-    out, _, state = generate(model, ids, params)
-    return clock() - t, len(out), state.nfe
+    """Decode only, timed on its own after the prompt's prefill: seconds, new tokens, forwards
+    (the prefill's not counted)."""
+    w = next(model.parameters())
+    cache = KVCache.for_model(model.cfg, capacity=len(ids) + params.max_new_tokens + 2 * params.window,
+                              dtype=w.dtype, device=w.device)
+    state = begin_turn(model, cache, None, ids, params)  # the prompt's prefill, untimed
+    nfe, t = state.nfe, clock()
+    for _ in decode(model, cache, state, params):
+        pass
+    return clock() - t, len(state.tokens) - len(ids), state.nfe - nfe
 
 
 @torch.no_grad()
 def hf_decode(hf: Any, ids: list[int], n: int) -> tuple[float, int, int]:
+    """Decode only, as setflow's: the prompt but its last token prefilled untimed, then
+    `generate` from that cache (the last prompt token's forward gives the first new token):
+    seconds, new tokens, forwards."""
+    past = hf(torch.tensor([ids[:-1]], device=hf.device), use_cache=True, logits_to_keep=1).past_key_values
     t = clock()
-    out = hf.generate(torch.tensor([ids], device=hf.device), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                      use_cache=True)
+    out = hf.generate(torch.tensor([ids], device=hf.device), cache=past, max_new_tokens=n,
+                      min_new_tokens=n, do_sample=False, use_cache=True)
     return clock() - t, out.shape[1] - len(ids), n
 
 
@@ -204,7 +214,7 @@ def setflow_batch(model: SetDLM, pool: KVPool, prompts: list[list[int]]) -> tupl
 def measure(model: SetDLM, hf: Any, dtype: str, threads: int, repeats: int, sessions: tuple[int, ...],
             hw: dict[str, float], prompt: int = PREFILL) -> list[dict[str, Any]]:
     """The rows of one (dtype, threads): each case's runs alternate with its baseline's; the
-    decode rows (ar, ar_hf, W) count decode only: a run less its side's prefill median."""
+    decode rows (ar, ar_hf, W) time decode only, each run after its own untimed prefill."""
     cfg = model.cfg
     long_prompt = prompt_ids(prompt, 1)
     pool = KVPool(cfg, max(sessions) * -(-(PROMPT + NEW + 16) // BLOCK) + 8, dtype=DTYPES[dtype],
@@ -226,13 +236,9 @@ def measure(model: SetDLM, hf: Any, dtype: str, threads: int, repeats: int, sess
         for k, fn in cases.items():
             runs[k].append(fn())
     rows = []
-    prefilled = {side: statistics.median(r[0] for r in runs[f"prefill{side}"]) for side in ("", "_hf")}
     for k, rs in runs.items():
         secs = statistics.median(r[0] for r in rs)
         tokens, fwd = rs[0][1], rs[0][2]
-        if k == "ar_hf" or k == "ar" or k.startswith("W"):  # decode only
-            secs = max(1e-6, statistics.median(r[0] - prefilled["_hf" if k.endswith("_hf") else ""] for r in rs))
-            tokens -= 1 if k == "ar_hf" else 0  # its first token came with the prefill
         rows.append({"dtype": dtype, "threads": threads, "case": k, "tokens": tokens, "forwards": fwd,
                      "seconds": round(secs, 4), "tokens_per_s": round(tokens / secs, 2),
                      "bound_s": round(bound_s(model, k, tokens, hw, prompt), 4)})
@@ -250,7 +256,7 @@ def bound_s(model: SetDLM, case: str, tokens: int, hw: dict[str, float], prompt:
         B = int(case.removeprefix("batch"))
         return f(B * PROMPT, 0, PROMPT // 2) + NEW * f(2 * B, B, PROMPT + NEW // 2)  # one batched prefill, then steps
     keys = prompt + NEW // 2
-    if case == "ar_hf":  # a 1-row forward per token but the first (which came with the prefill)
+    if case == "ar_hf":  # a 1-row forward per token (the first from the last prompt token)
         return tokens * f(1, 1, keys)
     W = 1 if case == "ar" else int(case.removeprefix("W"))
     return -(-NEW // W) * f(2 * W, W, keys)  # every step commits W: its pending W and W masks

@@ -25,3 +25,24 @@ def test_a_row_meets_a_ratio_target_from_above_and_the_bound_from_below() -> Non
     assert got["W4"]["got"] == 2.5 and got["W4"]["met"] and got["W8"]["got"] == 3.0 and got["W8"]["met"]
     assert got["batch8"] == {"got": 3.0, "target": 3.0, "met": True}
     assert got["of_bound"] == {"got": 1.6, "target": 1.5, "met": False}  # the worst of setflow's rows
+
+
+def test_the_decode_rows_time_decode_only_on_both_sides() -> None:
+    """setflow_decode and hf_decode each prefill their prompt untimed and return the decode's
+    own new tokens and forwards: AR one forward a token on both sides, W = 4 with every position
+    committed a quarter of them (the tiny shape: seconds)."""
+    import torch
+
+    q = _bench_main("qwen").__globals__
+    from model import checkpoint
+    from model.params import DecodeParams
+
+    model = checkpoint.load(q["imported"]("tiny"), dtype=torch.float32)
+    ids = [i % model.cfg.vocab_size for i in q["prompt_ids"](24, 1)]
+    _, tokens, forwards = q["setflow_decode"](model, ids, DecodeParams(policy="ar", max_new_tokens=8, ignore_eos=True))
+    assert (tokens, forwards) == (8, 8)
+    _, tokens, forwards = q["setflow_decode"](model, ids, DecodeParams(policy="set", window=4, tau=0.0,
+                                                                       max_new_tokens=8, ignore_eos=True))
+    assert (tokens, forwards) == (8, 2)
+    _, tokens, forwards = q["hf_decode"](q["hf_model"](model), ids, 8)
+    assert (tokens, forwards) == (8, 8)
