@@ -210,14 +210,14 @@ typedef struct {
 } pjob_t;
 
 /* kinds 5 and 6, panels [c0, c1): the rows in tiles as even as may be, of at most 3 rows below
-   12 (a 3 x 2-panel tile runs 12 FMA chains for 7 loads, enough chains at any row count) and
-   of at most 6 from 12 (6 x 1 panel: 12 for 8 loads, the panel's half of them read again by
-   fewer tiles from L2), and the panels in groups of the most panels the largest tile takes at
-   once (NP56), each group staying in L2 while the row tiles pass; a group ends before the
-   last, partial panel */
+   4 (1 row x 4 panels, 2 x 3, 3 x 2: 8 to 12 FMA chains, enough to cover the FMA's latency)
+   and of at most 6 from 4 (6 x 1 panel: 12 FMAs for 8 loads, the panel's loads and widening
+   shared by 6 rows: at 4-11 rows 1.3-1.8x the 3-row tiles in bf16, no slower in fp32), and the
+   panels in groups of the most panels the largest tile takes at once (NP56), each group
+   staying in L2 while the row tiles pass; a group ends before the last, partial panel */
 static void run_panels56(const pjob_t *jb, long c0, long c1) {
     long k = jb->k, pstep = 16 * k, ys = jb->ybf16 ? 2 : 4, es = jb->kind == 6 ? 2 : 4;
-    long tiles = jb->m >= 12 ? (jb->m + ROWS - 1) / ROWS : (jb->m + 2) / 3;
+    long tiles = jb->m >= 4 ? (jb->m + ROWS - 1) / ROWS : (jb->m + 2) / 3;
     int most = (int)((jb->m + tiles - 1) / tiles); /* the largest tile's rows */
     long full = c1 * 16 <= jb->n ? c1 : c1 - 1; /* panels before `full` have 16 columns each */
     for (long c = c0; c < c1;) {
