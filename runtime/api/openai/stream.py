@@ -178,11 +178,11 @@ async def events(svc: Services, job: JobRecord, after: int,
     stream ends with the job even if its final event was lost).  None: KEEPALIVE_S went by
     without one.  `drop` (store false): forgotten at its end, abandoned where the reader leaves
     first.  The SSE stream (routes.py) and a WebSocket (websocket.py) read it alike."""
-    r = svc.aclient()
     key, at = svc.keys.events(job.id), "0"
     tr = Translator(job, await run_sync(svc.tokenizer, ""),
                                     steps=bool(job.spec.get("request", {}).get("step_events")))
     quiet = checked = time.monotonic()
+    r = svc.aclient()  # made where the finally below closes it: no await between them
     try:
         for ev in tr.start():
             if ev["sequence_number"] > after:
