@@ -92,18 +92,56 @@ typedef struct {
     int *idx;
 } room_t;
 
+/* What both ISAs' rows() share, outside their vector loops: the R rows' queries widened to
+   fp32; a score's tail of d (scalar FMAs in order), scaled, plus its mask value; a row's
+   largest score; and the output rows: o's tail of d over j in order, then o / den (bf16
+   rounded to nearest even) */
+INLINE void load_queries(const att_t *a, const room_t *r, long b, long t, long h, int R) {
+    long esz = a->bf16 ? 2 : 4;
+    for (int i = 0; i < R; i++) {
+        const void *qr = (const char *)a->q + q_at(a, b, t, h + i) * esz;
+        for (long d = 0; d < a->D; d++) r->qf[i][d] = at(qr, a->bf16, d);
+    }
+}
+
+INLINE float score(const att_t *a, const room_t *r, int i, const float *kr, long D16, float lanes, float madd) {
+    for (long d = D16; d < a->D; d++) lanes = fmaf(r->qf[i][d], kr[d], lanes);
+    return lanes * a->scale + madd;
+}
+
+INLINE float largest(const float *p, long n) {
+    float mx = -INFINITY;
+    for (long j = 0; j < n; j++) mx = p[j] > mx ? p[j] : mx;
+    return mx;
+}
+
+INLINE void write_rows(const att_t *a, const room_t *r, long b, long t, long h, long n, long D16, const float *dsum,
+                       int R) {
+    long D = a->D;
+    for (int i = 0; i < R; i++) {
+        float *o = r->o[i];
+        for (long d = D16; d < D; d++) {
+            float sc = 0.0f;
+            for (long jj = 0; jj < n; jj++) sc = fmaf(r->p[i][jj], r->vp[r->idx[jj] * D + d], sc);
+            o[d] = sc;
+        }
+        long off = o_at(a, b, t, h + i);
+        if (a->bf16)
+            for (long d = 0; d < D; d++) ((uint16_t *)a->out)[off + d] = to_bf16(o[d] / dsum[i]);
+        else
+            for (long d = 0; d < D; d++) ((float *)a->out)[off + d] = o[d] / dsum[i];
+    }
+}
+
 /* R query rows that attend the same keys (heads of one key head, at one position), together:
    each key and value row read once for all R.  Each row's arithmetic is the sequence above:
    scores 16 at a time share one reduction (hsum16x16: each score its own tree), the rest one
    by one (hsum16) */
 AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h, long n, int R) {
-    long D = a->D, D16 = D & ~15L, esz = a->bf16 ? 2 : 4, K = 16 / R;
+    long D = a->D, D16 = D & ~15L, K = 16 / R;
     const int *idx = r->idx;
     const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
-    for (int i = 0; i < R; i++) {
-        const void *qr = (const char *)a->q + q_at(a, b, t, h + i) * esz;
-        for (long d = 0; d < D; d++) r->qf[i][d] = at(qr, a->bf16, d);
-    }
+    load_queries(a, r, b, t, h, R);
     float sums[16];
     long j = 0;
     for (; j + K <= n; j += K) { /* scores: R rows x K keys */
@@ -120,9 +158,7 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
         hsum16x16(acc, sums);
         for (int i = 0; i < R; i++)
             for (long u = 0; u < K; u++) {
-                float sc = sums[i * K + u];
-                for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kp[idx[j + u] * D + d], sc);
-                r->p[i][j + u] = sc * a->scale + madd[j + u];
+                r->p[i][j + u] = score(a, r, i, kp + idx[j + u] * D, D16, sums[i * K + u], madd[j + u]);
             }
     }
     for (; j < n; j++)
@@ -130,14 +166,11 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
             const float *kr = kp + idx[j] * D;
             __m512 acc = _mm512_setzero_ps();
             for (long d = 0; d < D16; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(r->qf[i] + d), _mm512_loadu_ps(kr + d), acc);
-            float sc = hsum16(acc);
-            for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kr[d], sc);
-            r->p[i][j] = sc * a->scale + madd[j];
+            r->p[i][j] = score(a, r, i, kr, D16, hsum16(acc), madd[j]);
         }
     float dsum[2];
     for (int i = 0; i < R; i++) { /* weights: e^(score - the row's largest), and their sum */
-        float *p = r->p[i], mx = -INFINITY;
-        for (long jj = 0; jj < n; jj++) mx = p[jj] > mx ? p[jj] : mx;
+        float *p = r->p[i], mx = largest(p, n);
         __m512 den = _mm512_setzero_ps(), mxv = _mm512_set1_ps(mx);
         for (long jj = 0; jj < n; jj += 16) { /* lanes past n: masked, sum 0 */
             __mmask16 live = n - jj >= 16 ? 0xffff : (__mmask16)((1u << (n - jj)) - 1);
@@ -170,19 +203,7 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
         for (int i = 0; i < R; i++)
             for (int c = 0; c < nv; c++) _mm512_storeu_ps(r->o[i] + d0 + 16 * c, acc[i][c]);
     }
-    for (int i = 0; i < R; i++) {
-        float *o = r->o[i];
-        for (long d = D16; d < D; d++) {
-            float sc = 0.0f;
-            for (long jj = 0; jj < n; jj++) sc = fmaf(r->p[i][jj], vp[idx[jj] * D + d], sc);
-            o[d] = sc;
-        }
-        long off = o_at(a, b, t, h + i);
-        if (a->bf16)
-            for (long d = 0; d < D; d++) ((uint16_t *)a->out)[off + d] = to_bf16(o[d] / dsum[i]);
-        else
-            for (long d = 0; d < D; d++) ((float *)a->out)[off + d] = o[d] / dsum[i];
-    }
+    write_rows(a, r, b, t, h, n, D16, dsum, R);
 }
 
 AVX512 static void rows1(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows(a, r, b, t, h, n, 1); }
@@ -264,13 +285,10 @@ INLINE __m256 exp8(__m256 x) {
 
 /* rows() on AVX2: R rows x K keys of scores at a time (R * K <= 4: 8 registers) */
 INLINE void rows8(const att_t *a, const room_t *r, long b, long t, long h, long n, int R) {
-    long D = a->D, D16 = D & ~15L, esz = a->bf16 ? 2 : 4, K = 4 / R;
+    long D = a->D, D16 = D & ~15L, K = 4 / R;
     const int *idx = r->idx;
     const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
-    for (int i = 0; i < R; i++) {
-        const void *qr = (const char *)a->q + q_at(a, b, t, h + i) * esz;
-        for (long d = 0; d < D; d++) r->qf[i][d] = at(qr, a->bf16, d);
-    }
+    load_queries(a, r, b, t, h, R);
     long j = 0;
     for (; j + K <= n; j += K) { /* scores: R rows x K keys, each its own 16 lanes and tree */
         v16 acc[4];
@@ -285,9 +303,7 @@ INLINE void rows8(const att_t *a, const room_t *r, long b, long t, long h, long 
         }
         for (int i = 0; i < R; i++)
             for (long u = 0; u < K; u++) {
-                float sc = v16_sum(acc[i * K + u]);
-                for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kp[idx[j + u] * D + d], sc);
-                r->p[i][j + u] = sc * a->scale + madd[j + u];
+                r->p[i][j + u] = score(a, r, i, kp + idx[j + u] * D, D16, v16_sum(acc[i * K + u]), madd[j + u]);
             }
     }
     for (; j < n; j++)
@@ -295,14 +311,11 @@ INLINE void rows8(const att_t *a, const room_t *r, long b, long t, long h, long 
             const float *kr = kp + idx[j] * D;
             v16 acc = v16_zero();
             for (long d = 0; d < D16; d += 16) acc = v16_fma(v16_load(r->qf[i] + d), v16_load(kr + d), acc);
-            float sc = v16_sum(acc);
-            for (long d = D16; d < D; d++) sc = fmaf(r->qf[i][d], kr[d], sc);
-            r->p[i][j] = sc * a->scale + madd[j];
+            r->p[i][j] = score(a, r, i, kr, D16, v16_sum(acc), madd[j]);
         }
     float dsum[2];
     for (int i = 0; i < R; i++) { /* weights, and their sum over 16 lanes (lanes past n: 0) */
-        float *p = r->p[i], mx = -INFINITY;
-        for (long jj = 0; jj < n; jj++) mx = p[jj] > mx ? p[jj] : mx;
+        float *p = r->p[i], mx = largest(p, n);
         __m256 mxv = _mm256_set1_ps(mx);
         v16 den = v16_zero();
         for (long jj = 0; jj < n; jj += 16) {
@@ -353,19 +366,7 @@ INLINE void rows8(const att_t *a, const room_t *r, long b, long t, long h, long 
             _mm256_storeu_ps(r->o[i] + d0 + 8, acc[i].hi);
         }
     }
-    for (int i = 0; i < R; i++) {
-        float *o = r->o[i];
-        for (long d = D16; d < D; d++) {
-            float sc = 0.0f;
-            for (long jj = 0; jj < n; jj++) sc = fmaf(r->p[i][jj], vp[idx[jj] * D + d], sc);
-            o[d] = sc;
-        }
-        long off = o_at(a, b, t, h + i);
-        if (a->bf16)
-            for (long d = 0; d < D; d++) ((uint16_t *)a->out)[off + d] = to_bf16(o[d] / dsum[i]);
-        else
-            for (long d = 0; d < D; d++) ((float *)a->out)[off + d] = o[d] / dsum[i];
-    }
+    write_rows(a, r, b, t, h, n, D16, dsum, R);
 }
 
 static void rows8_1(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows8(a, r, b, t, h, n, 1); }
