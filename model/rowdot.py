@@ -65,7 +65,8 @@ PACKED = {3: torch.bfloat16, 5: torch.float32, 6: torch.bfloat16}
 
 
 def avx512() -> bool:
-    """Has this CPU the AVX-512 (F, BW, VL) that the wide kinds and model/attend.c need?"""
+    """Has this CPU the AVX-512 (F, BW, VL) that kinds 1 and 3 need?  (model/attend.c asks
+    the CPU itself which of its two codes to run: the same arithmetic either way.)"""
     return {"avx512f", "avx512bw", "avx512vl"} <= _flags()
 
 
@@ -168,18 +169,16 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
     (m, k), n = x.shape, w.shape[0]
     assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
     kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
+    if x.dtype != torch.float32 and kind != 3:
+        x = x.float()  # exact: every kind but 3 reads its rows in fp32
     y = torch.empty(m, n, dtype=out)
     if kind in PACKED:
-        if kind == 6:
-            x = x.float()  # exact: kind 6 reads its rows widened
         pw = pack(w) if packed is None else packed
         assert pw.dtype == w.dtype and pw.numel() == dll.packed_size(n, k, kind), "packed weights of another shape"
         bad = dll.rowdot_packed(x.data_ptr(), pw.data_ptr(), y.data_ptr(), int(out == torch.bfloat16), kind,
                                 m, k, n, threads)
         assert bad == 0, f"rowdot_packed refused kind {kind}"
         return y
-    if x.dtype != torch.float32:
-        x = x.float()  # exact: kinds 0 and 1 read fp32 activations
     bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(),
                      int(out == torch.bfloat16), m, k, n, threads)
     assert bad == 0, f"rowdot refused kind {kind}"
