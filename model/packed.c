@@ -124,7 +124,10 @@ INLINE void widen16(const uint16_t *p, __m256 *lo, __m256 *hi) {
    widened by the caller, exactly; stride k) times np consecutive 16-column panels (panel
    elements `pstep` apart).  Each output is one FMA chain over k, so chains run side by side
    only across rows and columns: mr x 2np accumulators, 8 to 12 of AVX2's 16 registers, enough
-   chains to cover the FMA's latency at every row count (1 row: 4 panels). */
+   chains to cover the FMA's latency at every row count (1 row: 4 panels).  Every accumulator
+   lives in a register: kind 6 over several panels widens each half just before its FMAs, the
+   high half by two shifts, so that no mask register is held beside them (what is held: 2np x mr
+   accumulators, mr broadcasts, one half). */
 INLINE void tile56(const float *x, long k, const void *panel, long pstep, int wb, void *y, long ldy, int ybf16,
                    int cols, int mr, int np) {
     __m256 acc[12]; /* row i, vector v of the tile's 2np: acc[i * 2np + v]; mr x 2np <= 12 (NP56) */
@@ -136,6 +139,20 @@ INLINE void tile56(const float *x, long k, const void *panel, long pstep, int wb
         for (int c = 0; c < np; c++) {
             const char *wp = (const char *)panel + (c * pstep + p * 16) * es;
             _mm_prefetch(wp + 16 * 64, _MM_HINT_T0); /* 16 steps ahead in this panel's stream */
+            if (wb && np > 1) { /* 12 accumulators and mr broadcasts: one register left for a half */
+                __m256i u = _mm256_loadu_si256((const __m256i *)wp);
+                __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+#pragma GCC unroll 3
+                for (int i = 0; i < mr; i++)
+                    acc[i * 2 * np + 2 * c] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + i * k + p), w0,
+                                                              acc[i * 2 * np + 2 * c]);
+                __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(u, 16), 16));
+#pragma GCC unroll 3
+                for (int i = 0; i < mr; i++)
+                    acc[i * 2 * np + 2 * c + 1] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + i * k + p), w1,
+                                                                  acc[i * 2 * np + 2 * c + 1]);
+                continue;
+            }
             __m256 w0, w1;
             if (wb) {
                 widen16((const uint16_t *)wp, &w0, &w1);

@@ -163,6 +163,20 @@ def test_fp32_packed_is_the_sum_in_k_order(monkeypatch: pytest.MonkeyPatch) -> N
     assert torch.equal(rowdot.product(x, w, 1), want)
 
 
+def test_bf16_widened_has_the_bits_of_fp32_over_the_widened_operands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kind 6 is kind 5 over its operands widened exactly to fp32, at every tile the rows and
+    panels make (1-3 rows over several panels, 4-6 rows over one, a partial last panel)."""
+    if rowdot.lib() is None:
+        pytest.skip("no row-invariant kernel here")
+    monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 5, torch.bfloat16: 6})
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(13, 301, generator=g).to(torch.bfloat16)
+    w = torch.randn(133, 301, generator=g).to(torch.bfloat16)
+    for a, m in ((0, 1), (1, 2), (3, 3), (0, 4), (2, 5), (0, 6), (0, 13)):
+        got = rowdot.product(x[a:a + m], w, 1)
+        assert torch.equal(got, rowdot.product(x[a:a + m].float(), w.float(), 1)), (a, m)
+
+
 @KERNEL
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_bf16_output_is_the_fp32_one_rounded_as_torch_rounds(dtype: torch.dtype) -> None:
