@@ -110,6 +110,14 @@ def last_segment(text: str) -> str:
     return text.rsplit(END_RESULT, 1)[-1]
 
 
+def segment_problems(segment: str) -> list[str]:
+    """What a last segment of a model trained on the answer forms writes besides its answer:
+    training's is "A: " and the answer, nothing before its "A:" (a word there is in the transcript
+    a job returns as much as one in the answer).  A text model's segment is its own."""
+    head = segment.partition("A:")[0].strip()
+    return [f"the last segment writes {head!r} before its answer"] if head else []
+
+
 def answer_of(segment: str) -> str | None:
     """The answer one segment gives: what follows its first "A:" (all of it is checked); None
     where it has none, or holds a call (a segment that calls does not answer)."""
@@ -466,7 +474,7 @@ _FIELD = re.compile(r"\{(\w+)\}")
 #: each answer form as its parts: a literal, or a field's name in braces (domain/agent.py ANSWERS)
 _FORMS = [[p for p in re.split(r"(\{\w+\})", form) if p] for form in ANSWERS.values()]
 _RESULT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
-_BEGUN_RESULT = re.compile(r"-?[0-9]*(?:\.[0-9]*)?")
+_BEGUN_RESULT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?)?")  # "-." is no beginning: no number follows it
 
 
 @dataclass(frozen=True)
@@ -608,18 +616,15 @@ def form_problems(made: Sequence[tuple[str, str]], answer: str) -> list[str]:
 def answer_forms(names: Sequence[Collection[str]], results: Collection[str], quote: str | None = None) -> AnswerForms:
     """The answer forms as a model that points at facts writes them (slot form): its names those
     its metric calls read (`names`, per argument: a slot, or copied text), its number a result's
-    slot or a number, or, where the last result is words (`quote`: its slot), that slot only (the
-    runtime writes the words back: no number may stand for them); what a guide asks while the
-    model writes (workflows/tools.py AnswerGuide).  form_problems holds the finished answer to
-    the calls'."""
-    if quote is not None:
-        return AnswerForms(form_fields(
-            lambda f, x: x in names[f], lambda f, x: any(n.startswith(x) for n in names[f]),
-            lambda x: x == quote, quote.startswith))
+    slot (every result the model reads is one, domain/agent_facts.py: a number it writes as
+    digits is one nothing gave it), or, where the last result is words (`quote`: its slot), that
+    slot only (the runtime writes the words back: no number may stand for them); what a guide
+    asks while the model writes (workflows/tools.py AnswerGuide).  form_problems holds the
+    finished answer to the calls'."""
+    number = {quote} if quote is not None else set(results)
     return AnswerForms(form_fields(
         lambda f, x: x in names[f], lambda f, x: any(n.startswith(x) for n in names[f]),
-        lambda x: x in results or _RESULT.fullmatch(x) is not None,
-        lambda x: any(r.startswith(x) for r in results) or _BEGUN_RESULT.fullmatch(x) is not None))
+        lambda x: x in number, lambda x: any(r.startswith(x) for r in number)))
 
 
 def begins_answer(text: str, names: Sequence[Collection[str]], results: Collection[str]) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 from domain import agent as corpus
 from domain.agent_facts import AgentFacts, source_names
-from domain.answers import answer_of, slot_problems, verify
+from domain.answers import answer_of, segment_problems, slot_problems, verify
 from domain.facts import SLOT, Slots
 from domain.guide import CallNames
 from domain.tools import (
@@ -91,7 +91,8 @@ def run(turns: Turns, spec: AgentSpec, parked: Parked | None = None, output: str
     a result, a calc computes from earlier results or the numbers the question writes), and it
     states the number the last call returned and no number that no result and no name in the
     question holds, and (setflow's models) its words outside its facts are those of the answer
-    forms training writes (domain/answers.py form_problems).  Its retry cannot be a turn after
+    forms training writes (domain/answers.py form_problems), with nothing before its "A:"
+    (segment_problems).  Its retry cannot be a turn after
     it (that would see the failed answer): it is the whole document again (the question, the
     calls and their results, as the turns wrote them) as one new input, a document of its own,
     and the answer decoded after it with greedy AR.
@@ -273,7 +274,9 @@ class _Agent:
             if answer is None:
                 why = "holds no A:" if ended(turns, a.tokens) else "ended at its token limit"
                 return text, [f"no answer: the last segment {why}"]
-            pointed = slot_problems(answer_of(text) or "") if self.facts is not None else []  # its slots, before written out
+            # setflow's models: its slots, before written out, and nothing before its "A:"
+            pointed = (slot_problems(answer_of(text) or "") + segment_problems(self.written(text))
+                       if self.facts is not None else [])
             return text, pointed + verify(spec.question, made, answer, sample=spec.dataset is None, names=self.held,
                                           units=self.units, forms=self.facts is not None, texts=spec.texts)
 

@@ -326,7 +326,9 @@ class UnitGuide:
 
 
 class AnswerGuide:
-    """The answer's guide for its words: once the segment writes "A: " (and no call), a token is
+    """The answer's guide for its words: a segment after a result opens as training's do, with a
+    call's markup or "A: " (nothing before either, and no end before either: the checker refuses
+    a word before the "A:", answers.segment_problems); once it writes "A: " (and no call), a token is
     refused where the answer would stop being the beginning of one of the answer forms training
     writes (domain/answers.py begins_answer: its names those its metric calls read, its number a
     result's), so the model's most probable token that keeps to a form is taken instead; the
@@ -347,9 +349,9 @@ class AnswerGuide:
         # quote's slot, a byte token "\ufffd" was left unjudged, no form went on from it, and the
         # model wrote on outside the guide: "The result is [F1]\ufffd went for Qo. [F60] mbb bad.")
         self._wide = not all(n.isascii() for field in names for n in field)
-        # the text before and where its answer stands (None: no answer yet, or a call): a refused
-        # position asks about many tokens after the same text
-        self._last: tuple[tuple[int, ...], str, tuple[State, ...] | None] = ((), "", None)
+        # the text before and where its answer stands (None: a call; _OPENING: neither a call nor
+        # "A:" yet): a refused position asks about many tokens after the same text
+        self._last: tuple[tuple[int, ...], str, tuple[State, ...] | None] = ((), "", _OPENING)
 
     def allows(self, before: Sequence[int], token: int) -> bool | None:
         verdict = self._inner.allows(before, token) if self._inner is not None else None
@@ -366,11 +368,15 @@ class AnswerGuide:
         if last[0] != key:
             so_far = self._tok.decode(list(before))
             head, mark, answer = so_far.partition("A:")
-            last = (key, so_far, self._forms.open(answer.removeprefix(" ")) if mark and CALL not in head else None)
+            states = None if CALL in head else self._forms.open(answer.removeprefix(" ")) if mark else _OPENING
+            last = (key, so_far, states)
             self._last = last
         _, so_far, states = last
-        if states is None:  # no answer yet, or a call
+        if states is None:  # a call: its own guide's
             return None
+        if states is _OPENING:  # a token that writes nothing is no way on
+            text = self._tok.decode([*before, token])
+            return token != self._eos and text != so_far and self._opens(text)
         if token == self._eos:  # the end: the way on from a whole answer (else the checker says what is missing)
             return True if self._forms.whole(so_far.partition("A:")[2].removeprefix(" ")) else None
         text = self._tok.decode([*before, token])
@@ -379,3 +385,17 @@ class AnswerGuide:
         if text == so_far:  # an end, a stop
             return None
         return bool(self._forms.open(text.partition("A:")[2].removeprefix(" "), after=states))
+
+    def _opens(self, text: str) -> bool:
+        """`text`, a segment with no call and no answer before it, still opens one training
+        writes: a call's markup (its guide takes over), or "A:" and the beginning of an answer
+        (none where no form can begin: no result to rest on, only a call goes on)."""
+        if text.startswith(CALL) or CALL.startswith(text):
+            return True
+        head, mark, answer = text.partition("A:")
+        if head if mark else not "A:".startswith(text):
+            return False
+        return bool(self._forms.open(answer.removeprefix(" ")))
+
+
+_OPENING: tuple[State, ...] = ((-1, -1, -1),)  # AnswerGuide: a segment not yet a call nor an answer

@@ -343,6 +343,31 @@ def test_an_answer_begins_a_form_only_while_one_can_still_be_written() -> None:
     assert not answers.begins_answer("[F1] in [F2] in [F4] was [F7] or so", names, results)
 
 
+def test_a_number_in_slot_form_is_a_results_slot() -> None:
+    """In slot form every result the model read is a slot: the number of an answer form is one of
+    them, never digits nothing gave it ("-." begins no number at all)."""
+    names, results = [{"[F1]"}, {"[F2]"}, {"[F4]"}], {"[F7]"}
+    assert answers.begins_answer("The result is [F", names, results)
+    assert answers.answer_forms(names, results).whole("The result is [F7].")
+    for digits in ("The result is -", "The result is 8", "The result is -.2", "[F1] in [F2] in [F4] was 12"):
+        assert not answers.begins_answer(digits, names, results), digits
+    assert answers.form_problems(GHANA_MADE, " Total pop across Ghana and Bosnia and Herzegovina in 2002 was -.") != []
+
+
+@pytest.mark.parametrize("segment, refused", [
+    ("A: Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167.", False),
+    ("\nA: Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167.", False),
+    ("smmmm A: Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167.", True),
+    ("Total pop. A: Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167.", True),
+])
+def test_a_last_segment_writes_nothing_before_its_answer(segment: str, refused: bool) -> None:
+    """Training's last segment is "A: " and the answer: a word before its "A:" is refused (for a
+    model trained on the forms), its answer whole or not."""
+    problems = answers.segment_problems(segment)
+    assert bool(problems) is refused, problems
+    assert not refused or problems == [f"the last segment writes {segment.partition('A:')[0].strip()!r} before its answer"]
+
+
 WEATHER_Q = "Use the weather tool to get the temperature in San Francisco."
 WEATHER_CALL = [('calc("San Francisco")', "64 degrees and clear")]  # a client's get_weather(location), its words
 

@@ -113,10 +113,12 @@ def test_the_metric_tool_reads_the_tenants_dataset_and_a_rerun_reads_what_it_rea
     again = agent.run(LocalTurns(*loaded, tool_outputs=kept, datasets={"sales": [["revenue", "EMEA", "2026-Q2", "1"]]}),
                       spec)
     assert (again["text"], again["calls"]) == (r["text"], r["calls"])
-    # a row the dataset does not hold is an error result, as any tool's (the model answers nothing after it)
+    # a row the dataset does not hold is an error result, as any tool's (no answer rests on it: the
+    # segment after it opens with "A: ", as the guide holds it, and that answer is refused)
     short = LocalTurns(*loaded, datasets={"sales": table[:1]})
-    with pytest.raises(NoAnswer):
+    with pytest.raises(Unverified) as e:
         agent.run(short, spec.model_copy(update={"max_calls": 2}))
+    assert "the answer rests on no result: the last call failed" in e.value.problems
     said = json.loads(short.tool_outputs["server:call_2"])
     assert said["result"] == "error: unknown period '2026-Q3'"  # no hint: copied right, not held
     with pytest.raises(NotFound):
@@ -288,6 +290,20 @@ def test_an_answer_with_a_word_no_answer_form_writes_is_never_verified(loaded: t
     assert e.value.code == "unverified" and e.value.problems == [unformed(garbled.removeprefix("A: "))]
     right = f"A: Total revenue across EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')} k USD."
     assert agent.run(Scripted(tok, model.cfg, [*calls, right]), spec)["verified"] is True
+
+
+def test_a_word_before_the_answers_a_is_never_verified(loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """The answer whole and right, a word before its "A:": refused (unverified), as a garbled
+    answer is; the transcript the job returns would hold it."""
+    model, tok = loaded
+    q = "What was the total revenue across EMEA and APAC in 2026-Q1?"
+    calls = [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")]
+    said = f"smmmm A: Total revenue across EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')} k USD."
+    spec = AgentSpec(question=q, dataset_seed=DATA.seed)
+    with pytest.raises(Unverified) as e:
+        agent.run(Scripted(tok, model.cfg, [*calls, said, said]), spec)
+    assert e.value.code == "unverified" and e.value.problems == ["the last segment writes 'smmmm' before its answer"]
+    assert agent.run(Scripted(tok, model.cfg, [*calls, said.removeprefix("smmmm ")]), spec)["verified"] is True
 
 
 @pytest.mark.parametrize("case", list(WRONG))

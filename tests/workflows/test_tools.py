@@ -155,7 +155,7 @@ def test_the_call_guide_reads_an_imported_vocabulary_without_markup_tokens(tmp_p
 def test_the_answer_guide_keeps_an_answer_to_the_answer_forms() -> None:
     """AnswerGuide: each token of an answer training writes is allowed after the ones before it
     (in slot form: the names the calls read, the result's slot); a word no form writes is refused
-    at its first token that leaves them; a call's segment and a text before "A:" are not guided."""
+    at its first token that leaves them; a call's segment past its markup is not guided."""
     tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
     guide = tools.AnswerGuide(tok, None, [{"[F1]"}, {"[F2]", "[F3]"}, {"[F4]"}], {"[F7]"}, tok.eos_id)
     good = tok.encode("A: Total [F1] across [F2] and [F3] in [F4] was [F7].")
@@ -170,4 +170,22 @@ def test_the_answer_guide_keeps_an_answer_to_the_answer_forms() -> None:
     bad = tok.encode("A: Total smmmm [F1] in [F2] and [F3] in [F4] was [F7].")
     assert any(guide.allows(bad[:k], bad[k]) is False for k in range(len(bad)))
     call = tok.encode('<call>metric("[F1]", "[F2]", "[F4]")</call>')
-    assert all(guide.allows(call[:k], call[k]) is None for k in range(len(call)))
+    assert guide.allows([], call[0]) is True  # a call opens a segment as training's do
+    assert all(guide.allows(call[:k], call[k]) is None for k in range(1, len(call)))
+
+
+def test_the_answer_guide_opens_a_segment_with_a_call_or_an_answer_only() -> None:
+    """A segment after a result opens with a call's markup or "A: ", as training's do: a word
+    before "A:" (which the checker refuses, answers.segment_problems) and an end before either are
+    refused at their first token, so the model's most probable opening that training writes is
+    taken; a number it writes as digits, where a result's slot goes, is refused too."""
+    tok = Tokenizer.from_file(shipped.SHIPPED / "tokenizer.json")
+    guide = tools.AnswerGuide(tok, None, [{"[F1]"}, {"[F2]", "[F3]"}, {"[F4]"}], {"[F7]"}, tok.eos_id)
+    answer = tok.encode("A: Total [F1] across [F2] and [F3] in [F4] was [F7].")
+    assert all(guide.allows(answer[:k], answer[k]) is True for k in range(len(answer)))  # "A: " guided and allowed
+    for garbled in ("[F1] in [F2], [F4] was [F7].", "smmmm A: Total [F1]", " A: Total [F1]"):
+        ids = tok.encode(garbled)
+        assert any(guide.allows(ids[:k], ids[k]) is False for k in range(len(ids))), garbled
+    assert guide.allows([], tok.eos_id) is False and guide.allows(tok.encode("A"), tok.eos_id) is False
+    digits = tok.encode("A: The result is -.23655")
+    assert any(guide.allows(digits[:k], digits[k]) is False for k in range(len(digits)))
