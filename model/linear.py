@@ -136,3 +136,27 @@ class Linear(nn.Linear):
         if getattr(self, "_pack_key", None) != key:
             self._pack, self._pack_key = rowdot.pack(w), key
         return self._pack
+
+
+def fused(x: Tensor, *layers: Linear) -> list[Tensor]:
+    """x through several bias-free Linears of its width: where this CPU's kernel reads packed
+    weights, one product over their panels side by side (one call and one read of x; an output
+    column is reduced as in its own layer's product, so each output has the bits that layer
+    gives alone); else each layer in turn.  The panels are packed once, on the first layer, and
+    again only when a weight or the kind changes."""
+    first = layers[0]
+    rows = x.numel() // first.in_features
+    w = first.weight
+    if (x.device.type != "cpu" or rows == 0 or x.dtype != w.dtype or not served(x.dtype)
+            or not rowdot.packs(x.dtype) or torch.is_grad_enabled()
+            and (x.requires_grad or any(m.weight.requires_grad for m in layers))
+            or any(m.bias is not None or m.weight.dtype != w.dtype for m in layers)):
+        return [m(x) for m in layers]
+    key = (tuple((m.weight.data_ptr(), m.weight._version, tuple(m.weight.shape)) for m in layers),
+           rowdot.kinds()[w.dtype])
+    if getattr(first, "_fused_key", None) != key:
+        first._fused, first._fused_key = rowdot.pack(torch.cat([m.weight for m in layers])), key
+    widths = [m.out_features for m in layers]
+    flat = x.reshape(rows, first.in_features).contiguous()
+    y = rowdot.product(flat, w, torch.get_num_threads(), out=x.dtype, packed=first._fused, n=sum(widths))
+    return [part.reshape(*x.shape[:-1], n) for part, n in zip(y.split(widths, dim=1), widths)]

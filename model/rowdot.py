@@ -152,22 +152,55 @@ def pack(w: Tensor) -> Tensor:
     assert packs(w.dtype) and w.dim() == 2 and w.is_contiguous() and w.device.type == "cpu"
     (n, k), kind = w.shape, kinds()[w.dtype]
     out = torch.empty(dll.packed_size(n, k, kind), dtype=w.dtype)
+    _huge_pages(out)
     dll.pack(w.data_ptr(), out.data_ptr(), n, k, kind)
     return out
 
 
-def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32, packed: Tensor | None = None) -> Tensor:
+_HUGE = 2 << 20
+_MADV_HUGEPAGE = 14
+
+
+@lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def _huge_pages(t: Tensor) -> None:
+    """Ask Linux to back the whole 2 MiB pages inside t's memory with huge pages (madvise
+    MADV_HUGEPAGE, which transparent huge pages in their "madvise" mode wait for), before its
+    first write backs it: a product streaming its weights then meets a TLB miss and a stop of
+    the hardware prefetch every 2 MiB, not every 4 KiB.  Best effort: nothing where the call
+    fails or the OS has no such pages."""
+    libc = _libc() if platform.system() == "Linux" else None
+    a, b = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+    lo, hi = -(-a // _HUGE) * _HUGE, b // _HUGE * _HUGE
+    if libc is not None and hi > lo:
+        libc.madvise(lo, hi - lo, _MADV_HUGEPAGE)
+
+
+def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32, packed: Tensor | None = None,
+            n: int | None = None) -> Tensor:
     """x (M, K) and w (N, K), float32 or bfloat16, contiguous on the CPU -> x w^T (M, N) in `out`
     (float32, or bfloat16 rounded to nearest even as `.to(torch.bfloat16)` rounds), each element
     reduced in one order of this CPU's kind for x's dtype over `threads` threads (split over N).
-    The packed kinds read w's panels: `packed` (pack(w), kept by the caller), else packed now.
-    The caller checks lib() first."""
+    The packed kinds read w's panels: `packed` (pack(w), kept by the caller), else packed now;
+    `n`: the columns of `packed` where they are not w's (panels of several weights side by side,
+    model/linear.py fused; w then only names the dtype and K).  The caller checks lib() first."""
     dll = lib()
     assert dll is not None, "rowdot is not available here"
     assert x.dtype in DTYPES and w.dtype in DTYPES and x.is_contiguous() and w.is_contiguous()
     assert out in DTYPES, f"rowdot writes float32 or bfloat16, not {out}"
-    (m, k), n = x.shape, w.shape[0]
+    (m, k) = x.shape
+    n = w.shape[0] if n is None else n
     assert w.shape[1] == k, f"x {tuple(x.shape)} and w {tuple(w.shape)} do not multiply"
+    assert n == w.shape[0] or packed is not None and kinds()[x.dtype] in PACKED and x.dtype == w.dtype, \
+        "other columns than w's only from packed panels"
     kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
     if x.dtype != torch.float32 and kind != 3:
         x = x.float()  # exact: every kind but 3 reads its rows in fp32

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from model.attention import additive, attention
 from model.config import ModelConfig
-from model.linear import Linear, least_rows
+from model.linear import Linear, fused, least_rows
 
 
 class Keys(Protocol):
@@ -54,9 +54,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        # normalise in fp32 and cast back before the weight, as Qwen3 does (matters in bf16)
-        x32 = x.float()
-        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        # normalised in fp32 and cast back before the weight, as Qwen3 does (matters in bf16):
+        # x * rsqrt(mean(x^2) + eps) by F.rms_norm, one op (the bits of those written out)
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 def rope_table(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
@@ -67,12 +67,18 @@ def rope_table(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
     return ang.cos(), ang.sin()
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: (B, T, H, D); cos, sin: (B, T, D/2) already gathered at the tokens' positions.
-    Rotates the two halves of each head (the Qwen/Llama "rotate_half" convention)."""
+def rope_rows(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """cos, sin (B, T, D/2) gathered at the tokens' positions -> (cos | cos), (-sin | sin), each
+    (B, T, 1, D): what apply_rope multiplies a head by, built once per forward."""
+    return torch.cat([cos, cos], -1)[:, :, None, :], torch.cat([-sin, sin], -1)[:, :, None, :]
+
+
+def apply_rope(x: Tensor, cs: tuple[Tensor, Tensor]) -> Tensor:
+    """x: (B, T, H, D); cs: rope_rows(cos, sin).  Rotates the two halves of each head (the
+    Qwen/Llama "rotate_half" convention): (x1 c - x2 s | x2 c + x1 s), as x (c | c) + (x2 |
+    x1) (-s | s) (the same roundings: a - b is a + (-b))."""
     x1, x2 = x.chunk(2, dim=-1)  # (B, T, H, D/2) each
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    return x * cs[0] + torch.cat([x2, x1], dim=-1) * cs[1]
 
 
 class Attention(nn.Module):
@@ -87,9 +93,9 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_eps)  # per-head, over head_dim (Qwen3)
         self.k_norm = RMSNorm(D, cfg.rms_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+    def forward(self, x: Tensor, cs: tuple[Tensor, Tensor], mask: Tensor | None,
                 cache: Keys | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
-        """x: (B, P, d_model), P >= T = cos.shape[1]: the T tokens, then rows that only pad the
+        """x: (B, P, d_model), P >= T: the T tokens (cs: their rope_rows, (B, T, 1, D) each), then rows that only pad the
         products (they attend nowhere: zeros to the output projection); mask: (B|1, T, S)
         additive (0 or -inf) of cache.mask_shape(T), or None for a cache's own; i: layer index.
         With a cache this call's K/V go to its scratch slots and the keys are [cached slots |
@@ -97,12 +103,13 @@ class Attention(nn.Module):
         pool, packed into T tokens).  Returns the output (B, P, d_model) and this call's k, v:
         (B, T, Hkv, D), post-RoPE."""
         B, P, _ = x.shape
-        T = cos.shape[1]  # the tokens; rows T..P-1 of x, if any, pad the products (SetDLM.forward)
+        T = cs[0].shape[1]  # the tokens; rows T..P-1 of x, if any, pad the products (SetDLM.forward)
         cfg = self.cfg
-        q = self.q_norm(self.q_proj(x)[:, :T].view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
-        k = self.k_norm(self.k_proj(x)[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
-        v = self.v_proj(x)[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = fused(x, self.q_proj, self.k_proj, self.v_proj)
+        q = self.q_norm(q[:, :T].view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
+        k = self.k_norm(k[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
+        v = v[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        q, k = apply_rope(q, cs), apply_rope(k, cs)
         if cache is not None:
             out = cache.attend(i, q, k, v, mask)  # (B, T, H * D)
         else:
@@ -121,7 +128,8 @@ class MLP(nn.Module):
         self.down_proj = Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = fused(x, self.gate_proj, self.up_proj)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Layer(nn.Module):
@@ -132,9 +140,9 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+    def forward(self, x: Tensor, cs: tuple[Tensor, Tensor], mask: Tensor | None,
                 cache: Keys | None, i: int) -> tuple[Tensor, Tensor, Tensor]:
-        h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, i)
+        h, k, v = self.self_attn(self.input_layernorm(x), cs, mask, cache, i)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
@@ -192,10 +200,10 @@ class SetDLM(nn.Module):
             # CPU than with a boolean one (every row keeps at least one key: no row is all -inf)
             mask = additive(mask if mask.dim() == 3 else mask[None], x.dtype, x.device)  # (B|1, T, S)
         # gathered once for all layers, in the activations' dtype (as HF casts cos/sin)
-        cos, sin = self.rope_cos[pos].to(x.dtype), self.rope_sin[pos].to(x.dtype)  # (B, T, D/2)
+        cs = rope_rows(self.rope_cos[pos].to(x.dtype), self.rope_sin[pos].to(x.dtype))  # (B, T, 1, D) each
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, cos, sin, mask, cache, i)
+            x, k, v = layer(x, cs, mask, cache, i)
             if return_kv:
                 ks.append(k)
                 vs.append(v)

@@ -12,7 +12,7 @@ from torch import nn
 
 from model import rowdot, shipped
 from model.config import ModelConfig
-from model.linear import Linear, blas_rows, invariant_threads, least_rows, min_rows, served
+from model.linear import Linear, blas_rows, fused, invariant_threads, least_rows, min_rows, served
 
 KERNEL = pytest.mark.skipif(rowdot.lib() is None, reason="no row-invariant kernel here (no AVX2+FMA or no gcc)")
 
@@ -267,3 +267,30 @@ def test_a_worker_runs_the_most_threads_that_keep_its_products_row_invariant(mos
             assert got == most and least_rows(QWEN_SHAPES, torch.float32, got) == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_layers_give_each_layer_its_own_bits(dtype: torch.dtype) -> None:
+    """fused(x, a, b, c): one product over the layers' weights side by side where the kernel
+    reads packed weights, each output the very bits of its own layer's product, at 1 and 2
+    threads and any row count; re-packed when a weight changes; layers with a bias (or under
+    autograd) go one by one."""
+    torch.manual_seed(5)
+    layers = [Linear(96, n, bias=False).to(dtype) for n in (64, 40, 7)]
+    x = torch.randn(9, 96).to(dtype)
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            for t in (1, 2):
+                torch.set_num_threads(t)
+                for m in (1, 2, 5, 9):
+                    got = fused(x[:m], *layers)
+                    for layer, y in zip(layers, got):
+                        assert torch.equal(y, layer(x[:m])), (t, m, layer.out_features)
+            layers[1].weight.mul_(2)  # a changed weight is packed again
+            assert torch.equal(fused(x, *layers)[1], layers[1](x))
+    finally:
+        torch.set_num_threads(before)
+    biased = [Linear(96, 8).to(dtype), Linear(96, 8).to(dtype)]
+    with torch.no_grad():
+        assert all(torch.equal(y, layer(x)) for y, layer in zip(fused(x, *biased), biased))
