@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 import redis
 
+from domain import narrative as corpus
 from domain.facts import Slots
+from domain.payload import Breakdown, Metric, Payload
 from domain.tools import CALL, END_CALL
 from model.config import ModelConfig
 from model.params import DecodeParams
@@ -137,6 +139,50 @@ def test_a_narrative_decoded_with_greedy_ar_is_not_decoded_again(loaded: tuple[S
         narrative.run(turns, spec)
     assert turns.turns == 1 and "greedy AR already" in e.value.problems[-1]
     assert "after the greedy AR retry" not in e.value.message
+
+
+#: Asia's population 1957 -> 1962 by 5 countries whose deltas add up to 2.4% of the change: a
+#: partial breakdown (drivers.BreakdownDriver.covers false); with the rest of Asia, a whole one
+ASIA_ROWS = [("Korea, Dem. Rep.", "10917494", "9411381"), ("Mongolia", "1010280", "882134"),
+             ("Cambodia", "6083619", "5322536"), ("Jordan", "933559", "746559"), ("Nepal", "10332057", "9682338")]
+ASIA = Payload("Gapminder", "1962", "formal", [Metric("pop", "1529384151", "1395357351", custom_unit="people")],
+               Breakdown("region", "pop", ASIA_ROWS))
+WHOLE_ASIA = Payload(ASIA.tenant, ASIA.period, ASIA.style, ASIA.metrics,
+                     Breakdown("region", "pop", [*ASIA_ROWS, ("Rest of Asia", "1500107142", "1369312403")]))
+
+
+class ClaimsTheWhole(LocalTurns):
+    """LocalTurns whose narratives come back with their drivers' sentence of the rows shown
+    replaced by one claiming the whole change ("The largest part of the change came from ...")."""
+
+    def turn(self, ids: list[int], params: DecodeParams, *, text: str = "", infill: bool = False,
+             facts: Slots | None = None) -> TurnResult:
+        r = super().turn(ids, params, text=text, infill=infill, facts=facts)
+        said = narrative.narrative_input(self.tokenizer, ASIA, self.profile, drivers=True)[2]
+        written = self.tokenizer.decode(r.tokens)
+        shown = [x for x in corpus.largest_sentences(said, covers=False) if x in written]
+        assert shown, written
+        r.tokens = self.tokenizer.encode(written.replace(shown[0], corpus.largest_sentences(said, covers=True)[1]))
+        return r
+
+
+def test_a_share_of_the_whole_change_is_said_only_where_the_rows_sent_cover_it(
+        session: Callable[[], LocalTurns], loaded: tuple[SetDLM, Tokenizer]) -> None:
+    """At detail `full` over a partial breakdown the narrative says its drivers of the rows shown,
+    verified; one that claims the largest part of the whole change is refused (unverified) on its
+    first decode and its retry; over rows that cover the change the claim is the whole's."""
+    spec = NarrativeSpec(payload=PayloadSpec.of(ASIA), detail="full")
+    r = narrative.run(session(), spec)
+    assert r["verified"] is True and r["attempt"] == "first" and r["facts_ok"] == r["facts_total"], r["text"]
+    assert "Of the regions shown, " in r["text"] and "Korea, Dem. Rep." in r["text"].rpartition("shown, ")[2]
+    assert "(1.1%)" in r["text"] or "1.1% of the change" in r["text"]
+    turns = ClaimsTheWhole(*loaded)
+    with pytest.raises(Unverified) as e:
+        narrative.run(turns, spec)
+    assert e.value.code == "unverified" and turns.turns == 2
+    assert "drivers: a share of the whole change claimed, and the rows sent do not cover the change" in e.value.problems
+    whole = narrative.run(session(), spec.model_copy(update={"payload": PayloadSpec.of(WHOLE_ASIA)}))
+    assert whole["verified"] is True and "shown" not in whole["text"], whole["text"]
 
 
 # ---- report ---------------------------------------------------------------------------------
