@@ -35,7 +35,8 @@ fully_correct (verified on the first decode: a retried part counts as not correc
 first decode's tokens and forwards; its time includes the retry); wrong_successes (results that
 come back verified and that an independent reading refutes: a narrative's or section's
 written-out text read back into slots by Slots.delexicalise, not the model's own slots; an
-agent's answer against the number its data fixes; the key figures against the data's);
+agent's answer against the number its data fixes, and its words against those the answer forms
+write (stray_words); the key figures against the data's);
 facts_correct (narrative, section: in what the job returns), tool_call_ok (agent), forward
 passes per generated token (every forward but the prompt's prefill: a tool result's prefill
 counts, and so does each turn's commit of its last set, which the runtime does so that a session
@@ -49,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import sys
 import time
@@ -240,13 +242,30 @@ def run_agent(model: SetDLM, tok: Tokenizer, ex: tuple[agent.Task, Dataset | Sto
     return _answered(task, r, seconds)
 
 
+_WORD = re.compile(r"[^\W\d_]+")  # a run of letters
+#: the words the answer forms write outside their fields, and the units': with the names of a
+#: task's own final answer, every word a right answer holds
+FORM_WORDS = frozenset(w.lower() for text in (*agent.ANSWERS.values(), *answers.UNITS)
+                       for w in _WORD.findall(re.sub(r"\{\w+\}", " ", text)))
+
+
+def stray_words(task: agent.Task, answer: str) -> list[str]:
+    """The words of an answer (runs of letters, any case) that neither the answer forms nor the
+    task's final answer (its names, its unit) write: an independent reading of its words, by
+    vocabulary, not by the checker's reader of the forms.  "Total smmmm pop ..." -> ["smmmm"]."""
+    known = FORM_WORDS | {w.lower() for w in _WORD.findall(task.final)}
+    return [w for w in _WORD.findall(answer) if w.lower() not in known]
+
+
 def _answered(task: agent.Task, r: dict[str, Any], seconds: float) -> Outcome:
-    """An agent job's outcome: its answer against the one the data fixes (an independent reading);
-    the first decode's tokens and forwards (a retry is the last turn)."""
+    """An agent job's outcome: its answer against the one the data fixes and its words against
+    the answer forms' (stray_words): independent readings, a verified answer either refutes a
+    wrong success; the first decode's tokens and forwards (a retry is the last turn)."""
     c = answers.check(task, r["text"])
     retried = r["attempt"] == "ar_retry"
     turns = r["turns"][:-1] if retried else r["turns"]
-    return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not c.answer_ok),
+    right = c.answer_ok and not stray_words(task, r["answer"] or "")
+    return Outcome(ok=c.answer_ok and not retried, tool_ok=c.tool_call_ok, wrong=bool(r["verified"] and not right),
                    generated=sum(t["tokens"] for t in turns), nfe=sum(t["nfe"] for t in turns) - 1, seconds=seconds)
 
 

@@ -72,3 +72,23 @@ def test_targets_pick_the_cheapest_set_setting_within_one_point() -> None:
     # any set-decoding policy competes; AR never does
     rows.append(_row("narrative", "prefix", 8, 0.99, 0.97, 0.28, 260.0))
     assert targets(rows)["narrative"]["best_set"]["policy"] == "prefix"
+
+
+def test_a_verified_answer_with_a_word_no_answer_form_writes_is_a_wrong_success() -> None:
+    """The independent reading of an agent's answer: its number, and its words against the
+    answer forms' and its task's names (stray_words), not the checker's reader of the forms."""
+    quality = _bench_main("quality").__globals__
+    calls = [*(f'metric("pop", "{r}", "2002")' for r in ("Ghana", "Bosnia and Herzegovina")), 'calc("1+24716166")']
+    task = quality["agent"].Task("What was the total pop across Ghana and Bosnia and Herzegovina in 2002?", calls,
+                                 "24716167", "Total pop across Ghana and Bosnia and Herzegovina in 2002 was 24716167.")
+    assert quality["stray_words"](task, task.final) == []
+    assert quality["stray_words"](task, "Total POP across Ghana and Bosnia and Herzegovina in 2002 was 24716167 k USD.") == []
+    assert quality["stray_words"](task, "Total smmmm pop in Ghana and Bosnia and Herzegovina in 2002 was 24716167.") == [
+        "smmmm"]
+    text = "".join(f"<call>{c}</call><result>{r}</result>\n" for c, r in zip(calls, ("1", "24716166", "24716167")))
+    run = {"attempt": "first", "turns": [{"tokens": 1, "nfe": 1}], "verified": True}
+    garbled = quality["_answered"](task, {**run, "text": text + "A: Total smmmm pop in Ghana and Bosnia and Herzegovina "
+                                          "in 2002 was 24716167.", "answer": "Total smmmm pop in ... was 24716167."}, 0.1)
+    assert garbled["wrong"] is True
+    right = quality["_answered"](task, {**run, "text": text + "A: " + task.final, "answer": task.final}, 0.1)
+    assert right["wrong"] is False and right["ok"] is True
