@@ -104,6 +104,9 @@ class Linear(nn.Linear):
     number of rows on a CPU: the row-invariant kernel where it serves, else a product of fewer
     than blas_rows rows padded to it (and always so under autograd)."""
 
+    _fused: Tensor  # fused(): the panels of this layer's and the next ones' weights side by side
+    _fused_key: object = None
+
     def forward(self, x: Tensor) -> Tensor:
         rows = x.numel() // self.in_features
         if x.device.type != "cpu" or rows == 0:
@@ -154,7 +157,7 @@ def fused(x: Tensor, *layers: Linear) -> list[Tensor]:
         return [m(x) for m in layers]
     key = (tuple((m.weight.data_ptr(), m.weight._version, tuple(m.weight.shape)) for m in layers),
            rowdot.kinds()[w.dtype])
-    if getattr(first, "_fused_key", None) != key:
+    if first._fused_key != key:
         first._fused, first._fused_key = rowdot.pack(torch.cat([m.weight for m in layers])), key
     widths = [m.out_features for m in layers]
     flat = x.reshape(rows, first.in_features).contiguous()
