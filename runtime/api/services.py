@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
-from anyio import CapacityLimiter
+from anyio import CancelScope, CapacityLimiter
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
@@ -71,7 +71,7 @@ class Services:
 
     def aclient(self) -> aioredis.Redis:
         """An async Redis client for one event stream (it waits on it without holding a
-        thread), closed by the stream: its connection belongs to the loop that runs the stream,
+        thread), closed by the stream (close_fully): its connection belongs to the loop that runs the stream,
         whichever that is (uvicorn's; a test's).  A connection per open stream, and those are
         capped per tenant.  A finite socket timeout: a half-open connection fails the read
         (retried) instead of hanging the stream."""
@@ -167,6 +167,15 @@ class Services:
         """The synchronous side; idempotent."""
         self.sql.dispose()
         self.client.close()
+
+
+async def close_fully(client: aioredis.Redis) -> None:
+    """Close an event stream's async client to the end, even while the stream is cancelled (its
+    HTTP client left): anyio cancels every await in a cancelled scope, a plain `aclose()` too,
+    which leaves the open socket to the garbage collector, maybe after its loop has closed.
+    Bounded: a connection's close waits at most its socket_connect_timeout."""
+    with CancelScope(shield=True):
+        await client.aclose()
 
 
 def _url(client: redis.Redis) -> str:

@@ -34,7 +34,7 @@ from runtime.api.openai import chain, compaction, ids, view
 from runtime.api.openai.forget import abandon, forget
 from runtime.api.openai.request import CompactRequest, CreateResponse
 from runtime.api.openai.stream import KEEPALIVE_S, events
-from runtime.api.services import Services
+from runtime.api.services import Services, close_fully
 from runtime.errors import BadInput, Busy, RateLimited
 from runtime.jobs.conversations import Conversations
 from runtime.jobs.events import entries
@@ -127,7 +127,7 @@ async def _ended(svc: Services, job: JobRecord, timeout_s: float,
                 except redis.RedisError:
                     await asyncio.sleep(0.5)
     finally:
-        await r.aclose()
+        await close_fully(r)
 
 
 def _limits(svc: Services, who: str) -> dict[str, str]:

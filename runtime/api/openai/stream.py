@@ -15,7 +15,7 @@ from anyio.to_thread import run_sync
 from model.tokenizer import Tokenizer
 from runtime.api.openai.forget import abandon, forget
 from runtime.api.openai.view import output_items, status, view
-from runtime.api.services import Services
+from runtime.api.services import Services, close_fully
 from runtime.jobs.events import entries
 from runtime.tables import TERMINAL, JobRecord
 
@@ -223,4 +223,4 @@ async def events(svc: Services, job: JobRecord, after: int,
     finally:
         if drop:  # the client left before the end (or this read failed): nobody can read it now
             abandon(svc, job)
-        await r.aclose()
+        await close_fully(r)

@@ -17,7 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from runtime.api.deps import JobId, Limit, Svc, Tenant
 from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
-from runtime.api.services import Services
+from runtime.api.services import Services, close_fully
 from runtime.errors import BadInput, RateLimited
 from runtime.jobs.events import entries
 from runtime.jobs.kinds import SPECS
@@ -153,4 +153,4 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
                     quiet = now
                     yield ": keep-alive\n\n"
         finally:
-            await r.aclose()
+            await close_fully(r)

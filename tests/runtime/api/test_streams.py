@@ -13,11 +13,14 @@ from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 import redis
 
 from app.serve import ApiServer
+from runtime.api.services import close_fully
+from runtime.embedded import async_from_url
 from tests.runtime.api.conftest import ACME, GLOBEX, NARRATIVE, api_server, running_api
 
 OPEN = 45  # more than Starlette's pool of 40 threads, which a thread per stream would exhaust
@@ -165,6 +168,24 @@ def test_a_waiting_response_counts_as_a_stream_and_ends_with_its_client(redis_ur
                "the store-false response is cancelled and forgotten; the stored one stays")
         kinds = {j["kind"]: j["status"] for j in c.get("/v1/jobs", headers=ACME).json()["jobs"]}
         assert kinds == {"narrative": "queued", "response": "queued"}, kinds
+
+
+def test_a_streams_redis_client_is_closed_even_while_its_stream_is_cancelled(redis_url: str) -> None:
+    """A stream whose HTTP client leaves is cancelled wherever it waits (here: not in a Redis
+    read, as while it reads SQL); its async client's connections are still closed then, not left
+    to the garbage collector, which may run after their loop has closed (a ResourceWarning)."""
+    async def go() -> None:
+        r = async_from_url(redis_url, False, socket_timeout=5, socket_connect_timeout=5)
+        await r.ping()  # a connection open, idle in the pool
+        conns = list(r.connection_pool._available_connections)  # type: ignore[union-attr]
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                await anyio.sleep(60)  # cancelled at once
+            finally:
+                await close_fully(r)
+        assert conns and not any(c.is_connected for c in conns)
+    anyio.run(go)
 
 
 def _until(cond: Callable[[], bool], what: str) -> None:
