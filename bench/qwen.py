@@ -20,10 +20,12 @@ that of a 1-row vocabulary product and the rate that of a 256 x 1024 x 3072 prod
 faster of model/rowdot.c and torch's F.linear, measured in the same run; `of_bound` is the
 measured time over it (1.0 = at the bound).  Prints a table, then one JSON line (also --out-json).
 With --device cuda (bench/gpu.sh) both run on the GPU, timed to its synchronisation; --threads
-is then ignored.
+is then ignored.  --clock cpu times this process's CPU time instead of the wall's, at one thread
+only: on a machine whose cores other work shares, each side's time as if it ran alone (what the
+other work takes of the memory's bandwidth still counts).
 
     python bench/qwen.py [--quick] [--shape qwen3-0.6b|qwen3-1.7b] [--dtypes fp32,bf16] [--device cpu|cuda]
-                         [--threads 1,2] [--repeats N] [--prompt 256] [--out-json FILE]
+                         [--threads 1,2] [--clock wall|cpu] [--repeats N] [--prompt 256] [--out-json FILE]
 """
 
 from __future__ import annotations
@@ -106,11 +108,16 @@ def hf_model(model: SetDLM) -> Any:
 
 # ---- the bound ------------------------------------------------------------------------------------
 
+#: what clock() reads: "wall" (perf_counter), or "cpu" (this process's CPU time: at one thread
+#: the wall time of an idle machine, whatever else shares the cores; --clock)
+CLOCK = {"kind": "wall"}
+
+
 def clock() -> float:
-    """Seconds, after the GPU (if any) has finished what was queued: a timer's reading."""
+    """Seconds, after the GPU (if any) has finished what was queued: a timer's reading (CLOCK)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-    return time.perf_counter()
+    return time.process_time() if CLOCK["kind"] == "cpu" else time.perf_counter()
 
 
 def best_s(fn: Callable[[], object], reps: int = 5) -> float:
@@ -207,8 +214,9 @@ def hf_decode(hf: Any, ids: list[int], n: int) -> tuple[float, int, int]:
 
 def setflow_batch(model: SetDLM, pool: KVPool, prompts: list[list[int]]) -> tuple[float, int, int]:
     params = DecodeParams(policy="ar", max_new_tokens=NEW, ignore_eos=True)
+    t = clock()
     p = batched(model, pool, [[Turn(ids, params)] for ids in prompts])
-    return p.seconds, sum(len(w) for w in p.written), p.forwards
+    return clock() - t, sum(len(w) for w in p.written), p.forwards
 
 
 def measure(model: SetDLM, hf: Any, dtype: str, threads: int, repeats: int, sessions: tuple[int, ...],
@@ -297,6 +305,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per case (default 3; 1 with --quick)")
     ap.add_argument("--prompt", type=int, default=PREFILL, help="the prefill's and the decode rows' prompt, tokens")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall time, or this process's CPU time (for one thread on a shared machine)")
     ap.add_argument("--out-json", type=Path)
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -312,11 +322,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         if not torch.cuda.is_available():
             ap.error("--device cuda: no CUDA device here")
         threads = [torch.get_num_threads()]
+    if args.clock == "cpu" and (args.device == "cuda" or max(threads) > 1):
+        ap.error("--clock cpu times one CPU thread: with more, or a GPU, CPU time is not the wall's")
+    CLOCK["kind"] = args.clock
     warnings.filterwarnings("ignore")  # transformers' generation-config notices
     folder = imported(args.shape)
     kernel = torch.cuda.get_device_name() if args.device == "cuda" else rowdot.name() or "none (padded BLAS)"
     print(f"{args.shape}: {args.device}, kernel {kernel}, cpus {os.cpu_count()}, "
-          f"load {os.getloadavg()[0]:.1f}; medians of {repeats}", flush=True)
+          f"load {os.getloadavg()[0]:.1f}; medians of {repeats}, {args.clock} clock", flush=True)
     print(table_line(None))
     rows, machines = [], {}
     for dtype in dtypes:
@@ -333,6 +346,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
                   f"GFLOP/s, load {os.getloadavg()[0]:.1f}", flush=True)
         del model, hf
     result = {"bench": "qwen", "shape": args.shape, "device": args.device, "kernel": kernel, "repeats": repeats, "prompt": args.prompt,
+              "clock": args.clock,
               "load_avg_end": round(os.getloadavg()[0], 2), "machine": machines, "rows": rows,
               "summary": summary(rows)}
     for k, v in result["summary"].items():

@@ -8,7 +8,8 @@ from app.cli import _bench_main
 
 def test_bad_arguments_exit_with_a_usage_error() -> None:
     main = _bench_main("qwen")
-    for argv in (["--dtypes", "fp16"], ["--threads", "0"], ["--threads", "x"], ["--repeats", "0"], ["--shape", "tiny"]):
+    for argv in (["--dtypes", "fp16"], ["--threads", "0"], ["--threads", "x"], ["--repeats", "0"], ["--shape", "tiny"],
+                 ["--clock", "cpu", "--threads", "1,2"], ["--clock", "gpu"]):
         with pytest.raises(SystemExit) as e:
             main(argv, prog="qwen")
         assert e.value.code == 2
