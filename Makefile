@@ -34,9 +34,9 @@ pdf-libs:
 	  echo "make: libharfbuzz-subset0 is absent and could not be installed: PDFs embed whole fonts"
 
 # ruff first (seconds): a lint error fails the run before the suite starts
-# in two processes (pytest-xdist, a test file to each: about 9 min here against 14 serially);
-# `make test PYTEST_ARGS=` runs it serially
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# in two processes (pytest-xdist, a test file to each, the longest files first: tests/conftest.py's
+# FIRST, kept in that order by --no-loadscope-reorder); `make test PYTEST_ARGS=` runs it serially
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP) browser pdf-libs
 	$(BIN)/ruff check .
