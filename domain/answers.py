@@ -338,7 +338,9 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     - more than one operation asked: which one cannot be told;
     - no metric call (arithmetic): each calc is an expression the question writes out;
     - a read by a name (named_call, or one of `texts`: call_problems): it is the one call that
-      gave a result."""
+      gave a result; by a name, each name of the source the question writes is read (not so for
+      `texts`: the function's arguments are the question's by construction, domain/arguments.py,
+      and the source's names, the sample's "churn", are not its)."""
     parsed: list[tuple[str, list[str], str]] = []
     for call, result in made:
         if result.startswith("error:"):
@@ -352,7 +354,7 @@ def intent_problems(question: str, made: Sequence[tuple[str, str]], names: Colle
     if by_name:  # a read by a name: the answer rests on that one call
         read = {grammar.canonical(a) for a in by_name}
         return [*(f"the question names {n!r}, which no call reads" for n in (names or ())
-                  if grammar.canonical(n) not in read),
+                  if grammar.canonical(n) not in read and texts is None),
                 *([] if len(parsed) == 1 else [f"the answer rests on {len(parsed)} calls, one of them a read by the "
                                                f"name {by_name[0]!r}: which one answers cannot be told"])]
     reads = [(args, r) for tool, args, r in parsed if tool == "metric"]

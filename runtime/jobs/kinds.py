@@ -88,10 +88,24 @@ class FunctionTool(BaseModel):
         p = self.parameters or {}
         if self._shape() == "metric" and len(self._written()) < len(self.fields()):
             optional = {k: v for k, v in p["properties"].items() if k not in self._written()}
-            return arguments.bind({"type": "object", "properties": optional}, question)
+            return arguments.bind({"type": "object", "properties": optional}, question, self.name)
         if self._shape() is not None or not arguments.fits(self.parameters):
             return None
-        return arguments.bind(p, question)
+        return arguments.bind(p, question, self.name)
+
+    def unfilled(self) -> list[str]:
+        """Why no question gives this function what it needs, where it fits no skill but requires
+        parameters: each required one that nothing fills (an object, an array of objects, a
+        union: domain/arguments.py kind), or more parameters than a question fills; [] where it
+        fits a skill or requires none (it is then never called, and says nothing)."""
+        p = self.parameters or {}
+        props, required = p.get("properties"), p.get("required")
+        if self.skill() is not None or p.get("type") != "object" or not isinstance(props, dict) or not required:
+            return []
+        if len(props) > arguments.MAX_PARAMETERS:
+            return [f"it has {len(props)} parameters, and a question fills at most {arguments.MAX_PARAMETERS}"]
+        return [f"{k}: {_kind_of(props.get(k))} is not filled from a question" for k in required
+                if arguments.kind(props.get(k)) is None]
 
     def names(self) -> list[str]:
         """The names its schema lists (each string parameter's `enum` the model writes): the
@@ -118,6 +132,15 @@ class FunctionTool(BaseModel):
         """Why arguments (under its names) do not fit its schema; None: they do."""
         errors = sorted(schemas.validator(self.parameters or {}).iter_errors(args), key=str)
         return None if not errors else f"{self.name}: {errors[0].message}"[:MAX_REASON]
+
+
+def _kind_of(prop: Any) -> str:
+    """A parameter's schema in words: "an object", "an array of objects", "a union"."""
+    t = prop.get("type") if isinstance(prop, dict) else None
+    if t == "array":
+        return f"an array of {_kind_of((prop or {}).get('items')).removeprefix('an ').removeprefix('a ')}s"
+    return {"object": "an object", "string": "a string", "integer": "an integer", "number": "a number",
+            "boolean": "a boolean", "null": "a null"}.get(t if isinstance(t, str) else "", "a value of no one type")
 
 
 _PERIOD = re.compile(r"(?<![\w-])\d{4}-(?:Q[1-4]|H[12]|0[1-9]|1[0-2])(?![\w-])")  # a period in a common form
@@ -249,11 +272,13 @@ class ResponseSpec(Tuned):
 
     def uncalled(self) -> list[str]:
         """Why each function whose arguments are filled from the question is not called for it
-        ("get_weather: unit: the question writes none of its values ('c', 'f')"); [] where none
-        is so."""
+        ("get_weather: unit: the question writes none of its values ('c', 'f')"), and each whose
+        required parameters nothing fills (FunctionTool.unfilled: "create_event: event: an object
+        is not filled from a question"); [] where none is so."""
         asked, called = self.asked(), {id(f) for f in self.callable().values()}
         return [f"{f.name}: {'; '.join(b.missing)}" for f in self.functions
-                if id(f) not in called and (b := f.bind(asked)) is not None and b.missing]
+                if id(f) not in called and (b := f.bind(asked)) is not None and b.missing] + \
+            [f"{f.name}: {'; '.join(u)}" for f in self.functions if (u := f.unfilled())]
 
 
 # ---- the registry: every kind's spec, and the check a spec passes on its way in ----------------------

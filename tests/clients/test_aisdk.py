@@ -3,7 +3,8 @@ stack (app.demo.Stack: worker processes, Redis, SQLite): the README's agent ques
 client-run `get_metric` over a multi-step tool loop, by generateText and by streamText, then a
 second question in each of the three ways a client goes on: the messages re-sent,
 previousResponseId, a conversation; and a get_weather(city, unit) of two parameters, its unit
-filled from the question (issue 51).  aisdk/run.mjs drives the SDK and prints what it returned
+filled from the question, and get_fibonacci(n) and compare_cities(cities) of no string (issue
+51).  aisdk/run.mjs drives the SDK and prints what it returned
 and the request bodies it sent; this module judges them.
 
 The packages are installed with `npm ci` from aisdk/package-lock.json into
@@ -188,3 +189,14 @@ def test_a_function_of_two_parameters_in_a_tool_loop(sdk_home: Path, stack: Stac
         assert answer["finishReason"] == "stop" and turn["text"] == f"The result is {output}.", turn["text"]
         if how == "stream":
             assert turn["deltas"] == turn["text"] and not turn["errors"]
+
+
+def test_functions_of_no_string_in_a_tool_loop(sdk_home: Path, stack: Stack) -> None:
+    """get_fibonacci(n: int) and compare_cities(cities: string[]) declared with zod (issue 51):
+    "the 10th" is n, "Paris and Rome" the array; the SDK runs each and the answer quotes it."""
+    line = drive(sdk_home, stack, "generate-nostring")
+    assert line["calls"] == [{"n": 10}, {"cities": ["Paris", "Rome"]}]
+    for turn, output in ((line["first"], "55"), (line["second"], "Rome is warmer")):
+        calls, answer = turn["steps"]
+        assert calls["finishReason"] == "tool-calls" and calls["toolResults"] == [output]
+        assert answer["finishReason"] == "stop" and turn["text"] == f"The result is {output}.", turn["text"]

@@ -80,9 +80,10 @@ def test_an_optional_parameter_the_question_does_not_give_is_left_out() -> None:
 
 
 @pytest.mark.parametrize("parameters", [
-    {"type": "object", "properties": {"to": {"type": "integer"}}},  # no required string: nothing the model writes
-    {"type": "object", "required": ["n"], "properties": {"n": {"type": "number"}}},
+    {"type": "object", "properties": {"to": {"type": "integer"}}},  # nothing required: no call a question asks for
     {"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}, "tags": {"type": "array"}}},
+    {"type": "object", "required": ["q"], "properties": {"q": {"type": "array", "items": {"type": "object"}}}},
+    {"type": "object", "required": ["e"], "properties": {"e": {"type": "object", "properties": {"a": {"type": "string"}}}}},
     {"type": "object", "required": ["a"], "properties": {k: {"type": "string"} for k in "abcde"}},  # 5 parameters
     {"type": "object", "required": ["a"], "properties": {"a": {"type": "string", "enum": [1, 2]}}},
     {"type": "array"},
@@ -97,3 +98,76 @@ def test_a_question_of_many_names_is_bounded_before_any_work() -> None:
     question = "Compare " + ", ".join(f"City{i:02d}" for i in range(40)) + "."
     b = bind(four, question)
     assert b.key is None and b.missing == ("a, b, c, d: the question writes too many names that fit them to tell",)
+
+
+# functions of numbers and booleans only, and of arrays (issue 51): the model writes the text of a
+# required value ("10", "true", "Paris, Rome"), read back as that value
+FIB: dict[str, Any] = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 0}}}
+VOLUME: dict[str, Any] = {"type": "object", "required": ["level"], "properties": {
+    "level": {"type": "integer", "minimum": 0, "maximum": 10}}}
+LIGHTS: dict[str, Any] = {"type": "object", "required": ["on"], "properties": {"on": {"type": "boolean"}}}
+DARK: dict[str, Any] = {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}}
+CITIES: dict[str, Any] = {"type": "object", "required": ["cities"], "properties": {
+    "cities": {"type": "array", "items": {"type": "string"}, "minItems": 2}}}
+MEAN: dict[str, Any] = {"type": "object", "required": ["values"], "properties": {
+    "values": {"type": "array", "items": {"type": "number"}}}}
+KPIS: dict[str, Any] = {"type": "object", "required": ["metrics", "region"], "properties": {
+    "region": {"type": "string"}, "metrics": {"type": "array", "items": {"type": "string", "enum": ["revenue", "churn"]}}}}
+
+
+@pytest.mark.parametrize("parameters, function, question, key, value", [
+    (FIB, "get_fibonacci", "What is the 10th Fibonacci number?", "n", 10),  # an ordinal before the function's noun
+    (VOLUME, "set_volume", "Set the volume to 7.", "level", 7),  # `level` says no more than "a number"
+    (VOLUME, "set_volume", "Turn the volume up to 3 please", "level", 3),
+    (VOLUME, "set_volume", "Volume level 0", "level", 0),  # beside its own name
+    ({"type": "object", "required": ["x"], "properties": {"x": {"type": "number"}}}, "square_root",
+     "What is the square root of 2.25?", "x", 2.25),
+    (LIGHTS, "toggle_lights", "Turn the lights on", "on", True),
+    (LIGHTS, "toggle_lights", "Please switch the lights off.", "on", False),
+    (DARK, "set_dark_mode", "Enable dark mode.", "enabled", True),
+    (CITIES, "compare_cities", "Compare Paris and Rome", "cities", ["Paris", "Rome"]),  # "Compare" opens it: no name
+    (CITIES, "compare_cities", "Compare Lisbon, Madrid and Porto.", "cities", ["Lisbon", "Madrid", "Porto"]),
+    (MEAN, "average", "What is the average of 3, 7 and 12?", "values", [3, 7, 12]),
+])
+def test_a_required_value_that_is_no_string_is_the_text_the_model_writes_read_back_as_that_value(
+        parameters: dict[str, Any], function: str, question: str, key: str, value: Any) -> None:
+    assert fits(parameters)
+    b = bind(parameters, question, function)
+    assert b.missing == () and b.key == key and len(b.choices) == 1, b
+    assert b.arguments(b.choices[0], parameters["properties"]) == {key: value}
+
+
+def test_an_array_of_enum_values_takes_those_the_question_writes_in_its_order() -> None:
+    b = bind(KPIS, "Show churn and revenue for EMEA", "kpi_report")
+    assert b == Binding({"metrics": ["churn", "revenue"]}, "region", ("EMEA",))
+
+
+@pytest.mark.parametrize("parameters, function, question, why", [
+    (FIB, "get_fibonacci", "What is a Fibonacci number?", "n: the question writes no number beside its name"),
+    (FIB, "get_fibonacci", "Give me 3 Fibonacci numbers.", "n: the question writes no number"),  # a count, no index
+    (VOLUME, "set_volume", "Turn the volume up by 3", "level: the question writes no number"),  # a change, no level
+    (FIB, "get_fibonacci", "What is the sum of the 3rd and 10th Fibonacci numbers?",
+     "n: the question writes numbers other than its own"),
+    (VOLUME, "set_volume", "Set the volume to 12.", "level: the question's 12 does not fit its schema"),
+    (FORECAST, "get_forecast", "Will it rain in Oslo for my 3 guests?", "days: the question writes no number"),
+    (LIGHTS, "toggle_lights", "Are the lights on?", "on: the question does not write on true or false"),
+    (LIGHTS, "toggle_lights", "Don't turn the lights on.", "on: the question says not to"),
+    (LIGHTS, "toggle_lights", "Turn the lights on, then off.", "on: the question asks on both true and false"),
+    (CITIES, "compare_cities", "Compare Paris", "cities: the question's list (Paris) does not fit its schema"),
+    (CITIES, "compare_cities", "Compare Paris with Rome in July",
+     "cities: the question's names ('Paris', 'Rome', 'July') make no one list"),
+    (MEAN, "average", "Average my 3 scores 80, 90 and 70", "values: the question's numbers (3, 80, 90, 70) make no one list"),
+    ({"type": "object", "required": ["city", "stops"], "properties": {
+        "city": {"type": "string"}, "stops": {"type": "array", "items": {"type": "string"}}}}, "route",
+     "Route from Paris via Lyon and Dijon", "city, stops: the question's names cannot be told apart"),
+])
+def test_a_value_of_no_string_that_the_question_does_not_give_unambiguously_is_why_not(
+        parameters: dict[str, Any], function: str, question: str, why: str) -> None:
+    b = bind(parameters, question, function)
+    assert b.key is None and any(m.startswith(why) for m in b.missing), b.missing
+
+
+def test_a_number_named_after_its_function_is_never_a_count_of_it() -> None:
+    """find_flights' max_stops is no generic number: "2 flights" counts flights, no stops."""
+    b = bind(FLIGHTS, "Find 2 flights from SFO to Berlin on 2027-01-15.", "find_flights")
+    assert b.missing == () and "max_stops" not in b.values

@@ -185,6 +185,16 @@ FLIGHTS: dict[str, Any] = {"type": "function", "name": "find_flights", "paramete
     "type": "object", "required": ["origin", "destination"], "properties": {
         "origin": {"type": "string", "pattern": "^[A-Z]{3}$"}, "destination": {"type": "string"},
         "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "max_stops": {"type": "integer"}}}}
+# no string at all: the model writes the text of a required value ("10", "true", "Paris, Rome")
+FIB: dict[str, Any] = {"type": "function", "name": "get_fibonacci", "parameters": {
+    "type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 0}}}}
+LIGHTS: dict[str, Any] = {"type": "function", "name": "toggle_lights", "parameters": {
+    "type": "object", "required": ["on"], "properties": {"on": {"type": "boolean"}}}}
+CITIES: dict[str, Any] = {"type": "function", "name": "compare_cities", "parameters": {
+    "type": "object", "required": ["cities"], "properties": {"cities": {"type": "array", "items": {"type": "string"}}}}}
+EVENT: dict[str, Any] = {"type": "function", "name": "create_event", "parameters": {
+    "type": "object", "required": ["event"], "properties": {"event": {"type": "object", "properties": {
+        "title": {"type": "string"}}}}}}
 
 
 @pytest.mark.parametrize("function, question, arguments, output, resent", [
@@ -194,6 +204,9 @@ FLIGHTS: dict[str, Any] = {"type": "function", "name": "find_flights", "paramete
     (FORECAST, "Forecast for Oslo, days=5, alerts=true", {"city": "Oslo", "days": 5, "alerts": True}, "snow", False),
     (FLIGHTS, "Find flights from SFO to Berlin on 2027-01-15 with 1 max stops.",
      {"origin": "SFO", "destination": "Berlin", "date": "2027-01-15", "max_stops": 1}, "3 flights, from 412 USD", True),
+    (FIB, "What is the 10th Fibonacci number?", {"n": 10}, "55", True),
+    (LIGHTS, "Please switch the lights off.", {"on": False}, "lights are off", False),
+    (CITIES, "Compare Paris and Rome", {"cities": ["Paris", "Rome"]}, "Rome is warmer", True),
 ])
 def test_a_function_of_several_parameters_is_called_with_the_questions_values_and_its_output_quoted(
         loaded: tuple[SetDLM, Tokenizer], function: dict[str, Any], question: str, arguments: dict[str, Any],
@@ -240,6 +253,10 @@ def test_a_lookup_with_an_optional_parameter_gets_it_only_where_its_question_giv
     (WEATHER_UNIT, "What's the weather in Paris in C or F?", "calc", "get_weather: unit: the question writes 2"),
     (FORECAST, "Will it rain in Oslo for my 3 guests?", None, "get_forecast: days: the question writes no number"),
     (FLIGHTS, "Find flights to Berlin on 2027-01-15.", None, "find_flights: origin: the question writes no name"),
+    (FIB, "What is a Fibonacci number?", None, "get_fibonacci: n: the question writes no number"),
+    (LIGHTS, "Don't turn the lights on.", "calc", "toggle_lights: on: the question says not to"),
+    (CITIES, "Compare Paris with Rome in July", None, "compare_cities: cities: the question's names"),
+    (EVENT, "Create an event called Launch in Paris.", None, "create_event: event: an object is not filled"),
 ])
 def test_a_function_whose_values_the_question_does_not_give_is_not_called_and_the_response_says_why(
         loaded: tuple[SetDLM, Tokenizer], function: dict[str, Any], question: str, force: str | None, why: str) -> None:
@@ -293,7 +310,9 @@ def test_a_function_filled_from_its_question_takes_calcs_shape_and_a_lookup_may_
     assert skill({**GET_METRIC["parameters"], "properties": {**props, "unit": {"type": "string", "enum": ["%", "pp"]}}}) \
         == "metric"  # its three names the model's, `unit` the question's
     assert skill({**GET_METRIC["parameters"], "properties": {**props, "tags": {"type": "array"}}}) is None
-    assert skill(UNRELATED["parameters"]) is None  # no required string: nothing the model writes
+    assert skill(UNRELATED["parameters"]) is None  # nothing required: no call a question asks for
+    assert skill(FIB["parameters"]) == skill(LIGHTS["parameters"]) == skill(CITIES["parameters"]) == "calc"
+    assert skill(EVENT["parameters"]) is None
 
 
 def test_the_built_in_tools_run_here_as_the_native_agents_do(loaded: tuple[SetDLM, Tokenizer]) -> None:

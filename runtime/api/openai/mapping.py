@@ -53,7 +53,7 @@ def plan(req: CreateResponse, items: list[dict[str, Any]], parked: JobRecord | N
     users = [m for m in messages if m["role"] == "user"]
     if not users:
         raise BadInput("the input holds no user message")
-    if builtin or any(t.skill() is not None for t in tools):
+    if builtin or any(t.skill() is not None or t.unfilled() for t in tools):  # one it cannot fill: failed, saying why
         spec.update(mode="agent",  # its question: the last user message, read from `messages` (stored once)
                     builtin=[{"setflow_metric": "metric", "setflow_calc": "calc"}[t.type] for t in builtin],
                     dataset=next((t.dataset for t in builtin if t.type == "setflow_metric"), None))
@@ -84,8 +84,8 @@ def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[Builtin
         if skill is None:
             raise BadInput(f"tool_choice names {f.name}, which the model cannot call: it calls a lookup by three names "
                            "(parameters: three required strings), a calculator (one required string), or a function "
-                           "of 1 to 4 strings, enums, integers, numbers and booleans, a string among those required, "
-                           f"whose values the question gives, and {f.name}'s parameters are neither; leave tool_choice "
+                           "of 1 to 4 strings, enums, integers, numbers, booleans and arrays of those, one of them "
+                           f"required, whose values the question gives, and {f.name}'s parameters are neither; leave tool_choice "
                            "auto, or declare such a function")
         first = next(t for t in tools if t.skill() == skill)
         if skill in taken or first is not f:
@@ -96,8 +96,8 @@ def forced(req: CreateResponse, tools: list[FunctionTool], builtin: list[Builtin
     if not skills:
         raise BadInput("tool_choice is required, but the model can call none of the tools: it calls a lookup by "
                        "three names (parameters: three required strings), a calculator (one required string), or a "
-                       "function of 1 to 4 strings, enums, integers, numbers and booleans, a string among those "
-                       "required, whose values the question gives")
+                       "function of 1 to 4 strings, enums, integers, numbers, booleans and arrays of those, one of "
+                       "them required, whose values the question gives")
     return skills.pop() if len(skills) == 1 else "any"
 
 

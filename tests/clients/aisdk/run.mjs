@@ -2,7 +2,8 @@
 // Responses API: the README's agent question answered with a client-run `get_metric`, by
 // generateText and by streamText over several steps, then a second question in each of the
 // three ways a client goes on (the messages re-sent, previousResponseId, a conversation); and a
-// get_weather(city, unit) of two parameters over a loop of two questions.
+// get_weather(city, unit) of two parameters over a loop of two questions; get_fibonacci(n) and
+// compare_cities(cities: string[]), of no string.
 // Knows nothing of setflow beyond its URL and key (SETFLOW_URL, SETFLOW_KEY): it prints one JSON
 // line per case, {case, ok, ...what the SDK returned, requests: the bodies it sent}, and the
 // test (tests/clients/test_aisdk.py) judges them.
@@ -68,6 +69,25 @@ const weather = tool({
   execute: async (input) => {
     calls.push(input);
     return SKIES[`${input.city}/${input.unit}`] ?? "error: no such city";
+  },
+});
+
+// functions of no string (issue 51): a number the question writes as "the 10th", and an array of
+// the names it lists ("Paris and Rome"); setflow fills each, the model writes its text
+const fibonacci = tool({
+  description: "The n-th Fibonacci number",
+  inputSchema: z.object({ n: z.number().int() }),
+  execute: async (input) => {
+    calls.push(input);
+    return input.n === 10 ? "55" : "error: not asked";
+  },
+});
+const compare = tool({
+  description: "Compares cities",
+  inputSchema: z.object({ cities: z.array(z.string()) }),
+  execute: async (input) => {
+    calls.push(input);
+    return "Rome is warmer";
   },
 });
 
@@ -144,6 +164,11 @@ const CASES = {
     const messages = [{ role: "user", content: WEATHER }, ...first.response.messages, { role: "user", content: WEATHER_NEXT }];
     return { first: summary(first), second: await generate({ tools: { get_weather: weather }, messages }) };
   },
+  // a number only, then an array: each a question of its own
+  "generate-nostring": async () => ({
+    first: await generate({ tools: { get_fibonacci: fibonacci }, prompt: "What is the 10th Fibonacci number?" }),
+    second: await generate({ tools: { compare_cities: compare }, prompt: "Compare Paris and Rome" }),
+  }),
   // streamed, its second question going on from the first answer's response
   "stream-weather": async () => {
     const first = await stream({ tools: { get_weather: weather }, prompt: WEATHER });

@@ -133,3 +133,58 @@ def test_a_question_that_does_not_give_a_required_value_gets_no_call_and_a_faile
     r = sdk.responses.create(model="small", input=question, tools=[WEATHER], tool_choice=choice)
     assert r.status == "failed" and r.error is not None and r.error.code == "no_answer", r  # type: ignore[comparison-overlap]
     assert f"get_weather: {missing}" in r.error.message and not [x for x in r.output if x.type == "function_call"]
+
+
+FIB: dict[str, Any] = {"type": "function", "name": "get_fibonacci", "description": "The n-th Fibonacci number",
+                       "parameters": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}}
+CITIES: dict[str, Any] = {"type": "function", "name": "compare_cities", "description": "Compares cities",
+                          "parameters": {"type": "object", "required": ["cities"], "properties": {
+                              "cities": {"type": "array", "items": {"type": "string"}, "minItems": 2}}}}
+EVENT: dict[str, Any] = {"type": "function", "name": "create_event", "description": "Creates an event",
+                         "parameters": {"type": "object", "required": ["event"], "properties": {
+                             "event": {"type": "object", "properties": {"title": {"type": "string"}}}}}}
+
+
+@pytest.mark.parametrize("function, question, arguments, output", [
+    (FIB, "What is the 10th Fibonacci number?", {"n": 10}, "55"),  # a number only: "the 10th"
+    (CITIES, "Compare Paris and Rome", {"cities": ["Paris", "Rome"]}, "Rome is warmer"),  # an array of the names
+])
+def test_a_function_of_no_string_is_called_with_the_questions_values(
+        sdk: openai.OpenAI, function: dict[str, Any], question: str, arguments: dict[str, Any], output: str) -> None:
+    first = sdk.responses.create(model="small", input=question, tools=[function])
+    call, args = call_of(first, function)
+    assert args == arguments
+    second = sdk.responses.create(model="small", previous_response_id=first.id, tools=[function], input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": output}])
+    assert second.status == "completed" and second.output_text == f"The result is {output}.", second
+
+
+def test_a_function_of_an_object_is_never_called_and_the_response_fails_saying_why(sdk: openai.OpenAI) -> None:
+    """No call made up from a value nothing fills: failed, naming the parameter (it was a text response)."""
+    r = sdk.responses.create(model="small", input="Create an event called Launch in Paris.", tools=[EVENT])
+    assert r.status == "failed" and r.error is not None and r.error.code == "no_answer", r  # type: ignore[comparison-overlap]
+    assert "create_event: event: an object is not filled from a question" in r.error.message
+    assert not [x for x in r.output if x.type == "function_call"]
+
+
+def test_openai_agents_runs_a_function_of_one_boolean(stack: Stack) -> None:
+    """openai-agents' strict schema of `on: bool`: "Turn the lights on" calls it with true."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    asked: list[bool] = []
+
+    @agents.function_tool
+    def toggle_lights(on: bool) -> str:
+        """Switches the lights."""
+        asked.append(on)
+        return "lights are on" if on else "lights are off"
+
+    async def run() -> Any:
+        async with openai.AsyncOpenAI(api_key=KEY, base_url=stack.api.url + "/v1", max_retries=0) as client:
+            model = agents.OpenAIResponsesModel(model="small", openai_client=client)
+            return await agents.Runner.run(agents.Agent(name="home", instructions="Use the tool.",
+                                                        tools=[toggle_lights], model=model), "Turn the lights on")
+
+    result = asyncio.run(run())
+    assert asked == [True]
+    assert result.final_output == "The result is lights are on."
