@@ -1,5 +1,5 @@
 """Structured output benchmark: the shipped model writing JSON documents under a schema's grammar
-(workflows/structured.py JsonGuide), schemas of growing size (bench/grammars.py SCHEMAS: flat,
+(workflows/structured/ JsonGuide), schemas of growing size (bench/grammars.py SCHEMAS: flat,
 enum, bounded numbers, optional fields, arrays, nested), each policy (ar; prefix and set at
 W = 4, tau = 0.9), at batch 1 and batch B (B sessions, B questions, one forward per step:
 model/batch.py step_batch over one KV pool).

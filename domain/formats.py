@@ -1,7 +1,7 @@
 """A job's output format: a JSON Schema (or any JSON object) its document is held to, as the
 Responses API's text.format and a native job's `format` give it.  The schema's check (a
 tenant's schema's limits, then what the grammar engine compiles: llguidance, torch-free), its
-bounded form and its grammar.  Knows nothing of tokens or decoding (workflows/structured.py)."""
+bounded form and its grammar.  Knows nothing of tokens or decoding (workflows/structured/)."""
 
 from __future__ import annotations
 

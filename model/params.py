@@ -51,7 +51,7 @@ class Guide(Protocol):
 
 class MaskGuide(Guide, Protocol):
     """A guide that knows every token it allows at once: a grammar's next-token mask
-    (workflows/structured.py JsonGuide).  Decoding then takes a refused token's stand-in from the
+    (workflows/structured/ JsonGuide).  Decoding then takes a refused token's stand-in from the
     whole vocabulary, and a token the mask forces (the only one it allows) with probability 1."""
 
     def allowed(self, before: Sequence[int]) -> Any:

@@ -6,6 +6,7 @@ step's predictions; knows nothing of the model's forward, the cache or sampling 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -86,16 +87,16 @@ def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, 
     long texts (workflows/narrative.py) is then asked about a handful of tokens a step, not
     about hundreds.  A MaskGuide (a grammar) holds each position to its whole mask instead
     (masked): under it a committed run is a prefix of a text the grammar can still complete."""
+    mask = getattr(guide, "allowed", None)  # a MaskGuide's whole mask (a grammar's)
+    if mask is not None:
+        return masked(mask, state, active, logits, tok, conf, mask_id, tau)
     toks = state.tokens[state.start:active[-1]]  # a copy: this step's predictions are filled in
     ids = tok.tolist()
-    mask = getattr(guide, "allowed", None)  # a MaskGuide's whole mask (a grammar's)
     for j, pos in enumerate(active):
         if j and tau is None:  # only the leftmost is committed
             break
         before = toks[:pos - state.start]
-        if mask is not None:
-            masked(mask(before), j, logits, tok, conf, ids, mask_id, tau)
-        elif guide.allows(before, ids[j]) is False:
+        if guide.allows(before, ids[j]) is False:
             row = logits[j].float().clone()
             row[mask_id] = -torch.inf
             probs = row.softmax(-1)
@@ -114,31 +115,65 @@ def guided(guide: Guide, state: DecodeState, active: list[int], logits: Tensor, 
             toks[pos - state.start] = ids[j]
 
 
-def masked(allowed: Any, j: int, logits: Tensor, tok: Tensor, conf: Tensor, ids: list[int], mask_id: int,
-           tau: float | None) -> None:
-    """Hold active mask j to a grammar's mask (allowed: numpy bool (vocab,); None: not guided),
-    in place.  A token the mask forces (the only one it allows) is taken with probability 1: no
-    other keeps the text completable, whatever the model thinks of it.  A refused token becomes
-    the most probable token the mask allows, of the whole vocabulary, with its probability (past
-    the leftmost only down to tau: below it the probability becomes 0, and the run ends there).
-    A mask that allows nothing (a grammar in error) leaves the model's token: the caller checks
-    the document it ends with."""
-    if allowed is None:
-        return
-    assert len(allowed) == logits.shape[-1], f"the guide's mask has {len(allowed)} ids, the logits {logits.shape[-1]}"
-    n = int(np.count_nonzero(allowed))  # on the host, as the guide made it: no device op unless a token is refused
-    if n == 1:
-        t = int(allowed.argmax())
-        ids[j] = t
-        tok[j], conf[j] = t, 1.0
-    elif n and not allowed[ids[j]]:
-        a = torch.from_numpy(allowed).to(logits.device)  # (vocab,) bool
-        row = logits[j].float().clone()
+def masked(allowed: Callable[[list[int]], Any], state: DecodeState, active: list[int], logits: Tensor, tok: Tensor,
+           conf: Tensor, mask_id: int, tau: float | None) -> None:
+    """guided() under a MaskGuide (allowed: the tokens before -> its mask, numpy bool (vocab,);
+    None: not guided), in place.  A token the mask forces (the only one it allows) is taken with
+    probability 1: no other keeps the text completable, whatever the model thinks of it.  A
+    refused token becomes the most probable token the mask allows, of the whole vocabulary, with
+    its probability (past the leftmost only down to tau: below it the probability becomes 0, and
+    the run ends there).  A mask that allows nothing (a grammar in error) leaves the model's
+    token: the caller checks the document it ends with.  The run is held on host lists, read
+    from tok and conf once and written back once where something changed; torch is asked only
+    for a refused token's row softmax (the bits guided() takes), each further op on a CPU
+    tensor's numpy view where it has one (a torch op's call costs more than its work here)."""
+    toks = state.tokens[state.start:active[-1]]  # a copy: this step's predictions are filled in
+    ids, ps = tok.tolist(), conf.tolist()  # (n_active,) each: one device sync each
+    changed = False
+    for j, pos in enumerate(active):
+        if j and tau is None:  # only the leftmost is committed
+            break
+        a = allowed(toks[:pos - state.start])
+        if a is not None:
+            assert len(a) == logits.shape[-1], f"the guide's mask has {len(a)} ids, the logits {logits.shape[-1]}"
+            n = int(np.count_nonzero(a))  # on the host, as the guide made it: no device op unless a token is refused
+            if n == 1:
+                ids[j], ps[j], changed = int(a.argmax()), 1.0, True
+            elif n and not a[ids[j]]:
+                t, p = _stand_in(logits[j], a, mask_id, conf.dtype)
+                if j and p < tau:  # type: ignore[operator]  # no stand-in would be committed
+                    ps[j] = 0.0
+                else:
+                    ids[j], ps[j] = t, p
+                changed = True
+        if j and ps[j] < tau:  # the run ends here
+            break
+        if pos - state.start < len(toks):
+            toks[pos - state.start] = ids[j]
+    if changed:
+        for x, values in ((tok, ids), (conf, ps)):
+            if (view := _host(x)) is not None:
+                view[:] = values
+            else:
+                x.copy_(torch.tensor(values, dtype=x.dtype))
+
+
+def _stand_in(logits: Tensor, a: Any, mask_id: int, dtype: torch.dtype) -> tuple[int, float]:
+    """The most probable token of mask `a` (numpy bool (vocab,)) under one row's logits (vocab,),
+    [MASK] left out, and its probability as a tensor of `dtype` holds it; the first of equals."""
+    row = logits.float().clone()
+    if (view := _host(row)) is not None:
+        view[mask_id] = -np.inf  # a tensor's item set costs more than its softmax on a small vocabulary
+    else:
         row[mask_id] = -torch.inf
-        probs = row.softmax(-1)
-        t = int(probs.masked_fill(~a, -1.0).argmax())
-        if j and float(probs[t]) < tau:  # type: ignore[operator]  # no stand-in would be committed
-            conf[j] = 0.0
-            return
-        ids[j] = t
-        tok[j], conf[j] = t, probs[t]
+    probs = row.softmax(-1)  # (vocab,)
+    if (view := _host(probs)) is not None and dtype == torch.float32:
+        t = int(np.where(a, view, np.float32(-1.0)).argmax())
+        return t, float(view[t])
+    best, at = torch.where(torch.from_numpy(a).to(probs.device), probs, -1.0).max(0)
+    return int(at), float(best.to(dtype))
+
+
+def _host(t: Tensor) -> Any:
+    """A CPU tensor's numpy view (the same memory), where numpy holds its dtype; else None."""
+    return t.numpy() if t.device.type == "cpu" and not t.requires_grad and t.dtype in (torch.float32, torch.int64) else None

@@ -113,7 +113,7 @@ class NoAnswer(Unverified):
 
 
 class Unfinished(Unverified):
-    """A turn held to a JSON Schema (workflows/structured.py) reached its token limit before its
+    """A turn held to a JSON Schema (workflows/structured/) reached its token limit before its
     document closed: the text is no document, so it fails, never returned as a success."""
 
     code = "unfinished_document"

@@ -5,7 +5,7 @@ text is returned (workflows/checked.py: a narrative that fails is decoded again,
 The result carries the payload's chart (a Vega-Lite spec) and drivers, computed from the payload,
 never from the model's text.  At detail `full` the text says the breakdown's drivers too: the
 model reads them as facts (slots) and phrases them (domain/narrative.py drivers_form).  With a
-`format`, a JSON document too, written after the text under its grammar (workflows/structured.py
+`format`, a JSON document too, written after the text under its grammar (workflows/structured/
 written: valid, and its numbers those the text states)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ on its conversation's session.
 
     mode "text":  one turn; its input the messages' text (the profile's turn format), its output
                   one message: what the model wrote; a JSON document valid against the schema
-                  where the request's text.format asks for one (workflows/structured.py: the
+                  where the request's text.format asks for one (workflows/structured/: the
                   grammar guides it, the document is checked), else unchecked (it was given no fact and no tool,
                   and writes no fact slot and no call markup: PlainText), ended within the
                   response kind's own token limit (PlainText: a client's smaller

@@ -34,7 +34,7 @@ def _format(v: dict[str, Any] | None) -> dict[str, Any] | None:
     return v
 
 
-#: a JSON document the job writes after its text, held to this (workflows/structured.py written)
+#: a JSON document the job writes after its text, held to this (workflows/structured/ written)
 FormatField = Annotated[dict[str, Any] | None, AfterValidator(_format)]
 
 

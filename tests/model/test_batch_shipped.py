@@ -101,7 +101,7 @@ def test_narratives_guided_to_their_forms_are_the_same_batched(loaded: tuple[Set
 
 
 def test_json_documents_under_a_schema_are_the_same_batched(loaded: tuple[SetDLM, Tokenizer]) -> None:
-    """The structured output's guide (workflows/structured.py JsonGuide: a JSON Schema's grammar)
+    """The structured output's guide (workflows/structured/ JsonGuide: a JSON Schema's grammar)
     in one batch, every policy: each document as it is decoded alone, each one closed and valid
     against its schema; unguided, the model writes no JSON at all (the guide has everything to mend)."""
     model, tok = loaded

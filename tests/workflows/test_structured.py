@@ -1,4 +1,4 @@
-"""workflows/structured.py: a Responses text.format read as a Format or refused with its reason;
+"""workflows/structured/: a Responses text.format read as a Format or refused with its reason;
 the bounded schema's documents valid against the client's; a document checked before it is a
 success (unfinished or invalid: a failure with its code); JsonGuide a pure function of the
 tokens before (rolled back and forward in any order, the masks of a fresh guide)."""
@@ -16,7 +16,7 @@ from model import shipped
 from model.tokenizer import Tokenizer
 from runtime.errors import Unfinished, Unverified
 from workflows import structured
-from workflows.structured import Format, JsonGuide
+from workflows.structured import Format, JsonGuide, closing, grammars
 
 PERSON: dict[str, Any] = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
                                                            "tags": {"type": "array", "items": {"type": "string"}}},
@@ -188,20 +188,20 @@ def _wander(g: JsonGuide, tok: Tokenizer, eos: int, seed: int, long_first: bool)
 def test_a_client_bounded_string_is_held_by_the_guide_not_the_grammar(tok: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a budget, on a large vocabulary (here the shipped one, HELD_VOCAB lowered), a
     string's maxLength (no pattern, enum...) leaves the grammar (its counted characters made
-    every mask inside it dearer) and the guide holds it (workflows/lengths.py): every token it
+    every mask inside it dearer) and the guide holds it (workflows/structured/lengths.py): every token it
     allows is one the counting grammar accepts, the documents of a model pressing the bounds are
     valid, and at the bound only what closes the string is allowed."""
-    monkeypatch.setattr(structured, "HELD_VOCAB", 0)
+    monkeypatch.setattr(grammars, "HELD_VOCAB", 0)
     cfg = shipped.load()[0].cfg
     assert JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(BOUNDED), 120)._lengths is not None
     with monkeypatch.context() as m:
-        m.setattr(structured, "HELD_VOCAB", cfg.vocab_size + 1)
+        m.setattr(grammars, "HELD_VOCAB", cfg.vocab_size + 1)
         assert JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(BOUNDED), 120)._lengths is None, "small: the grammar counts"
     f = Format(BOUNDED)
     g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, 120)
     assert g._lengths is not None
-    assert structured._grammar(BOUNDED).count('"maxLength"') == 3 and '"maxLength"' not in structured._grammar(BOUNDED, counted=False)
-    counted = structured._matcher(tok, cfg.vocab_size, cfg.eos_id, BOUNDED, structured._grammar(BOUNDED))[0]
+    assert grammars.uncapped(BOUNDED).count('"maxLength"') == 3 and '"maxLength"' not in grammars.uncapped(BOUNDED, counted=False)
+    counted = grammars.matcher(tok, cfg.vocab_size, cfg.eos_id, BOUNDED, grammars.uncapped(BOUNDED))[0]
     for seed in range(6):
         g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, f, 120)
         out = _wander(g, tok, cfg.eos_id, seed, long_first=seed % 2 == 0)
@@ -225,7 +225,7 @@ def test_a_guide_with_a_budget_is_a_pure_function_of_the_tokens_before(tok: Toke
     """With a budget (closing walks reused from the bytes they spell, the client's bounds held by
     the guide), masks asked in any order, or of a fresh guide each, are those asked in order."""
     from bench.grammars import SCHEMAS
-    monkeypatch.setattr(structured, "HELD_VOCAB", 0)
+    monkeypatch.setattr(grammars, "HELD_VOCAB", 0)
     cfg = shipped.load()[0].cfg
     f = Format(BOUNDED if name == "bounded" else SCHEMAS[name])
     for seed, budget in ((0, 40), (1, 90), (2, 256)):
@@ -240,3 +240,51 @@ def test_a_guide_with_a_budget_is_a_pure_function_of_the_tokens_before(tok: Toke
         for k in order:
             got = g.allowed(ids[:k])
             assert (got is None and want[k] is None) or np.array_equal(got, want[k]), (name, budget, k)
+
+
+def test_a_guide_keeps_the_masks_a_step_asks_again_and_drops_those_a_rollback_leaves(tok: Tokenizer) -> None:
+    """A step asks the position its last step's run stopped at again as its first: the guide
+    hands back the mask it kept (the same array, no new mask computed, the matcher not moved)
+    while its tokens still begin with that `before`; a rollback past a kept mask drops it."""
+    cfg = shipped.load()[0].cfg
+    ids = tok.encode('{"name":"Ada","age":36}')
+    g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(PERSON), 256)
+    n = len(ids)
+    first = [g.allowed(ids[:k]) for k in range(n - 4, n)]  # a step's positions, the last the kept's
+    computed, consumed = len(g.mask_s), list(g._ids)
+    assert all(g.allowed(ids[:n - 4 + j]) is first[j] for j in (3, 1, 2)) and len(g.mask_s) == computed and g._ids == consumed
+    k = next(k for k in range(n - 4, n) if np.count_nonzero(first[k - n + 4]) > 1)  # a choice: another token allowed
+    other = [*ids[:k], next(int(t) for t in np.flatnonzero(first[k - n + 4]) if t != ids[k])]
+    assert g.allowed(other) is not None and all(j not in g._masks for j in range(k + 2, n))  # k + 1: other's own
+    fresh = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(PERSON), 256)
+    assert np.array_equal(g.allowed(ids[:n - 1]), fresh.allowed(ids[:n - 1])) and len(g.mask_s) == computed + 2
+
+
+def test_a_walk_reads_the_lowest_allowed_id_off_the_packed_mask(tok: Tokenizer) -> None:
+    """closing.lowest (the walk's step where no forced byte and no closer is allowed): the lowest
+    allowed one-byte id, else the lowest allowed id, as the unpacked mask gives them."""
+    from bench.grammars import SCHEMAS
+    cfg = shipped.load()[0].cfg
+    g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(SCHEMAS["nested"]))
+    v = g._v
+    for text in ['{"metric":"', '{"metric":"a","period":{"from":"x","to":"y"},"rows":[{"name":"n","value":1,"change":"',
+                 '{"metric":"a","period":{"from":"x","to":"y"},"rows":[{"name":"n","value":']:
+        m = g.allowed(tok.encode(text))
+        assert m is not None
+        ones = np.flatnonzero(m & np.isin(np.arange(cfg.vocab_size), v.singles))
+        want = (int(ones[0]), True) if len(ones) else (int(np.flatnonzero(m)[0]), False)
+        assert closing.lowest(g._m, v, cfg.vocab_size) == want, text
+
+
+def test_the_closing_slack_is_the_masks_own(tok: Tokenizer) -> None:
+    """What one token may add to the closing tokens is read from the tokens the mask allows
+    (their most openers), never more than the vocabulary's most: inside a number (no opener
+    allowed but its ends) the slack is less than the guide's."""
+    from bench.grammars import SCHEMAS
+    cfg = shipped.load()[0].cfg
+    g = JsonGuide(tok, cfg.vocab_size, cfg.eos_id, Format(SCHEMAS["nested"]), 256)
+    for text in ['{"metric":"', '{"metric":"a","period":{"from":"x","to":"y"},"rows":[{"name":"n","value":1']:
+        m = g.allowed(tok.encode(text))
+        assert m is not None
+        most = max(g._v.opens[int(t)] for t in np.flatnonzero(m))
+        assert g._slack_of(m) == most * g._cost + 6 <= g._slack

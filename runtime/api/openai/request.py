@@ -160,7 +160,7 @@ class CreateResponse(BaseModel):
     service_tier, safety_identifier, prompt_cache_key, prompt_cache_retention, top_logprobs: no
     logprobs are returned); max_tool_calls bounds the agent's calls; one that would change what
     comes back and that setflow does not do is refused (top_p other than 1, a text format other
-    than text, json_object or a json_schema it writes: workflows/structured.py)."""
+    than text, json_object or a json_schema it writes: workflows/structured/)."""
 
     model_config = ConfigDict(extra="forbid")
     model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
@@ -223,7 +223,7 @@ class CreateResponse(BaseModel):
     @field_validator("text")
     @classmethod
     def _format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        structured.requested(v)  # text, json_object, or a json_schema it writes (workflows/structured.py), or why not
+        structured.requested(v)  # text, json_object, or a json_schema it writes (workflows/structured/), or why not
         return v
 
     def items(self) -> list[dict[str, Any]]:

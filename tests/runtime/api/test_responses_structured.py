@@ -77,7 +77,7 @@ def test_the_sdks_parse_gives_the_clients_pydantic_model(sdk: openai.OpenAI) -> 
 
 
 def test_json_object_is_a_json_object(sdk: openai.OpenAI) -> None:
-    """Held to a small object (workflows/structured.py ANY_OBJECT), so that it closes in time."""
+    """Held to a small object (workflows/structured/ ANY_OBJECT), so that it closes in time."""
     r = sdk.responses.create(model="small", input="Describe EMEA's revenue as JSON.", text={"format": {"type": "json_object"}})
     assert r.status == "completed", r.error
     doc = json.loads(r.output_text)

@@ -1,4 +1,4 @@
-"""A JSON string's maxLength held by the guide rather than by the grammar (workflows/structured.py
+"""A JSON string's maxLength held by the guide rather than by the grammar (guide.py
 JsonGuide, with a budget).  A grammar that counts a string's characters (llguidance: maxLength 40,
 12) makes every mask inside that string several times dearer on a large vocabulary (Qwen3's:
 about 1.3 ms against 0.1-0.2).  So the guide's grammar leaves such a string uncounted, and a
