@@ -112,8 +112,7 @@ class Linear(nn.Linear):
         if x.device.type != "cpu" or rows == 0:
             return F.linear(x, self.weight, self.bias)
         w = self.weight
-        grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-        if not grad and x.dtype == w.dtype and served(x.dtype):
+        if _on_kernel(x, (w,)):
             flat = x.reshape(rows, self.in_features).contiguous()  # (rows, in)
             w, threads = w.contiguous(), torch.get_num_threads()
             if self.bias is None:  # written in x's dtype (bf16: rounded to nearest even by the kernel)
@@ -135,7 +134,7 @@ class Linear(nn.Linear):
         None."""
         if not rowdot.packs(w.dtype):
             return None
-        key = (w.data_ptr(), w._version, tuple(w.shape), rowdot.kinds()[w.dtype])
+        key = (_held(w), rowdot.kinds()[w.dtype])
         if getattr(self, "_pack_key", None) != key:
             self._pack, self._pack_key = rowdot.pack(w), key
         return self._pack
@@ -150,16 +149,26 @@ def fused(x: Tensor, *layers: Linear) -> list[Tensor]:
     first = layers[0]
     rows = x.numel() // first.in_features
     w = first.weight
-    if (x.device.type != "cpu" or rows == 0 or x.dtype != w.dtype or not served(x.dtype)
-            or not rowdot.packs(x.dtype) or torch.is_grad_enabled()
-            and (x.requires_grad or any(m.weight.requires_grad for m in layers))
-            or any(m.bias is not None or m.weight.dtype != w.dtype for m in layers)):
+    if (x.device.type != "cpu" or rows == 0 or any(m.bias is not None for m in layers)
+            or not _on_kernel(x, [m.weight for m in layers]) or not rowdot.packs(x.dtype)):
         return [m(x) for m in layers]
-    key = (tuple((m.weight.data_ptr(), m.weight._version, tuple(m.weight.shape)) for m in layers),
-           rowdot.kinds()[w.dtype])
+    key = (tuple(_held(m.weight) for m in layers), rowdot.kinds()[w.dtype])
     if first._fused_key != key:
         first._fused, first._fused_key = rowdot.pack(torch.cat([m.weight for m in layers])), key
     widths = [m.out_features for m in layers]
     flat = x.reshape(rows, first.in_features).contiguous()
     y = rowdot.product(flat, w, torch.get_num_threads(), out=x.dtype, packed=first._fused, n=sum(widths))
     return [part.reshape(*x.shape[:-1], n) for part, n in zip(y.split(widths, dim=1), widths)]
+
+
+def _on_kernel(x: Tensor, weights: tuple[Tensor, ...] | list[Tensor]) -> bool:
+    """Does the row-invariant kernel run x times these weights: no autograd, and one dtype it
+    serves?"""
+    grad = torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights))
+    return not grad and all(w.dtype == x.dtype for w in weights) and served(x.dtype)
+
+
+def _held(w: Tensor) -> tuple[int, int, tuple[int, ...]]:
+    """What a weight's packed panels were made from: its storage, version and shape (packed again
+    when one changes)."""
+    return w.data_ptr(), w._version, tuple(w.shape)

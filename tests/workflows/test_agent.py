@@ -278,13 +278,18 @@ WRONG = {  # the question, the calls the model wrote, its answer (twice: the ret
 }
 
 
+def _total_revenue() -> tuple[list[str], AgentSpec]:
+    """The calls that answer "the total revenue across EMEA and APAC in 2026-Q1", and its spec."""
+    calls = [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")]
+    return calls, AgentSpec(question="What was the total revenue across EMEA and APAC in 2026-Q1?",
+                            dataset_seed=DATA.seed)
+
+
 def test_an_answer_with_a_word_no_answer_form_writes_is_never_verified(loaded: tuple[SetDLM, Tokenizer]) -> None:
     """Every number right, one word garbled: refused (unverified), however it was decoded."""
     model, tok = loaded
-    q = "What was the total revenue across EMEA and APAC in 2026-Q1?"
-    calls = [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")]
+    calls, spec = _total_revenue()
     garbled = f"A: Total smmmm revenue in EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')}."
-    spec = AgentSpec(question=q, dataset_seed=DATA.seed)
     with pytest.raises(Unverified) as e:
         agent.run(Scripted(tok, model.cfg, [*calls, garbled, garbled]), spec)
     assert e.value.code == "unverified" and e.value.problems == [unformed(garbled.removeprefix("A: "))]
@@ -296,10 +301,8 @@ def test_a_word_before_the_answers_a_is_never_verified(loaded: tuple[SetDLM, Tok
     """The answer whole and right, a word before its "A:": refused (unverified), as a garbled
     answer is; the transcript the job returns would hold it."""
     model, tok = loaded
-    q = "What was the total revenue across EMEA and APAC in 2026-Q1?"
-    calls = [call("metric", "revenue", r, "2026-Q1") for r in ("EMEA", "APAC")] + [call("calc", f"{R1}+{R2}")]
+    calls, spec = _total_revenue()
     said = f"smmmm A: Total revenue across EMEA and APAC in 2026-Q1 was {calc(f'{R1}+{R2}')} k USD."
-    spec = AgentSpec(question=q, dataset_seed=DATA.seed)
     with pytest.raises(Unverified) as e:
         agent.run(Scripted(tok, model.cfg, [*calls, said, said]), spec)
     assert e.value.code == "unverified" and e.value.problems == ["the last segment writes 'smmmm' before its answer"]
