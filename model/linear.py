@@ -8,10 +8,9 @@ differently.  On a CPU with AVX2 and FMA the product is the row-invariant kernel
 (model/rowdot.py): every output element is reduced in one fixed order whatever the rows, the
 tiles or the threads (split over output columns, never over the reduction), so a row's bits
 are the same alone, in a batch and at any thread count, by construction; fp32 or bf16,
-accumulated in fp32, a bf16 output rounded to nearest even.  Most of its kinds read the weight
-packed into panels (model/packed.c: every kind on a CPU with AVX2 only, and bf16 with AVX-512
-BF16), packed once and kept beside the weight, so such a model holds its weights twice; fp32 on
-AVX-512 reads them in place (model/rowdot.c).  Where it is not available (no
+accumulated in fp32, a bf16 output rounded to nearest even.  Its kinds read the weight packed
+into panels (model/packed.c), packed once and kept beside the weight, so such a model holds its
+weights twice.  Where it is not available (no
 compiler, another CPU) a BLAS product of fewer rows than this machine's invariant minimum is
 padded with zero rows to it (the kernel is chosen by shapes, never by values): the minimum is
 probed once per (dtype, threads, shape), a model pads a short forward once to its layers'

@@ -1,4 +1,4 @@
-/* packed: y = x w^T on the CPU (the kernel's kinds 3, 5 and 6), the weights packed once into
+/* packed: y = x w^T on the CPU (the kernel's kinds 3, 5, 6 and 7), the weights packed once into
    panels, every output element reduced in ONE fixed order.
 
    The orders: for y[i][j], in fp32,
@@ -9,7 +9,14 @@
      kind 5 (AVX2 + FMA), fp32 x and w, and kind 6 (AVX2 + FMA), bf16 x and w widened exactly
      to fp32:
        acc = 0;  for p = 0 .. k - 1:  acc = fma(x[i][p], w[j][p], acc)
-       (kind 6's bits are kind 5's over the widened operands)
+       (kind 6's bits are kind 5's over the widened operands; a CPU with AVX-512 runs kind 5's
+       chains 16 columns a vector, the same arithmetic)
+     kind 7 (bf16 x and w; AMX-BF16), k in blocks of 32 (the last padded with 0s):
+       acc = 0;  for b = 0 .. ceil(k/32) - 1:  acc = tdpbf16(acc, x[i][32b .. 32b+32), w[j][..])
+       the tile instruction's own sum of the block's 32 products into acc, which this CPU's
+       hardware fixes (it is neither vdpbf16ps's pair order nor one rounding: so kind 7 is
+       another kind, and part of its name is the CPU's model) and which reads row i of the
+       tile and nothing of its other rows (checked: a row's bits alone = in a tile of 16)
    and no lanes to sum at the end.  y[i][j] depends on row i of x and row j of w and on nothing
    else: not on the rows beside it, the tile, the thread count or the split, so a row's bits are
    the same alone, batched, restored and recomputed.  Each weight element (pair) is read once per
@@ -19,26 +26,31 @@
    12 for 4 and 3.
 
    The panels: w (n, k) row-major becomes ceil(n / C) panels of C columns (C = 64 for kind 3, 16
-   for kinds 5 and 6); panel c holds, step after step, its C columns' elements of one
+   for kinds 5, 6 and 7); panel c holds, step after step, its C columns' elements of one
    step: kind 3, for q = 0 .. ceil(k/2) - 1, the pairs (w[Cc + j][2q], w[Cc + j][2q + 1]),
-   j = 0 .. C-1 (an odd k's last element paired with 0); the others, for p = 0 .. k - 1,
-   w[Cc + j][p] (kind 6 in the order 0, 8, 1, 9, .. 7, 15 of j).  Columns past n are 0.  Compile without fast-math and with -ffp-contract=off. */
+   j = 0 .. C-1 (an odd k's last element paired with 0); kind 7, for each block b of 32, a tile
+   of 16 rows q (the block's pairs) of 16 pairs (w[Cc + j][32b + 2q], w[Cc + j][32b + 2q + 1]);
+   the others, for p = 0 .. k - 1, w[Cc + j][p] (kind 6 in the order 0, 8, 1, 9, .. 7, 15 of
+   j).  Columns past n and elements past k are 0.  Compile without fast-math and with -ffp-contract=off. */
 
 #include "lanes.h"
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define ROWS 6 /* a tile's rows */
 
 /* a kind's panel width (columns), its weights' element size, and whether it steps by pairs */
 static long cols_of(int kind) { return kind == 3 ? 64 : 16; }
 static long esize(int kind) { return kind == 5 ? 4 : 2; }
-static long steps(int kind, long k) { return kind == 3 ? (k + 1) / 2 * 2 : k; } /* elements a column */
+static long steps(int kind, long k) { return kind == 3 ? (k + 1) / 2 * 2 : kind == 7 ? (k + 31) / 32 * 32 : k; } /* a column's */
 
-/* elements of the packed form of an (n, k) weight for `kind` (3, 5 or 6), or -1 for another kind */
+/* elements of the packed form of an (n, k) weight for `kind` (3, 5, 6 or 7), or -1 for another kind */
 long packed_size(long n, long k, int kind) {
-    if (kind != 3 && kind != 5 && kind != 6) return -1;
+    if (kind != 3 && kind != 5 && kind != 6 && kind != 7) return -1;
     long c = cols_of(kind);
     return (n + c - 1) / c * c * steps(kind, k);
 }
@@ -47,6 +59,18 @@ long packed_size(long n, long k, int kind) {
    above */
 void pack(const void *w, void *pw, long n, long k, int kind) {
     long C = cols_of(kind), es = esize(kind), st = steps(kind, k), pairs = kind == 3;
+    if (kind == 7) { /* panel c, block b: element (q, 2j + h) = w[16c + j][32b + 2q + h] */
+        uint16_t *d = (uint16_t *)pw;
+        for (long c = 0; c < (n + 15) / 16; c++)
+            for (long b = 0; b < st / 32; b++)
+                for (long q = 0; q < 16; q++)
+                    for (long j = 0; j < 16; j++)
+                        for (long h = 0; h < 2; h++, d++) {
+                            long col = 16 * c + j, p = 32 * b + 2 * q + h;
+                            *d = col < n && p < k ? ((const uint16_t *)w)[col * k + p] : 0;
+                        }
+        return;
+    }
     for (long c = 0; c < (n + C - 1) / C; c++)
         for (long s = 0; s < st; s += 1 + pairs) {
             char *dst = (char *)pw + (c * st + s) * C * es;
@@ -177,6 +201,57 @@ INLINE void tile56(const float *x, long k, const void *panel, long pstep, int wb
                     c == np - 1 ? cols : 16);
 }
 
+/* kind 5 on AVX-512: mr rows of x (fp32, stride k) times np consecutive 16-column panels
+   (panel elements `pstep` apart), a panel's step one vector: the very FMA chains of tile56,
+   mr x np accumulators (at most 24 of the 32 registers) */
+AVX512 INLINE void tile5z(const float *x, long k, const float *panel, long pstep, void *y, long ldy, int ybf16,
+                          int cols, int mr, int np) {
+    __m512 acc[24]; /* row i, panel c: acc[i * np + c] */
+#pragma GCC unroll 24
+    for (int a = 0; a < mr * np; a++) acc[a] = _mm512_setzero_ps();
+    for (long p = 0; p < k; p++) {
+        __m512 w[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < np; c++) {
+            const float *wp = panel + c * pstep + p * 16;
+            _mm_prefetch((const char *)(wp + 16 * 16), _MM_HINT_T0); /* 16 steps ahead in this panel */
+            w[c] = _mm512_loadu_ps(wp);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_set1_ps(x[i * k + p]);
+#pragma GCC unroll 8
+            for (int c = 0; c < np; c++) acc[i * np + c] = _mm512_fmadd_ps(xv, w[c], acc[i * np + c]);
+        }
+    }
+    float out[24 * 16];
+#pragma GCC unroll 24
+    for (int a = 0; a < mr * np; a++) _mm512_storeu_ps(out + 16 * a, acc[a]);
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < np; c++)
+            put_row(out + 16 * (i * np + c), (char *)y + c * 16 * (ybf16 ? 2 : 4), i, ldy, ybf16,
+                    c == np - 1 ? cols : 16);
+}
+
+#define ROWSZ 8 /* kind 5 on AVX-512: a tile's rows */
+/* the panels at most this many at once for mr rows (mr x np accumulators, at least 8 chains) */
+static const int NPZ[ROWSZ + 1] = {0, 8, 6, 4, 4, 4, 4, 3, 3};
+
+#define TZ(M, NP) tile5z(x, k, panel, pstep, y, ldy, ybf16, cols, M, NP)
+#define NPZ_UPTO3(M) case M * 16 + 1: TZ(M, 1); break; case M * 16 + 2: TZ(M, 2); break; case M * 16 + 3: TZ(M, 3); break;
+#define NPZ_UPTO4(M) NPZ_UPTO3(M) case M * 16 + 4: TZ(M, 4); break;
+#define NPZ_UPTO6(M) NPZ_UPTO4(M) case M * 16 + 5: TZ(M, 5); break; case M * 16 + 6: TZ(M, 6); break;
+
+/* each (rows, panels) its own loop */
+AVX512 static void rows5z(const float *x, long k, const float *panel, long pstep, void *y, long ldy, int ybf16,
+                          int cols, int mr, int np) {
+    switch (mr * 16 + np) {
+    NPZ_UPTO6(1) case 1 * 16 + 7: TZ(1, 7); break; case 1 * 16 + 8: TZ(1, 8); break;
+    NPZ_UPTO6(2) NPZ_UPTO4(3) NPZ_UPTO4(4) NPZ_UPTO4(5) NPZ_UPTO4(6) NPZ_UPTO3(7) NPZ_UPTO3(8)
+    default: __builtin_unreachable(); /* mr <= ROWSZ, np <= NPZ[mr] */
+    }
+}
+
 /* each (kind, row count) its own loop: the row count and the dtype constants inside it */
 #define ROW_CASES(CALL)                                                                                            \
     switch (mr) {                                                                                                  \
@@ -224,6 +299,8 @@ typedef struct {
     void *y;
     int ybf16, kind;
     long m, k, n;
+    const uint16_t *xp; /* kind 7: x's rows as tiles read them, ldx elements apart */
+    long ldx;
 } pjob_t;
 
 /* kinds 5 and 6, panels [c0, c1): the rows in tiles as even as may be, of at most 3 rows below
@@ -250,8 +327,139 @@ static void run_panels56(const pjob_t *jb, long c0, long c1) {
     }
 }
 
+/* kind 5 on AVX-512, panels [c0, c1): as run_panels56, with tiles of at most ROWSZ rows (the
+   rows split as evenly as may be) and groups of NPZ[the largest tile's rows] panels */
+static void run_panels5z(const pjob_t *jb, long c0, long c1) {
+    long k = jb->k, pstep = 16 * k, ys = jb->ybf16 ? 2 : 4;
+    long tiles = (jb->m + ROWSZ - 1) / ROWSZ;
+    int most = (int)((jb->m + tiles - 1) / tiles);
+    long full = c1 * 16 <= jb->n ? c1 : c1 - 1;
+    for (long c = c0; c < c1;) {
+        int np = c < full ? (int)(full - c < NPZ[most] ? full - c : NPZ[most]) : 1;
+        int cols = jb->n - (c + np - 1) * 16 < 16 ? (int)(jb->n - (c + np - 1) * 16) : 16;
+        for (long t = 0, i = 0; t < tiles; t++) {
+            int mr = (int)(jb->m / tiles + (t < jb->m % tiles));
+            rows5z((const float *)jb->x + i * k, k, (const float *)jb->pw + c * pstep, pstep,
+                   (char *)jb->y + (i * jb->n + c * 16) * ys, jb->n, jb->ybf16, cols, mr, np);
+            i += mr;
+        }
+        c += np;
+    }
+}
+
+/* ---- kind 7: AMX tiles of 16 rows x 64 bytes; x's rows as tiles read them (16-row blocks,
+   k padded to 32: `ldx` elements apart), C tiles stored to y ---- */
+#define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg_t;
+
+/* 1 where this process may use AMX tiles (Linux grants it on request, once per process) */
+int amx_ready(void) {
+    static int ready = -1;
+    if (ready < 0) ready = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+    return ready;
+}
+
+/* a C tile's 16 x 16 fp32 to y's rows [0, mr) and columns [0, cols) */
+AMX INLINE void put_tile(const float *buf, void *y, long ldy, int ybf16, int mr, int cols) {
+    for (int i = 0; i < mr; i++) put_row(buf + 16 * i, y, i, ldy, ybf16, cols);
+}
+
+/* rb (1-2) row tiles x cb (1-3) panels, rb x cb C tiles over all of k's blocks in order, then
+   stored: C tiles 0-3, A 4-5, B 5-7 (rb + cb + rb cb <= 8) */
+AMX INLINE void block7(const uint16_t *x, long ldx, const uint16_t *pw, long pstep, long kb, void *y, long ldy,
+                       int ybf16, int mr0, int mr1, int cols, int rb, int cb) {
+    _tile_zero(0);
+    if (cb > 1) _tile_zero(1);
+    if (cb > 2) _tile_zero(2);
+    if (rb > 1) _tile_zero(2);
+    if (rb > 1 && cb > 1) _tile_zero(3);
+    for (long b = 0; b < kb; b++) {
+        const uint16_t *xb = x + 32 * b, *wb = pw + 512 * b;
+        _tile_loadd(4, xb, ldx * 2);
+        if (rb > 1) _tile_loadd(5, xb + 16 * ldx, ldx * 2);
+        _tile_loadd(6, wb, 64);
+        if (cb > 1 && rb > 1) _tile_loadd(7, wb + pstep, 64);
+        if (rb == 1 && cb > 1) _tile_loadd(5, wb + pstep, 64);
+        if (cb > 2) _tile_loadd(7, wb + 2 * pstep, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (rb == 1 && cb > 1) _tile_dpbf16ps(1, 4, 5);
+        if (rb == 1 && cb > 2) _tile_dpbf16ps(2, 4, 7);
+        if (rb > 1) _tile_dpbf16ps(2, 5, 6);
+        if (rb > 1 && cb > 1) _tile_dpbf16ps(1, 4, 7);
+        if (rb > 1 && cb > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+    float buf[256] __attribute__((aligned(64)));
+    long ys = ybf16 ? 2 : 4;
+    char *y0 = (char *)y, *y1 = (char *)y + 16 * ldy * ys;
+    /* tile t's (row tile, panel): rb 1: 0 (0,0), 1 (0,1), 2 (0,2); rb 2: 0 (0,0), 1 (0,1), 2 (1,0), 3 (1,1) */
+#define PUT7(T, R, C)                                                                                              \
+    do {                                                                                                           \
+        _tile_stored(T, buf, 64);                                                                                  \
+        put_tile(buf, ((R) ? y1 : y0) + (C) * 16 * ys, ldy, ybf16, (R) ? mr1 : mr0, (C) == cb - 1 ? cols : 16); \
+    } while (0)
+    PUT7(0, 0, 0);
+    if (cb > 1) PUT7(1, 0, 1);
+    if (rb == 1 && cb > 2) PUT7(2, 0, 2);
+    if (rb > 1) PUT7(2, 1, 0);
+    if (rb > 1 && cb > 1) PUT7(3, 1, 1);
+#undef PUT7
+}
+
+/* kind 7, panels [c0, c1) over x's padded rows (xp: ceil(m/16) blocks of 16 rows, ldx apart):
+   2 row tiles x 2 panels at a time while there are 2 row tiles, else 1 x 3; the panels' group
+   stays in L2 while the row tiles pass */
+AMX static void run_panels7(const pjob_t *jb, const uint16_t *xp, long ldx, long c0, long c1) {
+    tilecfg_t cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+    long kb = ldx / 32, pstep = 16 * ldx, ys = jb->ybf16 ? 2 : 4, mt = (jb->m + 15) / 16;
+    int most = mt > 1 ? 2 : 3; /* panels a group */
+    for (long c = c0; c < c1;) {
+        int cb = (int)(c1 - c < most ? c1 - c : most);
+        int cols = jb->n - (c + cb - 1) * 16 < 16 ? (int)(jb->n - (c + cb - 1) * 16) : 16;
+        for (long t = 0; t < mt;) {
+            int rb = mt - t >= 2 && cb <= 2 ? 2 : 1;
+            long r0 = 16 * t;
+            int mr0 = (int)(jb->m - r0 < 16 ? jb->m - r0 : 16);
+            int mr1 = rb > 1 ? (int)(jb->m - r0 - 16 < 16 ? jb->m - r0 - 16 : 16) : 0;
+            const uint16_t *xb = xp + r0 * ldx, *pw = (const uint16_t *)jb->pw + c * pstep;
+            void *yb = (char *)jb->y + (r0 * jb->n + c * 16) * ys;
+            if (rb == 2 && cb == 2) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, mr1, cols, 2, 2);
+            else if (rb == 2) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, mr1, cols, 2, 1);
+            else if (cb == 3) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, 0, cols, 1, 3);
+            else if (cb == 2) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, 0, cols, 1, 2);
+            else block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, 0, cols, 1, 1);
+            t += rb;
+        }
+        c += cb;
+    }
+    _tile_release();
+}
+
 /* panels [c0, c1): every row tile over each panel, the panel staying in L2 while the rows pass */
+/* kind 5 by AVX-512 (16 columns a vector) where the CPU has it (-1: not yet asked); the tests
+   set 0 to compare with AVX2's 8 */
+static int zmm5 = -1;
+void packed_avx512(int on) { zmm5 = on && __builtin_cpu_supports("avx512f"); }
+
 static void run_panels(const pjob_t *jb, long c0, long c1) {
+    if (zmm5 < 0) packed_avx512(1);
+    int z = zmm5;
+    if (jb->kind == 7) {
+        run_panels7(jb, jb->xp, jb->ldx, c0, c1);
+        return;
+    }
+    if (jb->kind == 5 && z) {
+        run_panels5z(jb, c0, c1);
+        return;
+    }
     if (jb->kind != 3) {
         run_panels56(jb, c0, c1);
         return;
@@ -275,18 +483,28 @@ static void run_claims(const pjob_t *jb, long n_chunks, long panels, atomic_long
 /* y (m, n) = x (m, k) times the packed w (pack above, for `kind`) transposed, in the kind's
    order above, written fp32 or (ybf16) bf16 rounded to nearest even, over `threads` threads of
    an OpenMP team (torch's own, as rowdot's); threads take whole panels, never a part of k.
-   Returns 0, or -1 for a kind this file has not. */
+   Returns 0, -1 for a kind this file has not (or kind 7 where AMX is refused), -2 without memory. */
 int rowdot_packed(const void *x, const void *pw, void *y, int ybf16, int kind, long m, long k, long n, int threads) {
-    if (packed_size(1, 1, kind) < 0) return -1;
-    pjob_t jb = {x, pw, y, ybf16, kind, m, k, n};
+    if (packed_size(1, 1, kind) < 0 || kind == 7 && !amx_ready()) return -1;
+    pjob_t jb = {x, pw, y, ybf16, kind, m, k, n, x, k};
+    uint16_t *xp = NULL;
+    if (kind == 7 && (k % 32 || m % 16)) { /* the rows in whole blocks of 16, k padded to 32, with 0s */
+        long ldx = (k + 31) / 32 * 32, rows = (m + 15) / 16 * 16;
+        xp = aligned_alloc(64, rows * ldx * 2);
+        if (xp == NULL) return -2;
+        memset(xp, 0, rows * ldx * 2);
+        for (long i = 0; i < m; i++) memcpy(xp + i * ldx, (const uint16_t *)x + i * k, k * 2);
+        jb.xp = xp, jb.ldx = ldx;
+    }
     long C = cols_of(kind), panels = (n + C - 1) / C, parts = threads < 1 ? 1 : threads > 64 ? 64 : threads;
     if (parts <= 1 || panels < 2) {
         run_panels(&jb, 0, panels);
-        return 0;
-    }
-    long n_chunks = 4 * parts < panels ? 4 * parts : panels;
-    atomic_long next = 0;
+    } else {
+        long n_chunks = 4 * parts < panels ? 4 * parts : panels;
+        atomic_long next = 0;
 #pragma omp parallel num_threads(parts)
-    run_claims(&jb, n_chunks, panels, &next);
+        run_claims(&jb, n_chunks, panels, &next);
+    }
+    free(xp);
     return 0;
 }

@@ -55,13 +55,13 @@ def _flags() -> frozenset[str]:
     except OSError:  # no /proc: what torch dispatches to says as much
         cap = torch.backends.cpu.get_cpu_capability()
         flags = {"avx2", "fma"} if cap in ("AVX2", "AVX512") else set()
-    return frozenset(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"})
+    return frozenset(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"})
 
 
 #: the kinds whose products read packed weights (model/packed.c), and each one's dtype: bf16 by
-#: bf16 dot products (3, AVX-512 BF16); fp32 by FMAs in k's order (5, AVX2), bf16 widened to
-#: fp32 and so (6, AVX2)
-PACKED = {3: torch.bfloat16, 5: torch.float32, 6: torch.bfloat16}
+#: bf16 dot products (3, AVX-512 BF16); fp32 by FMAs in k's order (5, AVX2 or AVX-512), bf16
+#: widened to fp32 and so (6, AVX2); bf16 by AMX tiles (7)
+PACKED = {3: torch.bfloat16, 5: torch.float32, 6: torch.bfloat16, 7: torch.bfloat16}
 
 
 def avx512() -> bool:
@@ -70,17 +70,24 @@ def avx512() -> bool:
     return {"avx512f", "avx512bw", "avx512vl"} <= _flags()
 
 
+def runs(kind: int) -> bool:
+    """Can this CPU run `kind` (the kernel built)?  0, 5, 6: AVX2 and FMA; 1: AVX-512 (F, BW,
+    VL); 3: and AVX-512 BF16; 7: and AMX-BF16, its tiles granted to this process by Linux."""
+    f, dll = _flags(), lib()
+    if dll is None or kind not in (0, 1, 3, 5, 6, 7):
+        return False
+    return (kind in (0, 5, 6) or avx512() and (kind == 1 or "avx512_bf16" in f and (
+        kind == 3 or {"amx_tile", "amx_bf16"} <= f and bool(dll.amx_ready()))))
+
+
 @lru_cache(maxsize=1)
 def kinds() -> dict[torch.dtype, int]:
-    """The kernel's kind for each dtype on this CPU.  With AVX-512: fp32 in model/rowdot.c's
-    dot order by AVX-512 FMAs over weights in place (1); bf16 by bf16 dot products over packed
-    weights (3, model/packed.c) where it has AVX-512 BF16, else as AVX2 does.  With AVX2 only:
-    packed weights, FMAs in k's order (fp32 5; bf16 widened, 6).  (Kind 0, the dot order by AVX2
-    FMAs over weights in place, is what AVX2 ran before kinds 5 and 6: 1.5-2.5x slower at every
-    row count; kept for the tests and harnesses that compare.)"""
-    if avx512():
-        return {torch.float32: 1, torch.bfloat16: 3 if "avx512_bf16" in _flags() else 6}
-    return {torch.float32: 5, torch.bfloat16: 6}
+    """The kernel's kind for each dtype on this CPU.  fp32: packed weights, FMAs in k's order (5;
+    16 columns a vector with AVX-512, 8 with AVX2: the same chains).  bf16: AMX tiles (7) where
+    the CPU runs them; else bf16 dot products (3) with AVX-512 BF16; else widened to fp32 and as
+    kind 5 (6).  (Kinds 0 and 1, the dot order over weights in place by AVX2 and AVX-512 FMAs,
+    are what such CPUs ran before: kept for the tests and harnesses that compare.)"""
+    return {torch.float32: 5, torch.bfloat16: next(k for k in (7, 3, 6) if runs(k) or k == 6)}
 
 
 def packs(dtype: torch.dtype) -> bool:
@@ -131,16 +138,31 @@ def lib() -> ctypes.CDLL | None:
         dll.rowdot_packed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                                       ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.rowdot_packed.restype = ctypes.c_int
+        dll.amx_ready.argtypes, dll.amx_ready.restype = [], ctypes.c_int
+        dll.packed_avx512.argtypes, dll.packed_avx512.restype = [ctypes.c_int], None
         return dll
     return None
 
 
 def name() -> str:
     """The kernel's identity, part of what a row's bits depend on: "rowdot-<hash of source and
-    flags>-<fp32's kind><bf16's kind>", or "" where it is not available (products then pad,
-    model/linear.py)."""
+    flags>-<fp32's kind><bf16's kind>", and where bf16 runs on AMX (kind 7, whose sums the
+    hardware fixes) "-cpu<family>.<model>" after it; or "" where it is not available (products
+    then pad, model/linear.py)."""
+    if lib() is None:
+        return ""
     k = kinds()
-    return f"rowdot-{_key()[:8]}-{k[torch.float32]}{k[torch.bfloat16]}" if lib() is not None else ""
+    return f"rowdot-{_key()[:8]}-{k[torch.float32]}{k[torch.bfloat16]}" + (f"-cpu{_cpu()}" if k[torch.bfloat16] == 7 else "")
+
+
+def _cpu() -> str:
+    """This CPU's "<family>.<model>" from /proc/cpuinfo ("?" where it cannot be read)."""
+    try:
+        info = {a.strip(): b.strip() for a, b in (line.split(":", 1) for line in
+                                                   Path("/proc/cpuinfo").read_text().splitlines()[:32] if ":" in line)}
+        return f"{info['cpu family']}.{info['model']}"
+    except (OSError, KeyError):
+        return "?"
 
 
 def pack(w: Tensor) -> Tensor:
@@ -202,14 +224,16 @@ def product(x: Tensor, w: Tensor, threads: int, out: torch.dtype = torch.float32
     assert n == w.shape[0] or packed is not None and kinds()[x.dtype] in PACKED and x.dtype == w.dtype, \
         "other columns than w's only from packed panels"
     kind = kinds()[x.dtype] if x.dtype == w.dtype else 0
-    if x.dtype != torch.float32 and kind != 3:
-        x = x.float()  # exact: every kind but 3 reads its rows in fp32
+    if x.dtype != torch.float32 and kind not in (3, 7):
+        x = x.float()  # exact: every kind but 3 and 7 reads its rows in fp32
     y = torch.empty(m, n, dtype=out)
     if kind in PACKED:
         pw = pack(w) if packed is None else packed
         assert pw.dtype == w.dtype and pw.numel() == dll.packed_size(n, k, kind), "packed weights of another shape"
         bad = dll.rowdot_packed(x.data_ptr(), pw.data_ptr(), y.data_ptr(), int(out == torch.bfloat16), kind,
                                 m, k, n, threads)
+        if bad == -2:
+            raise MemoryError(f"rowdot: no room for {m} rows of {k}")
         assert bad == 0, f"rowdot_packed refused kind {kind}"
         return y
     bad = dll.rowdot(x.data_ptr(), w.data_ptr(), kind, int(w.dtype == torch.bfloat16), y.data_ptr(),

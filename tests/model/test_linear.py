@@ -137,20 +137,20 @@ def test_the_whole_vocabulary_is_row_invariant() -> None:
 @pytest.mark.parametrize("kind", sorted(rowdot.PACKED))
 @pytest.mark.parametrize("k, n", [(33, 1), (1001, 63), (64, 65), (7, 130), (3072, 129)])
 def test_packed_rows_have_their_bits_at_any_shape(kind: int, k: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The packed kinds (model/packed.c: bf16 3, fp32 5, bf16 6): an odd k (kind 3: its last
-    pair half zero), columns past a panel, one column, row tiles of every size: every row's
-    bits alone, among others and at 1 and 2 threads, packed by the caller or on the fly; and
-    the product itself to the dtype's tolerance."""
-    if rowdot.lib() is None or kind == 3 and rowdot.kinds()[torch.bfloat16] != 3:
-        pytest.skip("no row-invariant kernel here" if rowdot.lib() is None else "kind 3 needs AVX-512 BF16")
+    """The packed kinds (model/packed.c: bf16 3, fp32 5, bf16 6, bf16 7): an odd k (kind 3: its
+    last pair half zero; kind 7: a block padded), columns past a panel, one column, row tiles of
+    every size: every row's bits alone, among others and at 1 and 2 threads, packed by the
+    caller or on the fly; and the product itself to the dtype's tolerance."""
+    if not rowdot.runs(kind):
+        pytest.skip(f"this CPU does not run kind {kind}")
     dtype = rowdot.PACKED[kind]
     monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 5, torch.bfloat16: 6} | {dtype: kind})
     g = torch.Generator().manual_seed(k + n)
-    x = torch.randn(13, k, generator=g).to(dtype)
+    x = torch.randn(37, k, generator=g).to(dtype)
     w = torch.randn(n, k, generator=g).to(dtype)
     full = rowdot.product(x, w, 2, packed=rowdot.pack(w))
     for t in (1, 2):
-        for a, m in ((0, 1), (5, 1), (2, 6), (0, 13), (7, 4)):
+        for a, m in ((0, 1), (5, 1), (2, 6), (0, 13), (7, 4), (3, 16), (1, 33), (0, 37)):
             assert torch.equal(rowdot.product(x[a:a + m], w, t), full[a:a + m]), (t, a, m)
     tol = dict(rtol=1e-5, atol=1e-5 * k ** 0.5) if dtype == torch.float32 else dict(rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(full, x.float() @ w.float().T, **tol)  # type: ignore[arg-type]
@@ -158,18 +158,26 @@ def test_packed_rows_have_their_bits_at_any_shape(kind: int, k: int, n: int, mon
 
 def test_fp32_packed_is_the_sum_in_k_order(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kind 5's order, stated: each output is fma(x[p], w[p], acc) for p = 0, 1, .. in turn,
-    nothing else.  Checked against that loop in float64: the product of two fp32 is exact
-    there, and so is its sum with the fp32 accumulator for these operands (exponents close), so
-    rounding it once to fp32 is one fma."""
+    nothing else, by AVX2's 8 columns a vector and by AVX-512's 16 alike.  Checked against that
+    loop in float64: the product of two fp32 is exact there, and so is its sum with the fp32
+    accumulator for these operands (exponents close), so rounding it once to fp32 is one fma."""
     if rowdot.lib() is None:
         pytest.skip("no row-invariant kernel here")
     monkeypatch.setattr(rowdot, "kinds", lambda: {torch.float32: 5, torch.bfloat16: 6})
     g = torch.Generator().manual_seed(3)
-    x, w = torch.randn(3, 37, generator=g), torch.randn(5, 37, generator=g)
-    want = torch.zeros(3, 5, dtype=torch.float32)
+    x, w = torch.randn(11, 37, generator=g), torch.randn(133, 37, generator=g)
+    want = torch.zeros(11, 133, dtype=torch.float32)
     for p in range(37):  # a float64 product of two fp32 is exact; + acc rounded once to fp32: an fma
         want = (x[:, p:p + 1].double() * w[:, p].double() + want.double()).float()
-    assert torch.equal(rowdot.product(x, w, 1), want)
+    dll = rowdot.lib()
+    assert dll is not None
+    try:
+        for zmm in (0, 1):  # AVX2's code, then AVX-512's where the CPU has it
+            dll.packed_avx512(zmm)
+            for a, m in ((0, 1), (1, 2), (2, 3), (0, 4), (3, 5), (0, 6), (4, 7), (1, 8), (0, 11)):
+                assert torch.equal(rowdot.product(x[a:a + m], w, 1), want[a:a + m]), (zmm, a, m)
+    finally:
+        dll.packed_avx512(1)
 
 
 def test_bf16_widened_has_the_bits_of_fp32_over_the_widened_operands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,7 +256,7 @@ def test_the_kernel_serves_fp32_and_bf16_from_one_row() -> None:
     if rowdot.lib() is None:
         assert rowdot.name() == "" and not served(torch.float32)
         pytest.skip("no row-invariant kernel here")
-    assert rowdot.name().startswith("rowdot-") and rowdot.name().endswith("".join(map(str, rowdot.kinds().values())))
+    assert rowdot.name().startswith("rowdot-") and rowdot.name().split("-")[2] == "".join(map(str, rowdot.kinds().values()))
     for dtype in (torch.float32, torch.bfloat16):
         assert served(dtype) and min_rows(dtype, 2, 1024, 151936) == 1
     assert not served(torch.float16)
