@@ -256,12 +256,13 @@ class CreateResponse(BaseModel):
 
 class CompactRequest(BaseModel):
     """POST /v1/responses/compact: the history to compact (compaction.py), the
-    previous response's chain, then `input`.  `model`, `instructions` and the fields the SDK
-    sends beside them are taken and change nothing (no model runs; instructions are not carried
-    to the next response)."""
+    previous response's chain, then `input`.  `model` is required, as the spec's
+    CompactResponseMethodPublicBody has it (a request without it: 400); it, `instructions` and the
+    fields the SDK sends beside them are taken and change nothing (no model runs; instructions
+    are not carried to the next response)."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    model: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
     input: Annotated[str, Field(max_length=65536)] | Annotated[list[Item], Field(max_length=256)] | None = None
     previous_response_id: str | None = Field(default=None, max_length=64)
     instructions: str | None = Field(default=None, max_length=65536)

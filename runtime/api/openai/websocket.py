@@ -1,9 +1,13 @@
 """WebSocket mode on /v1/responses, as OpenAI's: one socket, `response.create` frames that carry
 the body of POST /v1/responses (stream is implied; background is refused), each answered with
 the events its SSE stream sends, one JSON text frame each.  A frame runs chain.py's
-`submit` and reads stream.py's `events`: there is no second Responses path here.  The socket holds no
-state of a chain: a response's session lives in Redis and its row in SQL, as over HTTP, so a
-client that reconnects goes on from previous_response_id on any socket and any worker.
+`submit` and reads stream.py's `events`: there is no second Responses path here.  A stored
+response's session lives in Redis and its row in SQL, as over HTTP, so a client that reconnects
+goes on from previous_response_id on any socket and any worker.  A store-false response is the
+socket's own, as the Open Responses spec's WebSocket mode has it (Kept): the socket keeps the
+latest one it made until a later response on it ends, a continuation from it is refused or the
+socket closes; named anywhere else, or after, it is `previous_response_not_found`, as is an id
+that names no response.
 
 What a socket may hold, each bounded:
 - a frame: at most max_body_bytes (an `error` event), and uvicorn reads none past
@@ -13,7 +17,9 @@ What a socket may hold, each bounded:
   (an `error` event, rate_limited);
 - one of its tenant's event streams (max_streams_per_tenant, max_streams) for its whole life:
   a socket past them is refused at the upgrade (429), as a stream is;
-- IDLE_S without a frame, MAX_AGE_S in all: then it is closed (1000, the reason says which).
+- IDLE_S without a frame, MAX_AGE_S in all: then it is closed (1000, the reason says which;
+  at MAX_AGE_S an `error` event, websocket_connection_limit_reached, comes first, as the spec's);
+- one store-false response of its own (Kept), forgotten at the latest when the socket closes.
 A bad key is refused at the upgrade: 401, OpenAI's error as its body, nothing read or kept."""
 
 from __future__ import annotations
@@ -35,12 +41,15 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from runtime.api import errors, gate
 from runtime.api.auth import Unauthorized, tenant_of
-from runtime.api.openai.chain import submit
+from runtime.api.openai import ids
+from runtime.api.openai.chain import response, submit
+from runtime.api.openai.forget import abandon
 from runtime.api.openai.request import CreateResponse
 from runtime.api.openai.stream import events
 from runtime.api.services import Services
-from runtime.errors import SetflowError
+from runtime.errors import NotFound, SetflowError
 from runtime.settings import Settings
+from runtime.tables import JobRecord
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
 log = logging.getLogger("setflow.api")
@@ -96,6 +105,60 @@ async def _refuse(ws: WebSocket, code: str, message: str, status: int) -> None:
         await ws.close(code=1008, reason=message[:120])
 
 
+class Kept:
+    """The socket's connection-local state (the spec's WebSocket continuation): the latest
+    store-false response made on this socket, which a later frame may go on from with
+    previous_response_id.  Kept until a later response on the socket ends (it then holds that one,
+    if store false), a continuation that names it is refused (4xx or 5xx: evicted), or the socket
+    closes; then forgotten (forget.abandon: its session deleted).  A stored response that went on
+    from it holds it in its chain (its session, its history): it is then only let go.  Its
+    changes are made with no await between the end of a response and them, so a client that
+    closes the socket right after a response's last event leaves nothing behind."""
+
+    def __init__(self, svc: Services) -> None:
+        self.svc = svc
+        self.job: JobRecord | None = None
+
+    def holds(self, rid: str | None) -> bool:
+        return self.job is not None and rid == ids.response_id(self.job.id)
+
+    def evict(self, rid: Any) -> None:
+        """A turn that named `rid` as its previous response failed: it goes (if it is the kept one)."""
+        if isinstance(rid, str) and self.holds(rid):
+            self.close()
+
+    def ended(self, job: JobRecord, store: bool) -> None:
+        """`job`, which has ended, is now the socket's latest response: the one kept before goes
+        (abandon reads its row again: a new response's session is made by its worker)."""
+        old, self.job = self.job, (None if store else job)
+        if old is None or old.id == job.id or (store and job.spec.get("previous") == old.id):
+            return
+        abandon(self.svc, old)
+
+    def close(self) -> None:
+        if self.job is not None:
+            abandon(self.svc, self.job)
+            self.job = None
+
+
+def _persisted(svc: Services, who: str, rid: str) -> None:
+    """A previous_response_id the socket does not keep: a stored response of the tenant's goes
+    on (from SQL and Redis, on any socket); else previous_response_not_found (an unknown id, or a
+    store-false response: it lives only on the socket that made it, while that socket keeps it)."""
+    try:
+        prev = response(svc, ids.job_of(rid), who)
+    except NotFound:
+        raise _not_found(rid, "no response has this id") from None
+    if not prev.spec.get("request", {}).get("store", True):
+        raise _not_found(rid, "a store-false response goes on only on the socket that made it, while it is that "
+                         "socket's latest response: start a new response with the whole input, or use store true")
+
+
+def _not_found(rid: str, why: str) -> FrameError:
+    return FrameError("previous_response_not_found", f"Previous response with id {rid[:80]!r} not found: {why}",
+                      400, param="previous_response_id")
+
+
 class Inbox:
     """The socket's frames, read as they come, so that a client gone is seen while a response
     streams: at most WS_MAX_QUEUE wait their turn, and one past them is refused (counted: an
@@ -119,7 +182,7 @@ class Inbox:
 
 async def _serve(ws: WebSocket, svc: Services, who: str) -> None:
     """The frames in order, one response at a time, until the client leaves, IDLE_S or MAX_AGE_S."""
-    opened, inbox = time.monotonic(), Inbox(ws)
+    opened, inbox, kept = time.monotonic(), Inbox(ws), Kept(svc)
     reader = asyncio.get_running_loop().create_task(inbox.read())
     try:
         while True:
@@ -135,11 +198,15 @@ async def _serve(ws: WebSocket, svc: Services, who: str) -> None:
                 msg = await asyncio.wait_for(inbox.frames.get(), min(IDLE_S, left))
             except TimeoutError:
                 why = "open for an hour" if left <= IDLE_S else f"no frame for {IDLE_S:.0f} s"
+                if left <= IDLE_S:  # the spec's limit: its error event, then the close
+                    await _send(ws, _error(FrameError("websocket_connection_limit_reached", "a socket is open for "
+                                                      f"{MAX_AGE_S / 60:.0f} minutes at most: open a new one and go "
+                                                      "on with previous_response_id", 400)), {})
                 await ws.close(code=1000, reason=f"{why}: reconnect and go on with previous_response_id")
                 return
             if msg is None:
                 return
-            turn = asyncio.get_running_loop().create_task(_turn(ws, svc, who, msg))
+            turn = asyncio.get_running_loop().create_task(_turn(ws, svc, who, msg, kept))
             await asyncio.wait({turn, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not turn.done():  # the client left while its response streamed: its reading ends (_create)
                 turn.cancel()
@@ -147,13 +214,16 @@ async def _serve(ws: WebSocket, svc: Services, who: str) -> None:
                 return
             turn.result()
     finally:
+        kept.close()  # the socket's own store-false response: nobody can go on from it now
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
 
 
-async def _turn(ws: WebSocket, svc: Services, who: str, msg: Message) -> None:
-    """One frame: its response's events, or its error event."""
+async def _turn(ws: WebSocket, svc: Services, who: str, msg: Message, kept: Kept) -> None:
+    """One frame: its response's events, or its error event (and the previous response it names
+    leaves the socket's Kept, as the spec has a failed continuation evict it)."""
     lane: dict[str, str] = {}
+    frame: dict[str, Any] = {}
     try:
         frame = _frame(msg, svc.settings.max_body_bytes)
         if isinstance(frame.get("stream_id"), str) and len(frame["stream_id"]) <= LANE_MAX:
@@ -161,13 +231,15 @@ async def _turn(ws: WebSocket, svc: Services, who: str, msg: Message) -> None:
         if frame.get("type") != "response.create":
             raise FrameError("bad_input", f"a client event here is response.create; "
                              f"{str(frame.get('type'))[:40]!r} is not one", 400, param="type")
-        await _create(ws, svc, who, frame, lane)
+        await _create(ws, svc, who, frame, lane, kept)
     except FrameError as e:
+        kept.evict(frame.get("previous_response_id"))
         await _send(ws, _error(e), lane)
     except (WebSocketDisconnect, WebSocketDisconnected, asyncio.CancelledError):
         raise
     except Exception as e:  # noqa: BLE001 - one line, never the tenant's input; the socket goes on
         log.error("internal error on a %s socket: %s", PATH, type(e).__name__)
+        kept.evict(frame.get("previous_response_id"))
         await _send(ws, _error(FrameError("internal", "the server failed on this event; it was logged", 500)), lane)
 
 
@@ -203,9 +275,13 @@ def _request(frame: dict[str, Any]) -> CreateResponse:
         raise FrameError("bad_input", message, 400, param=param) from None
 
 
-async def _create(ws: WebSocket, svc: Services, who: str, frame: dict[str, Any], lane: dict[str, str]) -> None:
-    """One `response.create`: POST /v1/responses's submit, then its events, sent as they come."""
+async def _create(ws: WebSocket, svc: Services, who: str, frame: dict[str, Any], lane: dict[str, str],
+                  kept: Kept) -> None:
+    """One `response.create`: POST /v1/responses's submit, then its events, sent as they come.  A
+    store-false response that ends is kept (Kept); one whose client left first is abandoned."""
     req = _request(frame)
+    if (rid := req.previous_response_id) is not None and not kept.holds(rid):
+        await run_sync(_persisted, svc, who, rid)
     try:
         job = await run_sync(submit, svc, who, req)
     except SetflowError as e:
@@ -215,10 +291,17 @@ async def _create(ws: WebSocket, svc: Services, who: str, frame: dict[str, Any],
         log.warning("response.create on a socket: store unavailable: %s", type(e).__name__)
         raise FrameError("unavailable", "the session store or the database is unavailable; retry shortly", 503,
                          retry_after_s=1) from None
-    async with aclosing(events(svc, job, -1, drop=not req.store)) as evs:
-        async for ev in evs:
-            if ev is not None:  # a keep-alive: the socket's own pings keep it (uvicorn's)
-                await _send(ws, ev, lane)
+    ended = False
+    try:
+        async with aclosing(events(svc, job, -1, drop=False)) as evs:
+            async for ev in evs:
+                if ev is not None:  # a keep-alive: the socket's own pings keep it (uvicorn's)
+                    await _send(ws, ev, lane)
+        ended = True
+        kept.ended(job, req.store)  # no await before: a socket closed now cancels this turn
+    finally:
+        if not ended and not req.store:  # the client left before its end: nobody can read it now
+            abandon(svc, job)
 
 
 def _error(e: FrameError) -> dict[str, Any]:

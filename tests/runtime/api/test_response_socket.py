@@ -3,7 +3,10 @@ workers (the app on the real Redis, its jobs left queued): a bad or missing key 
 upgrade with OpenAI's 401, changing nothing; each bad frame answered with OpenAI's error event,
 changing nothing, and the socket goes on to run the next good one; the events of a created
 response as the SSE stream numbers them; a socket's bounds (its tenant's streams, its idle
-time).  The chain over real workers, dropped and resumed: test_responses_socket.py."""
+time, its hour, ended with the spec's websocket_connection_limit_reached); a previous response
+that is not there, or is another socket's store-false one: previous_response_not_found, as the
+Open Responses spec's WebSocket mode names it.  The chain over real workers, dropped and
+resumed, and a store-false chain on its own socket: test_responses_socket.py."""
 
 from __future__ import annotations
 
@@ -69,9 +72,11 @@ def test_bad_frames_get_error_events_change_nothing_and_the_socket_goes_on(make_
         assert ev["status"] == 413 and ev["error"]["code"] == "too_large"
         ws.send_text('{"type": "response.create", "input": "\\ud800"}')
         assert "lone surrogate" in error_event(ws)["error"]["message"]
-        ws.send_json({**CREATE, "previous_response_id": "resp_" + "0" * 24})
-        ev = error_event(ws)
-        assert ev["status"] == 404 and ev["error"]["code"] == "not_found"
+        for rid in ("resp_" + "0" * 24, "resp_does_not_exist"):  # before: 404 not_found (the suite's check failed)
+            ws.send_json({**CREATE, "previous_response_id": rid})
+            ev = error_event(ws)
+            assert ev["status"] == 400 and ev["error"]["code"] == "previous_response_not_found", ev
+            assert ev["error"]["param"] == "previous_response_id" and rid in ev["error"]["message"], ev
         assert api.snapshot() == before  # none of them wrote anything
 
         ws.send_json({**CREATE, "stream_id": "lane-2", "stream": True})  # stream: implied, taken
@@ -102,6 +107,40 @@ def test_an_idle_socket_is_closed_with_a_reason(make_api: Callable[..., Api], mo
         with pytest.raises(WebSocketDisconnect) as e:
             ws.receive_text()
     assert e.value.code == 1000 and "no frame for" in str(e.value.reason) and "previous_response_id" in str(e.value.reason)
+
+
+def test_another_sockets_store_false_response_is_not_found_and_a_stored_one_is_read_from_sql(
+        make_api: Callable[..., Api]) -> None:
+    """The spec's WebSocket continuation: store false has no persisted fallback (before: it was
+    looked up in SQL like any response, and went on where its session was still there)."""
+    api = make_api()
+    with api.http.websocket_connect("/v1/responses", headers=ACME) as mine, \
+            api.http.websocket_connect("/v1/responses", headers=ACME) as stored, \
+            api.http.websocket_connect("/v1/responses", headers=ACME) as other:
+        mine.send_json({**CREATE, "store": False})
+        own = mine.receive_json()["response"]["id"]  # queued (no worker): it stays on `mine`
+        stored.send_json(CREATE)
+        kept = stored.receive_json()["response"]["id"]
+        other.send_json({**CREATE, "store": False, "previous_response_id": own})
+        ev = error_event(other)
+        assert (ev["status"], ev["error"]["code"]) == (400, "previous_response_not_found"), ev
+        assert "only on the socket that made it" in ev["error"]["message"], ev
+        other.send_json({**CREATE, "previous_response_id": kept})  # store true: from SQL, on any socket
+        ev = error_event(other)
+        assert ev["error"]["code"] == "bad_input" and "only a completed one goes on" in ev["error"]["message"], ev
+
+
+def test_a_socket_open_for_its_hour_gets_the_specs_error_then_is_closed(make_api: Callable[..., Api],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: closed (1000) with no error event; the spec asks for websocket_connection_limit_reached."""
+    monkeypatch.setattr(response_socket, "MAX_AGE_S", 0.2)
+    api = make_api()
+    with api.http.websocket_connect("/v1/responses", headers=ACME) as ws:
+        ev = error_event(ws)
+        assert (ev["status"], ev["error"]["code"]) == (400, "websocket_connection_limit_reached"), ev
+        with pytest.raises(WebSocketDisconnect) as e:
+            ws.receive_text()
+    assert e.value.code == 1000 and "previous_response_id" in str(e.value.reason)
 
 
 def test_a_client_gone_mid_response_frees_its_stream_and_a_store_false_response_is_forgotten(

@@ -127,6 +127,11 @@ def test_compact_keeps_the_chains_messages_in_one_opaque_item_and_the_chain_goes
     r = post(stack, "/v1/responses/compact", {"model": "small", "input": [
         {"type": "function_call_output", "call_id": "call_x", "output": "2.7"}]})
     assert r.status_code == 400 and "no message to keep" in error_of(r)["message"]
+    # the spec's CompactResponseMethodPublicBody requires model (the suite's compact-missing-model:
+    # a 200 before)
+    r = post(stack, "/v1/responses/compact", {"input": [{"type": "message", "role": "user", "content": "Compact."}]})
+    err = error_of(r)
+    assert r.status_code == 400 and err["param"] == "model" and err["message"] == "model: is required", err
     put = httpx.put(stack.api.url + "/v1/responses", headers={"Authorization": "Bearer sk-resp-acme-0001"})
     assert put.status_code == 405 and error_of(put)["type"] == "invalid_request_error"
 

@@ -4,7 +4,10 @@ against real worker processes, a real Redis and SQLite (test_responses.py's stac
 between responses with the worker that holds the session killed (-9), once in the middle of a
 response, and resumed each time on a new socket from previous_response_id, ends token for token
 as the same chain over one unbroken socket and over HTTP; the upgrade itself, refused and
-accepted, as uvicorn answers it; frames sent while a response runs wait their turn, four at most."""
+accepted, as uvicorn answers it; frames sent while a response runs wait their turn, four at most;
+a store-false chain goes on on its own socket only, as the Open Responses spec's WebSocket mode
+has it (its latest response kept there, evicted by a refused continuation, not found on another
+socket, forgotten once the socket closes)."""
 
 from __future__ import annotations
 
@@ -176,3 +179,54 @@ def test_frames_sent_while_a_response_runs_wait_in_order_four_at_most(stack: Sta
     errs = evs[ended + 1:]
     assert [e["error"]["code"] for e in errs] == ["rate_limited"] * 2 + ["bad_input"] * 4
     assert [e["stream_id"] for e in errs[2:]] == [f"lane-{i}" for i in range(4)]  # the four that waited, in order
+
+
+def _turn(ws: Any, **body: Any) -> dict[str, Any]:
+    """One response.create frame (the compliance suite's shape): its terminal event or its error."""
+    ws.send(json.dumps({"type": "response.create", "model": "small", "max_output_tokens": 8, **body}))
+    while (ev := json.loads(ws.recv(timeout=60)))["type"] not in TERMINAL:
+        pass
+    return dict(ev)
+
+
+def test_a_store_false_chain_goes_on_on_its_own_socket_only_and_is_forgotten_after(stack: Stack) -> None:
+    """The Open Responses suite's websocket-continuation, -failed-continuation-evicts-cache and
+    -reconnect-store-false-recovery.  Before: a store-false response was deleted as its stream
+    ended, so the same socket could not go on from it (not_found), and another socket got
+    not_found, not previous_response_not_found."""
+    url = stack.api.url.replace("http://", "ws://") + "/v1/responses"
+    auth = {"Authorization": f"Bearer {KEY}"}
+    done = ("response.completed", "response.incomplete")
+    with connect(url, additional_headers=auth) as ws:
+        first = _turn(ws, store=False, input="Remember the code word: cobalt. Reply with OK.")
+        assert first["type"] in done, first
+        r1 = first["response"]["id"]
+        second = _turn(ws, store=False, previous_response_id=r1, input="What is the code word?")
+        assert second["type"] in done and second["response"]["previous_response_id"] == r1, second
+        r2 = second["response"]["id"]
+        stale = _turn(ws, store=False, previous_response_id=r1, input="Again?")  # the socket keeps its latest only
+        assert stale["type"] == "error" and stale["error"]["code"] == "previous_response_not_found", stale
+        refused = _turn(ws, store=False, previous_response_id=r2, input=[
+            {"type": "function_call_output", "call_id": "call_openresponses_missing", "output": "no such call"}])
+        assert refused["type"] == "error" and refused["status"] == 400, refused
+        evicted = _turn(ws, store=False, previous_response_id=r2, input="Go on.")
+        assert evicted["type"] == "error" and evicted["error"]["code"] == "previous_response_not_found", evicted
+        third = _turn(ws, store=False, input="Remember the code word: ember. Reply with OK.")
+        assert third["type"] in done, third
+        r3 = third["response"]["id"]
+    with connect(url, additional_headers=auth) as ws:
+        again = _turn(ws, store=False, previous_response_id=r3, input="Reply with exactly: reconnected")
+        assert again["type"] == "error" and again["error"]["code"] == "previous_response_not_found", again
+        recovered = _turn(ws, store=False, input="Start a new response and reply with exactly: recovered")
+        assert recovered["type"] in done and recovered["response"]["previous_response_id"] is None, recovered
+        r4 = recovered["response"]["id"]
+    c = sdk(stack)
+    deadline = time.monotonic() + 30
+    for rid in (r1, r2, r3, r4):  # nothing of them stays once their socket has closed
+        while True:
+            try:
+                c.responses.retrieve(rid)
+            except openai.NotFoundError:
+                break
+            assert time.monotonic() < deadline, f"{rid} (store false) is still there"
+            time.sleep(0.1)
