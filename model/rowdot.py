@@ -24,7 +24,7 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(f) for f in ("rowdot.c", "packed.c", "attend.c"))
+SOURCES = tuple(Path(__file__).with_name(f) for f in ("rowdot.c", "packed.c", "attend.c", "pointwise.c"))
 HEADERS = (Path(__file__).with_name("lanes.h"),)
 #: no fast-math and no contraction: the only fused operations are the source's explicit FMAs;
 #: OpenMP for threads, whose libgomp.so.1 resolves to the one torch has loaded (one pool for both)
@@ -139,6 +139,12 @@ def lib() -> ctypes.CDLL | None:
                                       ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
         dll.rowdot_packed.restype = ctypes.c_int
         dll.amx_ready.argtypes, dll.amx_ready.restype = [], ctypes.c_int
+        dll.norm_rows.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                                  ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_int]
+        dll.norm_rows.restype = ctypes.c_int
+        dll.norm_rope.argtypes = ([ctypes.c_void_p] * 2 + [ctypes.c_long] * 5 + [ctypes.c_void_p] * 4 + [ctypes.c_long]
+                                  + [ctypes.c_void_p] * 2 + [ctypes.c_float, ctypes.c_int, ctypes.c_int])
+        dll.norm_rope.restype = ctypes.c_int
         dll.packed_avx512.argtypes, dll.packed_avx512.restype = [ctypes.c_int], None
         return dll
     return None
@@ -308,3 +314,62 @@ def attend_ragged(q: Tensor, k: Tensor, v: Tensor, slots: Tensor, counts: list[i
         raise MemoryError(f"attend: no room for {max(sizes)} keys of {D}")
     assert bad == 0, f"attend refused {H} heads over {Hkv}"
     return out
+
+
+def norms(x: Tensor, w: Tensor) -> bool:
+    """Does norm() run x's RMSNorm with weight w here: the kernel built, CPU tensors of one dtype of
+    DTYPES, x's rows of w's width with unit stride, no autograd?"""
+    return (lib() is not None and x.device.type == "cpu" and x.dtype == w.dtype and x.dtype in DTYPES
+            and x.dim() >= 1 and x.shape[-1] == w.shape[0] and w.dim() == 1 and w.is_contiguous()
+            and x.stride(-1) == 1 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)))
+
+
+def _rows(x: Tensor) -> tuple[int, int] | None:
+    """x's rows (all but its last dim) as (count, stride in elements), where they lie evenly
+    apart with unit stride inside; None otherwise (or where there are none)."""
+    if x.numel() == 0 or x.stride(-1) != 1:
+        return None
+    try:
+        view = x.view(-1, x.shape[-1])
+    except RuntimeError:
+        return None
+    return view.shape[0], view.stride(0)
+
+
+def norm(x: Tensor, w: Tensor, eps: float, threads: int) -> Tensor | None:
+    """RMSNorm of x's rows with weight w in x's dtype, each row by model/pointwise.c's one order
+    -> a new contiguous tensor of x's shape; None where x's rows do not lie evenly apart (the
+    caller computes it otherwise).  The caller checks norms() first."""
+    dll = lib()
+    assert dll is not None
+    shape = _rows(x)
+    if shape is None:
+        return None
+    rows, rs = shape
+    y = torch.empty(x.shape, dtype=x.dtype)
+    dll.norm_rows(x.data_ptr(), rs, rows, x.shape[-1], w.data_ptr(), y.data_ptr(), eps, int(x.dtype == torch.bfloat16),
+                  threads)
+    return y
+
+
+def norm_rope(q: Tensor, k: Tensor, wq: Tensor, wk: Tensor, cos: Tensor, sin: Tensor, eps: float,
+              threads: int) -> tuple[Tensor, Tensor] | None:
+    """q (..., H * D) and k (..., Hkv * D), rows of one stride (views of one product's output) ->
+    their heads' RMSNorms (weights wq, wk (D,)) then rotary embedding at cos, sin (..., D / 2,
+    rows of one stride), each row by model/pointwise.c's order: (..., H, D) and (..., Hkv, D),
+    new and contiguous; None where the rows do not lie evenly apart alike."""
+    dll = lib()
+    assert dll is not None
+    D = wq.shape[0]
+    rq, rk, rc, rsn = _rows(q), _rows(k), _rows(cos), _rows(sin)
+    if rq is None or rk is None or rc is None or rsn is None or not rq[0] == rk[0] == rc[0] == rsn[0]:
+        return None
+    rows, rs = rq
+    if rows > 1 and (rk[1] != rs or rc[1] != rsn[1]):  # one stride for q and k, one for cos and sin
+        return None
+    H, Hkv = q.shape[-1] // D, k.shape[-1] // D
+    yq = torch.empty(*q.shape[:-1], H, D, dtype=q.dtype)
+    yk = torch.empty(*k.shape[:-1], Hkv, D, dtype=k.dtype)
+    bad = dll.norm_rope(q.data_ptr(), k.data_ptr(), rs, rows, H, Hkv, D, wq.data_ptr(), wk.data_ptr(), cos.data_ptr(),
+                        sin.data_ptr(), rc[1], yq.data_ptr(), yk.data_ptr(), eps, int(q.dtype == torch.bfloat16), threads)
+    return (yq, yk) if bad == 0 else None

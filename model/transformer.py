@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model import rowdot
 from model.attention import additive, attention
 from model.config import ModelConfig
 from model.linear import Linear, fused, least_rows
@@ -55,7 +56,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # normalised in fp32 and cast back before the weight, as Qwen3 does (matters in bf16):
-        # x * rsqrt(mean(x^2) + eps) by F.rms_norm, one op (the bits of those written out)
+        # x * rsqrt(mean(x^2) + eps); on the CPU kernel each row in one order (model/pointwise.c)
+        if rowdot.norms(x, self.weight) and (y := rowdot.norm(x, self.weight, self.eps, torch.get_num_threads())) is not None:
+            return y
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
@@ -106,10 +109,13 @@ class Attention(nn.Module):
         T = cs[0].shape[1]  # the tokens; rows T..P-1 of x, if any, pad the products (SetDLM.forward)
         cfg = self.cfg
         q, k, v = fused(x, self.q_proj, self.k_proj, self.v_proj)
-        q = self.q_norm(q[:, :T].view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
-        k = self.k_norm(k[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
         v = v[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        q, k = apply_rope(q, cs), apply_rope(k, cs)
+        qk = self._norm_rope(q[:, :T], k[:, :T], cs)
+        if qk is None:
+            q = self.q_norm(q[:, :T].view(B, T, cfg.n_heads, cfg.head_dim))  # (B, T, H, D)
+            k = self.k_norm(k[:, :T].view(B, T, cfg.n_kv_heads, cfg.head_dim))  # (B, T, Hkv, D)
+            qk = apply_rope(q, cs), apply_rope(k, cs)
+        q, k = qk
         if cache is not None:
             out = cache.attend(i, q, k, v, mask)  # (B, T, H * D)
         else:
@@ -118,6 +124,16 @@ class Attention(nn.Module):
         if P > T:
             out = F.pad(out, (0, 0, 0, P - T))  # (B, P, H * D)
         return self.o_proj(out), k, v
+
+    def _norm_rope(self, q: Tensor, k: Tensor, cs: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor] | None:
+        """q (B, T, H * D), k (B, T, Hkv * D) -> their heads' RMSNorms then RoPE, (B, T, H, D) and
+        (B, T, Hkv, D), in one pass of model/pointwise.c (its rounding for apply_rope's; the
+        norms in its one order); None where it does not run them (q_norm, apply_rope then do)."""
+        wq, wk, h = self.q_norm.weight, self.k_norm.weight, self.cfg.head_dim // 2
+        if not (rowdot.norms(q[..., :h * 2], wq) and rowdot.norms(k[..., :h * 2], wk) and self.q_norm.eps == self.k_norm.eps):
+            return None
+        return rowdot.norm_rope(q, k, wq, wk, cs[0][:, :, 0, :h], cs[1][:, :, 0, h:], self.q_norm.eps,
+                                torch.get_num_threads())
 
 
 class MLP(nn.Module):
