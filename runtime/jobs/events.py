@@ -17,6 +17,8 @@ submissions refused.
 Cancellation is a flag `{p}:cancel:{job}` (read when a job starts) and a message published on a
 channel of the same name (heard by the worker running the job).
 Task messages that name no job go to a dead-letter stream, with the reason.
+A reader (an SSE stream, a response's wait) follows a job with follow(): its events as they come,
+and its row at a terminal status event and every CHECK_S, until the row has ended.
 
 Compaction.  A job that has ended (ended()) is due, events_compact_after_s later, for compaction
 by the reaper (compact_due): its stream keeps its status events, cancel_requested and its last
@@ -32,18 +34,26 @@ script call per DROP_BATCH jobs).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
+
+import redis
+import redis.asyncio as aioredis
 
 from runtime.replies import text as _text
 from runtime.sessions.streams import DROP_BATCH, SWEEP_BATCH, SWEEP_S, StreamAccount, _who
+from runtime.tables import TERMINAL, JobRecord
 
 FLUSH_S = 0.03  # step events wait at most this long in a worker's buffer
 PAGE = 1000  # entries read per XRANGE while a stream is compacted
 RESPONSE = "response"  # the job kind whose stream is never compacted (see the module's note)
 FINAL = ("status", "cancel_requested")  # what compaction keeps (with the last progress event)
+CHECK_S = 1.0  # a follower reads the job's row at least this often (and its stream's reads block this long)
+Followed = tuple[str, dict[str, Any]] | JobRecord | None  # what follow() yields: an event, the row, a quiet spell
 
 
 class JobEvents(StreamAccount):
@@ -185,6 +195,44 @@ class JobEvents(StreamAccount):
              ) -> list[tuple[str, dict[str, Any]]]:
         """Events after stream id `after` (oldest first), waiting up to block_ms for one."""
         return entries(self.r.xread({self.k.events(job): after}, count=count, block=block_ms))
+
+    async def follow(self, r: aioredis.Redis, job: str, row: Callable[[], Awaitable[JobRecord]], after: str = "0",
+                     keepalive_s: float = math.inf) -> AsyncGenerator[Followed, None]:
+        """The job's events after stream id `after` as (event id, event), and its row (`row()`)
+        at a terminal status event and every CHECK_S, until the row has ended: then the rest of
+        the stream, that row, and the end (events are best effort; SQL is the truth).  None where
+        keepalive_s went by without an event.  It waits on `r`, an async client the caller
+        owns, holding no thread; a failed read is tried again half a second later."""
+        key = self.k.events(job)
+        quiet = checked = time.monotonic()
+        while True:
+            try:
+                got = entries(await r.xread({key: after}, count=1000, block=int(CHECK_S * 1000)))
+            except redis.RedisError:
+                got = []
+                await asyncio.sleep(0.5)
+            ended = False
+            for eid, ev in got:
+                after, quiet = eid, time.monotonic()
+                yield eid, ev
+                ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+            now = time.monotonic()
+            if ended or now - checked >= CHECK_S:
+                checked = now
+                rec = await row()
+                if rec.status in TERMINAL:
+                    try:  # what the stream holds that this read has not reached yet comes first
+                        rest = entries(await r.xread({key: after}, count=100_000))
+                    except redis.RedisError:
+                        rest = []
+                    for eid_ev in rest:
+                        yield eid_ev
+                    yield rec
+                    return
+                yield rec
+            if now - quiet >= keepalive_s:
+                quiet = now
+                yield None
 
     def dead_letter(self, task_id: str, payload: Any, code: str, message: str) -> None:
         self.r.xadd(self.k.dead, {"data": json.dumps({"task_id": task_id, "payload": repr(payload)[:500],

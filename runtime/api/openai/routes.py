@@ -15,7 +15,6 @@ no worker: the next one carries the output.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,7 +36,6 @@ from runtime.api.openai.stream import KEEPALIVE_S, events
 from runtime.api.services import Services, close_fully
 from runtime.errors import BadInput, Busy, RateLimited
 from runtime.jobs.conversations import Conversations
-from runtime.jobs.events import entries
 from runtime.settings import deployment_key
 from runtime.tables import TERMINAL, JobRecord
 
@@ -110,22 +108,16 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
 async def _ended(svc: Services, job: JobRecord, timeout_s: float,
                  gone: Callable[[], Awaitable[bool]] | None = None) -> JobRecord:
     """The job once it has ended, or as it is at the timeout or when `gone` says its client
-    left: woken by its status events (an async read: no thread held while it waits); its row
-    read at a status event and every second (events are best effort; SQL is the truth)."""
-    r, key, at = svc.aclient(), svc.keys.events(job.id), "0"
-    deadline = time.monotonic() + timeout_s
+    left, each asked at every read of its row (JobEvents.follow: no thread held while it waits)."""
+    r, deadline = svc.aclient(), time.monotonic() + timeout_s
     try:
-        while True:
-            job, checked = await run_sync(svc.jobs.get, job.id), time.monotonic()
-            if job.status in TERMINAL or checked >= deadline or (gone is not None and await gone()):
-                return job
-            said = False  # a status event: the row may have moved
-            while not said and time.monotonic() - checked < 1.0:
-                try:
-                    for eid, ev in entries(await r.xread({key: at}, count=1000, block=1000)):
-                        at, said = eid, said or ev.get("type") == "status"
-                except redis.RedisError:
-                    await asyncio.sleep(0.5)
+        async with aclosing(svc.dispatcher.events.follow(r, job.id, lambda: run_sync(svc.jobs.get, job.id))) as followed:
+            async for got in followed:
+                if isinstance(got, JobRecord):
+                    job = got
+                    if job.status in TERMINAL or time.monotonic() >= deadline or (gone is not None and await gone()):
+                        return job
+        return job
     finally:
         await close_fully(r)
 

@@ -4,19 +4,16 @@ each carries is view.py's."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
-import redis
 from anyio.to_thread import run_sync
 
 from model.tokenizer import Tokenizer
 from runtime.api.openai.forget import abandon, forget
 from runtime.api.openai.view import output_items, status, view
 from runtime.api.services import Services, close_fully
-from runtime.jobs.events import entries
 from runtime.tables import TERMINAL, JobRecord
 
 KEEPALIVE_S = 15.0  # a stream quiet this long sends a keep-alive
@@ -173,53 +170,33 @@ class Translator:
 async def events(svc: Services, job: JobRecord, after: int,
                  drop: bool) -> AsyncGenerator[dict[str, Any] | None, None]:
     """The response's events with sequence_number > after: translated from the job's event
-    stream from its start (Translator: the same events and numbers on every read), the
-    last ones from its row once it has ended (SQL is the truth: read every second too, so the
-    stream ends with the job even if its final event was lost).  None: KEEPALIVE_S went by
-    without one.  `drop` (store false): forgotten at its end, abandoned where the reader leaves
-    first.  The SSE stream (routes.py) and a WebSocket (websocket.py) read it alike."""
-    key, at = svc.keys.events(job.id), "0"
+    stream from its start (JobEvents.follow; Translator: the same events and numbers on every
+    read), the last ones from its row once it has ended.  None: KEEPALIVE_S went by without
+    one.  `drop` (store false): forgotten at its end, abandoned where the reader leaves first.
+    The SSE stream (routes.py) and a WebSocket (websocket.py) read it alike."""
     tr = Translator(job, await run_sync(svc.tokenizer, ""),
                                     steps=bool(job.spec.get("request", {}).get("step_events")))
-    quiet = checked = time.monotonic()
     r = svc.aclient()  # made where the finally below closes it: no await between them
     try:
         for ev in tr.start():
             if ev["sequence_number"] > after:
                 yield ev
-        while True:
-            ended = False
-            try:
-                for eid, raw in entries(await r.xread({key: at}, count=1000, block=1000)):
-                    at, quiet = eid, time.monotonic()
-                    for ev in tr.feed(raw):
+        async with aclosing(svc.dispatcher.events.follow(r, job.id, lambda: run_sync(svc.jobs.get, job.id),
+                                                         keepalive_s=KEEPALIVE_S)) as followed:
+            async for got in followed:
+                if got is None:
+                    yield None
+                elif not isinstance(got, JobRecord):
+                    for ev in tr.feed(got[1]):
                         if ev["sequence_number"] > after:
                             yield ev
-                    ended = ended or (raw.get("type") == "status" and raw.get("status") in TERMINAL)
-            except redis.RedisError:
-                await asyncio.sleep(0.5)
-                continue
-            now = time.monotonic()
-            if ended or now - checked >= 1.0:
-                checked = now
-                final = await run_sync(svc.jobs.get, job.id)
-                if final.status in TERMINAL:
-                    # what the stream holds that this read has not reached yet comes first
-                    for eid, raw in entries(await r.xread({key: at}, count=100_000)):
-                        at = eid
-                        for ev in tr.feed(raw):
-                            if ev["sequence_number"] > after:
-                                yield ev
-                    for ev in tr.finish(final):
+                elif got.status in TERMINAL:
+                    for ev in tr.finish(got):
                         if ev["sequence_number"] > after:
                             yield ev
                     if drop:
                         drop = False
-                        await run_sync(forget, svc, final)
-                    return
-            if now - quiet >= KEEPALIVE_S:
-                quiet = now
-                yield None
+                        await run_sync(forget, svc, got)
     finally:
         if drop:  # the client left before the end (or this read failed): nobody can read it now
             abandon(svc, job)

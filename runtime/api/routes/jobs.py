@@ -4,13 +4,12 @@ routes/exports.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Annotated
 
-import redis
 from anyio.to_thread import run_sync
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response, StreamingResponse
@@ -19,10 +18,9 @@ from runtime.api.deps import JobId, Limit, Svc, Tenant
 from runtime.api.models import ERRORS, ID, JobList, JobRequest, JobView
 from runtime.api.services import Services, close_fully
 from runtime.errors import BadInput, RateLimited
-from runtime.jobs.events import entries
 from runtime.jobs.kinds import SPECS
 from runtime.jobs.specs import ToolOutputs
-from runtime.tables import STATUSES, TERMINAL
+from runtime.tables import STATUSES, TERMINAL, JobRecord
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
@@ -110,12 +108,8 @@ def _sse(event: str, data: object, eid: str | None = None) -> str:
 
 
 async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIterator[str]:
-    """On the event loop, holding no thread while it waits (an async Redis XREAD, up to a
-    second at a time).  Events are best effort (Redis); SQL is the truth: it is read every
-    second too (a short call on a worker thread), so the stream ends with the job even if its
-    final event was lost."""
-    key = svc.keys.events(job_id)
-    start = quiet = checked = time.monotonic()
+    """The job's events (JobEvents.follow) as server-sent events, then its row as `result`."""
+    start = time.monotonic()
     # checked and counted in one step (no await between them): streams that passed the route's
     # check together cannot all open; the one over the cap says so and ends
     if (full := svc.streams_full(who)) is not None:
@@ -126,31 +120,26 @@ async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIter
         waiting_said = False  # a requires_action status said since the job last ran
         try:
             yield "retry: 1000\n\n"
-            while time.monotonic() - start < MAX_STREAM_S:
-                ended = False
-                try:
-                    for eid, ev in entries(await r.xread({key: after}, count=1000, block=1000)):
-                        after, quiet = eid, time.monotonic()
-                        yield _sse(str(ev.get("type", "message")), ev, after)
-                        ended = ended or (ev.get("type") == "status" and ev.get("status") in TERMINAL)
+            async with aclosing(svc.dispatcher.events.follow(r, job_id, lambda: run_sync(svc.jobs.get, job_id), after,
+                                                             keepalive_s=KEEPALIVE_S)) as followed:
+                async for got in followed:
+                    if got is None:
+                        yield ": keep-alive\n\n"
+                    elif isinstance(got, JobRecord):
+                        if got.status in TERMINAL:
+                            yield _sse("result", JobView.of(got).model_dump(mode="json"))
+                            return
+                        if got.status == "requires_action" and not waiting_said and got.action:
+                            # its event was lost or expired (a wait may outlast the stream's TTL): said from SQL
+                            waiting_said = True
+                            yield _sse("status", {"type": "status", "status": "requires_action", "from": "sql",
+                                                  "calls": got.action.get("calls", []), "deadline": got.wait_until})
+                        if time.monotonic() - start >= MAX_STREAM_S:
+                            return
+                    else:
+                        eid, ev = got
+                        yield _sse(str(ev.get("type", "message")), ev, eid)
                         if ev.get("type") == "status":
                             waiting_said = ev.get("status") == "requires_action"
-                except redis.RedisError:
-                    await asyncio.sleep(0.5)
-                now = time.monotonic()
-                if ended or now - checked >= 1.0:
-                    checked = now
-                    job = await run_sync(svc.jobs.get, job_id)
-                    if job.status in TERMINAL:
-                        yield _sse("result", JobView.of(job).model_dump(mode="json"))
-                        return
-                    if job.status == "requires_action" and not waiting_said and job.action:
-                        # its event was lost or expired (a wait may outlast the stream's TTL): said from SQL
-                        waiting_said = True
-                        yield _sse("status", {"type": "status", "status": "requires_action", "from": "sql",
-                                              "calls": job.action.get("calls", []), "deadline": job.wait_until})
-                if now - quiet >= KEEPALIVE_S:
-                    quiet = now
-                    yield ": keep-alive\n\n"
         finally:
             await close_fully(r)

@@ -6,6 +6,7 @@ bounded batches.  On one Redis server and on a local Redis Cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -13,11 +14,14 @@ import uuid
 import pytest
 import redis
 
+from runtime.embedded import async_from_url
 from runtime.errors import OverBudget, RateLimited
+from runtime.jobs import events
 from runtime.jobs.events import DROP_BATCH, JobEvents
 from runtime.sessions.segments import split
 from runtime.sessions.store import Manifest, SessionStore
 from runtime.settings import Settings
+from runtime.tables import JobRecord
 from tests.runtime.sessions.stored import FP, META
 from tests.runtime.sessions.stored import kv as _kv
 
@@ -281,3 +285,34 @@ def test_a_job_that_never_ran_leaves_its_stream_soon_not_in_a_day(client: redis.
     ev.publish("acme", kept, {"type": "status", "status": "cancelled"})
     ev.never_ran("acme", kept, "response")
     assert client.ttl(ev.k.events(kept)) > 3600
+
+
+def test_a_follower_reads_the_stream_then_ends_with_the_row_that_has_ended(
+        client: redis.Redis, settings: Settings, any_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """follow(): each event, the row at a terminal status event, and the end once the row has
+    ended; an ended job whose last event was lost ends from its row (SQL is the truth)."""
+    monkeypatch.setattr(events, "CHECK_S", 0.2)
+    ev = JobEvents(client, settings)
+    said, lost = "c" * 24, "d" * 24
+    for job in (said, lost):
+        ev.publish("acme", job, {"type": "status", "status": "queued"})
+        ev.send("acme", job, [_step(0)])
+    ev.publish("acme", said, {"type": "status", "status": "succeeded"})
+    rows = {said: ["succeeded"], lost: ["running", "succeeded"]}  # each read of the row says the next status
+
+    async def row(job: str) -> JobRecord:
+        return JobRecord(id=job, status=rows[job].pop(0) if len(rows[job]) > 1 else rows[job][0])
+
+    async def follow(job: str) -> list[events.Followed]:
+        r = async_from_url(any_url, isinstance(client, redis.RedisCluster))
+        try:
+            return [x async for x in ev.follow(r, job, lambda: row(job))]
+        finally:
+            await r.aclose()
+
+    for job, said_events, reads in ((said, ["queued", "step", "succeeded"], ["succeeded"]),
+                                    (lost, ["queued", "step"], ["running", "succeeded"])):
+        got = asyncio.run(follow(job))
+        assert [x[1].get("status", x[1]["type"]) for x in got if isinstance(x, tuple)] == said_events
+        assert [x.status for x in got if isinstance(x, JobRecord)] == reads
+        assert isinstance(got[-1], JobRecord)
