@@ -42,12 +42,7 @@ class Conversations:
 
     def get(self, session: str, tenant: str) -> ConversationRecord:
         with self._db() as db:
-            row = db.execute(select(ConversationRecord).where(
-                ConversationRecord.session_id == session, ConversationRecord.tenant == tenant)).first()
-        if row is None:
-            raise NotFound(f"no conversation conv_{session} for tenant {tenant!r}")
-        rec: ConversationRecord = row[0]
-        return rec
+            return owned(db.get(ConversationRecord, session), tenant, f"conversation conv_{session}")
 
     def add(self, session: str, tenant: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Items added (each named by its number in the conversation), read by its next response."""

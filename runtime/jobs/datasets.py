@@ -28,7 +28,7 @@ from domain.grammar import clean_name, number_text
 from runtime.db import writer
 from runtime.errors import BadInput, NotFound, OverBudget
 from runtime.jobs.payload import name_text
-from runtime.tables import DatasetRecord
+from runtime.tables import DatasetRecord, owned
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"  #: a dataset's name
 MAX_ROWS = 10_000
@@ -169,10 +169,7 @@ class Datasets:
 
     def get(self, tenant: str, name: str) -> DatasetRecord:
         with self._db() as db:
-            rec = db.get(DatasetRecord, (tenant, name))
-        if rec is None:
-            raise NotFound(f"no dataset {name!r} for tenant {tenant!r}")
-        return rec
+            return owned(db.get(DatasetRecord, (tenant, name)), tenant, f"dataset {name!r}")
 
     def listing(self, tenant: str) -> list[DatasetRecord]:
         """The tenant's datasets, by name (their rows not loaded)."""
