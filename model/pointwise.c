@@ -1,4 +1,5 @@
-/* pointwise: a transformer layer's per-row operations around its products, each row computed
+/* pointwise: a transformer layer's per-row operations around its products (RMSNorm, q/k norms
+   with RoPE), each row computed
    from that row alone in ONE fixed order (so a row's bits are the same alone, batched and at
    any thread count: threads split rows, never a row).  In the activations' dtype: fp32, or bf16
    (each rounding to the dtype is to nearest even; arithmetic in fp32 between them).
@@ -103,7 +104,11 @@ int norm_rows(const void *x, long rs, long rows, long d, const void *w, void *y,
 static void norm_rope_head(const void *x, const void *w, const void *c, const void *s, void *y, long D, float eps,
                            int bf16, float *tmp) {
     float sc = rms_scale(x, bf16, D, eps);
-    for (long p = 0; p < D; p++) tmp[p] = to_dtype(at(w, bf16, p) * to_dtype(at(x, bf16, p) * sc, bf16), bf16);
+    __m256 sv8 = _mm256_set1_ps(sc);
+    long d8 = D & ~7L;
+    for (long p = 0; p < d8; p += 8)
+        _mm256_storeu_ps(tmp + p, to_dtype8(_mm256_mul_ps(load8(w, bf16, p), to_dtype8(_mm256_mul_ps(load8(x, bf16, p), sv8), bf16)), bf16));
+    for (long p = d8; p < D; p++) tmp[p] = to_dtype(at(w, bf16, p) * to_dtype(at(x, bf16, p) * sc, bf16), bf16);
     long h = D / 2, h8 = h & ~7L;
     for (long j = 0; j < h8; j += 8) {
         __m256 n1 = _mm256_loadu_ps(tmp + j), n2 = _mm256_loadu_ps(tmp + h + j);
