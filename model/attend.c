@@ -141,7 +141,11 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
     long D = a->D, D16 = D & ~15L, K = 16 / R;
     const int *idx = r->idx;
     const float *kp = r->kp, *vp = r->vp, *madd = r->madd;
-    load_queries(a, r, b, t, h, R);
+    for (int i = 0; i < R; i++) { /* the queries widened to fp32, 16 at a time, then the tail */
+        const void *qr = (const char *)a->q + q_at(a, b, t, h + i) * (a->bf16 ? 2 : 4);
+        for (long d = 0; d < D16; d += 16) _mm512_storeu_ps(r->qf[i] + d, load16(qr, a->bf16, d));
+        for (long d = D16; d < D; d++) r->qf[i][d] = at(qr, a->bf16, d);
+    }
     float sums[16];
     long j = 0;
     for (; j + K <= n; j += K) { /* scores: R rows x K keys */
@@ -156,10 +160,17 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
             }
         }
         hsum16x16(acc, sums);
-        for (int i = 0; i < R; i++)
-            for (long u = 0; u < K; u++) {
-                r->p[i][j + u] = score(a, r, i, kp + idx[j + u] * D, D16, sums[i * K + u], madd[j + u]);
+        if (D16 == D) /* no tail of d: score = lanes * scale + mask, K of a row at a time */
+            for (int i = 0; i < R; i++) {
+                __mmask16 kk = (__mmask16)((1u << K) - 1);
+                __m512 sv = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(kk, sums + i * K), _mm512_set1_ps(a->scale)),
+                                          _mm512_maskz_loadu_ps(kk, madd + j));
+                _mm512_mask_storeu_ps(r->p[i] + j, kk, sv);
             }
+        else
+            for (int i = 0; i < R; i++)
+                for (long u = 0; u < K; u++)
+                    r->p[i][j + u] = score(a, r, i, kp + idx[j + u] * D, D16, sums[i * K + u], madd[j + u]);
     }
     for (; j < n; j++)
         for (int i = 0; i < R; i++) {
@@ -170,7 +181,12 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
         }
     float dsum[2];
     for (int i = 0; i < R; i++) { /* weights: e^(score - the row's largest), and their sum */
-        float *p = r->p[i], mx = largest(p, n);
+        float *p = r->p[i];
+        __m512 top = _mm512_set1_ps(-INFINITY);
+        for (long jj = 0; jj < n; jj += 16)
+            top = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),  /* (x, top): a NaN x is passed over */
+                                                     n - jj >= 16 ? 0xffff : (__mmask16)((1u << (n - jj)) - 1), p + jj), top);
+        float mx = _mm512_reduce_max_ps(top);
         __m512 den = _mm512_setzero_ps(), mxv = _mm512_set1_ps(mx);
         for (long jj = 0; jj < n; jj += 16) { /* lanes past n: masked, sum 0 */
             __mmask16 live = n - jj >= 16 ? 0xffff : (__mmask16)((1u << (n - jj)) - 1);
@@ -203,7 +219,25 @@ AVX512 INLINE void rows(const att_t *a, const room_t *r, long b, long t, long h,
         for (int i = 0; i < R; i++)
             for (int c = 0; c < nv; c++) _mm512_storeu_ps(r->o[i] + d0 + 16 * c, acc[i][c]);
     }
-    write_rows(a, r, b, t, h, n, D16, dsum, R);
+    if (D16 < D) {
+        write_rows(a, r, b, t, h, n, D16, dsum, R);
+        return;
+    }
+    for (int i = 0; i < R; i++) { /* o / den, 16 at a time (bf16: rounded to nearest even as to_bf16) */
+        long off = o_at(a, b, t, h + i);
+        __m512 den = _mm512_set1_ps(dsum[i]);
+        for (long d = 0; d < D; d += 16) {
+            __m512 o = _mm512_div_ps(_mm512_loadu_ps(r->o[i] + d), den);
+            if (a->bf16) {
+                __m512i u = _mm512_castps_si512(o);
+                __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+                __m512i w = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+                _mm256_storeu_si256((__m256i *)((uint16_t *)a->out + off + d), _mm512_cvtepi32_epi16(w));
+            } else {
+                _mm512_storeu_ps((float *)a->out + off + d, o);
+            }
+        }
+    }
 }
 
 AVX512 static void rows1(const att_t *a, const room_t *r, long b, long t, long h, long n) { rows(a, r, b, t, h, n, 1); }
