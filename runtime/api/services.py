@@ -19,7 +19,7 @@ from model.tokenizer import Tokenizer
 from runtime.api.auth import KeyRing
 from runtime.db import make_engine
 from runtime.embedded import async_from_url
-from runtime.errors import BadInput
+from runtime.errors import BadInput, RateLimited
 from runtime.jobs.datasets import Datasets
 from runtime.jobs.dispatch import Admission, Dispatcher, Send
 from runtime.jobs.fairness import RateLimiter
@@ -35,6 +35,8 @@ from runtime.settings import Settings
 from runtime.tables import JobRecord
 from workflows import check_fits, positions
 from workflows.turn import check_ids
+
+STREAM_RETRY_S = 15.0  # a stream refused at the cap: the Retry-After it is told
 
 
 @dataclass
@@ -85,12 +87,20 @@ class Services:
 
     @contextmanager
     def stream_slot(self, tenant: str) -> Iterator[None]:
-        """One of the tenant's event streams (or waits, which hold as much) while inside."""
+        """One of the tenant's event streams (or waits, which hold as much) while inside, checked
+        and counted in one step (no await between): RateLimited at entry where none is free."""
+        self.stream_room(tenant)
         self.streams[tenant] = self.streams.get(tenant, 0) + 1
         try:
             yield
         finally:
             self.streams[tenant] -= 1
+
+    def stream_room(self, tenant: str) -> None:
+        """RateLimited where one more event stream cannot open now (streams_full says why): a
+        route's 429 before its stream starts, which takes its slot (stream_slot) when it does."""
+        if (full := self.streams_full(tenant)) is not None:
+            raise RateLimited(full, retry_after_s=STREAM_RETRY_S)
 
     def streams_full(self, tenant: str) -> str | None:
         """Why one more event stream cannot open in this process for the tenant: it holds

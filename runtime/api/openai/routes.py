@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 from typing import Annotated, Any
 
 import redis
@@ -32,7 +32,7 @@ from runtime.api.models import ERRORS
 from runtime.api.openai import chain, compaction, ids, view
 from runtime.api.openai.forget import abandon, forget
 from runtime.api.openai.request import CompactRequest, CreateResponse
-from runtime.api.openai.stream import KEEPALIVE_S, events
+from runtime.api.openai.stream import events
 from runtime.api.services import Services, close_fully
 from runtime.errors import BadInput, Busy, RateLimited
 from runtime.jobs.conversations import Conversations
@@ -75,23 +75,26 @@ async def create_response(req: CreateResponse, request: Request, who: Tenant, sv
     conversation or a previous response).  Without `background` or `stream` the call waits for it
     (up to response_wait_s, holding no thread: _ended; then it answers with the response as it
     is, in progress)."""
-    if not req.background and (full := svc.streams_full(who)) is not None:  # a stream or a wait: refused before its job
-        raise RateLimited(full, retry_after_s=KEEPALIVE_S)
+    if not req.background:  # a stream or a wait: refused before its job
+        svc.stream_room(who)
     job = await run_sync(chain.submit, svc, who, req)
     limits = await run_sync(_limits, svc, who)
     if req.stream:
         try:
             out = _streaming(svc, who, job, -1, drop=not req.store, created=True)
-        except RateLimited:  # another request took the last place meanwhile: its 429 leaves nothing running
-            await run_sync(svc.dispatcher.cancel, job.id, who)
-            if not req.store:
-                abandon(svc, job)
+        except RateLimited:  # another request took the last place meanwhile
+            await _unmade(svc, who, job, drop=not req.store)
             raise
         out.headers.update(limits)
         return out
     if not req.background:
         scope.release_turn(request.scope)  # the wait holds no thread: nor the tenant's turn (gate.Turns)
-        with svc.stream_slot(who):  # a wait holds what a stream holds (a Redis read): counted as one
+        with ExitStack() as held:
+            try:  # a wait holds what a stream holds (a Redis read): counted as one
+                held.enter_context(svc.stream_slot(who))
+            except RateLimited:  # another request took the last place meanwhile
+                await _unmade(svc, who, job, drop=not req.store)
+                raise
             job = await _ended(svc, job, svc.settings.response_wait_s, gone=request.is_disconnected)
         if not req.store and await request.is_disconnected():  # its client left: nobody can read it now
             abandon(svc, job)
@@ -122,6 +125,14 @@ async def _ended(svc: Services, job: JobRecord, timeout_s: float,
         await close_fully(r)
 
 
+async def _unmade(svc: Services, who: str, job: JobRecord, drop: bool) -> None:
+    """A response refused after its job was made leaves nothing running: the job cancelled,
+    and forgotten where it is not stored (`drop`), as a 429 before it would have left it."""
+    await run_sync(svc.dispatcher.cancel, job.id, who)
+    if drop:
+        abandon(svc, job)
+
+
 def _limits(svc: Services, who: str) -> dict[str, str]:
     """The tenant's rate limit as OpenAI's headers (none where Redis cannot say: the response stands)."""
     try:
@@ -139,8 +150,7 @@ async def get_response(response_id: ResponseId, who: Tenant, svc: Svc, stream: b
     numbers its events as the first read did).  A stream opened takes a rate-limit token."""
     job = await run_sync(chain.response, svc, ids.job_of(response_id), who)
     if stream:
-        if (full := svc.streams_full(who)) is not None:
-            raise RateLimited(full, retry_after_s=KEEPALIVE_S)
+        svc.stream_room(who)
         await run_sync(svc.limiter.take, who)
         return _streaming(svc, who, job, -1 if starting_after is None else starting_after, drop=False)
     return JSONResponse(view.view(job))
@@ -184,8 +194,7 @@ def input_items(response_id: ResponseId, who: Tenant, svc: Svc,
 # ---- the stream --------------------------------------------------------------------------------
 
 def _streaming(svc: Services, who: str, job: JobRecord, after: int, drop: bool, created: bool = False) -> Response:
-    if (full := svc.streams_full(who)) is not None:
-        raise RateLimited(full, retry_after_s=KEEPALIVE_S)
+    svc.stream_room(who)
     return StreamingResponse(_events(svc, who, job, after, drop, created), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
                                       scope.STREAMED: ids.response_id(job.id)})  # what an Idempotency-Key keeps of it
@@ -198,17 +207,14 @@ def _sse(ev: dict[str, Any]) -> str:
 async def _events(svc: Services, who: str, job: JobRecord, after: int, drop: bool,
                   created: bool) -> AsyncIterator[str]:
     """The response's events (events) as server-sent events, in one of the tenant's stream slots."""
-    # checked and counted in one step (no await between them): of streams that passed the route's
-    # check together, the one over the cap says so (OpenAI's error event), and the response it
-    # created is cancelled, as a 429 before it would have left nothing running
-    if (full := svc.streams_full(who)) is not None:
-        yield _sse({"type": "error", "code": "rate_limited", "message": full, "param": None, "sequence_number": 0})
-        if created:
-            await run_sync(svc.dispatcher.cancel, job.id, who)
-            if drop:
-                abandon(svc, job)
-        return
-    with svc.stream_slot(who):  # counted while it runs (a stream never started holds nothing)
+    with ExitStack() as held:
+        try:  # counted while it runs (a stream never started holds nothing)
+            held.enter_context(svc.stream_slot(who))
+        except RateLimited as e:  # streams that passed the route's check together: this one is over the cap
+            yield _sse({"type": "error", "code": "rate_limited", "message": str(e), "param": None, "sequence_number": 0})
+            if created:
+                await _unmade(svc, who, job, drop)
+            return
         async with aclosing(events(svc, job, after, drop)) as evs:
             async for ev in evs:
                 yield ": keep-alive\n\n" if ev is None else _sse(ev)

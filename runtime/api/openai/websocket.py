@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 from typing import Any
 
 import redis
@@ -47,7 +47,7 @@ from runtime.api.openai.forget import abandon
 from runtime.api.openai.request import CreateResponse
 from runtime.api.openai.stream import events
 from runtime.api.services import Services
-from runtime.errors import NotFound, SetflowError
+from runtime.errors import NotFound, RateLimited, SetflowError
 from runtime.settings import Settings
 from runtime.tables import JobRecord
 
@@ -85,10 +85,12 @@ async def responses_socket(ws: WebSocket) -> None:
     except Unauthorized as e:
         await _refuse(ws, "unauthorized", str(e), 401)
         return
-    if (full := svc.streams_full(who)) is not None:
-        await _refuse(ws, "rate_limited", full, 429)
-        return
-    with svc.stream_slot(who):
+    with ExitStack() as held:
+        try:
+            held.enter_context(svc.stream_slot(who))
+        except RateLimited as e:
+            await _refuse(ws, "rate_limited", str(e), 429)
+            return
         await ws.accept()
         try:
             await _serve(ws, svc, who)

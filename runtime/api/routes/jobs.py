@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 from typing import Annotated
 
 from anyio.to_thread import run_sync
@@ -95,8 +95,7 @@ async def job_events(job_id: JobId, who: Tenant, svc: Svc,
     if last_event_id is not None and job.status in TERMINAL and \
             not await run_sync(svc.client.xrange, svc.keys.events(job_id), f"({last_event_id}", "+", 1):
         return Response(status_code=204)
-    if (full := svc.streams_full(who)) is not None:
-        raise RateLimited(full, retry_after_s=KEEPALIVE_S)
+    svc.stream_room(who)
     await run_sync(svc.limiter.take, who)
     return StreamingResponse(_stream(svc, who, job_id, start), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -110,12 +109,12 @@ def _sse(event: str, data: object, eid: str | None = None) -> str:
 async def _stream(svc: Services, who: str, job_id: str, after: str) -> AsyncIterator[str]:
     """The job's events (JobEvents.follow) as server-sent events, then its row as `result`."""
     start = time.monotonic()
-    # checked and counted in one step (no await between them): streams that passed the route's
-    # check together cannot all open; the one over the cap says so and ends
-    if (full := svc.streams_full(who)) is not None:
-        yield _sse("error", {"code": "rate_limited", "message": full})
-        return
-    with svc.stream_slot(who):  # counted while it runs (a stream never started holds nothing)
+    with ExitStack() as held:
+        try:  # counted while it runs (a stream never started holds nothing)
+            held.enter_context(svc.stream_slot(who))
+        except RateLimited as e:  # streams that passed the route's check together: this one is over the cap
+            yield _sse("error", {"code": "rate_limited", "message": str(e)})
+            return
         r = svc.aclient()
         waiting_said = False  # a requires_action status said since the job last ran
         try:
