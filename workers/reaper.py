@@ -18,6 +18,7 @@ from runtime.jobs.dispatch import Dispatcher
 from runtime.sessions import retention
 from runtime.sessions.records import Records
 from runtime.sessions.store import SessionStore
+from runtime.tables import PRIORITIES
 
 log = logging.getLogger("setflow.worker")
 
@@ -102,8 +103,7 @@ class Reaper:
         dead = [q for q in queued if (w := self.routing.worker_of(q)) is not None and not self.routing.alive(w)]
         # a shared queue with a backlog: its jobs wait their turn (every worker of its pool serves
         # it), not lost; a worker's own queue is another matter (alive and not consuming strands them)
-        shared = [self.routing.shared("interactive"), self.routing.shared("batch"),
-                  *(q for q in queued if self.routing.worker_of(q) is None)]
+        shared = [*(self.routing.shared(p) for p in PRIORITIES), *(q for q in queued if self.routing.worker_of(q) is None)]
         busy = [q for q in dict.fromkeys(shared) if self.routing.depth(q)]
         n = 0
         for job in self.jobs.stale(dead, busy):

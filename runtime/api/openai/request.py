@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from model.params import Policy, Seed, Tau, Window
 from runtime.api.openai.input_files import file_text
 from runtime.jobs.kinds import FunctionTool
+from runtime.tables import Priority
 from workflows import structured
 
 
@@ -139,7 +140,7 @@ class Extension(BaseModel):
     max_calls: int | None = Field(default=None, ge=0, le=8)
     ignore_eos: bool | None = None  # decode to max_output_tokens whatever the model ends with
     allow_unverified: bool = False
-    priority: Literal["interactive", "batch"] = "interactive"
+    priority: Priority = "interactive"
     #: the `setflow:step` events in the stream (each set the model commits): off unless asked,
     #: as a client that validates events refuses one it does not know
     step_events: bool = False
