@@ -77,6 +77,12 @@ def held_at(mine: float, total: float, n: int, share: float, window_s: float) ->
     cap = max(LEAD * (total - mine) / (n - 1), BUSY * share * window_s)
     return cap if mine > cap else None
 
+
+def worker_share(workers: int, tenants: int) -> int:
+    """A tenant's share of the live worker processes in whole workers: workers // tenants, at least 1."""
+    return max(1, max(1, workers) // max(1, tenants))
+
+
 # The decayed value of a "v t" string at `now`, for `window`.
 _DECAYED = """
 local function decayed(cur, now, window)
@@ -163,7 +169,7 @@ class Fairness:
         share = max(1, workers) / max(1, n)
         if held_at(mine, total, n, share, window) is None:
             return None
-        return max(1, math.floor(share))
+        return worker_share(workers, n)
 
     def active(self) -> int:
         """The tenants active now (admitted within the window), at least 1; 1 with the shares

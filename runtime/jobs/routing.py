@@ -44,6 +44,7 @@ from typing import Any
 
 import redis
 
+from runtime.jobs.fairness import worker_share
 from runtime.jobs.hosts import Host, Hosts
 from runtime.keys import Keys
 from runtime.replies import text as _text
@@ -211,7 +212,7 @@ class Routing:
         idle = [w for w in workers if not runs[w]]
         mine = sorted((w for w in workers if set(runs[w]) == {tenant}), key=lambda w: runs[w][tenant])  # least busy first
         holds = sum(tenant in runs[w] for w in workers)
-        share = max(1, len(workers) // max(1, active))
+        share = worker_share(len(workers), active)
         # an idle worker; one of its own with a slot free for it (its jobs running and on their
         # way fewer than its slots: a burst of the tenant's jobs stays there rather than
         # spilling over onto another tenant's worker, and never queues behind a full one)
