@@ -18,8 +18,7 @@ answered for goes at once (charged all the same: gate.Paced's credits).  So it r
 
 Why a cap, not a share of what is idle: the API process shares the machine with Redis, the
 database and often the workers, and a tenant's requests take their cores from the others' jobs
-too, not only from their requests (bench/abuse.py: a tenant looping submissions, forks and
-uploads at its rate took 0.6-0.8 of the 2 cores' API time; docs/BENCHMARKS.md, "Abuse soak").
+too, not only from their requests (bench/abuse.py; docs/BENCHMARKS.md, "Abuse soak").
 The floor BUSY / n keeps a tenant whose requests are few and short (a burst while the others
 idle) from being held at all, and a tenant alone is never held: where nobody else asks, the
 cap costs nothing.  Per process: each API process keeps its own shares (a tenant spread over

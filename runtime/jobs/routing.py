@@ -183,9 +183,8 @@ class Routing:
         the module's doc.  active: the tenants active lately (runtime/jobs/fairness.py), this
         one among them.  None too for a tenant alone, or where one worker lives (its own queue
         and the shared one are the same to it)."""
-        # a tenant alone keeps nobody apart: the shared queue, as before (placed, a burst of one
-        # tenant's new sessions split 7 / 5 over two 6-slot workers: bench/load.py 6.7-7.4
-        # turns/s against 7.5-8.0, p99 2.5-2.7 s against 1.8-2.3)
+        # a tenant alone keeps nobody apart: the shared queue, which spreads its burst of new
+        # sessions more evenly than placing would (bench/load.py)
         live = self.live_workers() if active > 1 else []
         if len(live) < 2:
             return None
