@@ -257,6 +257,8 @@ def test_the_kernel_serves_fp32_and_bf16_from_one_row() -> None:
         assert rowdot.name() == "" and not served(torch.float32)
         pytest.skip("no row-invariant kernel here")
     assert rowdot.name().startswith("rowdot-") and rowdot.name().split("-")[2] == "".join(map(str, rowdot.kinds().values()))
+    # AMX's sums are the hardware's: a CPU of another model is another kernel to a session
+    assert rowdot.name().endswith(f"-cpu{rowdot._cpu()}") == (rowdot.kinds()[torch.bfloat16] == 7)
     for dtype in (torch.float32, torch.bfloat16):
         assert served(dtype) and min_rows(dtype, 2, 1024, 151936) == 1
     assert not served(torch.float16)
