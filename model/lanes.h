@@ -28,6 +28,22 @@ static inline uint16_t bf16_rne(float f) {
     return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
 
+/* 8 fp32 lanes rounded to bf16 as bf16_rne rounds each, the bf16 in each lane's high half (low
+   half 0; a NaN lane 0xFFFF0000): a bf16 value as fp32 */
+static inline __m256i bf16_rne8_hi(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb),
+                                 _mm256_set1_epi32((int)0xFFFF0000u));
+    return _mm256_or_si256(r, _mm256_slli_epi32(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), 16));
+}
+
+/* 8 lanes' high halves as 8 uint16, in order */
+static inline __m128i high_halves8(__m256i r) {
+    __m256i w = _mm256_srli_epi32(r, 16);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(w, w), 0x08));
+}
+
 /* element off of an fp32 or bf16 array, as fp32 (a bf16 widens exactly) */
 INLINE float at(const void *p, int bf16, long off) { return bf16 ? bf16_at(p, off) : ((const float *)p)[off]; }
 

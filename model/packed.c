@@ -88,23 +88,13 @@ void pack(const void *w, void *pw, long n, long k, int kind) {
         }
 }
 
-/* 8 fp32 lanes rounded to bf16 as bf16_rne rounds each (a NaN lane 0xFFFF) */
-INLINE __m128i bf16_rne8(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-    r = _mm256_or_si256(r, _mm256_srli_epi32(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), 16));
-    __m256i packed = _mm256_packus_epi32(r, r); /* per 128-bit half: lanes 0-3, 0-3, 4-7, 4-7 */
-    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
-}
-
 /* a row of accumulators to y[i][0 .. cols) at y + i * ldy, fp32 or bf16 rounded to nearest
    even; `out` holds the row's accumulators stored */
 INLINE void put_row(const float *out, void *y, long i, long ldy, int ybf16, int cols) {
     if (ybf16) {
         uint16_t *yr = (uint16_t *)y + i * ldy;
         int j = 0;
-        for (; j + 8 <= cols; j += 8) _mm_storeu_si128((__m128i *)(yr + j), bf16_rne8(_mm256_loadu_ps(out + j)));
+        for (; j + 8 <= cols; j += 8) _mm_storeu_si128((__m128i *)(yr + j), high_halves8(bf16_rne8_hi(_mm256_loadu_ps(out + j))));
         for (; j < cols; j++) yr[j] = bf16_rne(out[j]);
     } else {
         memcpy((float *)y + i * ldy, out, cols * sizeof(float));

@@ -20,15 +20,7 @@
 #include <stdint.h>
 
 /* 8 fp32 lanes rounded to bf16 and widened back (a NaN stays a NaN), or as they are (fp32) */
-INLINE __m256 to_dtype8(__m256 v, int bf16) {
-    if (!bf16) return v;
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb),
-                                 _mm256_set1_epi32((int)0xFFFF0000u));
-    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u)), nan);
-}
+INLINE __m256 to_dtype8(__m256 v, int bf16) { return bf16 ? _mm256_castsi256_ps(bf16_rne8_hi(v)) : v; }
 
 INLINE float to_dtype(float v, int bf16) {
     if (!bf16) return v;
@@ -48,13 +40,8 @@ INLINE __m256 load8(const void *p, int bf16, long off) {
 
 /* 8 fp32 lanes (already of the dtype's values) stored to p + off in the dtype */
 INLINE void store8(void *p, int bf16, long off, __m256 v) {
-    if (bf16) {
-        __m256i w = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
-        __m256i packed = _mm256_packus_epi32(w, w);
-        _mm_storeu_si128((__m128i *)((uint16_t *)p + off), _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
-    } else {
-        _mm256_storeu_ps((float *)p + off, v);
-    }
+    if (bf16) _mm_storeu_si128((__m128i *)((uint16_t *)p + off), high_halves8(_mm256_castps_si256(v)));
+    else _mm256_storeu_ps((float *)p + off, v);
 }
 
 INLINE void store1(void *p, int bf16, long off, float v) {

@@ -319,7 +319,7 @@ def attend_ragged(q: Tensor, k: Tensor, v: Tensor, slots: Tensor, counts: list[i
 def norms(x: Tensor, w: Tensor) -> bool:
     """Does norm() run x's RMSNorm with weight w here: the kernel built, CPU tensors of one dtype of
     DTYPES, x's rows of w's width with unit stride, no autograd?"""
-    return (lib() is not None and x.device.type == "cpu" and x.dtype == w.dtype and x.dtype in DTYPES
+    return (lib() is not None and x.device.type == w.device.type == "cpu" and x.dtype == w.dtype and x.dtype in DTYPES
             and x.dim() >= 1 and x.shape[-1] == w.shape[0] and w.dim() == 1 and w.is_contiguous()
             and x.stride(-1) == 1 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)))
 
