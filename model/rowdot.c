@@ -3,7 +3,8 @@
    y[i][j] for x (m, k) row-major and w (n, k) row-major (nn.Linear's own layout, read in
    place: nothing is packed) is, for every i and j and whatever m, the tile, the thread count or
    the split, one of these sequences (the caller picks one `kind` for the process: a kind is
-   part of what a row's bits are; bf16 on a CPU with AVX-512 BF16 is kind 3, model/packed.c):
+   part of what a row's bits are; a worker's products run on packed weights, model/packed.c,
+   and these two kinds serve the tests and harnesses that compare with them):
      kind 0 (AVX2+FMA; x fp32, w fp32 or bf16 widened exactly):
        acc = 8 fp32 lanes of 0;  for p = 0, 8, .. while p + 8 <= k:
              acc = fma(x[i][p:p+8], w[j][p:p+8], acc)        (lane l holds k = l mod 8)
