@@ -18,6 +18,7 @@ from runtime.errors import AlreadyAnswered, DeadlinePassed, NotFound, NotWaiting
 from runtime.jobs.specs import AgentSpec
 from runtime.keys import Keys
 from runtime.sessions.local import LocalTurns
+from runtime.sessions.store import SessionStore
 from runtime.tables import JobRecord
 from workers.local import LocalCluster
 from workflows import agent
@@ -61,6 +62,8 @@ def test_a_call_answered_after_its_worker_was_killed_resumes_token_identical(
     [call] = first.action["calls"]
     assert call["id"] == "call_1" and call["tool"] == "metric" and set(call["arguments"]) == {"metric", "region", "period"}
     c.kill("victim")  # the worker that decoded the call, and holds the session warm, is gone
+    saved = SessionStore(c.client, c.settings).read(sid)  # what survives it: the first turn's state in Redis
+    assert saved is not None and saved.state.get("turns") == 1 and saved.segments, saved
     before = row(c, job.id)
     for bad, err in [(lambda: c.dispatcher.answer(job.id, "globex", {"call_1": "1"}), NotFound),
                      (lambda: c.dispatcher.answer(job.id, "acme", {"call_9": "1"}), UnknownCall)]:
@@ -86,11 +89,14 @@ def test_a_call_answered_after_its_worker_was_killed_resumes_token_identical(
     want = agent.run(LocalTurns(model, tok, tool_outputs=outputs), AgentSpec.model_validate(SPEC))
     assert (r["text"], r["answer"], r["calls"]) == (want["text"], want["answer"], want["calls"])
     assert [x["result"] for x in r["calls"][:2]] == [CLIENT_DATA.lookup("revenue", "EMEA", p) for p in ("2026-Q2", "2026-Q3")]
-    # each segment is one turn of the session, written once; the one after the kill was restored from Redis
+    # each segment is one turn of the session, written once; the one after the kill resumed from
+    # the state above or from the ledger, whichever the engine's cost model (this machine's
+    # measured rates: not a test's to pin) found cheaper, both exact
     turns = c.records.turns(sid, "acme")
     assert [(t.job_id, t.job_step) for t in turns] == [(job.id, i) for i in range(len(r["calls"]) + 1)], \
         "no turn missing, none twice"
-    assert [t.meta["path"] for t in turns][:2] == ["new", "restore"], [t.meta for t in turns]
+    assert [t.meta["path"] for t in turns][0] == "new" and turns[1].meta["path"] in ("restore", "recompute"), \
+        [t.meta for t in turns]
     assert [t["path"] for t in r["turns"]][:2] == ["done", "done"], "the rerun replayed them, decoding nothing"
     statuses = [e["status"] for _, e in c.dispatcher.events.read(job.id) if e["type"] == "status"]
     assert statuses[:4] == ["queued", "running", "requires_action", "queued"] and statuses[-1] == "succeeded"
