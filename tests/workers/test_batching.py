@@ -20,9 +20,10 @@ SESSIONS = 8
 
 def spec(i: int) -> dict[str, object]:
     """Turns of different lengths and policies, long enough to be mid-turn when the worker dies:
-    at least 160 steps each (a window of 4 may decode 4 tokens a step: 4x the tokens)."""
+    at least 400 steps each (a window of 4 decodes up to 4 tokens a step: 3x the tokens, within
+    the shipped model's context), many times the steps the last job takes to join the batch."""
     policy = ["ar", "set", "prefix", "block"][i % 4]
-    tokens = (160 + 16 * i) * (1 if policy == "ar" else 4)
+    tokens = (400 + 16 * i) * (1 if policy == "ar" else 3)
     return {"text": f"company: Acme {i}\nnarrative: ", "params": {"policy": policy, "window": 4, "tau": 0.9,
                                                               "max_new_tokens": tokens, "ignore_eos": True}}
 
