@@ -36,13 +36,13 @@ def client(any_client: redis.Redis) -> redis.Redis:
 def test_a_turn_longer_than_the_lease_renews_it(loaded: tuple[SetDLM, Tokenizer], client: redis.Redis,
                                                 db_settings: Settings, db_engine: SqlEngine) -> None:
     model, tok = loaded
-    short = db_settings.model_copy(update={"lease_ms": 300})
+    short = db_settings.model_copy(update={"lease_ms": 1000})
     engine = Engine(model, SessionStore(client, short), Records(db_engine), short)
     sid = engine.open("acme")
     result = None
     for i, ev in enumerate(engine.turn(sid, "acme", inputs(tok)[0], PARAMS)):
-        if i < 5:
-            time.sleep(0.12)  # a slow consumer: the turn outlives lease_ms
+        if i < 5:  # a slow consumer: the turn outlives lease_ms (1.5 s), each pause well inside it
+            time.sleep(0.3)
         result = ev
     assert result is not None and not result.events, result.events  # type: ignore[union-attr]
     assert engine.store.read(sid).state["turns"] == 1  # type: ignore[union-attr]
