@@ -361,6 +361,9 @@ def norm_rope(q: Tensor, k: Tensor, wq: Tensor, wk: Tensor, cos: Tensor, sin: Te
     dll = lib()
     assert dll is not None
     D = wq.shape[0]
+    if not (q.dtype == k.dtype == cos.dtype == sin.dtype == wq.dtype == wk.dtype
+            and all(t.device.type == "cpu" for t in (q, k, cos, sin, wq, wk))):
+        return None  # the kernel reads all of them in q's dtype
     rq, rk, rc, rsn = _rows(q), _rows(k), _rows(cos), _rows(sin)
     if rq is None or rk is None or rc is None or rsn is None or not rq[0] == rk[0] == rc[0] == rsn[0]:
         return None
