@@ -417,13 +417,14 @@ AMX INLINE void block7(const uint16_t *x, long ldx, const uint16_t *pw, long pst
 /* kind 7, panels [c0, c1) over x's padded rows (xp: ceil(m/16) blocks of 16 rows, ldx apart):
    2 row tiles x 2 panels at a time while there are 2 row tiles, else 1 x 3; the panels' group
    stays in L2 while the row tiles pass */
-AMX static void run_panels7(const pjob_t *jb, const uint16_t *xp, long ldx, long c0, long c1) {
+AMX static void run_panels7(const pjob_t *jb, long c0, long c1) {
     tilecfg_t cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
     _tile_loadconfig(&cfg);
-    long kb = ldx / 32, pstep = 16 * ldx, ys = jb->ybf16 ? 2 : 4, mt = (jb->m + 15) / 16;
+    const uint16_t *xp = jb->xp;
+    long ldx = jb->ldx, kb = ldx / 32, pstep = 16 * ldx, ys = jb->ybf16 ? 2 : 4, mt = (jb->m + 15) / 16;
     int most = mt > 1 ? 2 : 3; /* panels a group */
     for (long c = c0; c < c1;) {
         int cb = (int)(c1 - c < most ? c1 - c : most);
@@ -435,11 +436,13 @@ AMX static void run_panels7(const pjob_t *jb, const uint16_t *xp, long ldx, long
             int mr1 = rb > 1 ? (int)(jb->m - r0 - 16 < 16 ? jb->m - r0 - 16 : 16) : 0;
             const uint16_t *xb = xp + r0 * ldx, *pw = (const uint16_t *)jb->pw + c * pstep;
             void *yb = (char *)jb->y + (r0 * jb->n + c * 16) * ys;
-            if (rb == 2 && cb == 2) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, mr1, cols, 2, 2);
-            else if (rb == 2) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, mr1, cols, 2, 1);
-            else if (cb == 3) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, 0, cols, 1, 3);
-            else if (cb == 2) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, 0, cols, 1, 2);
-            else block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, 0, cols, 1, 1);
+#define B7(RB, CB) block7(xb, ldx, pw, pstep, kb, yb, jb->n, jb->ybf16, mr0, mr1, cols, RB, CB) /* each its own loop */
+            if (rb == 2 && cb == 2) B7(2, 2);
+            else if (rb == 2) B7(2, 1);
+            else if (cb == 3) B7(1, 3);
+            else if (cb == 2) B7(1, 2);
+            else B7(1, 1);
+#undef B7
             t += rb;
         }
         c += cb;
@@ -447,20 +450,19 @@ AMX static void run_panels7(const pjob_t *jb, const uint16_t *xp, long ldx, long
     _tile_release();
 }
 
-/* panels [c0, c1): every row tile over each panel, the panel staying in L2 while the rows pass */
 /* kind 5 by AVX-512 (16 columns a vector) where the CPU has it (-1: not yet asked); the tests
    set 0 to compare with AVX2's 8 */
 static int zmm5 = -1;
 void packed_avx512(int on) { zmm5 = on && __builtin_cpu_supports("avx512f"); }
 
+/* panels [c0, c1): every row tile over each panel, the panel staying in L2 while the rows pass */
 static void run_panels(const pjob_t *jb, long c0, long c1) {
     if (zmm5 < 0) packed_avx512(1);
-    int z = zmm5;
     if (jb->kind == 7) {
-        run_panels7(jb, jb->xp, jb->ldx, c0, c1);
+        run_panels7(jb, c0, c1);
         return;
     }
-    if (jb->kind == 5 && z) {
+    if (jb->kind == 5 && zmm5) {
         run_panels5z(jb, c0, c1);
         return;
     }

@@ -67,14 +67,21 @@ static float rms_scale(const void *x, int bf16, long d, float eps) {
     return 1.0f / sqrtf(ss / (float)d + eps);
 }
 
-/* y = dtype(w * dtype(x * s)) over one row of d */
+/* a row's normed elements p .. p+7 and p: dtype(w * dtype(x * s)), as fp32 */
+INLINE __m256 normed8(const void *x, const void *w, long p, __m256 s, int bf16) {
+    return to_dtype8(_mm256_mul_ps(load8(w, bf16, p), to_dtype8(_mm256_mul_ps(load8(x, bf16, p), s), bf16)), bf16);
+}
+
+INLINE float normed1(const void *x, const void *w, long p, float s, int bf16) {
+    return to_dtype(at(w, bf16, p) * to_dtype(at(x, bf16, p) * s, bf16), bf16);
+}
+
+/* y = the RMSNorm of one row of d */
 static void norm_row(const void *x, const void *w, void *y, long d, float eps, int bf16) {
     float s = rms_scale(x, bf16, d, eps);
-    __m256 sv = _mm256_set1_ps(s);
     long d8 = d & ~7L;
-    for (long p = 0; p < d8; p += 8)
-        store8(y, bf16, p, to_dtype8(_mm256_mul_ps(load8(w, bf16, p), to_dtype8(_mm256_mul_ps(load8(x, bf16, p), sv), bf16)), bf16));
-    for (long p = d8; p < d; p++) store1(y, bf16, p, to_dtype(at(w, bf16, p) * to_dtype(at(x, bf16, p) * s, bf16), bf16));
+    for (long p = 0; p < d8; p += 8) store8(y, bf16, p, normed8(x, w, p, _mm256_set1_ps(s), bf16));
+    for (long p = d8; p < d; p++) store1(y, bf16, p, normed1(x, w, p, s, bf16));
 }
 
 /* y (rows, d) contiguous = RMSNorm of x's rows (rs elements apart) with weight w (d), over
@@ -91,11 +98,9 @@ int norm_rows(const void *x, long rs, long rows, long d, const void *w, void *y,
 static void norm_rope_head(const void *x, const void *w, const void *c, const void *s, void *y, long D, float eps,
                            int bf16, float *tmp) {
     float sc = rms_scale(x, bf16, D, eps);
-    __m256 sv8 = _mm256_set1_ps(sc);
     long d8 = D & ~7L;
-    for (long p = 0; p < d8; p += 8)
-        _mm256_storeu_ps(tmp + p, to_dtype8(_mm256_mul_ps(load8(w, bf16, p), to_dtype8(_mm256_mul_ps(load8(x, bf16, p), sv8), bf16)), bf16));
-    for (long p = d8; p < D; p++) tmp[p] = to_dtype(at(w, bf16, p) * to_dtype(at(x, bf16, p) * sc, bf16), bf16);
+    for (long p = 0; p < d8; p += 8) _mm256_storeu_ps(tmp + p, normed8(x, w, p, _mm256_set1_ps(sc), bf16));
+    for (long p = d8; p < D; p++) tmp[p] = normed1(x, w, p, sc, bf16);
     long h = D / 2, h8 = h & ~7L;
     for (long j = 0; j < h8; j += 8) {
         __m256 n1 = _mm256_loadu_ps(tmp + j), n2 = _mm256_loadu_ps(tmp + h + j);

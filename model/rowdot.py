@@ -74,10 +74,11 @@ def runs(kind: int) -> bool:
     """Can this CPU run `kind` (the kernel built)?  0, 5, 6: AVX2 and FMA; 1: AVX-512 (F, BW,
     VL); 3: and AVX-512 BF16; 7: and AMX-BF16, its tiles granted to this process by Linux."""
     f, dll = _flags(), lib()
-    if dll is None or kind not in (0, 1, 3, 5, 6, 7):
+    if dll is None:
         return False
-    return (kind in (0, 5, 6) or avx512() and (kind == 1 or "avx512_bf16" in f and (
-        kind == 3 or {"amx_tile", "amx_bf16"} <= f and bool(dll.amx_ready()))))
+    needs = {0: True, 5: True, 6: True, 1: avx512(), 3: avx512() and "avx512_bf16" in f,
+             7: avx512() and {"avx512_bf16", "amx_tile", "amx_bf16"} <= f}
+    return needs.get(kind, False) and (kind != 7 or bool(dll.amx_ready()))
 
 
 @lru_cache(maxsize=1)
@@ -87,7 +88,7 @@ def kinds() -> dict[torch.dtype, int]:
     the CPU runs them; else bf16 dot products (3) with AVX-512 BF16; else widened to fp32 and as
     kind 5 (6).  (Kinds 0 and 1, the dot order over weights in place by AVX2 and AVX-512 FMAs,
     are what such CPUs ran before: kept for the tests and harnesses that compare.)"""
-    return {torch.float32: 5, torch.bfloat16: next(k for k in (7, 3, 6) if runs(k) or k == 6)}
+    return {torch.float32: 5, torch.bfloat16: next((k for k in (7, 3) if runs(k)), 6)}
 
 
 def packs(dtype: torch.dtype) -> bool:
@@ -316,12 +317,11 @@ def attend_ragged(q: Tensor, k: Tensor, v: Tensor, slots: Tensor, counts: list[i
     return out
 
 
-def norms(x: Tensor, w: Tensor) -> bool:
-    """Does norm() run x's RMSNorm with weight w here: the kernel built, CPU tensors of one dtype of
-    DTYPES, x's rows of w's width with unit stride, no autograd?"""
-    return (lib() is not None and x.device.type == w.device.type == "cpu" and x.dtype == w.dtype and x.dtype in DTYPES
-            and x.dim() >= 1 and x.shape[-1] == w.shape[0] and w.dim() == 1 and w.is_contiguous()
-            and x.stride(-1) == 1 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)))
+def _pointwise(*ts: Tensor) -> bool:
+    """Does model/pointwise.c take these operands: the kernel built, CPU tensors of one dtype of
+    DTYPES, no autograd?"""
+    return (lib() is not None and all(t.device.type == "cpu" and t.dtype == ts[0].dtype for t in ts)
+            and ts[0].dtype in DTYPES and not (torch.is_grad_enabled() and any(t.requires_grad for t in ts)))
 
 
 def _rows(x: Tensor) -> tuple[int, int] | None:
@@ -337,13 +337,12 @@ def _rows(x: Tensor) -> tuple[int, int] | None:
 
 
 def norm(x: Tensor, w: Tensor, eps: float, threads: int) -> Tensor | None:
-    """RMSNorm of x's rows with weight w in x's dtype, each row by model/pointwise.c's one order
-    -> a new contiguous tensor of x's shape; None where x's rows do not lie evenly apart (the
-    caller computes it otherwise).  The caller checks norms() first."""
+    """RMSNorm of x's rows with weight w (x's width) in x's dtype, each row by model/pointwise.c's
+    one order -> a new contiguous tensor of x's shape; None where the kernel does not take them
+    (_pointwise) or x's rows do not lie one stride apart: the caller computes it otherwise."""
     dll = lib()
-    assert dll is not None
-    shape = _rows(x)
-    if shape is None:
+    shape = _rows(x) if _pointwise(x, w) and w.dim() == 1 and w.is_contiguous() and x.shape[-1] == w.shape[0] else None
+    if dll is None or shape is None:
         return None
     rows, rs = shape
     y = torch.empty(x.shape, dtype=x.dtype)
@@ -357,13 +356,13 @@ def norm_rope(q: Tensor, k: Tensor, wq: Tensor, wk: Tensor, cos: Tensor, sin: Te
     """q (..., H * D) and k (..., Hkv * D), rows of one stride (views of one product's output) ->
     their heads' RMSNorms (weights wq, wk (D,)) then rotary embedding at cos, sin (..., D / 2,
     rows of one stride), each row by model/pointwise.c's order: (..., H, D) and (..., Hkv, D),
-    new and contiguous; None where the rows do not lie evenly apart alike."""
+    new and contiguous; None where the kernel does not take them (_pointwise: it reads all of
+    them in q's dtype) or the rows do not lie one stride apart alike."""
     dll = lib()
-    assert dll is not None
     D = wq.shape[0]
-    if not (q.dtype == k.dtype == cos.dtype == sin.dtype == wq.dtype == wk.dtype
-            and all(t.device.type == "cpu" for t in (q, k, cos, sin, wq, wk))):
-        return None  # the kernel reads all of them in q's dtype
+    if (dll is None or not _pointwise(q, k, wq, wk, cos, sin) or wk.shape != wq.shape or not wq.is_contiguous()
+            or not wk.is_contiguous() or q.shape[-1] % D or k.shape[-1] % D):
+        return None
     rq, rk, rc, rsn = _rows(q), _rows(k), _rows(cos), _rows(sin)
     if rq is None or rk is None or rc is None or rsn is None or not rq[0] == rk[0] == rc[0] == rsn[0]:
         return None

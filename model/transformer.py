@@ -57,9 +57,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         # normalised in fp32 and cast back before the weight, as Qwen3 does (matters in bf16):
         # x * rsqrt(mean(x^2) + eps); on the CPU kernel each row in one order (model/pointwise.c)
-        if rowdot.norms(x, self.weight) and (y := rowdot.norm(x, self.weight, self.eps, torch.get_num_threads())) is not None:
-            return y
-        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+        y = rowdot.norm(x, self.weight, self.eps, torch.get_num_threads())
+        return y if y is not None else self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 def rope_table(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
@@ -129,11 +128,11 @@ class Attention(nn.Module):
         """q (B, T, H * D), k (B, T, Hkv * D) -> their heads' RMSNorms then RoPE, (B, T, H, D) and
         (B, T, Hkv, D), in one pass of model/pointwise.c (its rounding for apply_rope's; the
         norms in its one order); None where it does not run them (q_norm, apply_rope then do)."""
-        wq, wk, h = self.q_norm.weight, self.k_norm.weight, self.cfg.head_dim // 2
-        if not (rowdot.norms(q[..., :h * 2], wq) and rowdot.norms(k[..., :h * 2], wk) and self.q_norm.eps == self.k_norm.eps):
+        if self.q_norm.eps != self.k_norm.eps:
             return None
-        return rowdot.norm_rope(q, k, wq, wk, cs[0][:, :, 0, :h], cs[1][:, :, 0, h:], self.q_norm.eps,
-                                torch.get_num_threads())
+        h = self.cfg.head_dim // 2
+        return rowdot.norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cs[0][:, :, 0, :h], cs[1][:, :, 0, h:],
+                                self.q_norm.eps, torch.get_num_threads())
 
 
 class MLP(nn.Module):
