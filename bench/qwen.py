@@ -151,14 +151,13 @@ def machine(model: SetDLM, dtype: torch.dtype) -> dict[str, float]:
     bw_vocab = {"torch": vbytes / best_s(lambda: F.linear(xs[vocab.shape[1]], vocab))}
     rate = {"torch": 2 * 256 * 1024 * 3072 / best_s(lambda: F.linear(big_x, big_w), 3)}
     if served(dtype) and vocab.device.type == "cpu":
-        packed = [rowdot.pack(w) if rowdot.packs(dtype) else None for w in weights]  # packed once, as layers keep them
-        pv = packed[[w.data_ptr() for w in weights].index(vocab.data_ptr())]
+        packed = {w.data_ptr(): rowdot.pack(w) if rowdot.packs(dtype) else None for w in weights}  # as layers keep them
         pbig = rowdot.pack(big_w) if rowdot.packs(dtype) else None
-        bw["rowdot"] = total / best_s(lambda: [rowdot.product(xs[w.shape[1]], w, th, packed=p)
-                                               for w, p in zip(weights, packed)], 3)
-        bw_vocab["rowdot"] = vbytes / best_s(lambda: rowdot.product(xs[vocab.shape[1]], vocab, th, packed=pv))
+        bw["rowdot"] = total / best_s(lambda: [rowdot.product(xs[w.shape[1]], w, th, packed=packed[w.data_ptr()])
+                                               for w in weights], 3)
+        bw_vocab["rowdot"] = vbytes / best_s(lambda: rowdot.product(xs[vocab.shape[1]], vocab, th,
+                                                                    packed=packed[vocab.data_ptr()]))
         rate["rowdot"] = 2 * 256 * 1024 * 3072 / best_s(lambda: rowdot.product(big_x, big_w, th, packed=pbig), 3)
-        del packed
     return {"bandwidth_gb_s": round(max(bw.values()) / 1e9, 2), "rate_gflop_s": round(max(rate.values()) / 1e9, 1),
             "bandwidth_vocab_gb_s": round(max(bw_vocab.values()) / 1e9, 2),
             **{f"bandwidth_{k}_gb_s": round(v / 1e9, 2) for k, v in bw.items()},
